@@ -1,0 +1,156 @@
+//! The one panic boundary and the argument helpers every `extern "C"` function uses.
+//!
+//! Each exported function is `boundary::call("name", || { ... })`: errors become a
+//! status plus a thread-local message prefixed with the function's name, and a panic
+//! becomes `GPURT_ERROR_INTERNAL` instead of unwinding into C.
+
+use std::ffi::CStr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
+
+use crate::error::{set_last_error, Error, Result, Status};
+
+#[inline(always)]
+pub(crate) fn call(function: &'static str, body: impl FnOnce() -> Result<()>) -> Status {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => Status::GPURT_SUCCESS,
+        Ok(Err(err)) => record(function, err),
+        Err(payload) => record(function, panic_error(payload)),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn record(function: &'static str, err: Error) -> Status {
+    // "Not ready" is an answer, not a failure: polling loops must not pay for a message.
+    let status = err.status;
+    if status != Status::GPURT_ERROR_NOT_READY {
+        set_last_error(&err.context(function));
+    }
+    status
+}
+
+#[cold]
+fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string());
+    Error::new(Status::GPURT_ERROR_INTERNAL, format!("internal error (please report): {what}"))
+}
+
+/// A checked, non-NULL out-parameter. Take every out-parameter with `Out::new`
+/// before doing any work, so that a NULL one fails the call with nothing done.
+pub(crate) struct Out<T>(NonNull<T>);
+
+impl<T> Out<T> {
+    #[inline(always)]
+    pub(crate) fn new(ptr: *mut T, name: &str) -> Result<Out<T>> {
+        match NonNull::new(ptr) {
+            Some(p) => Ok(Out(p)),
+            None => Err(null_argument(name)),
+        }
+    }
+    #[inline(always)]
+    pub(crate) fn write(self, value: T) {
+        // SAFETY: non-NULL was checked; the caller's contract is that it points to a writable T.
+        unsafe { self.0.as_ptr().write(value) }
+    }
+}
+
+/// A checked, non-NULL input pointer read as a reference.
+#[inline(always)]
+pub(crate) fn in_ref<'a, T>(ptr: *const T, name: &str) -> Result<&'a T> {
+    // SAFETY: the caller's contract is that a non-NULL pointer points to a valid T.
+    unsafe { ptr.as_ref() }.ok_or_else(|| null_argument(name))
+}
+
+/// A checked, non-NULL, UTF-8 C string argument.
+pub(crate) fn in_str<'a>(ptr: *const libc::c_char, name: &str) -> Result<&'a str> {
+    if ptr.is_null() {
+        return Err(null_argument(name));
+    }
+    // SAFETY: the caller's contract is a NUL-terminated string.
+    unsafe { CStr::from_ptr(ptr) }
+        .to_str()
+        .map_err(|_| Error::invalid_argument(format!("argument `{name}` is not valid UTF-8")))
+}
+
+#[cold]
+fn null_argument(name: &str) -> Error {
+    Error::invalid_argument(format!("argument `{name}` is NULL"))
+}
+
+/// Copies `value` into a caller's extensible struct whose first field is its size.
+/// Only the bytes the caller's version of the struct has are written, so an older
+/// caller with a smaller struct keeps working; `minimum` is the size of version 1.
+pub(crate) fn write_sized<T: Copy>(out: *mut T, value: &T, minimum: usize, name: &str) -> Result<()> {
+    let out = Out::new(out, name)?;
+    // SAFETY: the first field of every extensible struct is a size_t.
+    let caller_size = unsafe { out.0.cast::<usize>().read() };
+    if caller_size < minimum {
+        return Err(Error::invalid_argument(format!(
+            "`{name}->struct_size` is {caller_size}; initialise the struct with its _INIT macro or init function (at least {minimum} bytes)"
+        )));
+    }
+    let n = caller_size.min(std::mem::size_of::<T>());
+    // SAFETY: the caller promises `caller_size` writable bytes; we write at most that many
+    // and leave its struct_size (the first usize) as the caller set it.
+    unsafe {
+        let src = (value as *const T).cast::<u8>();
+        let dst = out.0.as_ptr().cast::<u8>();
+        let skip = std::mem::size_of::<usize>();
+        std::ptr::copy_nonoverlapping(src.add(skip), dst.add(skip), n - skip);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_becomes_internal_status_with_message() {
+        let status = call("gpurt_test", || panic!("boom"));
+        assert_eq!(status, Status::GPURT_ERROR_INTERNAL);
+        let msg = unsafe { CStr::from_ptr(crate::error::last_error_message_ptr()) };
+        assert!(msg.to_str().unwrap().contains("gpurt_test: internal error (please report): boom"));
+    }
+
+    #[test]
+    fn null_out_parameter_is_invalid_argument() {
+        let status = call("gpurt_test", || {
+            Out::<i32>::new(std::ptr::null_mut(), "count")?.write(1);
+            Ok(())
+        });
+        assert_eq!(status, Status::GPURT_ERROR_INVALID_ARGUMENT);
+        let msg = unsafe { CStr::from_ptr(crate::error::last_error_message_ptr()) };
+        assert_eq!(msg.to_str().unwrap(), "gpurt_test: argument `count` is NULL");
+    }
+
+    #[derive(Clone, Copy)]
+    #[repr(C)]
+    struct V2 {
+        struct_size: usize,
+        a: u32,
+        b: u32,
+    }
+
+    #[test]
+    fn sized_write_respects_older_callers() {
+        let value = V2 { struct_size: 0, a: 7, b: 9 };
+        // A version-1 caller knows only `a`: `b` (its neighbour's memory) must stay untouched.
+        let mut old = V2 { struct_size: 12, a: 0, b: 0xdead };
+        write_sized(&mut old, &value, 12, "props").unwrap();
+        assert_eq!((old.struct_size, old.a, old.b), (12, 7, 0xdead));
+        let mut new = V2 { struct_size: std::mem::size_of::<V2>(), a: 0, b: 0 };
+        write_sized(&mut new, &value, 12, "props").unwrap();
+        assert_eq!((new.a, new.b), (7, 9));
+        let mut bad = V2 { struct_size: 3, a: 0, b: 0 };
+        assert_eq!(
+            write_sized(&mut bad, &value, 12, "props").unwrap_err().status,
+            Status::GPURT_ERROR_INVALID_ARGUMENT
+        );
+    }
+}

@@ -1,0 +1,123 @@
+//! Loading the CUDA driver at run time and turning its results into `Error`s.
+//!
+//! cudarc resolves each driver function on first use and panics when the library
+//! or the symbol is missing. gpurt never lets that happen: `init` checks that
+//! libcuda loads and that every symbol in `REQUIRED` exists before any driver call,
+//! and newer, optional entry points are probed with `has_symbol` first.
+
+use std::sync::OnceLock;
+
+use cudarc::driver::sys::{self, CUresult};
+
+use crate::error::{Error, Result, Status};
+
+/// Entry points gpurt calls unconditionally: all exist since CUDA 11.4. The names are
+/// the versioned ones cudarc loads.
+const REQUIRED: &[&str] = &[
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceGetUuid",
+    "cuDeviceGetAttribute",
+    "cuDeviceTotalMem_v2",
+    "cuDeviceCanAccessPeer",
+    "cuDevicePrimaryCtxRetain",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuCtxGetDevice",
+    "cuCtxSynchronize",
+    "cuCtxEnablePeerAccess",
+    "cuCtxDisablePeerAccess",
+    "cuMemGetInfo_v2",
+];
+
+static INIT: OnceLock<Result<()>> = OnceLock::new();
+
+/// Loads libcuda and initialises the driver once per process. Cheap after the
+/// first call (one atomic load). Fails with `NO_DRIVER` where libcuda is absent,
+/// `NOT_SUPPORTED` where it is too old, `NO_DEVICE` where it finds no GPU.
+#[inline]
+pub fn init() -> Result<()> {
+    match INIT.get_or_init(load_and_init) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// Whether the driver loaded and initialised; never fails.
+pub fn is_initialized() -> bool {
+    matches!(INIT.get(), Some(Ok(())))
+}
+
+fn load_and_init() -> Result<()> {
+    // SAFETY: only tries dlopen on the candidate names.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::new(
+            Status::GPURT_ERROR_NO_DRIVER,
+            "the CUDA driver library (libcuda.so.1) could not be loaded: no NVIDIA driver is installed, or it is not on the loader's path",
+        ));
+    }
+    if let Some(missing) = REQUIRED.iter().find(|name| !has_symbol(name)) {
+        return Err(Error::not_supported(format!(
+            "the installed CUDA driver is too old: it lacks {missing} (gpurt needs CUDA 11.4 or newer)"
+        )));
+    }
+    // SAFETY: symbols checked above.
+    let code = unsafe { sys::cuInit(0) };
+    check(code, "cuInit")?;
+    crate::log::log(crate::log::Level::Info, &format!("CUDA driver initialised, version {}", driver_version()?));
+    Ok(())
+}
+
+/// Whether libcuda exports `name`. Loads nothing when the library is absent.
+pub fn has_symbol(name: &str) -> bool {
+    // SAFETY: is_culib_present only dlopens; culib() is called only when it succeeded.
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    if !*PRESENT.get_or_init(|| unsafe { sys::is_culib_present() }) {
+        return false;
+    }
+    unsafe { sys::culib().get::<*const libc::c_void>(name.as_bytes()).is_ok() }
+}
+
+/// The driver's CUDA version as 1000 * major + 10 * minor (12080 for 12.8).
+pub fn driver_version() -> Result<i32> {
+    let mut version = 0;
+    // SAFETY: symbol checked by init's REQUIRED list; only called after the library loaded.
+    check(unsafe { sys::cuDriverGetVersion(&mut version) }, "cuDriverGetVersion")?;
+    Ok(version)
+}
+
+/// `Ok` for `CUDA_SUCCESS`, otherwise an error naming `call`.
+#[inline(always)]
+pub fn check(code: CUresult, call: &str) -> Result<()> {
+    if code == CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::cuda(call, code))
+    }
+}
+
+/// The driver's name and description of `code`; placeholders where it has none.
+pub fn error_name_and_text(code: CUresult) -> (String, String) {
+    if !is_initialized() && !has_symbol("cuGetErrorName") {
+        return (format!("CUresult {}", code as i32), "driver not loaded".into());
+    }
+    let read = |f: unsafe fn(CUresult, *mut *const libc::c_char) -> CUresult| {
+        let mut ptr = std::ptr::null();
+        // SAFETY: the driver returns a static string or an error.
+        match unsafe { f(code, &mut ptr) } {
+            CUresult::CUDA_SUCCESS if !ptr.is_null() => {
+                Some(unsafe { std::ffi::CStr::from_ptr(ptr) }.to_string_lossy().into_owned())
+            }
+            _ => None,
+        }
+    };
+    (
+        read(sys::cuGetErrorName).unwrap_or_else(|| format!("CUresult {}", code as i32)),
+        read(sys::cuGetErrorString).unwrap_or_else(|| "unknown error".into()),
+    )
+}

@@ -1,0 +1,307 @@
+//! Generational handles: what C callers hold instead of pointers.
+//!
+//! A handle is a 64-bit value `kind:8 | generation:32 | index:24`, passed through
+//! C as an opaque pointer and never dereferenced. A lookup checks the kind and the
+//! slot's generation, so NULL, destroyed, double-destroyed and wrong-kind handles
+//! are reported as invalid instead of touching freed memory.
+//!
+//! Lookups are lock-free (a seqlock read of two atomic words: plain loads on
+//! x86-64); creation and destruction take a mutex, as they are rare next to use.
+
+use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::error::{Error, Result};
+
+const INDEX_BITS: u32 = 24;
+const CHUNK_BITS: u32 = 10;
+const CHUNK_LEN: usize = 1 << CHUNK_BITS;
+const MAX_CHUNKS: usize = 1 << (INDEX_BITS - CHUNK_BITS);
+
+/// Which table a handle belongs to; part of every handle's bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Device = 1,
+    Stream = 2,
+    Event = 3,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Device => "device",
+            Kind::Stream => "stream",
+            Kind::Event => "event",
+        }
+    }
+    fn from_bits(bits: u8) -> Option<Kind> {
+        [Kind::Device, Kind::Stream, Kind::Event].into_iter().find(|k| *k as u8 == bits)
+    }
+}
+
+/// A packed handle value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Handle(pub u64);
+
+impl Handle {
+    pub fn new(kind: Kind, generation: u32, index: u32) -> Handle {
+        debug_assert!(index < (1 << INDEX_BITS));
+        Handle(((kind as u64) << 56) | ((generation as u64) << INDEX_BITS) | index as u64)
+    }
+    pub fn kind_bits(self) -> u8 {
+        (self.0 >> 56) as u8
+    }
+    pub fn generation(self) -> u32 {
+        (self.0 >> INDEX_BITS) as u32
+    }
+    pub fn index(self) -> u32 {
+        (self.0 & ((1 << INDEX_BITS) - 1)) as u32
+    }
+    pub fn from_ptr<T>(ptr: *mut T) -> Handle {
+        Handle(ptr as usize as u64)
+    }
+    pub fn to_ptr<T>(self) -> *mut T {
+        self.0 as usize as *mut T
+    }
+
+    /// Checks the kind bits; reports NULL and wrong-kind handles clearly.
+    #[inline]
+    pub fn expect_kind(self, kind: Kind) -> Result<Handle> {
+        if self.kind_bits() == kind as u8 {
+            return Ok(self);
+        }
+        Err(self.kind_error(kind))
+    }
+
+    #[cold]
+    fn kind_error(self, kind: Kind) -> Error {
+        if self.0 == 0 {
+            return Error::invalid_handle(format!("{} handle is NULL", kind.name()));
+        }
+        match Kind::from_bits(self.kind_bits()) {
+            Some(other) => Error::invalid_handle(format!("expected a {} handle, got a {} handle", kind.name(), other.name())),
+            None => Error::invalid_handle(format!("{:#x} is not a gpurt {} handle", self.0, kind.name())),
+        }
+    }
+}
+
+/// What a slot stores: two words, so that a lookup is a lock-free copy.
+pub trait Packed: Copy {
+    fn pack(self) -> [u64; 2];
+    fn unpack(words: [u64; 2]) -> Self;
+}
+
+struct Slot {
+    /// Odd while the slot holds a live object; bumped on insert and on remove.
+    generation: AtomicU32,
+    words: [AtomicU64; 2],
+}
+
+/// A table of objects of one kind addressed by generational handles.
+pub struct HandleTable<T: Packed> {
+    kind: Kind,
+    chunks: [AtomicPtr<Slot>; MAX_CHUNKS],
+    free: Mutex<FreeList>,
+    _marker: std::marker::PhantomData<T>,
+}
+
+struct FreeList {
+    indices: Vec<u32>,
+    next_unused: u32,
+}
+
+impl<T: Packed> HandleTable<T> {
+    pub const fn new(kind: Kind) -> Self {
+        HandleTable {
+            kind,
+            chunks: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CHUNKS],
+            free: Mutex::new(FreeList { indices: Vec::new(), next_unused: 0 }),
+            _marker: std::marker::PhantomData,
+        }
+    }
+
+    fn slot(&self, index: u32) -> Option<&Slot> {
+        let chunk = self.chunks.get((index >> CHUNK_BITS) as usize)?.load(Ordering::Acquire);
+        if chunk.is_null() {
+            return None;
+        }
+        // SAFETY: chunks are allocated once, CHUNK_LEN slots long, and never freed.
+        Some(unsafe { &*chunk.add(index as usize & (CHUNK_LEN - 1)) })
+    }
+
+    fn slot_or_grow(&self, index: u32) -> &Slot {
+        let cell = &self.chunks[(index >> CHUNK_BITS) as usize];
+        if cell.load(Ordering::Acquire).is_null() {
+            // Called with the free-list lock held, so no other thread grows this chunk.
+            let chunk: Box<[Slot]> = (0..CHUNK_LEN)
+                .map(|_| Slot { generation: AtomicU32::new(0), words: [AtomicU64::new(0), AtomicU64::new(0)] })
+                .collect();
+            cell.store(Box::leak(chunk).as_mut_ptr(), Ordering::Release);
+        }
+        self.slot(index).expect("chunk just allocated")
+    }
+
+    /// Stores `value` and returns its new handle.
+    pub fn insert(&self, value: T) -> Result<Handle> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let index = match free.indices.pop() {
+            Some(i) => i,
+            None if (free.next_unused as usize) < MAX_CHUNKS * CHUNK_LEN => {
+                free.next_unused += 1;
+                free.next_unused - 1
+            }
+            None => {
+                return Err(Error::new(
+                    crate::error::Status::GPURT_ERROR_OUT_OF_MEMORY,
+                    format!("too many live {} handles ({})", self.kind.name(), MAX_CHUNKS * CHUNK_LEN),
+                ))
+            }
+        };
+        let slot = self.slot_or_grow(index);
+        let words = value.pack();
+        slot.words[0].store(words[0], Ordering::Relaxed);
+        slot.words[1].store(words[1], Ordering::Relaxed);
+        // The slot is free (even) here; odd publishes the words to readers.
+        let generation = slot.generation.load(Ordering::Relaxed).wrapping_add(1);
+        slot.generation.store(generation, Ordering::Release);
+        Ok(Handle::new(self.kind, generation, index))
+    }
+
+    /// The value behind a live handle.
+    #[inline]
+    pub fn get(&self, handle: Handle) -> Result<T> {
+        let handle = handle.expect_kind(self.kind)?;
+        if let Some(slot) = self.slot(handle.index()) {
+            // Seqlock read: the words count only if the generation is unchanged around them.
+            let before = slot.generation.load(Ordering::Acquire);
+            let words = [slot.words[0].load(Ordering::Relaxed), slot.words[1].load(Ordering::Relaxed)];
+            fence(Ordering::Acquire);
+            let after = slot.generation.load(Ordering::Relaxed);
+            if before == handle.generation() && after == before {
+                return Ok(T::unpack(words));
+            }
+        }
+        Err(self.stale(handle))
+    }
+
+    /// Removes a live handle and returns its value; a second remove is an error.
+    pub fn remove(&self, handle: Handle) -> Result<T> {
+        let handle = handle.expect_kind(self.kind)?;
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = self.slot(handle.index()).ok_or_else(|| self.stale(handle))?;
+        let generation = slot.generation.load(Ordering::Relaxed);
+        if generation != handle.generation() {
+            return Err(self.stale(handle));
+        }
+        let value = T::unpack([slot.words[0].load(Ordering::Relaxed), slot.words[1].load(Ordering::Relaxed)]);
+        slot.generation.store(generation.wrapping_add(1), Ordering::Relaxed);
+        // Order the retirement before any later rewrite of the words (seqlock writer side).
+        fence(Ordering::Release);
+        free.indices.push(handle.index());
+        Ok(value)
+    }
+
+    /// Number of live handles (for tests and statistics).
+    pub fn live_count(&self) -> usize {
+        let free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.next_unused as usize - free.indices.len()
+    }
+
+    #[cold]
+    fn stale(&self, handle: Handle) -> Error {
+        Error::invalid_handle(format!(
+            "{} handle {:#x} was destroyed or never created",
+            self.kind.name(),
+            handle.0
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Status;
+
+    impl Packed for (u64, u64) {
+        fn pack(self) -> [u64; 2] {
+            [self.0, self.1]
+        }
+        fn unpack(w: [u64; 2]) -> Self {
+            (w[0], w[1])
+        }
+    }
+
+    #[test]
+    fn lifecycle_and_misuse() {
+        let table = HandleTable::<(u64, u64)>::new(Kind::Stream);
+        let a = table.insert((1, 2)).unwrap();
+        assert_eq!(table.get(a).unwrap(), (1, 2));
+        assert_eq!(table.remove(a).unwrap(), (1, 2));
+        // use after destroy and double destroy
+        assert_eq!(table.get(a).unwrap_err().status, Status::GPURT_ERROR_INVALID_HANDLE);
+        assert_eq!(table.remove(a).unwrap_err().status, Status::GPURT_ERROR_INVALID_HANDLE);
+        // the slot is reused, but the stale handle stays stale
+        let b = table.insert((3, 4)).unwrap();
+        assert_eq!(b.index(), a.index());
+        assert_ne!(b, a);
+        assert!(table.get(a).is_err());
+        assert_eq!(table.get(b).unwrap(), (3, 4));
+        // NULL and wrong kind
+        let err = table.get(Handle(0)).unwrap_err();
+        assert!(err.message.contains("NULL"), "{}", err.message);
+        let event = Handle::new(Kind::Event, b.generation(), b.index());
+        let err = table.get(event).unwrap_err();
+        assert!(err.message.contains("expected a stream handle, got a event handle"), "{}", err.message);
+        let garbage = Handle(0xdead_beef_0000_1234);
+        assert_eq!(table.get(garbage).unwrap_err().status, Status::GPURT_ERROR_INVALID_HANDLE);
+        // an index past any allocated chunk
+        let far = Handle::new(Kind::Stream, 1, (1 << INDEX_BITS) - 1);
+        assert!(table.get(far).is_err());
+        assert_eq!(table.live_count(), 1);
+    }
+
+    #[test]
+    fn grows_past_one_chunk() {
+        let table = HandleTable::<(u64, u64)>::new(Kind::Event);
+        let handles: Vec<_> = (0..3 * CHUNK_LEN as u64).map(|i| table.insert((i, !i)).unwrap()).collect();
+        for (i, h) in handles.iter().enumerate() {
+            assert_eq!(table.get(*h).unwrap(), (i as u64, !(i as u64)));
+        }
+        assert_eq!(table.live_count(), 3 * CHUNK_LEN);
+    }
+
+    /// Readers racing with writers never see a value torn between two objects, and a
+    /// handle that was live when read returns exactly its own value.
+    #[test]
+    fn concurrent_insert_remove_get() {
+        let table = std::sync::Arc::new(HandleTable::<(u64, u64)>::new(Kind::Stream));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let table = table.clone();
+                std::thread::spawn(move || {
+                    let mut mine = Vec::new();
+                    for i in 0..20_000u64 {
+                        let v = (t << 32 | i, !(t << 32 | i));
+                        mine.push((table.insert(v).unwrap(), v));
+                        if i % 3 == 0 {
+                            let (h, v) = mine.swap_remove((i as usize * 7) % mine.len());
+                            assert_eq!(table.remove(h).unwrap(), v);
+                            assert!(table.get(h).is_err());
+                        }
+                        if let Some(&(h, v)) = mine.get((i as usize * 13) % mine.len().max(1)) {
+                            assert_eq!(table.get(h).unwrap(), v);
+                        }
+                    }
+                    for (h, v) in mine {
+                        assert_eq!(table.remove(h).unwrap(), v);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(table.live_count(), 0);
+    }
+}

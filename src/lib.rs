@@ -1,0 +1,41 @@
+//! gpurt: the CUDA runtime layer that `torch.cuda` and `cupy.cuda` give Python —
+//! devices, streams, events and their pools, with more to come — for C, C++ and any
+//! language with a C FFI.
+//!
+//! Layout: one module per concept, each a safe core (`mod.rs`) and a thin `ffi`
+//! counterpart holding its `extern "C"` functions. `boundary` is the one panic
+//! boundary every exported function goes through; `handle` holds the generational
+//! handle tables; `driver` loads libcuda at run time.
+
+#![allow(non_camel_case_types)]
+
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("gpurt packs handles into 64-bit pointers and supports only 64-bit targets");
+
+pub mod boundary;
+pub mod device;
+pub mod driver;
+pub mod error;
+pub mod handle;
+pub mod log;
+pub mod sync_debug;
+
+pub use error::{Error, Result, Status};
+
+// A unit test keeps these equal to Cargo.toml's version.
+/// The header's version: major, minor, patch.
+pub const GPURT_VERSION_MAJOR: i32 = 0;
+pub const GPURT_VERSION_MINOR: i32 = 1;
+pub const GPURT_VERSION_PATCH: i32 = 0;
+
+pub(crate) const VERSION_NUMBER: i32 = GPURT_VERSION_MAJOR * 10000 + GPURT_VERSION_MINOR * 100 + GPURT_VERSION_PATCH;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn header_version_matches_cargo_version() {
+        let cargo = env!("CARGO_PKG_VERSION");
+        let header = format!("{}.{}.{}", super::GPURT_VERSION_MAJOR, super::GPURT_VERSION_MINOR, super::GPURT_VERSION_PATCH);
+        assert_eq!(header, cargo, "update GPURT_VERSION_* in src/lib.rs to match Cargo.toml");
+    }
+}

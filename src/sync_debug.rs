@@ -1,0 +1,82 @@
+//! The synchronisation debug mode (`torch.cuda.set_sync_debug_mode`): every gpurt
+//! call that blocks the host on the device reports itself when it is on.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::error::{Error, Result, Status};
+use crate::log;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum gpurt_sync_debug_mode_t {
+    /// Synchronising calls run silently (the default).
+    GPURT_SYNC_DEBUG_OFF = 0,
+    /// Synchronising calls run and log a warning naming the call, whatever the log level.
+    GPURT_SYNC_DEBUG_WARN = 1,
+    /// Synchronising calls fail with `GPURT_ERROR_SYNCHRONIZING_CALL` and do nothing.
+    GPURT_SYNC_DEBUG_ERROR = 2,
+}
+
+pub use gpurt_sync_debug_mode_t as Mode;
+
+impl Mode {
+    pub fn from_raw(raw: i32) -> Option<Mode> {
+        [Mode::GPURT_SYNC_DEBUG_OFF, Mode::GPURT_SYNC_DEBUG_WARN, Mode::GPURT_SYNC_DEBUG_ERROR]
+            .into_iter()
+            .find(|m| *m as i32 == raw)
+    }
+}
+
+static MODE: AtomicU8 = AtomicU8::new(Mode::GPURT_SYNC_DEBUG_OFF as u8);
+
+pub fn set_mode(mode: Mode) {
+    MODE.store(mode as u8, Ordering::Relaxed);
+}
+
+pub fn mode() -> Mode {
+    Mode::from_raw(MODE.load(Ordering::Relaxed) as i32).unwrap_or(Mode::GPURT_SYNC_DEBUG_OFF)
+}
+
+/// Called first by every synchronising operation, before it does anything.
+#[inline]
+pub fn on_blocking_call(what: &str) -> Result<()> {
+    match MODE.load(Ordering::Relaxed) {
+        0 => Ok(()),
+        1 => {
+            log::force(log::Level::Warn, &format!("synchronizing call: {what} blocks the host on the device"));
+            Ok(())
+        }
+        _ => Err(Error::new(
+            Status::GPURT_ERROR_SYNCHRONIZING_CALL,
+            format!("{what} would block the host on the device and the sync debug mode is \"error\""),
+        )),
+    }
+}
+
+pub(crate) mod ffi {
+    use libc::c_int;
+
+    use super::Mode;
+    use crate::boundary::{self, Out};
+    use crate::error::{gpurt_status_t, Error};
+
+    /// Sets the process-wide sync debug mode (see `gpurt_sync_debug_mode_t`).
+    #[no_mangle]
+    pub extern "C" fn gpurt_set_sync_debug_mode(mode: c_int) -> gpurt_status_t {
+        boundary::call("gpurt_set_sync_debug_mode", || {
+            let mode = Mode::from_raw(mode)
+                .ok_or_else(|| Error::invalid_argument(format!("sync debug mode {mode} is not 0 (off), 1 (warn) or 2 (error)")))?;
+            super::set_mode(mode);
+            Ok(())
+        })
+    }
+
+    /// The current sync debug mode.
+    #[no_mangle]
+    pub extern "C" fn gpurt_get_sync_debug_mode(mode: *mut c_int) -> gpurt_status_t {
+        boundary::call("gpurt_get_sync_debug_mode", || {
+            Out::new(mode, "mode")?.write(super::mode() as c_int);
+            Ok(())
+        })
+    }
+}
