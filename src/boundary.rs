@@ -4,7 +4,6 @@
 //! status plus a thread-local message prefixed with the function's name, and a panic
 //! becomes `GPURT_ERROR_INTERNAL` instead of unwinding into C.
 
-use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 
@@ -59,24 +58,6 @@ impl<T> Out<T> {
     }
 }
 
-/// A checked, non-NULL input pointer read as a reference.
-#[inline(always)]
-pub(crate) fn in_ref<'a, T>(ptr: *const T, name: &str) -> Result<&'a T> {
-    // SAFETY: the caller's contract is that a non-NULL pointer points to a valid T.
-    unsafe { ptr.as_ref() }.ok_or_else(|| null_argument(name))
-}
-
-/// A checked, non-NULL, UTF-8 C string argument.
-pub(crate) fn in_str<'a>(ptr: *const libc::c_char, name: &str) -> Result<&'a str> {
-    if ptr.is_null() {
-        return Err(null_argument(name));
-    }
-    // SAFETY: the caller's contract is a NUL-terminated string.
-    unsafe { CStr::from_ptr(ptr) }
-        .to_str()
-        .map_err(|_| Error::invalid_argument(format!("argument `{name}` is not valid UTF-8")))
-}
-
 #[cold]
 fn null_argument(name: &str) -> Error {
     Error::invalid_argument(format!("argument `{name}` is NULL"))
@@ -109,6 +90,7 @@ pub(crate) fn write_sized<T: Copy>(out: *mut T, value: &T, minimum: usize, name:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::CStr;
 
     #[test]
     fn panic_becomes_internal_status_with_message() {

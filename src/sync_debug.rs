@@ -53,7 +53,7 @@ pub fn on_blocking_call(what: &str) -> Result<()> {
     }
 }
 
-pub(crate) mod ffi {
+pub mod ffi {
     use libc::c_int;
 
     use super::Mode;

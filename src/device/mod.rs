@@ -1,7 +1,7 @@
 //! Devices: availability, the per-thread current device (shared with the CUDA
 //! runtime through each device's primary context), properties, memory info, peers.
 
-pub(crate) mod ffi;
+pub mod ffi;
 
 use std::sync::OnceLock;
 
@@ -315,6 +315,7 @@ pub fn disable_peer_access(ordinal: i32, peer: i32) -> Result<()> {
 
 /// Blocks until all work on the device has finished.
 pub fn synchronize(ordinal: i32) -> Result<()> {
+    let ordinal = resolve(ordinal)?;
     crate::sync_debug::on_blocking_call("device synchronize")?;
     with_device(ordinal, || check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize"))
 }

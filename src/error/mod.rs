@@ -1,7 +1,7 @@
 //! Status codes, the crate's error type, and the thread-local "last error" that
 //! the C ABI exposes as `gpurt_last_error_message`.
 
-pub(crate) mod ffi;
+pub mod ffi;
 
 use std::cell::RefCell;
 use std::ffi::CString;

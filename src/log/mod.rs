@@ -1,7 +1,7 @@
 //! Logging: off by default. `GPURT_LOG=error|warn|info|debug` sends it to stderr;
 //! `gpurt_set_log_callback` routes it to the caller instead.
 
-pub(crate) mod ffi;
+pub mod ffi;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Once, RwLock};

@@ -1,0 +1,100 @@
+/* gpurt-info: prints every CUDA device gpurt sees, its properties, memory and the
+ * peer-access matrix. Says plainly when there is no driver or no device. */
+#include <gpurt.h>
+#include <stdio.h>
+
+#define CHECK(call)                                                              \
+    do {                                                                         \
+        gpurt_status_t s_ = (call);                                              \
+        if (s_ != GPURT_SUCCESS) {                                               \
+            fprintf(stderr, "%s failed: %s: %s\n", #call, gpurt_status_string(s_), \
+                    gpurt_last_error_message());                                 \
+            return 1;                                                            \
+        }                                                                        \
+    } while (0)
+
+static void print_uuid(const uint8_t *u) {
+    int i;
+    printf("GPU-");
+    for (i = 0; i < 16; i++) {
+        printf("%02x", u[i]);
+        if (i == 3 || i == 5 || i == 7 || i == 9) printf("-");
+    }
+}
+
+static int print_device(int d) {
+    gpurt_device_properties_t p = GPURT_DEVICE_PROPERTIES_INIT;
+    size_t free_bytes = 0, total_bytes = 0;
+    CHECK(gpurt_device_get_properties(d, &p));
+    CHECK(gpurt_mem_get_info(d, &free_bytes, &total_bytes));
+    printf("device %d: %s\n", d, p.name);
+    printf("  uuid                          ");
+    print_uuid(p.uuid);
+    printf("\n");
+    printf("  pci domain:bus:device         %04x:%02x:%02x\n", p.pci_domain_id, p.pci_bus_id, p.pci_device_id);
+    printf("  compute capability            %d.%d\n", p.major, p.minor);
+    printf("  total memory                  %llu bytes (%.2f GiB)\n", (unsigned long long)p.total_memory,
+           (double)p.total_memory / (1024.0 * 1024.0 * 1024.0));
+    printf("  free / total (mem_get_info)   %zu / %zu bytes\n", free_bytes, total_bytes);
+    printf("  multiprocessors               %d\n", p.multiprocessor_count);
+    printf("  max threads per block / SM    %d / %d\n", p.max_threads_per_block, p.max_threads_per_multiprocessor);
+    printf("  warp size                     %d\n", p.warp_size);
+    printf("  max block dims                %d x %d x %d\n", p.max_block_dim[0], p.max_block_dim[1], p.max_block_dim[2]);
+    printf("  max grid dims                 %d x %d x %d\n", p.max_grid_dim[0], p.max_grid_dim[1], p.max_grid_dim[2]);
+    printf("  shared memory per block       %d (opt-in %d)\n", p.shared_memory_per_block, p.shared_memory_per_block_optin);
+    printf("  shared memory per SM          %d\n", p.shared_memory_per_multiprocessor);
+    printf("  registers per block / SM      %d / %d\n", p.registers_per_block, p.registers_per_multiprocessor);
+    printf("  L2 cache / persisting max     %d / %d bytes\n", p.l2_cache_size, p.persisting_l2_cache_max_size);
+    printf("  memory bus width              %d bits\n", p.memory_bus_width);
+    printf("  clock / memory clock          %d / %d kHz\n", p.clock_rate_khz, p.memory_clock_rate_khz);
+    printf("  integrated                    %d\n", p.integrated);
+    printf("  can map host memory           %d\n", p.can_map_host_memory);
+    printf("  unified addressing            %d\n", p.unified_addressing);
+    printf("  managed memory / concurrent   %d / %d\n", p.managed_memory, p.concurrent_managed_access);
+    printf("  pageable memory access        %d\n", p.pageable_memory_access);
+    printf("  async engines                 %d\n", p.async_engine_count);
+    printf("  compute mode                  %d\n", p.compute_mode);
+    printf("  ECC enabled                   %d\n", p.ecc_enabled);
+    printf("  memory pools supported        %d\n", p.memory_pools_supported);
+    printf("  virtual memory management     %d\n", p.virtual_memory_management_supported);
+    printf("  cooperative launch            %d\n", p.cooperative_launch);
+    printf("  stream priorities             %d\n", p.stream_priorities_supported);
+    printf("  tf32 supported                %d\n", p.tf32_supported);
+    return 0;
+}
+
+int main(void) {
+    int available = 0, count = 0, version = 0, d, e;
+    gpurt_status_t status;
+    printf("gpurt %d.%d.%d (library %d)\n", GPURT_VERSION_MAJOR, GPURT_VERSION_MINOR, GPURT_VERSION_PATCH,
+           gpurt_version());
+    CHECK(gpurt_is_available(&available));
+    CHECK(gpurt_device_count(&count));
+    status = gpurt_driver_version(&version);
+    if (status == GPURT_ERROR_NO_DRIVER) {
+        printf("no CUDA driver: %s\n", gpurt_last_error_message());
+        return 0;
+    }
+    CHECK(status);
+    printf("CUDA driver %d.%d, %d device(s)\n", version / 1000, (version % 1000) / 10, count);
+    if (count == 0) {
+        printf("no CUDA device\n");
+        return 0;
+    }
+    for (d = 0; d < count; d++) {
+        if (print_device(d) != 0) return 1;
+    }
+    printf("peer access (row can access column):\n     ");
+    for (e = 0; e < count; e++) printf(" %3d", e);
+    printf("\n");
+    for (d = 0; d < count; d++) {
+        printf("  %2d ", d);
+        for (e = 0; e < count; e++) {
+            int can = 0;
+            if (d != e) CHECK(gpurt_device_can_access_peer(d, e, &can));
+            printf(" %3s", d == e ? "-" : (can ? "yes" : "no"));
+        }
+        printf("\n");
+    }
+    return 0;
+}

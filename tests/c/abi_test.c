@@ -1,0 +1,147 @@
+/* Misuse of gpurt through its C ABI: NULL out-pointers, NULL / garbage / destroyed /
+ * wrong-kind handles, bad ordinals and enum values. Every case must return its
+ * documented status and set a message; none may crash. Runs with and without a
+ * GPU: without one it also checks the no-driver behaviour. Valid C99 and C++17, so
+ * the consumer tests build it both ways. */
+#include <gpurt.h>
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0, checks = 0;
+
+#define EXPECT(call, expected)                                                              \
+    do {                                                                                    \
+        gpurt_status_t got_ = (call);                                                       \
+        checks++;                                                                           \
+        if (got_ != (expected)) {                                                           \
+            failures++;                                                                     \
+            printf("FAIL %s:%d: %s returned %s, expected %s (%s)\n", __FILE__, __LINE__, #call, \
+                   gpurt_status_string(got_), gpurt_status_string(expected),                \
+                   gpurt_last_error_message());                                             \
+        } else if ((expected) != GPURT_SUCCESS && (expected) != GPURT_ERROR_NOT_READY &&    \
+                   gpurt_last_error_message()[0] == '\0') {                                 \
+            failures++;                                                                     \
+            printf("FAIL %s:%d: %s set no error message\n", __FILE__, __LINE__, #call);     \
+        }                                                                                   \
+    } while (0)
+
+#define EXPECT_TRUE(cond)                                                                   \
+    do {                                                                                    \
+        checks++;                                                                           \
+        if (!(cond)) {                                                                      \
+            failures++;                                                                     \
+            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                          \
+        }                                                                                   \
+    } while (0)
+
+static int log_calls = 0;
+static void on_log(int level, const char *message, void *user) {
+    (void)level;
+    if (user == (void *)&log_calls && message != NULL) log_calls++;
+}
+
+static void check_general(void) {
+    int value = 0, i;
+    EXPECT_TRUE(gpurt_version() == GPURT_VERSION);
+    for (i = -1; i < 20; i++) EXPECT_TRUE(gpurt_status_string(i) != NULL);
+    EXPECT_TRUE(strcmp(gpurt_status_string(GPURT_ERROR_INVALID_HANDLE), "invalid handle") == 0);
+    EXPECT(gpurt_device_count(NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "gpurt_device_count") != NULL);
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "count") != NULL);
+    EXPECT(gpurt_is_available(NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_is_initialized(NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_get_device(NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_last_cuda_error(NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_last_cuda_error(&value), GPURT_SUCCESS);
+    EXPECT(gpurt_set_sync_debug_mode(7), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_set_sync_debug_mode(GPURT_SYNC_DEBUG_ERROR), GPURT_SUCCESS);
+    EXPECT(gpurt_get_sync_debug_mode(&value), GPURT_SUCCESS);
+    EXPECT_TRUE(value == GPURT_SYNC_DEBUG_ERROR);
+    EXPECT(gpurt_set_sync_debug_mode(GPURT_SYNC_DEBUG_OFF), GPURT_SUCCESS);
+    EXPECT(gpurt_set_log_level(9), GPURT_ERROR_INVALID_ARGUMENT);
+    /* The log callback receives messages (debug level logs every failure). */
+    EXPECT(gpurt_set_log_callback(on_log, &log_calls), GPURT_SUCCESS);
+    EXPECT(gpurt_set_log_level(4), GPURT_SUCCESS);
+    EXPECT(gpurt_device_count(NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_set_log_level(0), GPURT_SUCCESS);
+    EXPECT(gpurt_set_log_callback(NULL, NULL), GPURT_SUCCESS);
+    EXPECT_TRUE(log_calls >= 1);
+}
+
+static void check_device_handles(int count) {
+    gpurt_device_t device = NULL;
+    int ordinal = -7;
+    EXPECT(gpurt_device_get_ordinal(NULL, &ordinal), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_device_get_ordinal((gpurt_device_t)(uintptr_t)0x1234, &ordinal), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_device_get(0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    if (count > 0) {
+        EXPECT(gpurt_device_get(count, &device), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_device_get(0, &device), GPURT_SUCCESS);
+        EXPECT(gpurt_device_get_ordinal(device, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_device_get_ordinal(device, &ordinal), GPURT_SUCCESS);
+        EXPECT_TRUE(ordinal == 0);
+    }
+}
+
+static void check_without_gpu(gpurt_status_t expected) {
+    gpurt_device_properties_t props = GPURT_DEVICE_PROPERTIES_INIT;
+    size_t free_bytes = 0, total_bytes = 0;
+    int value = 0;
+    gpurt_device_t device = NULL;
+    EXPECT(gpurt_is_available(&value), GPURT_SUCCESS);
+    EXPECT_TRUE(value == 0);
+    EXPECT(gpurt_init(), expected);
+    EXPECT(gpurt_set_device(0), expected);
+    EXPECT(gpurt_get_device(&value), expected);
+    EXPECT(gpurt_device_get(0, &device), expected);
+    EXPECT(gpurt_device_get_properties(0, &props), expected);
+    EXPECT(gpurt_mem_get_info(0, &free_bytes, &total_bytes), expected);
+    EXPECT(gpurt_device_synchronize(0), expected);
+    EXPECT(gpurt_device_can_access_peer(0, 1, &value), expected);
+    EXPECT(gpurt_device_enable_peer_access(0, 1), expected);
+    EXPECT(gpurt_device_tf32_supported(0, &value), expected);
+}
+
+static void check_with_gpu(int count) {
+    gpurt_device_properties_t props = GPURT_DEVICE_PROPERTIES_INIT;
+    gpurt_device_properties_t bad;
+    int value = -1;
+    EXPECT(gpurt_init(), GPURT_SUCCESS);
+    EXPECT(gpurt_set_device(count), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "does not exist") != NULL);
+    EXPECT(gpurt_set_device(-5), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_device_get_properties(count + 3, &props), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_device_get_properties(0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    memset(&bad, 0, sizeof bad);
+    EXPECT(gpurt_device_get_properties(0, &bad), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_device_get_properties(0, &props), GPURT_SUCCESS);
+    EXPECT_TRUE(props.name[0] != '\0' && props.major > 0 && props.total_memory > 0);
+    EXPECT(gpurt_mem_get_info(0, NULL, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_device_enable_peer_access(0, 0), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_set_device(0), GPURT_SUCCESS);
+    EXPECT(gpurt_get_device(&value), GPURT_SUCCESS);
+    EXPECT_TRUE(value == 0);
+    EXPECT(gpurt_set_sync_debug_mode(GPURT_SYNC_DEBUG_ERROR), GPURT_SUCCESS);
+    EXPECT(gpurt_device_synchronize(0), GPURT_ERROR_SYNCHRONIZING_CALL);
+    EXPECT(gpurt_set_sync_debug_mode(GPURT_SYNC_DEBUG_OFF), GPURT_SUCCESS);
+    EXPECT(gpurt_device_synchronize(GPURT_CURRENT_DEVICE), GPURT_SUCCESS);
+}
+
+int main(void) {
+    int count = -1;
+    check_general();
+    EXPECT(gpurt_device_count(&count), GPURT_SUCCESS);
+    check_device_handles(count);
+    if (count == 0) {
+        int version = 0;
+        gpurt_status_t why = gpurt_driver_version(&version) == GPURT_ERROR_NO_DRIVER ? GPURT_ERROR_NO_DRIVER
+                                                                                    : GPURT_ERROR_NO_DEVICE;
+        printf("abi_test: no GPU (%s): checking the no-driver behaviour\n", gpurt_status_string(why));
+        check_without_gpu(why);
+    } else {
+        printf("abi_test: %d device(s): checking misuse against a real driver\n", count);
+        check_with_gpu(count);
+    }
+    printf("abi_test: %d checks, %d failed\n", checks, failures);
+    return failures == 0 ? 0 : 1;
+}

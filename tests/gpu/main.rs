@@ -1,0 +1,13 @@
+//! GPU tests: run on a machine with an NVIDIA driver and GPU, reported as skipped
+//! (with the reason) elsewhere, failed instead with GPURT_REQUIRE_GPU=1.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod device;
+
+fn main() {
+    let mut tests = Vec::new();
+    tests.extend_from_slice(device::TESTS);
+    support::run("gpu", support::Needs::Gpu, &tests)
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs every test that runs without a GPU (the GPU tests report themselves skipped,
+# with the reason, unless GPURT_REQUIRE_GPU=1):
+#   1. cargo test: unit tests, C-ABI misuse, no-driver behaviour, the stale-header
+#      check and the C99 / C++17 header compile, the GPU suite (skipped here);
+#   2. CMake: build + install to a prefix, then a find_package consumer building the
+#      C ABI test as C and C++ against gpurt::gpurt and gpurt::gpurt_static;
+#   3. add_subdirectory(gpurt) consumer;
+#   4. pkg-config consumer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+command -v c++ >/dev/null || missing+=(g++)
+if ((${#missing[@]})); then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}"
+fi
+
+echo "== cargo test"
+cargo test
+
+work=$root/target/cmake-tests
+rm -rf "$work/gpurt" "$work/prefix" "$work/consumer" "$work/subdirectory" "$work/pkg-config"
+cargo_dir=$work/cargo   # shared by the CMake builds so cargo builds the library once
+
+echo "== CMake build and install"
+cmake -S . -B "$work/gpurt" -DCMAKE_INSTALL_PREFIX="$work/prefix" -DGPURT_CARGO_TARGET_DIR="$cargo_dir" >/dev/null
+cmake --build "$work/gpurt"
+cmake --install "$work/gpurt" >/dev/null
+"$work/prefix/bin/gpurt-info"
+
+echo "== find_package consumer (C and C++, shared and static)"
+cmake -S tests/consumer -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/consumer"
+(cd "$work/consumer" && ctest --output-on-failure)
+
+echo "== add_subdirectory consumer"
+cmake -S tests/subdirectory -B "$work/subdirectory" -DGPURT_CARGO_TARGET_DIR="$cargo_dir" >/dev/null
+cmake --build "$work/subdirectory"
+(cd "$work/subdirectory" && ctest --output-on-failure)
+
+echo "== pkg-config consumer"
+export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
+mkdir -p "$work/pkg-config"
+# shellcheck disable=SC2046
+cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/abi_test.c $(pkg-config --cflags --libs gpurt) \
+   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$work/pkg-config/abi_test"
+"$work/pkg-config/abi_test"
+
+echo "all tests passed"
