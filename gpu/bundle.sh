@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds everything the GPU machine must run (it has no Rust toolchain) into
+# gpu-bundle/: the release library, the GPU test binaries, the benchmarks, the C and
+# CUDA sources and run.sh. Then: `bash gpu-bundle/run.sh` there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=gpu-bundle
+rm -rf "$out"
+mkdir -p "$out/lib" "$out/include" "$out/src" "$out/tests" "$out/benches"
+
+cargo build --release --lib
+cp target/release/libgpurt.a "$out/lib/"
+cp target/release/libgpurt.so "$out/lib/libgpurt.so.0"
+ln -s libgpurt.so.0 "$out/lib/libgpurt.so"
+cp include/gpurt.h "$out/include/"
+cp examples-c/gpurt-info.c tests/c/abi_test.c gpu/interop.cu gpu/compare_props.py "$out/src/"
+cp gpu/run.sh "$out/run.sh"
+
+# Test and benchmark executables, as cargo reports them.
+executables() {
+    cargo "$@" --release --message-format=json-render-diagnostics |
+        python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["target"]["name"], m["executable"])'
+}
+executables test --no-run --test gpu | while read -r name exe; do cp "$exe" "$out/tests/$name"; done
+if ls benches/*.rs >/dev/null 2>&1; then
+    executables bench --no-run | while read -r name exe; do cp "$exe" "$out/benches/$name"; done
+fi
+strip "$out"/tests/* "$out"/benches/* 2>/dev/null || true
+strip -g "$out/lib/libgpurt.a"
+du -sh "$out"

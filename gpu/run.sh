@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from inside the bundle: builds the C/C++/CUDA programs
+# against the bundled library, runs every GPU check with GPURT_REQUIRE_GPU=1, and
+# prints a pass/fail summary last. Logs go to $OUT (or ./logs).
+set -uo pipefail
+cd "$(dirname "$0")"
+export GPURT_REQUIRE_GPU=1
+logs=${OUT:-$PWD/logs}
+mkdir -p "$logs" bin
+lib=$PWD/lib
+results=()
+
+step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL
+    local name=$1; shift
+    echo "=== $name"
+    if "$@" >"$logs/$name.log" 2>&1; then
+        results+=("PASS  $name")
+    else
+        results+=("FAIL  $name (exit $?)")
+    fi
+    tail -n 25 "$logs/$name.log"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+step build-gpurt-info cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/gpurt-info.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/gpurt-info
+step build-abi-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/abi_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/abi_test
+step build-abi-test-static c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude -x c++ src/abi_test.c lib/libgpurt.a -lpthread -ldl -lm -lrt -lutil -lgcc_s -o bin/abi_test_static
+step build-interop nvcc -std=c++17 -O2 -Iinclude src/interop.cu -Llib -lgpurt -Xlinker -rpath -Xlinker "$lib" -o bin/interop
+step gpurt-info bin/gpurt-info
+step abi-test bin/abi_test
+step abi-test-static bin/abi_test_static
+step interop bin/interop
+step compare-props python3 src/compare_props.py bin/gpurt-info
+for t in tests/*; do
+    step "rust-$(basename "$t")" "$t" --test-threads=1
+done
+for b in benches/*; do
+    [ -e "$b" ] && step "bench-$(basename "$b")" "$b"
+done
+
+echo
+echo "===== gpurt GPU summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
+printf '%s\n' "${results[@]}"
+pass=$(printf '%s\n' "${results[@]}" | grep -c '^PASS')
+fail=$(printf '%s\n' "${results[@]}" | grep -c '^FAIL')
+echo "gpu: $pass passed, $fail failed"
+[ "$fail" = 0 ]
