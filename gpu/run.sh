@@ -24,7 +24,7 @@ step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 step build-gpurt-info cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/gpurt-info.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/gpurt-info
 step build-abi-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/abi_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/abi_test
-step build-abi-test-static c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude -x c++ src/abi_test.c lib/libgpurt.a -lpthread -ldl -lm -lrt -lutil -lgcc_s -o bin/abi_test_static
+step build-abi-test-static c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude -x c++ src/abi_test.c -x none lib/libgpurt.a -lpthread -ldl -lm -lrt -lutil -lgcc_s -o bin/abi_test_static
 step build-interop nvcc -std=c++17 -O2 -Iinclude src/interop.cu -Llib -lgpurt -Xlinker -rpath -Xlinker "$lib" -o bin/interop
 step gpurt-info bin/gpurt-info
 step abi-test bin/abi_test
