@@ -52,6 +52,22 @@
 
 #define GPURT_VERSION_PATCH 0
 
+#define GPURT_EVENT_BLOCKING_SYNC 1
+
+#define GPURT_EVENT_DISABLE_TIMING 2
+
+#define GPURT_EVENT_INTERPROCESS 4
+
+/**
+ * The flag of a stream that does not synchronise with the legacy default stream.
+ */
+#define GPURT_STREAM_NON_BLOCKING 1
+
+/**
+ * Streams each pool holds per device and priority, handed out round-robin (as PyTorch).
+ */
+#define GPURT_STREAM_POOL_SIZE 32
+
 /**
  * The status every gpurt function returns. Zero is success; every other value
  * is an error whose detail is in `gpurt_last_error_message()`.
@@ -132,6 +148,16 @@ typedef enum {
  */
 typedef struct gpurt_device_s gpurt_device_s;
 
+/**
+ * An event: created, pooled, or opened from another process.
+ */
+typedef struct gpurt_event_s gpurt_event_s;
+
+/**
+ * A stream: created, pooled, a device's default stream, or a wrapped native one.
+ */
+typedef struct gpurt_stream_s gpurt_stream_s;
+
 typedef gpurt_device_s *gpurt_device_t;
 
 /**
@@ -182,10 +208,26 @@ typedef struct {
   int32_t tf32_supported;
 } gpurt_device_properties_t;
 
+typedef gpurt_event_s *gpurt_event_t;
+
+typedef gpurt_stream_s *gpurt_stream_t;
+
+/**
+ * The bytes that carry an interprocess event to another process.
+ */
+typedef struct {
+  uint8_t reserved[64];
+} gpurt_ipc_event_handle_t;
+
 /**
  * A log sink: `(level, NUL-terminated message, user pointer)`; NULL means stderr.
  */
 typedef void (*gpurt_log_callback_t)(int level, const char *message, void *user);
+
+/**
+ * A host function for `gpurt_stream_launch_host_func`; it must not call CUDA.
+ */
+typedef void (*gpurt_host_fn_t)(void *user);
 
 #ifdef __cplusplus
 extern "C" {
@@ -305,6 +347,72 @@ gpurt_status_t gpurt_last_cuda_error(int *cuda_result);
 int gpurt_version(void);
 
 /**
+ * Creates an event on `device`. `flags`: `GPURT_EVENT_BLOCKING_SYNC` (synchronize
+ * sleeps instead of spinning), `GPURT_EVENT_DISABLE_TIMING` (cheaper, no elapsed
+ * time), `GPURT_EVENT_INTERPROCESS` (exportable; needs DISABLE_TIMING).
+ */
+gpurt_status_t gpurt_event_create(int device, unsigned int flags, gpurt_event_t *event);
+
+/**
+ * A timing-free event from `device`'s pool: no driver call when one is cached.
+ * `gpurt_event_destroy` returns it to the pool.
+ */
+gpurt_status_t gpurt_event_pool_get(int device, gpurt_event_t *event);
+
+/**
+ * Destroys an event, or returns a pooled one to its pool. Safe while a record is
+ * still pending.
+ */
+gpurt_status_t gpurt_event_destroy(gpurt_event_t event);
+
+/**
+ * Records `event` on `stream`.
+ */
+gpurt_status_t gpurt_event_record(gpurt_event_t event, gpurt_stream_t stream);
+
+/**
+ * Records `event` on this thread's current stream of the event's device.
+ */
+gpurt_status_t gpurt_event_record_current(gpurt_event_t event);
+
+/**
+ * `GPURT_SUCCESS` if the work before the last record is done (or the event was never
+ * recorded), `GPURT_ERROR_NOT_READY` if not.
+ */
+gpurt_status_t gpurt_event_query(gpurt_event_t event);
+
+/**
+ * Blocks until the work before the last record is done. A synchronising call.
+ */
+gpurt_status_t gpurt_event_synchronize(gpurt_event_t event);
+
+/**
+ * Milliseconds between two recorded timing events. An unrecorded event or one made
+ * with `GPURT_EVENT_DISABLE_TIMING` is `GPURT_ERROR_INVALID_ARGUMENT`; one not yet
+ * complete is `GPURT_ERROR_NOT_READY`.
+ */
+gpurt_status_t gpurt_event_elapsed_time(gpurt_event_t start,
+                                        gpurt_event_t end,
+                                        float *milliseconds);
+
+/**
+ * The device an event belongs to.
+ */
+gpurt_status_t gpurt_event_get_device(gpurt_event_t event, int *device);
+
+/**
+ * Exports an interprocess event as bytes for `gpurt_event_open_ipc` in another process.
+ */
+gpurt_status_t gpurt_event_ipc_handle(gpurt_event_t event, gpurt_ipc_event_handle_t *ipc);
+
+/**
+ * Opens an event another process exported. Destroy it when done.
+ */
+gpurt_status_t gpurt_event_open_ipc(int device,
+                                    const gpurt_ipc_event_handle_t *ipc,
+                                    gpurt_event_t *event);
+
+/**
  * Sets the log level: 0 off, 1 error, 2 warn, 3 info, 4 debug. Overrides `GPURT_LOG`.
  */
 gpurt_status_t gpurt_set_log_level(int level);
@@ -315,6 +423,144 @@ gpurt_status_t gpurt_set_log_level(int level);
  * logging functions. Messages are still filtered by the log level.
  */
 gpurt_status_t gpurt_set_log_callback(gpurt_log_callback_t callback, void *user);
+
+/**
+ * Creates a stream on `device` with `flags` (0 or `GPURT_STREAM_NON_BLOCKING`) and
+ * `priority` in the device's range (see `gpurt_stream_priority_range`; out of range
+ * is `GPURT_ERROR_INVALID_ARGUMENT`). Costs a driver call (about 6 µs with destroy);
+ * `gpurt_stream_from_pool` does not.
+ */
+gpurt_status_t gpurt_stream_create(int device,
+                                   unsigned int flags,
+                                   int priority,
+                                   gpurt_stream_t *stream);
+
+/**
+ * Destroys a created stream. Work already queued still runs; the driver frees the
+ * stream when it is done and this call does not wait. Pooled and default streams are
+ * left alone (success); a wrapped native stream is released, never destroyed.
+ */
+gpurt_status_t gpurt_stream_destroy(gpurt_stream_t stream);
+
+/**
+ * The device's stream priorities: `least` (the default, numerically largest) and
+ * `greatest` (highest priority, numerically smallest).
+ */
+gpurt_status_t gpurt_stream_priority_range(int device, int *least, int *greatest);
+
+/**
+ * The legacy default stream of `device` (`cudaStreamLegacy`).
+ */
+gpurt_status_t gpurt_stream_default(int device, gpurt_stream_t *stream);
+
+/**
+ * The per-thread default stream of `device` (`cudaStreamPerThread`).
+ */
+gpurt_status_t gpurt_stream_per_thread(int device, gpurt_stream_t *stream);
+
+/**
+ * Wraps a native `cudaStream_t`/`CUstream` of `device`'s context. gpurt never
+ * destroys it; `gpurt_stream_destroy` releases only the handle.
+ */
+gpurt_status_t gpurt_stream_wrap(int device, void *native, gpurt_stream_t *stream);
+
+/**
+ * The native `CUstream` (usable as `cudaStream_t`) for cuBLAS, cuDNN, kernels.
+ */
+gpurt_status_t gpurt_stream_native(gpurt_stream_t stream, void **native);
+
+/**
+ * A non-blocking stream from `device`'s pool (32 per priority, handed out
+ * round-robin as PyTorch does); `high_priority` picks the greatest priority. No
+ * driver call after the first; destroying it is a no-op.
+ */
+gpurt_status_t gpurt_stream_from_pool(int device, int high_priority, gpurt_stream_t *stream);
+
+/**
+ * Makes `stream` this thread's current stream of its device (the current device is
+ * unchanged, as `torch.cuda.set_stream`).
+ */
+gpurt_status_t gpurt_set_stream(gpurt_stream_t stream);
+
+/**
+ * This thread's current stream of `device`: the last one set, or the legacy default.
+ */
+gpurt_status_t gpurt_current_stream(int device, gpurt_stream_t *stream);
+
+/**
+ * Enters a stream scope, like `with torch.cuda.stream(s)`: `stream` and its device
+ * become current on this thread until the matching `gpurt_stream_pop`. Scopes nest.
+ */
+gpurt_status_t gpurt_stream_push(gpurt_stream_t stream);
+
+/**
+ * Leaves the innermost stream scope, restoring the previous stream and device.
+ */
+gpurt_status_t gpurt_stream_pop(void);
+
+/**
+ * `GPURT_SUCCESS` if all work on `stream` is done, `GPURT_ERROR_NOT_READY` if not.
+ */
+gpurt_status_t gpurt_stream_query(gpurt_stream_t stream);
+
+/**
+ * Blocks until all work on `stream` is done. A synchronising call.
+ */
+gpurt_status_t gpurt_stream_synchronize(gpurt_stream_t stream);
+
+/**
+ * Work queued on `stream` after this waits for `event`'s last record.
+ */
+gpurt_status_t gpurt_stream_wait_event(gpurt_stream_t stream, gpurt_event_t event);
+
+/**
+ * Work queued on `stream` after this waits for all work queued on `other` so far.
+ */
+gpurt_status_t gpurt_stream_wait_stream(gpurt_stream_t stream, gpurt_stream_t other);
+
+/**
+ * Queues `func(user)` on `stream`, called once on a driver thread after the work
+ * before it. `func` must not call CUDA or gpurt functions that touch the GPU.
+ */
+gpurt_status_t gpurt_stream_launch_host_func(gpurt_stream_t stream,
+                                             gpurt_host_fn_t func,
+                                             void *user);
+
+/**
+ * The device a stream belongs to.
+ */
+gpurt_status_t gpurt_stream_get_device(gpurt_stream_t stream, int *device);
+
+/**
+ * A stream's flags (0 or `GPURT_STREAM_NON_BLOCKING`).
+ */
+gpurt_status_t gpurt_stream_get_flags(gpurt_stream_t stream, unsigned int *flags);
+
+/**
+ * A stream's priority.
+ */
+gpurt_status_t gpurt_stream_get_priority(gpurt_stream_t stream, int *priority);
+
+/**
+ * The driver's unique id of a stream (needs a CUDA 12.0 driver, else not supported).
+ */
+gpurt_status_t gpurt_stream_get_id(gpurt_stream_t stream, uint64_t *id);
+
+/**
+ * A stream's capture status (`gpurt_capture_status_t`).
+ */
+gpurt_status_t gpurt_stream_capture_status(gpurt_stream_t stream, int *status);
+
+/**
+ * 1 if `stream` is capturing (active or invalidated capture), else 0.
+ */
+gpurt_status_t gpurt_stream_is_capturing(gpurt_stream_t stream, int *capturing);
+
+/**
+ * 1 if this thread's current stream of its current device is capturing
+ * (`torch.cuda.is_current_stream_capturing`).
+ */
+gpurt_status_t gpurt_is_current_stream_capturing(int *capturing);
 
 /**
  * Sets the process-wide sync debug mode (see `gpurt_sync_debug_mode_t`).

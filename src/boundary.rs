@@ -58,6 +58,13 @@ impl<T> Out<T> {
     }
 }
 
+/// A checked, non-NULL input pointer read as a reference.
+#[inline(always)]
+pub(crate) fn in_ref<'a, T>(ptr: *const T, name: &str) -> Result<&'a T> {
+    // SAFETY: the caller's contract is that a non-NULL pointer points to a valid T.
+    unsafe { ptr.as_ref() }.ok_or_else(|| null_argument(name))
+}
+
 #[cold]
 fn null_argument(name: &str) -> Error {
     Error::invalid_argument(format!("argument `{name}` is NULL"))

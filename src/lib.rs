@@ -16,8 +16,10 @@ pub mod boundary;
 pub mod device;
 pub mod driver;
 pub mod error;
+pub mod event;
 pub mod handle;
 pub mod log;
+pub mod stream;
 pub mod sync_debug;
 
 pub use error::{Error, Result, Status};

@@ -36,6 +36,20 @@ fn device_calls_say_no_driver_with_a_message() {
     expect_status!(gpurt_device_synchronize(0), GPURT_ERROR_NO_DRIVER);
 }
 
+fn stream_and_event_creation_say_no_driver() {
+    use gpurt::event::ffi::*;
+    use gpurt::stream::ffi::*;
+    let mut s = std::ptr::null_mut();
+    let mut e = std::ptr::null_mut();
+    expect_status!(gpurt_stream_create(0, 0, 0, &mut s), GPURT_ERROR_NO_DRIVER);
+    expect_status!(gpurt_stream_from_pool(0, 1, &mut s), GPURT_ERROR_NO_DRIVER);
+    expect_status!(gpurt_stream_default(0, &mut s), GPURT_ERROR_NO_DRIVER);
+    expect_status!(gpurt_current_stream(0, &mut s), GPURT_ERROR_NO_DRIVER);
+    expect_status!(gpurt_event_create(0, 0, &mut e), GPURT_ERROR_NO_DRIVER);
+    expect_status!(gpurt_event_pool_get(0, &mut e), GPURT_ERROR_NO_DRIVER);
+    assert!(s.is_null() && e.is_null(), "a failed call writes no out-parameter");
+}
+
 fn argument_checks_come_before_the_driver() {
     // A NULL out-parameter is reported as such even without a driver.
     expect_status!(gpurt_device_count(std::ptr::null_mut()), GPURT_ERROR_INVALID_ARGUMENT);
@@ -61,6 +75,7 @@ fn main() {
             ("availability_is_a_clean_no", availability_is_a_clean_no),
             ("device_calls_say_no_driver_with_a_message", device_calls_say_no_driver_with_a_message),
             ("argument_checks_come_before_the_driver", argument_checks_come_before_the_driver),
+            ("stream_and_event_creation_say_no_driver", stream_and_event_creation_say_no_driver),
             ("sync_debug_mode_round_trips_and_bad_devices_still_fail_first", sync_debug_mode_round_trips_and_bad_devices_still_fail_first),
         ],
     )

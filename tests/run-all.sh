@@ -22,6 +22,8 @@ fi
 
 echo "== cargo test"
 cargo test
+echo "== benchmarks build (they run on the GPU machine: gpu/bundle.sh)"
+cargo bench --no-run
 
 work=$root/target/cmake-tests
 rm -rf "$work/gpurt" "$work/prefix" "$work/consumer" "$work/subdirectory" "$work/pkg-config"

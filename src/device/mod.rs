@@ -59,12 +59,16 @@ pub fn resolve(ordinal: i32) -> Result<i32> {
     Ok(ordinal)
 }
 
+/// A table with one entry per device, for lazily filled per-device state.
+pub(crate) fn per_device<T>(make: impl Fn() -> T) -> Box<[T]> {
+    (0..count().unwrap_or(0)).map(|_| make()).collect()
+}
+
 /// The primary context of a (checked) device, retained once for the process's
 /// lifetime, as the CUDA runtime does.
 fn primary_context(ordinal: i32) -> Result<CUcontext> {
     static PRIMARY: OnceLock<Box<[OnceLock<usize>]>> = OnceLock::new();
-    let n = count()? as usize;
-    let slots = PRIMARY.get_or_init(|| (0..n).map(|_| OnceLock::new()).collect());
+    let slots = PRIMARY.get_or_init(|| per_device(OnceLock::new));
     let slot = &slots[ordinal as usize];
     if let Some(ctx) = slot.get() {
         return Ok(*ctx as CUcontext);

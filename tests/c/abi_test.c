@@ -83,6 +83,35 @@ static void check_device_handles(int count) {
     }
 }
 
+static void check_stream_event_handles(int count) {
+    gpurt_stream_t stream = NULL, null_stream = NULL;
+    gpurt_event_t event = NULL, null_event = NULL;
+    int value = 0;
+    EXPECT(gpurt_stream_query(null_stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_stream_destroy(null_stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_event_record(null_event, null_stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_event_query((gpurt_event_t)(uintptr_t)0xdeadbeef), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_stream_create(0, 0, 0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_stream_pop(), GPURT_ERROR_INVALID_ARGUMENT);
+    if (count == 0) return;
+    EXPECT(gpurt_stream_create(0, GPURT_STREAM_NON_BLOCKING, 0, &stream), GPURT_SUCCESS);
+    EXPECT(gpurt_event_create(0, GPURT_EVENT_DISABLE_TIMING, &event), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_query((gpurt_stream_t)(void *)event), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_event_destroy((gpurt_event_t)(void *)stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_event_record(event, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_wait_event(stream, event), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_query(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_get_device(stream, &value), GPURT_SUCCESS);
+    EXPECT_TRUE(value == 0);
+    EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_destroy(stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_event_record(event, stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_event_destroy(event), GPURT_SUCCESS);
+    EXPECT(gpurt_event_destroy(event), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_event_create(0, 0x40, &event), GPURT_ERROR_INVALID_ARGUMENT);
+}
+
 static void check_without_gpu(gpurt_status_t expected) {
     gpurt_device_properties_t props = GPURT_DEVICE_PROPERTIES_INIT;
     size_t free_bytes = 0, total_bytes = 0;
@@ -132,6 +161,7 @@ int main(void) {
     check_general();
     EXPECT(gpurt_device_count(&count), GPURT_SUCCESS);
     check_device_handles(count);
+    check_stream_event_handles(count);
     if (count == 0) {
         int version = 0;
         gpurt_status_t why = gpurt_driver_version(&version) == GPURT_ERROR_NO_DRIVER ? GPURT_ERROR_NO_DRIVER

@@ -5,9 +5,14 @@
 mod support;
 
 mod device;
+mod stream;
 
 fn main() {
+    if let Ok(hex) = std::env::var("GPURT_IPC_CHILD") {
+        stream::ipc_child(&hex);
+    }
     let mut tests = Vec::new();
     tests.extend_from_slice(device::TESTS);
+    tests.extend_from_slice(stream::TESTS);
     support::run("gpu", support::Needs::Gpu, &tests)
 }

@@ -1,0 +1,186 @@
+//! Stream and event calls, raw driver vs gpurt, side by side in one process.
+//! gpurt is called through its shared library (`lib/libgpurt.so.0`, or $GPURT_LIB),
+//! as a C caller would. Prints ns/op medians and checks the targets:
+//! each wrapped call within max(5 %, 15 ns) of the driver call; pooled event and
+//! pooled stream acquisition under 100 ns.
+
+use std::ffi::c_void;
+use std::time::Instant;
+
+use cudarc::driver::sys;
+
+type Status = i32;
+type H = *mut c_void;
+
+struct Gpurt {
+    _lib: libloading::Library,
+    set_device: unsafe extern "C" fn(i32) -> Status,
+    stream_create: unsafe extern "C" fn(i32, u32, i32, *mut H) -> Status,
+    stream_destroy: unsafe extern "C" fn(H) -> Status,
+    stream_native: unsafe extern "C" fn(H, *mut H) -> Status,
+    stream_query: unsafe extern "C" fn(H) -> Status,
+    stream_wait_event: unsafe extern "C" fn(H, H) -> Status,
+    stream_from_pool: unsafe extern "C" fn(i32, i32, *mut H) -> Status,
+    event_create: unsafe extern "C" fn(i32, u32, *mut H) -> Status,
+    event_destroy: unsafe extern "C" fn(H) -> Status,
+    event_record: unsafe extern "C" fn(H, H) -> Status,
+    event_query: unsafe extern "C" fn(H) -> Status,
+    event_pool_get: unsafe extern "C" fn(i32, *mut H) -> Status,
+    device_count: unsafe extern "C" fn(*mut i32) -> Status,
+}
+
+macro_rules! sym {
+    ($lib:expr, $name:literal) => {
+        *$lib.get($name.as_bytes()).unwrap_or_else(|e| panic!("{}: {e}", $name))
+    };
+}
+
+fn load() -> Gpurt {
+    let path = std::env::var("GPURT_LIB").unwrap_or_else(|_| "lib/libgpurt.so.0".into());
+    unsafe {
+        let lib = libloading::Library::new(&path).unwrap_or_else(|e| panic!("load {path}: {e}"));
+        Gpurt {
+            set_device: sym!(lib, "gpurt_set_device"),
+            stream_create: sym!(lib, "gpurt_stream_create"),
+            stream_destroy: sym!(lib, "gpurt_stream_destroy"),
+            stream_native: sym!(lib, "gpurt_stream_native"),
+            stream_query: sym!(lib, "gpurt_stream_query"),
+            stream_wait_event: sym!(lib, "gpurt_stream_wait_event"),
+            stream_from_pool: sym!(lib, "gpurt_stream_from_pool"),
+            event_create: sym!(lib, "gpurt_event_create"),
+            event_destroy: sym!(lib, "gpurt_event_destroy"),
+            event_record: sym!(lib, "gpurt_event_record"),
+            event_query: sym!(lib, "gpurt_event_query"),
+            event_pool_get: sym!(lib, "gpurt_event_pool_get"),
+            device_count: sym!(lib, "gpurt_device_count"),
+            _lib: lib,
+        }
+    }
+}
+
+/// ns per call of `body`, median of `reps` timed runs of `iters` calls each.
+fn median_ns(reps: usize, iters: usize, mut body: impl FnMut()) -> f64 {
+    for _ in 0..iters / 10 {
+        body();
+    }
+    let mut samples: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..iters {
+                body();
+            }
+            t.elapsed().as_nanos() as f64 / iters as f64
+        })
+        .collect();
+    samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    samples[reps / 2]
+}
+
+fn ok(code: sys::CUresult) {
+    assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
+}
+
+fn st(s: Status) {
+    assert_eq!(s, 0, "gpurt call failed with status {s}");
+}
+
+struct Row {
+    name: &'static str,
+    raw: f64,
+    ours: f64,
+    pass: bool,
+    target: String,
+}
+
+fn main() {
+    let g = load();
+    let mut count = 0;
+    unsafe { st((g.device_count)(&mut count)) };
+    if count == 0 {
+        let msg = "streams_events benchmark SKIPPED: no CUDA device (gpurt_device_count = 0)";
+        println!("{msg}");
+        std::process::exit(if std::env::var("GPURT_REQUIRE_GPU").as_deref() == Ok("1") { 1 } else { 0 });
+    }
+    let reps = 9;
+    let n = 50_000;
+    let mut rows = Vec::new();
+    unsafe {
+        st((g.set_device)(0));
+        let (mut s, mut s2, mut e, mut e2) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        st((g.stream_create)(0, 1, 0, &mut s));
+        st((g.stream_create)(0, 1, 0, &mut s2));
+        st((g.event_create)(0, 2, &mut e));
+        st((g.event_create)(0, 2, &mut e2));
+        let (mut rs, mut rs2, mut re) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        st((g.stream_native)(s, &mut rs));
+        st((g.stream_native)(s2, &mut rs2));
+        ok(sys::cuEventCreate(&mut re, 2));
+        let (rs, rs2): (sys::CUstream, sys::CUstream) = (rs.cast(), rs2.cast());
+
+        let mut compare = |name: &'static str, raw: &mut dyn FnMut(), ours: &mut dyn FnMut()| {
+            // Interleave the two, three rounds, and keep each side's best median.
+            let (mut r, mut o) = (f64::MAX, f64::MAX);
+            for _ in 0..3 {
+                r = r.min(median_ns(reps, n, &mut *raw));
+                o = o.min(median_ns(reps, n, &mut *ours));
+            }
+            let allowed = (r * 0.05).max(15.0);
+            rows.push(Row { name, raw: r, ours: o, pass: o - r <= allowed, target: format!("<= raw + {allowed:.0} ns") });
+        };
+        compare("event record", &mut || ok(sys::cuEventRecord(re, rs)), &mut || st((g.event_record)(e, s)));
+        compare(
+            "event record + query",
+            &mut || {
+                ok(sys::cuEventRecord(re, rs));
+                sys::cuEventQuery(re);
+            },
+            &mut || {
+                st((g.event_record)(e, s));
+                (g.event_query)(e);
+            },
+        );
+        ok(sys::cuStreamSynchronize(rs));
+        compare("stream query", &mut || ok(sys::cuStreamQuery(rs)), &mut || st((g.stream_query)(s)));
+        ok(sys::cuEventRecord(re, rs));
+        st((g.event_record)(e2, s));
+        compare("stream wait event", &mut || ok(sys::cuStreamWaitEvent(rs2, re, 0)), &mut || st((g.stream_wait_event)(s2, e2)));
+        ok(sys::cuCtxSynchronize());
+
+        // Acquisition: the driver's create+destroy vs gpurt's pools.
+        let raw_event = median_ns(reps, n / 10, || {
+            let mut ev = std::ptr::null_mut();
+            ok(sys::cuEventCreate(&mut ev, 2));
+            ok(sys::cuEventDestroy_v2(ev));
+        });
+        let pooled_event = median_ns(reps, n, || {
+            let mut ev = std::ptr::null_mut();
+            st((g.event_pool_get)(0, &mut ev));
+            st((g.event_destroy)(ev));
+        });
+        rows.push(Row { name: "event create+destroy vs pool get+put", raw: raw_event, ours: pooled_event, pass: pooled_event < 100.0, target: "< 100 ns".into() });
+        let raw_stream = median_ns(reps, 2_000, || {
+            let mut rst = std::ptr::null_mut();
+            ok(sys::cuStreamCreateWithPriority(&mut rst, 1, 0));
+            ok(sys::cuStreamDestroy_v2(rst));
+        });
+        let pooled_stream = median_ns(reps, n, || {
+            let mut ps = std::ptr::null_mut();
+            st((g.stream_from_pool)(0, 0, &mut ps));
+        });
+        rows.push(Row { name: "stream create+destroy vs pool get", raw: raw_stream, ours: pooled_stream, pass: pooled_stream < 100.0, target: "< 100 ns".into() });
+
+        ok(sys::cuCtxSynchronize());
+        st((g.event_destroy)(e));
+        st((g.event_destroy)(e2));
+        st((g.stream_destroy)(s));
+        st((g.stream_destroy)(s2));
+        ok(sys::cuEventDestroy_v2(re));
+    }
+    println!("\n| operation | raw driver ns/op | gpurt ns/op | target | result |");
+    println!("| --- | ---: | ---: | --- | --- |");
+    for r in &rows {
+        println!("| {} | {:.1} | {:.1} | {} | {} |", r.name, r.raw, r.ours, r.target, if r.pass { "PASS" } else { "MISS" });
+    }
+    let missed = rows.iter().filter(|r| !r.pass).count();
+    println!("streams_events: {} targets met, {} missed", rows.len() - missed, missed);
+}

@@ -1,0 +1,228 @@
+//! Events: created, pooled and interprocess ones behind one handle type; record,
+//! query, synchronise, elapsed time, IPC export/import.
+
+pub mod ffi;
+
+use std::sync::{Mutex, OnceLock};
+
+use cudarc::driver::sys::{self, CUevent, CUresult};
+
+use crate::device::{self, per_device};
+use crate::driver::check;
+use crate::error::{Error, Result, Status};
+use crate::handle::{Handle, HandleTable, Kind, Packed};
+
+pub const GPURT_EVENT_BLOCKING_SYNC: u32 = 0x1;
+pub const GPURT_EVENT_DISABLE_TIMING: u32 = 0x2;
+pub const GPURT_EVENT_INTERPROCESS: u32 = 0x4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Owned = 0,
+    /// From the event pool; `destroy` returns it there.
+    Pooled = 1,
+    /// Opened from another process's IPC handle.
+    Ipc = 2,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    pub raw: usize,
+    pub device: i32,
+    pub flags: u32,
+    pub origin: Origin,
+}
+
+impl Packed for Event {
+    fn pack(self) -> [u64; 2] {
+        [self.raw as u64, (self.device as u16 as u64) | ((self.flags as u8 as u64) << 16) | ((self.origin as u64) << 24)]
+    }
+    fn unpack(w: [u64; 2]) -> Self {
+        let origin = match (w[1] >> 24) as u8 {
+            0 => Origin::Owned,
+            1 => Origin::Pooled,
+            _ => Origin::Ipc,
+        };
+        Event { raw: w[0] as usize, device: w[1] as u16 as i32, flags: (w[1] >> 16) as u8 as u32, origin }
+    }
+}
+
+impl Event {
+    pub fn cu(self) -> CUevent {
+        self.raw as CUevent
+    }
+}
+
+static EVENTS: HandleTable<Event> = HandleTable::new(Kind::Event);
+
+/// Per device, the driver events that pooled handles were returned with.
+static POOL: OnceLock<Box<[Mutex<Vec<usize>>]>> = OnceLock::new();
+
+fn pool(d: i32) -> &'static Mutex<Vec<usize>> {
+    &POOL.get_or_init(|| per_device(|| Mutex::new(Vec::new())))[d as usize]
+}
+
+#[inline]
+pub fn get(handle: Handle) -> Result<Event> {
+    EVENTS.get(handle)
+}
+
+pub fn live_count() -> usize {
+    EVENTS.live_count()
+}
+
+pub fn validate_flags(flags: u32) -> Result<()> {
+    if flags & !(GPURT_EVENT_BLOCKING_SYNC | GPURT_EVENT_DISABLE_TIMING | GPURT_EVENT_INTERPROCESS) != 0 {
+        return Err(Error::invalid_argument(format!(
+            "event flags {flags:#x} have bits other than GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING, GPURT_EVENT_INTERPROCESS"
+        )));
+    }
+    if flags & GPURT_EVENT_INTERPROCESS != 0 && flags & GPURT_EVENT_DISABLE_TIMING == 0 {
+        return Err(Error::invalid_argument("interprocess events must also have GPURT_EVENT_DISABLE_TIMING"));
+    }
+    Ok(())
+}
+
+fn create_raw(d: i32, flags: u32) -> Result<usize> {
+    device::with_device(d, || {
+        let mut raw = std::ptr::null_mut();
+        check(unsafe { sys::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
+        Ok(raw as usize)
+    })
+}
+
+fn insert_or_destroy(event: Event) -> Result<Handle> {
+    EVENTS.insert(event).inspect_err(|_| unsafe {
+        sys::cuEventDestroy_v2(event.cu());
+    })
+}
+
+pub fn create(ordinal: i32, flags: u32) -> Result<Handle> {
+    validate_flags(flags)?;
+    let d = device::resolve(ordinal)?;
+    let raw = create_raw(d, flags)?;
+    insert_or_destroy(Event { raw, device: d, flags, origin: Origin::Owned })
+}
+
+/// A timing-free event from the device's pool: no driver call when one is cached.
+/// `destroy` returns it to the pool.
+pub fn pool_get(ordinal: i32) -> Result<Handle> {
+    let d = device::resolve(ordinal)?;
+    let cached = pool(d).lock().unwrap_or_else(|e| e.into_inner()).pop();
+    let raw = match cached {
+        Some(raw) => raw,
+        None => create_raw(d, GPURT_EVENT_DISABLE_TIMING)?,
+    };
+    let event = Event { raw, device: d, flags: GPURT_EVENT_DISABLE_TIMING, origin: Origin::Pooled };
+    EVENTS.insert(event).inspect_err(|_| pool(d).lock().unwrap_or_else(|e| e.into_inner()).push(raw))
+}
+
+/// Destroys an event (a pooled one goes back to its pool). An event still pending
+/// is safe to destroy: the driver completes the record first.
+pub fn destroy(handle: Handle) -> Result<()> {
+    let event = EVENTS.remove(handle)?;
+    match event.origin {
+        Origin::Pooled => {
+            pool(event.device).lock().unwrap_or_else(|e| e.into_inner()).push(event.raw);
+            Ok(())
+        }
+        Origin::Owned | Origin::Ipc => check(unsafe { sys::cuEventDestroy_v2(event.cu()) }, "cuEventDestroy"),
+    }
+}
+
+/// Records `event` on `stream`.
+#[inline]
+pub fn record(event: Handle, stream: Handle) -> Result<()> {
+    let e = get(event)?;
+    crate::stream::get(stream)?.run(|s| check(unsafe { sys::cuEventRecord(e.cu(), s) }, "cuEventRecord"))
+}
+
+/// Records `event` on this thread's current stream of the event's device.
+pub fn record_on_current(event: Handle) -> Result<()> {
+    let e = get(event)?;
+    record(event, crate::stream::current(e.device)?)
+}
+
+/// True when the work captured by the last record is done (or it was never recorded).
+#[inline]
+pub fn query(event: Handle) -> Result<bool> {
+    let e = get(event)?;
+    match unsafe { sys::cuEventQuery(e.cu()) } {
+        CUresult::CUDA_SUCCESS => Ok(true),
+        CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        code => Err(Error::cuda("cuEventQuery", code)),
+    }
+}
+
+pub fn synchronize(event: Handle) -> Result<()> {
+    let e = get(event)?;
+    crate::sync_debug::on_blocking_call("event synchronize")?;
+    check(unsafe { sys::cuEventSynchronize(e.cu()) }, "cuEventSynchronize")
+}
+
+/// Milliseconds between two recorded, completed timing events.
+pub fn elapsed_ms(start: Handle, end: Handle) -> Result<f32> {
+    let (s, e) = (get(start)?, get(end)?);
+    for (name, ev) in [("start", s), ("end", e)] {
+        if ev.flags & GPURT_EVENT_DISABLE_TIMING != 0 {
+            return Err(Error::invalid_argument(format!(
+                "the {name} event was created with GPURT_EVENT_DISABLE_TIMING (pooled and interprocess events are)"
+            )));
+        }
+    }
+    let mut ms = 0f32;
+    match unsafe { sys::cuEventElapsedTime(&mut ms, s.cu(), e.cu()) } {
+        CUresult::CUDA_SUCCESS => Ok(ms),
+        CUresult::CUDA_ERROR_INVALID_HANDLE => {
+            Err(Error::invalid_argument("the start or end event has not been recorded"))
+        }
+        CUresult::CUDA_ERROR_NOT_READY => Err(Error::new(Status::GPURT_ERROR_NOT_READY, "an event has not completed")),
+        code => Err(Error::cuda("cuEventElapsedTime", code)),
+    }
+}
+
+/// The bytes another process passes to `open_ipc`.
+pub fn ipc_handle(event: Handle) -> Result<[u8; 64]> {
+    let e = get(event)?;
+    if e.flags & GPURT_EVENT_INTERPROCESS == 0 {
+        return Err(Error::invalid_argument("the event was not created with GPURT_EVENT_INTERPROCESS"));
+    }
+    let mut h = sys::CUipcEventHandle { reserved: [0; 64] };
+    check(unsafe { sys::cuIpcGetEventHandle(&mut h, e.cu()) }, "cuIpcGetEventHandle")?;
+    Ok(h.reserved.map(|c| c as u8))
+}
+
+/// Opens an event exported by another process. Such an event can be recorded,
+/// waited on and queried; it has no timing.
+pub fn open_ipc(ordinal: i32, bytes: &[u8; 64]) -> Result<Handle> {
+    let d = device::resolve(ordinal)?;
+    let raw = device::with_device(d, || {
+        let h = sys::CUipcEventHandle { reserved: bytes.map(|b| b as libc::c_char) };
+        let mut raw = std::ptr::null_mut();
+        check(unsafe { sys::cuIpcOpenEventHandle(&mut raw, h) }, "cuIpcOpenEventHandle")?;
+        Ok(raw as usize)
+    })?;
+    insert_or_destroy(Event { raw, device: d, flags: GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING, origin: Origin::Ipc })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_metadata_packs_losslessly() {
+        for origin in [Origin::Owned, Origin::Pooled, Origin::Ipc] {
+            let e = Event { raw: 0x5555_0000_1234, device: 3, flags: GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING, origin };
+            assert_eq!(Event::unpack(e.pack()), e);
+        }
+    }
+
+    #[test]
+    fn flag_validation() {
+        assert!(validate_flags(0).is_ok());
+        assert!(validate_flags(GPURT_EVENT_BLOCKING_SYNC | GPURT_EVENT_DISABLE_TIMING).is_ok());
+        assert!(validate_flags(GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING).is_ok());
+        assert!(validate_flags(GPURT_EVENT_INTERPROCESS).unwrap_err().message.contains("GPURT_EVENT_DISABLE_TIMING"));
+        assert_eq!(validate_flags(0x80).unwrap_err().status, Status::GPURT_ERROR_INVALID_ARGUMENT);
+    }
+}

@@ -1,0 +1,432 @@
+//! Streams: created, pooled, default and wrapped ones behind one handle type; the
+//! per-thread current stream of each device with a push/pop scope; query,
+//! synchronise, cross-stream waits, host callbacks and capture status.
+
+pub mod ffi;
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use cudarc::driver::sys::{self, CUstream, CUstreamCaptureStatus};
+
+use crate::device::{self, per_device};
+use crate::driver::check;
+use crate::error::{Error, Result, Status};
+use crate::handle::{Handle, HandleTable, Kind, Packed};
+
+/// The flag of a stream that does not synchronise with the legacy default stream.
+pub const GPURT_STREAM_NON_BLOCKING: u32 = 1;
+/// Streams each pool holds per device and priority, handed out round-robin (as PyTorch).
+pub const GPURT_STREAM_POOL_SIZE: usize = 32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Created by `create`; destroyed by `destroy`.
+    Owned = 0,
+    /// Owned by the stream pool; `destroy` is a no-op.
+    Pooled = 1,
+    /// The caller's `CUstream`/`cudaStream_t`; gpurt never destroys it.
+    External = 2,
+    /// The legacy default stream of a device (`CU_STREAM_LEGACY`).
+    LegacyDefault = 3,
+    /// The per-thread default stream of a device (`CU_STREAM_PER_THREAD`).
+    PerThreadDefault = 4,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stream {
+    pub raw: usize,
+    pub device: i32,
+    pub priority: i32,
+    pub flags: u32,
+    pub origin: Origin,
+}
+
+impl Packed for Stream {
+    fn pack(self) -> [u64; 2] {
+        let meta = (self.device as u16 as u64)
+            | ((self.priority as i16 as u16 as u64) << 16)
+            | ((self.flags as u8 as u64) << 32)
+            | ((self.origin as u64) << 40);
+        [self.raw as u64, meta]
+    }
+    fn unpack(w: [u64; 2]) -> Self {
+        let origin = match (w[1] >> 40) as u8 {
+            0 => Origin::Owned,
+            1 => Origin::Pooled,
+            2 => Origin::External,
+            3 => Origin::LegacyDefault,
+            _ => Origin::PerThreadDefault,
+        };
+        Stream {
+            raw: w[0] as usize,
+            device: w[1] as u16 as i32,
+            priority: (w[1] >> 16) as u16 as i16 as i32,
+            flags: (w[1] >> 32) as u8 as u32,
+            origin,
+        }
+    }
+}
+
+impl Stream {
+    pub fn cu(self) -> CUstream {
+        self.raw as CUstream
+    }
+    fn is_default(self) -> bool {
+        matches!(self.origin, Origin::LegacyDefault | Origin::PerThreadDefault)
+    }
+    /// Runs a driver call on this stream. The default streams name "the current
+    /// context's" stream, so their device is made current around the call; other
+    /// streams carry their context and need no switch (the hot path).
+    #[inline]
+    pub fn run<R>(self, body: impl FnOnce(CUstream) -> Result<R>) -> Result<R> {
+        if self.is_default() {
+            device::with_device(self.device, || body(self.cu()))
+        } else {
+            body(self.cu())
+        }
+    }
+}
+
+static STREAMS: HandleTable<Stream> = HandleTable::new(Kind::Stream);
+
+#[inline]
+pub fn get(handle: Handle) -> Result<Stream> {
+    STREAMS.get(handle)
+}
+
+pub fn live_count() -> usize {
+    STREAMS.live_count()
+}
+
+/// (least, greatest) priority of a device; numerically lower is higher priority.
+pub fn priority_range(ordinal: i32) -> Result<(i32, i32)> {
+    let d = device::resolve(ordinal)?;
+    static RANGES: OnceLock<Box<[OnceLock<(i32, i32)>]>> = OnceLock::new();
+    let ranges = RANGES.get_or_init(|| per_device(OnceLock::new));
+    if let Some(r) = ranges[d as usize].get() {
+        return Ok(*r);
+    }
+    let range = device::with_device(d, || {
+        let (mut least, mut greatest) = (0, 0);
+        check(unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) }, "cuCtxGetStreamPriorityRange")?;
+        Ok((least, greatest))
+    })?;
+    Ok(*ranges[d as usize].get_or_init(|| range))
+}
+
+/// Checks stream flags and a priority against a device's range (greatest ≤ p ≤ least).
+pub fn validate(flags: u32, priority: i32, (least, greatest): (i32, i32)) -> Result<()> {
+    if flags & !GPURT_STREAM_NON_BLOCKING != 0 {
+        return Err(Error::invalid_argument(format!(
+            "stream flags {flags:#x} are not 0 or GPURT_STREAM_NON_BLOCKING"
+        )));
+    }
+    if priority > least || priority < greatest {
+        return Err(Error::invalid_argument(format!(
+            "stream priority {priority} is outside this device's range [{greatest}, {least}] (lower is higher priority)"
+        )));
+    }
+    Ok(())
+}
+
+fn create_raw(d: i32, flags: u32, priority: i32) -> Result<Stream> {
+    device::with_device(d, || {
+        let mut raw = std::ptr::null_mut();
+        check(unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags, priority) }, "cuStreamCreateWithPriority")?;
+        Ok(Stream { raw: raw as usize, device: d, priority, flags, origin: Origin::Owned })
+    })
+}
+
+/// A new stream on `ordinal` with `flags` (0 or `GPURT_STREAM_NON_BLOCKING`) and `priority`.
+pub fn create(ordinal: i32, flags: u32, priority: i32) -> Result<Handle> {
+    let d = device::resolve(ordinal)?;
+    validate(flags, priority, priority_range(d)?)?;
+    let stream = create_raw(d, flags, priority)?;
+    STREAMS.insert(stream).inspect_err(|_| unsafe {
+        sys::cuStreamDestroy_v2(stream.cu());
+    })
+}
+
+/// Destroys a stream. Work already queued on it still runs to completion: the
+/// driver releases the stream's resources once that work is done, and the call does
+/// not wait. Pooled and default streams are not destroyed (a no-op); for a wrapped
+/// external stream only the handle is released.
+pub fn destroy(handle: Handle) -> Result<()> {
+    let stream = get(handle)?;
+    match stream.origin {
+        Origin::Pooled | Origin::LegacyDefault | Origin::PerThreadDefault => Ok(()),
+        Origin::External => STREAMS.remove(handle).map(drop),
+        Origin::Owned => {
+            let stream = STREAMS.remove(handle)?;
+            check(unsafe { sys::cuStreamDestroy_v2(stream.cu()) }, "cuStreamDestroy")
+        }
+    }
+}
+
+/// Wraps a caller's `CUstream`/`cudaStream_t` (not owned: never destroyed by gpurt).
+/// `ordinal` is the device whose context the stream belongs to.
+pub fn wrap(ordinal: i32, raw: CUstream) -> Result<Handle> {
+    let d = device::resolve(ordinal)?;
+    let (mut flags, mut priority) = (0u32, 0i32);
+    device::with_device(d, || {
+        check(unsafe { sys::cuStreamGetFlags(raw, &mut flags) }, "cuStreamGetFlags")?;
+        check(unsafe { sys::cuStreamGetPriority(raw, &mut priority) }, "cuStreamGetPriority")
+    })?;
+    let origin = match raw as usize {
+        0 | 1 => Origin::LegacyDefault,
+        2 => Origin::PerThreadDefault,
+        _ => Origin::External,
+    };
+    STREAMS.insert(Stream { raw: raw as usize, device: d, priority, flags: flags & GPURT_STREAM_NON_BLOCKING, origin })
+}
+
+/// One handle per device and kind of default stream, made on first use.
+fn default_handle(ordinal: i32, origin: Origin) -> Result<Handle> {
+    static DEFAULTS: OnceLock<Box<[[OnceLock<u64>; 2]]>> = OnceLock::new();
+    let d = device::resolve(ordinal)?;
+    let all = DEFAULTS.get_or_init(|| per_device(|| [OnceLock::new(), OnceLock::new()]));
+    let (slot, raw) = match origin {
+        Origin::PerThreadDefault => (&all[d as usize][1], 2usize),
+        _ => (&all[d as usize][0], 1usize),
+    };
+    if let Some(h) = slot.get() {
+        return Ok(Handle(*h));
+    }
+    let handle = STREAMS.insert(Stream { raw, device: d, priority: 0, flags: 0, origin })?;
+    if slot.set(handle.0).is_err() {
+        // Another thread made it first: use that one.
+        STREAMS.remove(handle)?;
+    }
+    Ok(Handle(*slot.get().expect("set above")))
+}
+
+pub fn legacy_default(ordinal: i32) -> Result<Handle> {
+    default_handle(ordinal, Origin::LegacyDefault)
+}
+
+pub fn per_thread_default(ordinal: i32) -> Result<Handle> {
+    default_handle(ordinal, Origin::PerThreadDefault)
+}
+
+struct Pool {
+    streams: Box<[Handle]>,
+    next: AtomicUsize,
+}
+
+/// A stream from the device's pool, round-robin, created on first use: no driver call
+/// after that. `high_priority` picks the pool at the device's greatest priority.
+pub fn from_pool(ordinal: i32, high_priority: bool) -> Result<Handle> {
+    static POOLS: OnceLock<Box<[[OnceLock<Pool>; 2]]>> = OnceLock::new();
+    let d = device::resolve(ordinal)?;
+    let pools = POOLS.get_or_init(|| per_device(|| [OnceLock::new(), OnceLock::new()]));
+    let cell = &pools[d as usize][high_priority as usize];
+    let pool = match cell.get() {
+        Some(pool) => pool,
+        None => {
+            static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+            let _one_builder = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+            match cell.get() {
+                Some(pool) => pool,
+                None => {
+                    let pool = build_pool(d, high_priority)?;
+                    cell.get_or_init(|| pool)
+                }
+            }
+        }
+    };
+    let i = pool.next.fetch_add(1, Ordering::Relaxed) % GPURT_STREAM_POOL_SIZE;
+    Ok(pool.streams[i])
+}
+
+fn build_pool(d: i32, high_priority: bool) -> Result<Pool> {
+    let (least, greatest) = priority_range(d)?;
+    let priority = if high_priority { greatest } else { least };
+    let mut streams = Vec::with_capacity(GPURT_STREAM_POOL_SIZE);
+    let built = (0..GPURT_STREAM_POOL_SIZE).try_for_each(|_| {
+        let s = Stream { origin: Origin::Pooled, ..create_raw(d, GPURT_STREAM_NON_BLOCKING, priority)? };
+        let h = STREAMS.insert(s).inspect_err(|_| unsafe {
+            sys::cuStreamDestroy_v2(s.cu());
+        })?;
+        streams.push(h);
+        Ok(())
+    });
+    if let Err(e) = built {
+        // Leave nothing half-built behind.
+        for h in streams {
+            if let Ok(s) = STREAMS.remove(h) {
+                unsafe { sys::cuStreamDestroy_v2(s.cu()) };
+            }
+        }
+        return Err(e);
+    }
+    Ok(Pool { streams: streams.into(), next: AtomicUsize::new(0) })
+}
+
+pub fn query(handle: Handle) -> Result<bool> {
+    get(handle)?.run(|s| match unsafe { sys::cuStreamQuery(s) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(true),
+        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        code => Err(Error::cuda("cuStreamQuery", code)),
+    })
+}
+
+pub fn synchronize(handle: Handle) -> Result<()> {
+    let stream = get(handle)?;
+    crate::sync_debug::on_blocking_call("stream synchronize")?;
+    stream.run(|s| check(unsafe { sys::cuStreamSynchronize(s) }, "cuStreamSynchronize"))
+}
+
+/// Makes future work on `handle` wait for the work captured by `event`'s last record.
+pub fn wait_event(handle: Handle, event: Handle) -> Result<()> {
+    let stream = get(handle)?;
+    let event = crate::event::get(event)?;
+    stream.run(|s| check(unsafe { sys::cuStreamWaitEvent(s, event.cu(), 0) }, "cuStreamWaitEvent"))
+}
+
+/// Makes future work on `handle` wait for all work queued on `other` so far, through
+/// a pooled event (as `torch.cuda.Stream.wait_stream`).
+pub fn wait_stream(handle: Handle, other: Handle) -> Result<()> {
+    get(handle)?; // checked before an event is taken
+    let source = get(other)?;
+    let event = crate::event::pool_get(source.device)?;
+    // The wait is bound to the record made before it, so the event can go back to the
+    // pool (and be recorded again) at once.
+    let result = crate::event::record(event, other).and_then(|()| wait_event(handle, event));
+    crate::event::destroy(event)?;
+    result
+}
+
+/// A host function queued on a stream, called once with `user` when the work before
+/// it is done. It must not call CUDA (the driver's rule for host functions).
+pub fn launch_host_func(handle: Handle, func: sys::CUhostFn, user: *mut libc::c_void) -> Result<()> {
+    if func.is_none() {
+        return Err(Error::invalid_argument("argument `func` is NULL"));
+    }
+    get(handle)?.run(|s| check(unsafe { sys::cuLaunchHostFunc(s, func, user) }, "cuLaunchHostFunc"))
+}
+
+/// The driver's unique id of a stream (CUDA 12.0+).
+pub fn id(handle: Handle) -> Result<u64> {
+    let stream = get(handle)?;
+    if !crate::driver::has_symbol("cuStreamGetId") {
+        return Err(Error::not_supported("stream ids need a CUDA 12.0 driver (cuStreamGetId)"));
+    }
+    stream.run(|s| {
+        let mut id = 0u64;
+        check(unsafe { sys::cuStreamGetId(s, &mut id as *mut u64 as *mut _) }, "cuStreamGetId")?;
+        Ok(id)
+    })
+}
+
+/// Whether a stream is capturing: 0 none, 1 active, 2 invalidated.
+pub fn capture_status(handle: Handle) -> Result<i32> {
+    get(handle)?.run(|s| {
+        let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        check(unsafe { sys::cuStreamIsCapturing(s, &mut status) }, "cuStreamIsCapturing")?;
+        Ok(status as i32)
+    })
+}
+
+/// Fails with `GPURT_ERROR_STREAM_CAPTURE` when `handle` is capturing: for callers that
+/// must refuse operations that are illegal during capture.
+pub fn ensure_not_capturing(handle: Handle, what: &str) -> Result<()> {
+    match capture_status(handle)? {
+        0 => Ok(()),
+        _ => Err(Error::new(Status::GPURT_ERROR_STREAM_CAPTURE, format!("{what} is illegal while the stream is capturing"))),
+    }
+}
+
+// ---- the per-thread current stream ------------------------------------------------
+
+thread_local! {
+    /// Current stream per device on this thread (None: the device's default stream).
+    static CURRENT: RefCell<Vec<Option<Handle>>> = const { RefCell::new(Vec::new()) };
+    /// Saved (device, previous current stream of that device, previous current device).
+    static SCOPES: RefCell<Vec<(i32, Option<Handle>, i32)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn tls_error() -> Error {
+    Error::new(Status::GPURT_ERROR_DEINITIALIZED, "this thread is exiting: its current-stream state is gone")
+}
+
+fn swap_current(d: i32, new: Option<Handle>) -> Result<Option<Handle>> {
+    CURRENT
+        .try_with(|cur| {
+            let mut cur = cur.borrow_mut();
+            if cur.len() <= d as usize {
+                cur.resize(d as usize + 1, None);
+            }
+            std::mem::replace(&mut cur[d as usize], new)
+        })
+        .map_err(|_| tls_error())
+}
+
+/// This thread's current stream of `ordinal`: the last one set, or the legacy default
+/// stream. A current stream destroyed since it was set falls back to the default.
+pub fn current(ordinal: i32) -> Result<Handle> {
+    let d = device::resolve(ordinal)?;
+    let set = CURRENT.try_with(|cur| cur.borrow().get(d as usize).copied().flatten()).map_err(|_| tls_error())?;
+    match set {
+        Some(h) if get(h).is_ok() => Ok(h),
+        _ => legacy_default(d),
+    }
+}
+
+/// Makes `handle` the current stream of its device on this thread (the device itself
+/// stays current as it was, as `torch.cuda.set_stream`).
+pub fn set_current(handle: Handle) -> Result<()> {
+    let stream = get(handle)?;
+    swap_current(stream.device, Some(handle)).map(drop)
+}
+
+/// Enters a stream scope (`with torch.cuda.stream(s)`): makes `handle`'s device and
+/// `handle` current until the matching `pop`.
+pub fn push(handle: Handle) -> Result<()> {
+    let stream = get(handle)?;
+    let previous_device = device::current()?;
+    device::set_current(stream.device)?;
+    let previous = swap_current(stream.device, Some(handle))?;
+    SCOPES.try_with(|s| s.borrow_mut().push((stream.device, previous, previous_device))).map_err(|_| tls_error())
+}
+
+/// Leaves the innermost stream scope, restoring its device's stream and the device.
+pub fn pop() -> Result<()> {
+    let scope = SCOPES.try_with(|s| s.borrow_mut().pop()).map_err(|_| tls_error())?;
+    let (d, previous, previous_device) =
+        scope.ok_or_else(|| Error::invalid_argument("gpurt_stream_pop without a matching gpurt_stream_push"))?;
+    swap_current(d, previous)?;
+    device::set_current(previous_device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_metadata_packs_losslessly() {
+        for origin in [Origin::Owned, Origin::Pooled, Origin::External, Origin::LegacyDefault, Origin::PerThreadDefault] {
+            let s = Stream { raw: 0x7f00_dead_beef, device: 7, priority: -5, flags: GPURT_STREAM_NON_BLOCKING, origin };
+            assert_eq!(Stream::unpack(s.pack()), s);
+        }
+    }
+
+    #[test]
+    fn priority_and_flag_validation() {
+        let range = (0, -5); // least 0, greatest -5, as on recent GPUs
+        assert!(validate(0, 0, range).is_ok());
+        assert!(validate(GPURT_STREAM_NON_BLOCKING, -5, range).is_ok());
+        let err = validate(0, -6, range).unwrap_err();
+        assert_eq!(err.status, Status::GPURT_ERROR_INVALID_ARGUMENT);
+        assert!(err.message.contains("[-5, 0]"), "{}", err.message);
+        assert!(validate(0, 1, range).is_err());
+        assert!(validate(4, 0, range).unwrap_err().message.contains("flags"));
+    }
+
+    #[test]
+    fn scope_pop_without_push_is_an_error_not_a_crash() {
+        let err = pop().unwrap_err();
+        assert_eq!(err.status, Status::GPURT_ERROR_INVALID_ARGUMENT);
+    }
+}
