@@ -18,14 +18,14 @@ cp gpu/run.sh "$out/run.sh"
 
 # Test and benchmark executables, as cargo reports them.
 executables() {
-    cargo "$@" --release --message-format=json-render-diagnostics |
+    cargo "$@" --message-format=json-render-diagnostics |
         python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         print(m["target"]["name"], m["executable"])'
 }
-executables test --no-run --test gpu | while read -r name exe; do cp "$exe" "$out/tests/$name"; done
+executables test --release --no-run --test gpu | while read -r name exe; do cp "$exe" "$out/tests/$name"; done
 if ls benches/*.rs >/dev/null 2>&1; then
     executables bench --no-run | while read -r name exe; do cp "$exe" "$out/benches/$name"; done
 fi
