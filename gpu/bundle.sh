@@ -17,17 +17,18 @@ cp examples-c/gpurt-info.c tests/c/abi_test.c gpu/interop.cu gpu/compare_props.p
 cp gpu/run.sh "$out/run.sh"
 
 # Test and benchmark executables, as cargo reports them.
-executables() {
+executables() {  # executables KIND CARGO-ARGS...: name and path of each built target of KIND
+    local kind=$1; shift
     cargo "$@" --message-format=json-render-diagnostics |
         python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable"):
-        print(m["target"]["name"], m["executable"])'
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and sys.argv[1] in m["target"]["kind"]:
+        print(m["target"]["name"], m["executable"])' "$kind"
 }
-executables test --release --no-run --test gpu | while read -r name exe; do cp "$exe" "$out/tests/$name"; done
+executables test test --release --no-run --test gpu | while read -r name exe; do cp "$exe" "$out/tests/$name"; done
 if ls benches/*.rs >/dev/null 2>&1; then
-    executables bench --no-run | while read -r name exe; do cp "$exe" "$out/benches/$name"; done
+    executables bench bench --no-run | while read -r name exe; do cp "$exe" "$out/benches/$name"; done
 fi
 strip "$out"/tests/* "$out"/benches/* 2>/dev/null || true
 strip -g "$out/lib/libgpurt.a"
