@@ -18,6 +18,7 @@ struct Gpurt {
     stream_create: unsafe extern "C" fn(i32, u32, i32, *mut H) -> Status,
     stream_destroy: unsafe extern "C" fn(H) -> Status,
     stream_native: unsafe extern "C" fn(H, *mut H) -> Status,
+    stream_get_device: unsafe extern "C" fn(H, *mut i32) -> Status,
     stream_query: unsafe extern "C" fn(H) -> Status,
     stream_wait_event: unsafe extern "C" fn(H, H) -> Status,
     stream_from_pool: unsafe extern "C" fn(i32, i32, *mut H) -> Status,
@@ -44,6 +45,7 @@ fn load() -> Gpurt {
             stream_create: sym!(lib, "gpurt_stream_create"),
             stream_destroy: sym!(lib, "gpurt_stream_destroy"),
             stream_native: sym!(lib, "gpurt_stream_native"),
+            stream_get_device: sym!(lib, "gpurt_stream_get_device"),
             stream_query: sym!(lib, "gpurt_stream_query"),
             stream_wait_event: sym!(lib, "gpurt_stream_wait_event"),
             stream_from_pool: sym!(lib, "gpurt_stream_from_pool"),
@@ -58,22 +60,34 @@ fn load() -> Gpurt {
     }
 }
 
-/// ns per call of `body`, median of `reps` timed runs of `iters` calls each.
-fn median_ns(reps: usize, iters: usize, mut body: impl FnMut()) -> f64 {
-    for _ in 0..iters / 10 {
+/// ns per call of `body` over `iters` calls.
+fn sample_ns(iters: usize, body: &mut dyn FnMut()) -> f64 {
+    let t = Instant::now();
+    for _ in 0..iters {
         body();
     }
-    let mut samples: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..iters {
-                body();
-            }
-            t.elapsed().as_nanos() as f64 / iters as f64
-        })
-        .collect();
+    t.elapsed().as_nanos() as f64 / iters as f64
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    samples[reps / 2]
+    samples[samples.len() / 2]
+}
+
+/// Medians (ns/call) of `a` and `b`, timed in alternation, `reps` samples of `iters`
+/// calls each, with the device drained before every sample so that neither side
+/// inherits the other's queue.
+fn interleaved(reps: usize, iters: usize, a: &mut dyn FnMut(), b: &mut dyn FnMut()) -> (f64, f64) {
+    sample_ns(iters / 10, a);
+    sample_ns(iters / 10, b);
+    let (mut sa, mut sb) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        ok(unsafe { sys::cuCtxSynchronize() });
+        sa.push(sample_ns(iters, a));
+        ok(unsafe { sys::cuCtxSynchronize() });
+        sb.push(sample_ns(iters, b));
+    }
+    (median(sa), median(sb))
 }
 
 fn ok(code: sys::CUresult) {
@@ -101,8 +115,8 @@ fn main() {
         println!("{msg}");
         std::process::exit(if std::env::var("GPURT_REQUIRE_GPU").as_deref() == Ok("1") { 1 } else { 0 });
     }
-    let reps = 9;
-    let n = 50_000;
+    let reps = 21;
+    let n = 20_000;
     let mut rows = Vec::new();
     unsafe {
         st((g.set_device)(0));
@@ -118,12 +132,7 @@ fn main() {
         let (rs, rs2): (sys::CUstream, sys::CUstream) = (rs.cast(), rs2.cast());
 
         let mut compare = |name: &'static str, raw: &mut dyn FnMut(), ours: &mut dyn FnMut()| {
-            // Interleave the two, three rounds, and keep each side's best median.
-            let (mut r, mut o) = (f64::MAX, f64::MAX);
-            for _ in 0..3 {
-                r = r.min(median_ns(reps, n, &mut *raw));
-                o = o.min(median_ns(reps, n, &mut *ours));
-            }
+            let (r, o) = interleaved(reps, n, raw, ours);
             let allowed = (r * 0.05).max(15.0);
             rows.push(Row { name, raw: r, ours: o, pass: o - r <= allowed, target: format!("<= raw + {allowed:.0} ns") });
         };
@@ -146,27 +155,42 @@ fn main() {
         compare("stream wait event", &mut || ok(sys::cuStreamWaitEvent(rs2, re, 0)), &mut || st((g.stream_wait_event)(s2, e2)));
         ok(sys::cuCtxSynchronize());
 
+        // gpurt's own cost with no driver call: the C boundary and a handle lookup.
+        let (_, lookup) = interleaved(reps, n, &mut || {}, &mut || {
+            let mut d = 0;
+            st((g.stream_get_device)(s, &mut d));
+        });
+        rows.push(Row { name: "gpurt_stream_get_device (no driver call)", raw: 0.0, ours: lookup, pass: true, target: "info".into() });
+
         // Acquisition: the driver's create+destroy vs gpurt's pools.
-        let raw_event = median_ns(reps, n / 10, || {
-            let mut ev = std::ptr::null_mut();
-            ok(sys::cuEventCreate(&mut ev, 2));
-            ok(sys::cuEventDestroy_v2(ev));
-        });
-        let pooled_event = median_ns(reps, n, || {
-            let mut ev = std::ptr::null_mut();
-            st((g.event_pool_get)(0, &mut ev));
-            st((g.event_destroy)(ev));
-        });
+        let (raw_event, pooled_event) = interleaved(
+            reps,
+            n / 10,
+            &mut || {
+                let mut ev = std::ptr::null_mut();
+                ok(sys::cuEventCreate(&mut ev, 2));
+                ok(sys::cuEventDestroy_v2(ev));
+            },
+            &mut || {
+                let mut ev = std::ptr::null_mut();
+                st((g.event_pool_get)(0, &mut ev));
+                st((g.event_destroy)(ev));
+            },
+        );
         rows.push(Row { name: "event create+destroy vs pool get+put", raw: raw_event, ours: pooled_event, pass: pooled_event < 100.0, target: "< 100 ns".into() });
-        let raw_stream = median_ns(reps, 2_000, || {
-            let mut rst = std::ptr::null_mut();
-            ok(sys::cuStreamCreateWithPriority(&mut rst, 1, 0));
-            ok(sys::cuStreamDestroy_v2(rst));
-        });
-        let pooled_stream = median_ns(reps, n, || {
-            let mut ps = std::ptr::null_mut();
-            st((g.stream_from_pool)(0, 0, &mut ps));
-        });
+        let (raw_stream, pooled_stream) = interleaved(
+            reps,
+            1_000,
+            &mut || {
+                let mut rst = std::ptr::null_mut();
+                ok(sys::cuStreamCreateWithPriority(&mut rst, 1, 0));
+                ok(sys::cuStreamDestroy_v2(rst));
+            },
+            &mut || {
+                let mut ps = std::ptr::null_mut();
+                st((g.stream_from_pool)(0, 0, &mut ps));
+            },
+        );
         rows.push(Row { name: "stream create+destroy vs pool get", raw: raw_stream, ours: pooled_stream, pass: pooled_stream < 100.0, target: "< 100 ns".into() });
 
         ok(sys::cuCtxSynchronize());

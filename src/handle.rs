@@ -202,6 +202,32 @@ impl<T: Packed> HandleTable<T> {
         Ok(value)
     }
 
+    /// Like `remove`, but the slot is not freed: the caller keeps its index and its
+    /// stored words, and alone may `revive` it. Pools use this to hand the same
+    /// object out again under a new handle without touching the shared free list.
+    pub fn retire(&self, handle: Handle) -> Result<(u32, T)> {
+        let handle = handle.expect_kind(self.kind)?;
+        let slot = self.slot(handle.index()).ok_or_else(|| self.stale(handle))?;
+        let live = handle.generation();
+        // compare_exchange: of two racing retires (a caller's double destroy) one wins.
+        slot.generation
+            .compare_exchange(live, live.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed)
+            .map_err(|_| self.stale(handle))?;
+        let value = T::unpack([slot.words[0].load(Ordering::Relaxed), slot.words[1].load(Ordering::Relaxed)]);
+        Ok((handle.index(), value))
+    }
+
+    /// Makes a retired slot live again with its stored value, under a new generation.
+    /// Only the owner of the retired index (see `retire`) may call this.
+    pub fn revive(&self, index: u32) -> (Handle, T) {
+        let slot = self.slot(index).expect("a retired slot exists");
+        let value = T::unpack([slot.words[0].load(Ordering::Relaxed), slot.words[1].load(Ordering::Relaxed)]);
+        let generation = slot.generation.load(Ordering::Relaxed).wrapping_add(1);
+        debug_assert!(generation % 2 == 1, "revive of a slot that was not retired");
+        slot.generation.store(generation, Ordering::Release);
+        (Handle::new(self.kind, generation, index), value)
+    }
+
     /// Number of live handles (for tests and statistics).
     pub fn live_count(&self) -> usize {
         let free = self.free.lock().unwrap_or_else(|e| e.into_inner());
@@ -269,6 +295,25 @@ mod tests {
             assert_eq!(table.get(*h).unwrap(), (i as u64, !(i as u64)));
         }
         assert_eq!(table.live_count(), 3 * CHUNK_LEN);
+    }
+
+    #[test]
+    fn retire_and_revive_reuse_the_slot_under_new_handles() {
+        let table = HandleTable::<(u64, u64)>::new(Kind::Event);
+        let a = table.insert((10, 20)).unwrap();
+        let (index, value) = table.retire(a).unwrap();
+        assert_eq!(value, (10, 20));
+        assert!(table.get(a).is_err());
+        assert!(table.retire(a).is_err(), "double retire is refused");
+        assert!(table.remove(a).is_err());
+        let (b, value) = table.revive(index);
+        assert_eq!((b.index(), value), (a.index(), (10, 20)));
+        assert_ne!(a, b);
+        assert_eq!(table.get(b).unwrap(), (10, 20));
+        // A retired slot never reaches the free list: a new insert takes another slot.
+        let (_, _) = table.retire(b).unwrap();
+        let c = table.insert((1, 1)).unwrap();
+        assert_ne!(c.index(), index);
     }
 
     /// Readers racing with writers never see a value torn between two objects, and a

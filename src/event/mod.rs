@@ -3,6 +3,7 @@
 
 pub mod ffi;
 
+use std::cell::RefCell;
 use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys::{self, CUevent, CUresult};
@@ -55,11 +56,57 @@ impl Event {
 
 static EVENTS: HandleTable<Event> = HandleTable::new(Kind::Event);
 
-/// Per device, the driver events that pooled handles were returned with.
-static POOL: OnceLock<Box<[Mutex<Vec<usize>>]>> = OnceLock::new();
+/// The event pool. A pooled event keeps its handle-table slot while it is pooled
+/// (retired, not freed), so getting and putting one is a generation bump: no driver
+/// call, no lock. Each thread caches up to `THREAD_CACHE` slots; beyond that, and
+/// when a thread exits, they go to the shared per-device lists.
+const THREAD_CACHE: usize = 64;
 
-fn pool(d: i32) -> &'static Mutex<Vec<usize>> {
-    &POOL.get_or_init(|| per_device(|| Mutex::new(Vec::new())))[d as usize]
+static SHARED_POOL: OnceLock<Box<[Mutex<Vec<u32>>]>> = OnceLock::new();
+
+fn shared_pool(d: i32) -> std::sync::MutexGuard<'static, Vec<u32>> {
+    SHARED_POOL.get_or_init(|| per_device(|| Mutex::new(Vec::new())))[d as usize]
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// This thread's cached (device, slot) pairs; handed to the shared pool on exit.
+struct ThreadCache(Vec<(i32, u32)>);
+
+impl Drop for ThreadCache {
+    fn drop(&mut self) {
+        for (d, index) in self.0.drain(..) {
+            shared_pool(d).push(index);
+        }
+    }
+}
+
+thread_local! {
+    static CACHE: RefCell<ThreadCache> = const { RefCell::new(ThreadCache(Vec::new())) };
+}
+
+fn take_pooled(d: i32) -> Option<u32> {
+    let local = CACHE
+        .try_with(|c| {
+            let cache = &mut c.borrow_mut().0;
+            let at = cache.iter().rposition(|(dev, _)| *dev == d)?;
+            Some(cache.swap_remove(at).1)
+        })
+        .ok()
+        .flatten();
+    local.or_else(|| shared_pool(d).pop())
+}
+
+fn put_pooled(d: i32, index: u32) {
+    let kept = CACHE
+        .try_with(|c| {
+            let cache = &mut c.borrow_mut().0;
+            (cache.len() < THREAD_CACHE).then(|| cache.push((d, index))).is_some()
+        })
+        .unwrap_or(false);
+    if !kept {
+        shared_pool(d).push(index);
+    }
 }
 
 #[inline]
@@ -106,27 +153,30 @@ pub fn create(ordinal: i32, flags: u32) -> Result<Handle> {
 
 /// A timing-free event from the device's pool: no driver call when one is cached.
 /// `destroy` returns it to the pool.
+#[inline]
 pub fn pool_get(ordinal: i32) -> Result<Handle> {
     let d = device::resolve(ordinal)?;
-    let cached = pool(d).lock().unwrap_or_else(|e| e.into_inner()).pop();
-    let raw = match cached {
-        Some(raw) => raw,
-        None => create_raw(d, GPURT_EVENT_DISABLE_TIMING)?,
-    };
-    let event = Event { raw, device: d, flags: GPURT_EVENT_DISABLE_TIMING, origin: Origin::Pooled };
-    EVENTS.insert(event).inspect_err(|_| pool(d).lock().unwrap_or_else(|e| e.into_inner()).push(raw))
+    if let Some(index) = take_pooled(d) {
+        return Ok(EVENTS.revive(index).0);
+    }
+    let raw = create_raw(d, GPURT_EVENT_DISABLE_TIMING)?;
+    insert_or_destroy(Event { raw, device: d, flags: GPURT_EVENT_DISABLE_TIMING, origin: Origin::Pooled })
 }
 
 /// Destroys an event (a pooled one goes back to its pool). An event still pending
 /// is safe to destroy: the driver completes the record first.
 pub fn destroy(handle: Handle) -> Result<()> {
-    let event = EVENTS.remove(handle)?;
+    let event = get(handle)?;
     match event.origin {
         Origin::Pooled => {
-            pool(event.device).lock().unwrap_or_else(|e| e.into_inner()).push(event.raw);
+            let (index, event) = EVENTS.retire(handle)?;
+            put_pooled(event.device, index);
             Ok(())
         }
-        Origin::Owned | Origin::Ipc => check(unsafe { sys::cuEventDestroy_v2(event.cu()) }, "cuEventDestroy"),
+        Origin::Owned | Origin::Ipc => {
+            let event = EVENTS.remove(handle)?;
+            check(unsafe { sys::cuEventDestroy_v2(event.cu()) }, "cuEventDestroy")
+        }
     }
 }
 
