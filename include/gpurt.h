@@ -401,6 +401,11 @@ gpurt_status_t gpurt_event_elapsed_time(gpurt_event_t start,
 gpurt_status_t gpurt_event_get_device(gpurt_event_t event, int *device);
 
 /**
+ * The native `CUevent` (usable as `cudaEvent_t`), for the caller's own CUDA calls.
+ */
+gpurt_status_t gpurt_event_native(gpurt_event_t event, void **native);
+
+/**
  * Exports an interprocess event as bytes for `gpurt_event_open_ipc` in another process.
  */
 gpurt_status_t gpurt_event_ipc_handle(gpurt_event_t event, gpurt_ipc_event_handle_t *ipc);

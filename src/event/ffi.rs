@@ -102,6 +102,16 @@ pub extern "C" fn gpurt_event_get_device(event: gpurt_event_t, device: *mut c_in
     })
 }
 
+/// The native `CUevent` (usable as `cudaEvent_t`), for the caller's own CUDA calls.
+#[no_mangle]
+pub extern "C" fn gpurt_event_native(event: gpurt_event_t, native: *mut *mut libc::c_void) -> gpurt_status_t {
+    boundary::call("gpurt_event_native", || {
+        let out = Out::new(native, "native")?;
+        out.write(super::get(h(event))?.raw as *mut libc::c_void);
+        Ok(())
+    })
+}
+
 /// Exports an interprocess event as bytes for `gpurt_event_open_ipc` in another process.
 #[no_mangle]
 pub extern "C" fn gpurt_event_ipc_handle(event: gpurt_event_t, ipc: *mut gpurt_ipc_event_handle_t) -> gpurt_status_t {

@@ -181,10 +181,11 @@ pub fn destroy(handle: Handle) -> Result<()> {
 }
 
 /// Records `event` on `stream`.
-#[inline]
+#[inline(always)]
 pub fn record(event: Handle, stream: Handle) -> Result<()> {
     let e = get(event)?;
-    crate::stream::get(stream)?.run(|s| check(unsafe { sys::cuEventRecord(e.cu(), s) }, "cuEventRecord"))
+    let record = crate::driver::hot().event_record;
+    crate::stream::get(stream)?.run(|s| check(unsafe { record(e.cu(), s) }, "cuEventRecord"))
 }
 
 /// Records `event` on this thread's current stream of the event's device.
@@ -194,10 +195,10 @@ pub fn record_on_current(event: Handle) -> Result<()> {
 }
 
 /// True when the work captured by the last record is done (or it was never recorded).
-#[inline]
+#[inline(always)]
 pub fn query(event: Handle) -> Result<bool> {
     let e = get(event)?;
-    match unsafe { sys::cuEventQuery(e.cu()) } {
+    match unsafe { (crate::driver::hot().event_query)(e.cu()) } {
         CUresult::CUDA_SUCCESS => Ok(true),
         CUresult::CUDA_ERROR_NOT_READY => Ok(false),
         code => Err(Error::cuda("cuEventQuery", code)),

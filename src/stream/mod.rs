@@ -264,8 +264,9 @@ fn build_pool(d: i32, high_priority: bool) -> Result<Pool> {
     Ok(Pool { streams: streams.into(), next: AtomicUsize::new(0) })
 }
 
+#[inline(always)]
 pub fn query(handle: Handle) -> Result<bool> {
-    get(handle)?.run(|s| match unsafe { sys::cuStreamQuery(s) } {
+    get(handle)?.run(|s| match unsafe { (crate::driver::hot().stream_query)(s) } {
         sys::CUresult::CUDA_SUCCESS => Ok(true),
         sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
         code => Err(Error::cuda("cuStreamQuery", code)),
@@ -279,10 +280,12 @@ pub fn synchronize(handle: Handle) -> Result<()> {
 }
 
 /// Makes future work on `handle` wait for the work captured by `event`'s last record.
+#[inline(always)]
 pub fn wait_event(handle: Handle, event: Handle) -> Result<()> {
     let stream = get(handle)?;
     let event = crate::event::get(event)?;
-    stream.run(|s| check(unsafe { sys::cuStreamWaitEvent(s, event.cu(), 0) }, "cuStreamWaitEvent"))
+    let wait = crate::driver::hot().stream_wait_event;
+    stream.run(|s| check(unsafe { wait(s, event.cu(), 0) }, "cuStreamWaitEvent"))
 }
 
 /// Makes future work on `handle` wait for all work queued on `other` so far, through
