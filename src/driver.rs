@@ -55,37 +55,6 @@ const REQUIRED: &[&str] = &[
 
 static INIT: OnceLock<Result<()>> = OnceLock::new();
 
-/// Entry points of the per-step hot loop, resolved once at init and called
-/// directly: one pointer load instead of cudarc's per-function lazy wrapper.
-pub struct Hot {
-    pub event_record: unsafe extern "C" fn(sys::CUevent, sys::CUstream) -> CUresult,
-    pub event_query: unsafe extern "C" fn(sys::CUevent) -> CUresult,
-    pub stream_query: unsafe extern "C" fn(sys::CUstream) -> CUresult,
-    pub stream_wait_event: unsafe extern "C" fn(sys::CUstream, sys::CUevent, u32) -> CUresult,
-}
-
-static HOT: OnceLock<Hot> = OnceLock::new();
-
-/// The hot entry points. Every handle that reaches a driver call was made after a
-/// successful `init`, which resolved them.
-#[inline(always)]
-pub fn hot() -> &'static Hot {
-    HOT.get().expect("driver::hot() is only reachable through handles made after init")
-}
-
-fn resolve_hot() -> Hot {
-    // SAFETY: the names are in REQUIRED, checked present; the types are the driver's.
-    unsafe {
-        let lib = sys::culib();
-        Hot {
-            event_record: *lib.get(b"cuEventRecord\0").expect("checked"),
-            event_query: *lib.get(b"cuEventQuery\0").expect("checked"),
-            stream_query: *lib.get(b"cuStreamQuery\0").expect("checked"),
-            stream_wait_event: *lib.get(b"cuStreamWaitEvent\0").expect("checked"),
-        }
-    }
-}
-
 /// Loads libcuda and initialises the driver once per process. Cheap after the
 /// first call (one atomic load). Fails with `NO_DRIVER` where libcuda is absent,
 /// `NOT_SUPPORTED` where it is too old, `NO_DEVICE` where it finds no GPU.
@@ -115,7 +84,6 @@ fn load_and_init() -> Result<()> {
             "the installed CUDA driver is too old: it lacks {missing} (gpurt needs CUDA 11.4 or newer)"
         )));
     }
-    HOT.get_or_init(resolve_hot);
     // SAFETY: symbols checked above.
     let code = unsafe { sys::cuInit(0) };
     check(code, "cuInit")?;

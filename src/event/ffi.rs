@@ -97,7 +97,7 @@ pub extern "C" fn gpurt_event_elapsed_time(start: gpurt_event_t, end: gpurt_even
 pub extern "C" fn gpurt_event_get_device(event: gpurt_event_t, device: *mut c_int) -> gpurt_status_t {
     boundary::call("gpurt_event_get_device", || {
         let out = Out::new(device, "device")?;
-        out.write(super::get(h(event))?.device);
+        out.write(super::get(h(event))?.device());
         Ok(())
     })
 }

@@ -26,29 +26,40 @@ pub enum Origin {
     Ipc = 2,
 }
 
+/// An event as its handle slot stores it: the native handle and packed metadata,
+/// decoded on demand, so that a lookup stays two machine words in registers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
     pub raw: usize,
-    pub device: i32,
-    pub flags: u32,
-    pub origin: Origin,
+    meta: u64,
 }
 
 impl Packed for Event {
     fn pack(self) -> [u64; 2] {
-        [self.raw as u64, (self.device as u16 as u64) | ((self.flags as u8 as u64) << 16) | ((self.origin as u64) << 24)]
+        [self.raw as u64, self.meta]
     }
     fn unpack(w: [u64; 2]) -> Self {
-        let origin = match (w[1] >> 24) as u8 {
-            0 => Origin::Owned,
-            1 => Origin::Pooled,
-            _ => Origin::Ipc,
-        };
-        Event { raw: w[0] as usize, device: w[1] as u16 as i32, flags: (w[1] >> 16) as u8 as u32, origin }
+        Event { raw: w[0] as usize, meta: w[1] }
     }
 }
 
 impl Event {
+    pub fn new(raw: usize, device: i32, flags: u32, origin: Origin) -> Event {
+        Event { raw, meta: (device as u16 as u64) | ((flags as u8 as u64) << 16) | ((origin as u64) << 24) }
+    }
+    pub fn device(self) -> i32 {
+        self.meta as u16 as i32
+    }
+    pub fn flags(self) -> u32 {
+        (self.meta >> 16) as u8 as u32
+    }
+    pub fn origin(self) -> Origin {
+        match (self.meta >> 24) as u8 {
+            0 => Origin::Owned,
+            1 => Origin::Pooled,
+            _ => Origin::Ipc,
+        }
+    }
     pub fn cu(self) -> CUevent {
         self.raw as CUevent
     }
@@ -148,7 +159,7 @@ pub fn create(ordinal: i32, flags: u32) -> Result<Handle> {
     validate_flags(flags)?;
     let d = device::resolve(ordinal)?;
     let raw = create_raw(d, flags)?;
-    insert_or_destroy(Event { raw, device: d, flags, origin: Origin::Owned })
+    insert_or_destroy(Event::new(raw, d, flags, Origin::Owned))
 }
 
 /// A timing-free event from the device's pool: no driver call when one is cached.
@@ -160,17 +171,17 @@ pub fn pool_get(ordinal: i32) -> Result<Handle> {
         return Ok(EVENTS.revive(index).0);
     }
     let raw = create_raw(d, GPURT_EVENT_DISABLE_TIMING)?;
-    insert_or_destroy(Event { raw, device: d, flags: GPURT_EVENT_DISABLE_TIMING, origin: Origin::Pooled })
+    insert_or_destroy(Event::new(raw, d, GPURT_EVENT_DISABLE_TIMING, Origin::Pooled))
 }
 
 /// Destroys an event (a pooled one goes back to its pool). An event still pending
 /// is safe to destroy: the driver completes the record first.
 pub fn destroy(handle: Handle) -> Result<()> {
     let event = get(handle)?;
-    match event.origin {
+    match event.origin() {
         Origin::Pooled => {
             let (index, event) = EVENTS.retire(handle)?;
-            put_pooled(event.device, index);
+            put_pooled(event.device(), index);
             Ok(())
         }
         Origin::Owned | Origin::Ipc => {
@@ -181,24 +192,23 @@ pub fn destroy(handle: Handle) -> Result<()> {
 }
 
 /// Records `event` on `stream`.
-#[inline(always)]
+#[inline]
 pub fn record(event: Handle, stream: Handle) -> Result<()> {
     let e = get(event)?;
-    let record = crate::driver::hot().event_record;
-    crate::stream::get(stream)?.run(|s| check(unsafe { record(e.cu(), s) }, "cuEventRecord"))
+    crate::stream::get(stream)?.run(|s| check(unsafe { sys::cuEventRecord(e.cu(), s) }, "cuEventRecord"))
 }
 
 /// Records `event` on this thread's current stream of the event's device.
 pub fn record_on_current(event: Handle) -> Result<()> {
     let e = get(event)?;
-    record(event, crate::stream::current(e.device)?)
+    record(event, crate::stream::current(e.device())?)
 }
 
 /// True when the work captured by the last record is done (or it was never recorded).
-#[inline(always)]
+#[inline]
 pub fn query(event: Handle) -> Result<bool> {
     let e = get(event)?;
-    match unsafe { (crate::driver::hot().event_query)(e.cu()) } {
+    match unsafe { sys::cuEventQuery(e.cu()) } {
         CUresult::CUDA_SUCCESS => Ok(true),
         CUresult::CUDA_ERROR_NOT_READY => Ok(false),
         code => Err(Error::cuda("cuEventQuery", code)),
@@ -215,7 +225,7 @@ pub fn synchronize(event: Handle) -> Result<()> {
 pub fn elapsed_ms(start: Handle, end: Handle) -> Result<f32> {
     let (s, e) = (get(start)?, get(end)?);
     for (name, ev) in [("start", s), ("end", e)] {
-        if ev.flags & GPURT_EVENT_DISABLE_TIMING != 0 {
+        if ev.flags() & GPURT_EVENT_DISABLE_TIMING != 0 {
             return Err(Error::invalid_argument(format!(
                 "the {name} event was created with GPURT_EVENT_DISABLE_TIMING (pooled and interprocess events are)"
             )));
@@ -235,7 +245,7 @@ pub fn elapsed_ms(start: Handle, end: Handle) -> Result<f32> {
 /// The bytes another process passes to `open_ipc`.
 pub fn ipc_handle(event: Handle) -> Result<[u8; 64]> {
     let e = get(event)?;
-    if e.flags & GPURT_EVENT_INTERPROCESS == 0 {
+    if e.flags() & GPURT_EVENT_INTERPROCESS == 0 {
         return Err(Error::invalid_argument("the event was not created with GPURT_EVENT_INTERPROCESS"));
     }
     let mut h = sys::CUipcEventHandle { reserved: [0; 64] };
@@ -253,7 +263,7 @@ pub fn open_ipc(ordinal: i32, bytes: &[u8; 64]) -> Result<Handle> {
         check(unsafe { sys::cuIpcOpenEventHandle(&mut raw, h) }, "cuIpcOpenEventHandle")?;
         Ok(raw as usize)
     })?;
-    insert_or_destroy(Event { raw, device: d, flags: GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING, origin: Origin::Ipc })
+    insert_or_destroy(Event::new(raw, d, GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING, Origin::Ipc))
 }
 
 #[cfg(test)]
@@ -263,8 +273,9 @@ mod tests {
     #[test]
     fn event_metadata_packs_losslessly() {
         for origin in [Origin::Owned, Origin::Pooled, Origin::Ipc] {
-            let e = Event { raw: 0x5555_0000_1234, device: 3, flags: GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING, origin };
+            let e = Event::new(0x5555_0000_1234, 3, GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING, origin);
             assert_eq!(Event::unpack(e.pack()), e);
+            assert_eq!((e.device(), e.flags(), e.origin()), (3, 6, origin));
         }
     }
 

@@ -185,7 +185,7 @@ pub extern "C" fn gpurt_stream_launch_host_func(stream: gpurt_stream_t, func: gp
 pub extern "C" fn gpurt_stream_get_device(stream: gpurt_stream_t, device: *mut c_int) -> gpurt_status_t {
     boundary::call("gpurt_stream_get_device", || {
         let out = Out::new(device, "device")?;
-        out.write(super::get(h(stream))?.device);
+        out.write(super::get(h(stream))?.device());
         Ok(())
     })
 }
@@ -195,7 +195,7 @@ pub extern "C" fn gpurt_stream_get_device(stream: gpurt_stream_t, device: *mut c
 pub extern "C" fn gpurt_stream_get_flags(stream: gpurt_stream_t, flags: *mut c_uint) -> gpurt_status_t {
     boundary::call("gpurt_stream_get_flags", || {
         let out = Out::new(flags, "flags")?;
-        out.write(super::get(h(stream))?.flags);
+        out.write(super::get(h(stream))?.flags());
         Ok(())
     })
 }
@@ -205,7 +205,7 @@ pub extern "C" fn gpurt_stream_get_flags(stream: gpurt_stream_t, flags: *mut c_u
 pub extern "C" fn gpurt_stream_get_priority(stream: gpurt_stream_t, priority: *mut c_int) -> gpurt_status_t {
     boundary::call("gpurt_stream_get_priority", || {
         let out = Out::new(priority, "priority")?;
-        out.write(super::get(h(stream))?.priority);
+        out.write(super::get(h(stream))?.priority());
         Ok(())
     })
 }

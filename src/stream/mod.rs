@@ -34,47 +34,54 @@ pub enum Origin {
     PerThreadDefault = 4,
 }
 
+/// A stream as its handle slot stores it: the native handle and packed metadata,
+/// decoded on demand, so that a lookup stays two machine words in registers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stream {
     pub raw: usize,
-    pub device: i32,
-    pub priority: i32,
-    pub flags: u32,
-    pub origin: Origin,
+    meta: u64,
 }
 
 impl Packed for Stream {
     fn pack(self) -> [u64; 2] {
-        let meta = (self.device as u16 as u64)
-            | ((self.priority as i16 as u16 as u64) << 16)
-            | ((self.flags as u8 as u64) << 32)
-            | ((self.origin as u64) << 40);
-        [self.raw as u64, meta]
+        [self.raw as u64, self.meta]
     }
     fn unpack(w: [u64; 2]) -> Self {
-        let origin = match (w[1] >> 40) as u8 {
+        Stream { raw: w[0] as usize, meta: w[1] }
+    }
+}
+
+impl Stream {
+    pub fn new(raw: usize, device: i32, priority: i32, flags: u32, origin: Origin) -> Stream {
+        let meta = (device as u16 as u64)
+            | ((priority as i16 as u16 as u64) << 16)
+            | ((flags as u8 as u64) << 32)
+            | ((origin as u64) << 40);
+        Stream { raw, meta }
+    }
+    pub fn device(self) -> i32 {
+        self.meta as u16 as i32
+    }
+    pub fn priority(self) -> i32 {
+        (self.meta >> 16) as u16 as i16 as i32
+    }
+    pub fn flags(self) -> u32 {
+        (self.meta >> 32) as u8 as u32
+    }
+    pub fn origin(self) -> Origin {
+        match (self.meta >> 40) as u8 {
             0 => Origin::Owned,
             1 => Origin::Pooled,
             2 => Origin::External,
             3 => Origin::LegacyDefault,
             _ => Origin::PerThreadDefault,
-        };
-        Stream {
-            raw: w[0] as usize,
-            device: w[1] as u16 as i32,
-            priority: (w[1] >> 16) as u16 as i16 as i32,
-            flags: (w[1] >> 32) as u8 as u32,
-            origin,
         }
     }
-}
-
-impl Stream {
     pub fn cu(self) -> CUstream {
         self.raw as CUstream
     }
     fn is_default(self) -> bool {
-        matches!(self.origin, Origin::LegacyDefault | Origin::PerThreadDefault)
+        matches!(self.origin(), Origin::LegacyDefault | Origin::PerThreadDefault)
     }
     /// Runs a driver call on this stream. The default streams name "the current
     /// context's" stream, so their device is made current around the call; other
@@ -82,7 +89,7 @@ impl Stream {
     #[inline]
     pub fn run<R>(self, body: impl FnOnce(CUstream) -> Result<R>) -> Result<R> {
         if self.is_default() {
-            device::with_device(self.device, || body(self.cu()))
+            device::with_device(self.device(), || body(self.cu()))
         } else {
             body(self.cu())
         }
@@ -135,7 +142,7 @@ fn create_raw(d: i32, flags: u32, priority: i32) -> Result<Stream> {
     device::with_device(d, || {
         let mut raw = std::ptr::null_mut();
         check(unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags, priority) }, "cuStreamCreateWithPriority")?;
-        Ok(Stream { raw: raw as usize, device: d, priority, flags, origin: Origin::Owned })
+        Ok(Stream::new(raw as usize, d, priority, flags, Origin::Owned))
     })
 }
 
@@ -155,7 +162,7 @@ pub fn create(ordinal: i32, flags: u32, priority: i32) -> Result<Handle> {
 /// external stream only the handle is released.
 pub fn destroy(handle: Handle) -> Result<()> {
     let stream = get(handle)?;
-    match stream.origin {
+    match stream.origin() {
         Origin::Pooled | Origin::LegacyDefault | Origin::PerThreadDefault => Ok(()),
         Origin::External => STREAMS.remove(handle).map(drop),
         Origin::Owned => {
@@ -179,7 +186,7 @@ pub fn wrap(ordinal: i32, raw: CUstream) -> Result<Handle> {
         2 => Origin::PerThreadDefault,
         _ => Origin::External,
     };
-    STREAMS.insert(Stream { raw: raw as usize, device: d, priority, flags: flags & GPURT_STREAM_NON_BLOCKING, origin })
+    STREAMS.insert(Stream::new(raw as usize, d, priority, flags & GPURT_STREAM_NON_BLOCKING, origin))
 }
 
 /// One handle per device and kind of default stream, made on first use.
@@ -194,7 +201,7 @@ fn default_handle(ordinal: i32, origin: Origin) -> Result<Handle> {
     if let Some(h) = slot.get() {
         return Ok(Handle(*h));
     }
-    let handle = STREAMS.insert(Stream { raw, device: d, priority: 0, flags: 0, origin })?;
+    let handle = STREAMS.insert(Stream::new(raw, d, 0, 0, origin))?;
     if slot.set(handle.0).is_err() {
         // Another thread made it first: use that one.
         STREAMS.remove(handle)?;
@@ -245,7 +252,7 @@ fn build_pool(d: i32, high_priority: bool) -> Result<Pool> {
     let priority = if high_priority { greatest } else { least };
     let mut streams = Vec::with_capacity(GPURT_STREAM_POOL_SIZE);
     let built = (0..GPURT_STREAM_POOL_SIZE).try_for_each(|_| {
-        let s = Stream { origin: Origin::Pooled, ..create_raw(d, GPURT_STREAM_NON_BLOCKING, priority)? };
+        let s = Stream::new(create_raw(d, GPURT_STREAM_NON_BLOCKING, priority)?.raw, d, priority, GPURT_STREAM_NON_BLOCKING, Origin::Pooled);
         let h = STREAMS.insert(s).inspect_err(|_| unsafe {
             sys::cuStreamDestroy_v2(s.cu());
         })?;
@@ -264,9 +271,8 @@ fn build_pool(d: i32, high_priority: bool) -> Result<Pool> {
     Ok(Pool { streams: streams.into(), next: AtomicUsize::new(0) })
 }
 
-#[inline(always)]
 pub fn query(handle: Handle) -> Result<bool> {
-    get(handle)?.run(|s| match unsafe { (crate::driver::hot().stream_query)(s) } {
+    get(handle)?.run(|s| match unsafe { sys::cuStreamQuery(s) } {
         sys::CUresult::CUDA_SUCCESS => Ok(true),
         sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
         code => Err(Error::cuda("cuStreamQuery", code)),
@@ -280,12 +286,10 @@ pub fn synchronize(handle: Handle) -> Result<()> {
 }
 
 /// Makes future work on `handle` wait for the work captured by `event`'s last record.
-#[inline(always)]
 pub fn wait_event(handle: Handle, event: Handle) -> Result<()> {
     let stream = get(handle)?;
     let event = crate::event::get(event)?;
-    let wait = crate::driver::hot().stream_wait_event;
-    stream.run(|s| check(unsafe { wait(s, event.cu(), 0) }, "cuStreamWaitEvent"))
+    stream.run(|s| check(unsafe { sys::cuStreamWaitEvent(s, event.cu(), 0) }, "cuStreamWaitEvent"))
 }
 
 /// Makes future work on `handle` wait for all work queued on `other` so far, through
@@ -293,7 +297,7 @@ pub fn wait_event(handle: Handle, event: Handle) -> Result<()> {
 pub fn wait_stream(handle: Handle, other: Handle) -> Result<()> {
     get(handle)?; // checked before an event is taken
     let source = get(other)?;
-    let event = crate::event::pool_get(source.device)?;
+    let event = crate::event::pool_get(source.device())?;
     // The wait is bound to the record made before it, so the event can go back to the
     // pool (and be recorded again) at once.
     let result = crate::event::record(event, other).and_then(|()| wait_event(handle, event));
@@ -381,7 +385,7 @@ pub fn current(ordinal: i32) -> Result<Handle> {
 /// stays current as it was, as `torch.cuda.set_stream`).
 pub fn set_current(handle: Handle) -> Result<()> {
     let stream = get(handle)?;
-    swap_current(stream.device, Some(handle)).map(drop)
+    swap_current(stream.device(), Some(handle)).map(drop)
 }
 
 /// Enters a stream scope (`with torch.cuda.stream(s)`): makes `handle`'s device and
@@ -389,9 +393,9 @@ pub fn set_current(handle: Handle) -> Result<()> {
 pub fn push(handle: Handle) -> Result<()> {
     let stream = get(handle)?;
     let previous_device = device::current()?;
-    device::set_current(stream.device)?;
-    let previous = swap_current(stream.device, Some(handle))?;
-    SCOPES.try_with(|s| s.borrow_mut().push((stream.device, previous, previous_device))).map_err(|_| tls_error())
+    device::set_current(stream.device())?;
+    let previous = swap_current(stream.device(), Some(handle))?;
+    SCOPES.try_with(|s| s.borrow_mut().push((stream.device(), previous, previous_device))).map_err(|_| tls_error())
 }
 
 /// Leaves the innermost stream scope, restoring its device's stream and the device.
@@ -410,8 +414,9 @@ mod tests {
     #[test]
     fn stream_metadata_packs_losslessly() {
         for origin in [Origin::Owned, Origin::Pooled, Origin::External, Origin::LegacyDefault, Origin::PerThreadDefault] {
-            let s = Stream { raw: 0x7f00_dead_beef, device: 7, priority: -5, flags: GPURT_STREAM_NON_BLOCKING, origin };
+            let s = Stream::new(0x7f00_dead_beef, 7, -5, GPURT_STREAM_NON_BLOCKING, origin);
             assert_eq!(Stream::unpack(s.pack()), s);
+            assert_eq!((s.raw, s.device(), s.priority(), s.flags(), s.origin()), (0x7f00_dead_beef, 7, -5, 1, origin));
         }
     }
 
