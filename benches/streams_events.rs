@@ -133,22 +133,24 @@ fn main() {
         ok(sys::cuEventCreate(&mut re, 2));
         let (rs, rs2): (sys::CUstream, sys::CUstream) = (rs.cast(), rs2.cast());
 
-        let mut compare = |name: &'static str, raw: &mut dyn FnMut(), ours: &mut dyn FnMut()| {
+        // `calls`: wrapped calls per iteration; each may cost max(5 %, 15 ns) of its own.
+        let mut compare = |name: &'static str, calls: f64, raw: &mut dyn FnMut(), ours: &mut dyn FnMut()| {
             // Both orders, so that neither side always runs first after a drain.
             let (r1, o1) = interleaved(reps, n, raw, ours);
             let (o2, r2) = interleaved(reps, n, ours, raw);
             let (r, o) = ((r1 + r2) / 2.0, (o1 + o2) / 2.0);
-            let allowed = (r * 0.05).max(15.0);
+            let allowed = (r * 0.05).max(15.0 * calls);
             rows.push(Row { name, raw: r, ours: o, pass: o - r <= allowed, target: format!("<= raw + {allowed:.0} ns") });
         };
-        compare("event record", &mut || ok(sys::cuEventRecord(re, rs)), &mut || st((g.event_record)(e, s)));
+        compare("event record", 1.0, &mut || ok(sys::cuEventRecord(re, rs)), &mut || st((g.event_record)(e, s)));
         // The same driver objects on both sides: separates gpurt's cost from the objects'.
         let mut ne = std::ptr::null_mut();
         st((g.event_native)(e, &mut ne));
         let ne: sys::CUevent = ne.cast();
-        compare("event record, raw on gpurt's event", &mut || ok(sys::cuEventRecord(ne, rs)), &mut || st((g.event_record)(e, s)));
+        compare("event record, raw on gpurt's event", 1.0, &mut || ok(sys::cuEventRecord(ne, rs)), &mut || st((g.event_record)(e, s)));
         compare(
-            "event record + query",
+            "event record + query (2 calls)",
+            2.0,
             &mut || {
                 ok(sys::cuEventRecord(re, rs));
                 sys::cuEventQuery(re);
@@ -160,11 +162,11 @@ fn main() {
         );
         ok(sys::cuStreamSynchronize(rs));
         // A/A: the same raw call on both sides shows the method's own bias and noise.
-        compare("A/A check: stream query vs itself", &mut || ok(sys::cuStreamQuery(rs)), &mut || ok(sys::cuStreamQuery(rs)));
-        compare("stream query", &mut || ok(sys::cuStreamQuery(rs)), &mut || st((g.stream_query)(s)));
+        compare("A/A check: stream query vs itself", 1.0, &mut || ok(sys::cuStreamQuery(rs)), &mut || ok(sys::cuStreamQuery(rs)));
+        compare("stream query", 1.0, &mut || ok(sys::cuStreamQuery(rs)), &mut || st((g.stream_query)(s)));
         ok(sys::cuEventRecord(re, rs));
         st((g.event_record)(e2, s));
-        compare("stream wait event", &mut || ok(sys::cuStreamWaitEvent(rs2, re, 0)), &mut || st((g.stream_wait_event)(s2, e2)));
+        compare("stream wait event", 1.0, &mut || ok(sys::cuStreamWaitEvent(rs2, re, 0)), &mut || st((g.stream_wait_event)(s2, e2)));
         ok(sys::cuCtxSynchronize());
 
         // gpurt's own cost with no driver call: the C boundary and a handle lookup.

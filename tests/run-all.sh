@@ -6,7 +6,8 @@
 #   2. CMake: build + install to a prefix, then a find_package consumer building the
 #      C ABI test as C and C++ against gpurt::gpurt and gpurt::gpurt_static;
 #   3. add_subdirectory(gpurt) consumer;
-#   4. pkg-config consumer.
+#   4. pkg-config consumer;
+#   5. the C ABI test and the benchmarks against tests/stub-driver (a stand-in libcuda).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -52,5 +53,12 @@ mkdir -p "$work/pkg-config"
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/abi_test.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$work/pkg-config/abi_test"
 "$work/pkg-config/abi_test"
+
+echo "== stub driver: the C ABI test on the GPU-present paths, and gpurt's own cost per call"
+stub=$work/stub-driver
+mkdir -p "$stub"
+cc -O2 -shared -fPIC tests/stub-driver/stub_cuda.c -o "$stub/libcuda.so.1"
+LD_LIBRARY_PATH=$stub "$work/pkg-config/abi_test"
+LD_LIBRARY_PATH=$stub GPURT_LIB="$cargo_dir/release/libgpurt.so" cargo bench --bench streams_events
 
 echo "all tests passed"

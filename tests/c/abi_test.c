@@ -169,7 +169,7 @@ int main(void) {
         printf("abi_test: no GPU (%s): checking the no-driver behaviour\n", gpurt_status_string(why));
         check_without_gpu(why);
     } else {
-        printf("abi_test: %d device(s): checking misuse against a real driver\n", count);
+        printf("abi_test: %d device(s): checking misuse against the driver\n", count);
         check_with_gpu(count);
     }
     printf("abi_test: %d checks, %d failed\n", checks, failures);

@@ -1,0 +1,49 @@
+/* A stand-in libcuda.so.1 for machines without a GPU: every entry point gpurt
+ * needs answers at once, as a driver with one idle device would. It is no
+ * simulator (work "completes" when queued); it lets CI run the GPU-present code
+ * paths of the C ABI test, and measures gpurt's own CPU cost per call in the
+ * benchmarks (the driver's share here is a few ns). */
+#include <stdlib.h>
+#include <string.h>
+typedef int CUresult;
+typedef void *P;
+CUresult cuInit(unsigned f) { (void)f; return 0; }
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+CUresult cuGetErrorName(int c, const char **s) { (void)c; *s = "FAKE"; return 0; }
+CUresult cuGetErrorString(int c, const char **s) { (void)c; *s = "fake"; return 0; }
+CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
+CUresult cuDeviceGet(int *d, int o) { *d = o; return 0; }
+CUresult cuDeviceGetName(char *n, int l, int d) { (void)d; strncpy(n, "Fake GPU", l); return 0; }
+CUresult cuDeviceGetUuid(char *u, int d) { (void)d; memset(u, 1, 16); return 0; }
+CUresult cuDeviceGetAttribute(int *v, int a, int d) { (void)d; *v = a == 75 ? 9 : 1; return 0; }
+CUresult cuDeviceTotalMem_v2(size_t *b, int d) { (void)d; *b = 1ull << 34; return 0; }
+CUresult cuDeviceCanAccessPeer(int *c, int a, int b) { (void)a; (void)b; *c = 0; return 0; }
+static int ctx_storage;
+static __thread P current;
+CUresult cuDevicePrimaryCtxRetain(P *c, int d) { (void)d; *c = &ctx_storage; return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
+CUresult cuCtxGetCurrent(P *c) { *c = current; return 0; }
+CUresult cuCtxSetCurrent(P c) { current = c; return 0; }
+CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
+CUresult cuCtxSynchronize(void) { return 0; }
+CUresult cuCtxEnablePeerAccess(P c, unsigned f) { (void)c; (void)f; return 0; }
+CUresult cuCtxDisablePeerAccess(P c) { (void)c; return 0; }
+CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = 1ull << 33; *t = 1ull << 34; return 0; }
+CUresult cuCtxGetStreamPriorityRange(int *l, int *g) { *l = 0; *g = -5; return 0; }
+CUresult cuStreamCreateWithPriority(P *s, unsigned f, int p) { (void)f; (void)p; *s = malloc(64); return 0; }
+CUresult cuStreamDestroy_v2(P s) { free(s); return 0; }
+CUresult cuStreamQuery(P s) { (void)s; return 0; }
+CUresult cuStreamSynchronize(P s) { (void)s; return 0; }
+CUresult cuStreamWaitEvent(P s, P e, unsigned f) { (void)s; (void)e; (void)f; return 0; }
+CUresult cuStreamGetFlags(P s, unsigned *f) { (void)s; *f = 1; return 0; }
+CUresult cuStreamGetPriority(P s, int *p) { (void)s; *p = 0; return 0; }
+CUresult cuStreamIsCapturing(P s, int *c) { (void)s; *c = 0; return 0; }
+CUresult cuLaunchHostFunc(P s, void (*f)(void *), void *u) { (void)s; f(u); return 0; }
+CUresult cuEventCreate(P *e, unsigned f) { (void)f; *e = malloc(64); return 0; }
+CUresult cuEventDestroy_v2(P e) { free(e); return 0; }
+CUresult cuEventRecord(P e, P s) { (void)e; (void)s; return 0; }
+CUresult cuEventQuery(P e) { (void)e; return 0; }
+CUresult cuEventSynchronize(P e) { (void)e; return 0; }
+CUresult cuEventElapsedTime(float *m, P a, P b) { (void)a; (void)b; *m = 1; return 0; }
+CUresult cuIpcGetEventHandle(char *h, P e) { (void)e; memset(h, 0, 64); return 0; }
+CUresult cuIpcOpenEventHandle(P *e, char h[64]) { (void)h; *e = malloc(64); return 0; }
