@@ -157,13 +157,13 @@ pub extern "C" fn gpurt_device_can_access_peer(device: c_int, peer: c_int, can_a
 /// Lets `device` access `peer`'s memory. Enabling twice succeeds.
 #[no_mangle]
 pub extern "C" fn gpurt_device_enable_peer_access(device: c_int, peer: c_int) -> gpurt_status_t {
-    boundary::call("gpurt_device_enable_peer_access", || super::enable_peer_access(device, peer))
+    boundary::call("gpurt_device_enable_peer_access", || super::set_peer_access(device, peer, true))
 }
 
 /// Revokes `device`'s access to `peer`. Disabling twice succeeds.
 #[no_mangle]
 pub extern "C" fn gpurt_device_disable_peer_access(device: c_int, peer: c_int) -> gpurt_status_t {
-    boundary::call("gpurt_device_disable_peer_access", || super::disable_peer_access(device, peer))
+    boundary::call("gpurt_device_disable_peer_access", || super::set_peer_access(device, peer, false))
 }
 
 /// Blocks until all work on `device` has finished. A synchronising call (see

@@ -291,29 +291,25 @@ pub fn can_access_peer(ordinal: i32, peer: i32) -> Result<bool> {
     Ok(can != 0)
 }
 
-/// Lets `ordinal` access `peer`'s memory. Idempotent: enabling twice succeeds.
-pub fn enable_peer_access(ordinal: i32, peer: i32) -> Result<()> {
+/// Grants (`enable`) or revokes `ordinal`'s access to `peer`'s memory. Idempotent:
+/// enabling access that is enabled, or disabling access that is not, succeeds.
+pub fn set_peer_access(ordinal: i32, peer: i32, enable: bool) -> Result<()> {
     let (d, p) = (resolve(ordinal)?, resolve(peer)?);
     if d == p {
         return Err(Error::invalid_argument(format!("device {d} cannot be its own peer")));
     }
     let peer_ctx = primary_context(p)?;
-    with_device(d, || match unsafe { sys::cuCtxEnablePeerAccess(peer_ctx, 0) } {
-        CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
-        code => Err(Error::cuda("cuCtxEnablePeerAccess", code)),
-    })
-}
-
-/// Revokes peer access. Idempotent: disabling access that is not enabled succeeds.
-pub fn disable_peer_access(ordinal: i32, peer: i32) -> Result<()> {
-    let (d, p) = (resolve(ordinal)?, resolve(peer)?);
-    if d == p {
-        return Err(Error::invalid_argument(format!("device {d} cannot be its own peer")));
-    }
-    let peer_ctx = primary_context(p)?;
-    with_device(d, || match unsafe { sys::cuCtxDisablePeerAccess(peer_ctx) } {
-        CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED => Ok(()),
-        code => Err(Error::cuda("cuCtxDisablePeerAccess", code)),
+    with_device(d, || {
+        // SAFETY: peer_ctx is a retained primary context; d's context is current.
+        let (code, call, already) = if enable {
+            (unsafe { sys::cuCtxEnablePeerAccess(peer_ctx, 0) }, "cuCtxEnablePeerAccess", CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+        } else {
+            (unsafe { sys::cuCtxDisablePeerAccess(peer_ctx) }, "cuCtxDisablePeerAccess", CUresult::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED)
+        };
+        if code == already {
+            return Ok(());
+        }
+        check(code, call)
     })
 }
 
