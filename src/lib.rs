@@ -12,6 +12,7 @@
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("gpurt packs handles into 64-bit pointers and supports only 64-bit targets");
 
+pub mod alloc;
 pub mod boundary;
 pub mod device;
 pub mod driver;

@@ -1,0 +1,225 @@
+//! The caching allocator's options: `GPURT_ALLOC_CONF`, with the syntax and keys of
+//! `PYTORCH_CUDA_ALLOC_CONF` (`key:value,key:value`). A malformed string is an
+//! error naming the bad key or value; nothing falls back to a default silently.
+
+use crate::error::{Error, Result};
+
+const MIB: u64 = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocConfig {
+    /// Blocks at least this large are never split (`max_split_size_mb`); `u64::MAX` = no limit.
+    pub max_split_size: u64,
+    /// Per size interval (a power of two, 1 MiB and up), how many divisions a request is
+    /// rounded to; 0 keeps the 512-byte rounding (`roundup_power2_divisions`).
+    pub roundup_power2_divisions: [u32; 64],
+    /// Fraction of the allowed memory past which free cached blocks are reclaimed
+    /// before asking the driver (`garbage_collection_threshold`); 0 = off.
+    pub garbage_collection_threshold: f64,
+}
+
+impl Default for AllocConfig {
+    fn default() -> Self {
+        AllocConfig { max_split_size: u64::MAX, roundup_power2_divisions: [0; 64], garbage_collection_threshold: 0.0 }
+    }
+}
+
+fn bad(key: &str, value: &str, why: &str) -> Error {
+    Error::invalid_argument(format!("GPURT_ALLOC_CONF: bad value {value:?} for `{key}`: {why}"))
+}
+
+fn divisions(key: &str, text: &str) -> Result<u32> {
+    let n: u32 = text.trim().parse().map_err(|_| bad(key, text, "expected a whole number"))?;
+    if n != 0 && !n.is_power_of_two() {
+        return Err(bad(key, text, "divisions must be a power of two"));
+    }
+    Ok(n)
+}
+
+impl AllocConfig {
+    /// Parses a configuration string; the empty string is the default.
+    pub fn parse(text: &str) -> Result<AllocConfig> {
+        let mut config = AllocConfig::default();
+        for (key, value) in split_options(text)? {
+            config.apply(key, value)?;
+        }
+        Ok(config)
+    }
+
+    fn apply(&mut self, key: &str, value: &str) -> Result<()> {
+        match key {
+            "max_split_size_mb" => {
+                let mb: u64 = value.parse().map_err(|_| bad(key, value, "expected a whole number of MiB"))?;
+                // PyTorch's floor: a smaller limit would stop splitting of 20 MiB segments.
+                if mb <= 20 {
+                    return Err(bad(key, value, "must be greater than 20 (MiB)"));
+                }
+                self.max_split_size = mb * MIB;
+            }
+            "roundup_power2_divisions" => self.roundup_power2_divisions = parse_divisions(key, value)?,
+            "garbage_collection_threshold" => {
+                let t: f64 = value.parse().map_err(|_| bad(key, value, "expected a number"))?;
+                if !(t > 0.0 && t < 1.0) {
+                    return Err(bad(key, value, "must be strictly between 0 and 1"));
+                }
+                self.garbage_collection_threshold = t;
+            }
+            "expandable_segments" => match value {
+                "False" | "false" => {}
+                "True" | "true" => {
+                    return Err(Error::not_supported("GPURT_ALLOC_CONF: expandable_segments:True is not supported yet"))
+                }
+                _ => return Err(bad(key, value, "expected True or False")),
+            },
+            "backend" => match value {
+                "native" => {}
+                "cudaMallocAsync" => {
+                    return Err(Error::not_supported("GPURT_ALLOC_CONF: backend:cudaMallocAsync is not supported"))
+                }
+                _ => return Err(bad(key, value, "expected native")),
+            },
+            _ => {
+                return Err(Error::invalid_argument(format!(
+                    "GPURT_ALLOC_CONF: unknown key `{key}` (known: max_split_size_mb, roundup_power2_divisions, \
+                     garbage_collection_threshold, expandable_segments, backend)"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Rounds a request as the allocator will: up to 512 bytes, or, where
+    /// `roundup_power2_divisions` is set for its size interval, up to the next of
+    /// that many equal steps between two powers of two.
+    pub fn round_size(&self, size: u64) -> u64 {
+        const MIN_BLOCK: u64 = 512;
+        let minimal = size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK;
+        if size <= MIB {
+            return minimal;
+        }
+        let interval = 63 - (size - 1).leading_zeros() as usize; // floor(log2(size - 1))
+        let divs = self.roundup_power2_divisions[interval.min(63)] as u64;
+        if divs <= 1 {
+            return minimal;
+        }
+        let floor = 1u64 << interval;
+        let step = (floor / divs).max(MIN_BLOCK);
+        floor + (size - floor).div_ceil(step) * step
+    }
+}
+
+/// Splits `key:value,key:value`, where a value may be a bracketed list with commas.
+fn split_options(text: &str) -> Result<Vec<(&str, &str)>> {
+    let mut options = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let colon = rest
+            .find(':')
+            .ok_or_else(|| Error::invalid_argument(format!("GPURT_ALLOC_CONF: expected key:value, got {rest:?}")))?;
+        let key = rest[..colon].trim();
+        let after = &rest[colon + 1..];
+        let end = if after.trim_start().starts_with('[') {
+            after.find(']').map(|i| i + 1).ok_or_else(|| bad(key, after, "unclosed ["))?
+        } else {
+            after.find(',').unwrap_or(after.len())
+        };
+        let value = after[..end].trim();
+        if key.is_empty() || value.is_empty() {
+            return Err(Error::invalid_argument(format!("GPURT_ALLOC_CONF: empty key or value in {text:?}")));
+        }
+        options.push((key, value));
+        rest = after[end..].trim_start();
+        rest = rest.strip_prefix(',').unwrap_or(rest).trim_start();
+    }
+    Ok(options)
+}
+
+/// `N` for every interval, or `[256:1,512:2,>:8]`: per interval size in MiB, `>` for the rest.
+fn parse_divisions(key: &str, value: &str) -> Result<[u32; 64]> {
+    let mut table = [0u32; 64];
+    let Some(list) = value.strip_prefix('[').and_then(|v| v.strip_suffix(']')) else {
+        let n = divisions(key, value)?;
+        table[20..].iter_mut().for_each(|d| *d = n);
+        return Ok(table);
+    };
+    let mut last = 20usize;
+    for item in list.split(',') {
+        let (size, n) = item.split_once(':').ok_or_else(|| bad(key, item, "expected SIZE_MB:DIVISIONS"))?;
+        let n = divisions(key, n)?;
+        if size.trim() == ">" {
+            table[last..].iter_mut().for_each(|d| *d = n);
+            continue;
+        }
+        let mb: u64 = size.trim().parse().map_err(|_| bad(key, size, "expected a size in MiB or >"))?;
+        if !mb.is_power_of_two() {
+            return Err(bad(key, size, "interval sizes must be powers of two (MiB)"));
+        }
+        let interval = 20 + mb.trailing_zeros() as usize;
+        if interval >= 64 {
+            return Err(bad(key, size, "interval too large"));
+        }
+        table[interval] = n;
+        last = interval + 1;
+    }
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Status;
+
+    #[test]
+    fn defaults_and_valid_strings() {
+        assert_eq!(AllocConfig::parse("").unwrap(), AllocConfig::default());
+        let c = AllocConfig::parse("max_split_size_mb:128, garbage_collection_threshold:0.6,expandable_segments:False").unwrap();
+        assert_eq!(c.max_split_size, 128 * MIB);
+        assert_eq!(c.garbage_collection_threshold, 0.6);
+        let c = AllocConfig::parse("roundup_power2_divisions:4").unwrap();
+        assert_eq!(c.roundup_power2_divisions[24], 4);
+        assert_eq!(c.roundup_power2_divisions[10], 0);
+        let c = AllocConfig::parse("roundup_power2_divisions:[256:1,512:2,>:8],backend:native").unwrap();
+        assert_eq!(c.roundup_power2_divisions[28], 1);
+        assert_eq!(c.roundup_power2_divisions[29], 2);
+        assert_eq!(c.roundup_power2_divisions[30], 8);
+        assert_eq!(c.roundup_power2_divisions[40], 8);
+    }
+
+    #[test]
+    fn malformed_strings_name_the_problem() {
+        let cases = [
+            ("max_split_size_mb:abc", "max_split_size_mb"),
+            ("max_split_size_mb:10", "greater than 20"),
+            ("garbage_collection_threshold:1.5", "between 0 and 1"),
+            ("roundup_power2_divisions:3", "power of two"),
+            ("roundup_power2_divisions:[256:1", "unclosed"),
+            ("roundup_power2_divisions:[300:2]", "powers of two"),
+            ("no_such_key:1", "unknown key `no_such_key`"),
+            ("max_split_size_mb", "expected key:value"),
+            ("expandable_segments:maybe", "True or False"),
+            ("max_split_size_mb:,", "empty key or value"),
+        ];
+        for (text, needle) in cases {
+            let err = AllocConfig::parse(text).unwrap_err();
+            assert_eq!(err.status, Status::GPURT_ERROR_INVALID_ARGUMENT, "{text}");
+            assert!(err.message.contains(needle), "{text}: {}", err.message);
+        }
+        let err = AllocConfig::parse("expandable_segments:True").unwrap_err();
+        assert_eq!(err.status, Status::GPURT_ERROR_NOT_SUPPORTED);
+    }
+
+    #[test]
+    fn rounding() {
+        let c = AllocConfig::default();
+        assert_eq!(c.round_size(0), 512);
+        assert_eq!(c.round_size(1), 512);
+        assert_eq!(c.round_size(513), 1024);
+        assert_eq!(c.round_size(3 * MIB + 1), 3 * MIB + 512);
+        let c = AllocConfig::parse("roundup_power2_divisions:4").unwrap();
+        // 1200 MiB lies in [1024, 2048) MiB: steps of 256 MiB -> 1280 MiB.
+        assert_eq!(c.round_size(1200 * MIB), 1280 * MIB);
+        assert_eq!(c.round_size(1024 * MIB), 1024 * MIB);
+        // Small requests keep the 512-byte rounding.
+        assert_eq!(c.round_size(1000), 1024);
+    }
+}

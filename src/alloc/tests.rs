@@ -1,0 +1,276 @@
+//! The pool's behaviour on the host segment source: splitting and coalescing,
+//! stream-tagged reuse, deferred frees, the out-of-memory retry, the memory
+//! fraction, and exact statistics after random and multi-threaded operations.
+
+use std::sync::{Arc, Mutex};
+
+use super::config::AllocConfig;
+use super::host::HostSource;
+use super::pool::Pool;
+use crate::error::Status;
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+fn pool(capacity: u64) -> Pool<HostSource> {
+    Pool::new(HostSource::new(capacity), AllocConfig::default())
+}
+
+fn check(p: &Pool<HostSource>) {
+    if let Err(e) = p.check_invariants() {
+        panic!("invariant broken: {e}");
+    }
+}
+
+/// A small deterministic generator (xorshift), seeded per test.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Log-uniform in [lo, hi].
+    fn log_uniform(&mut self, lo: u64, hi: u64) -> u64 {
+        let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
+        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        (a + u * (b - a)).exp() as u64
+    }
+}
+
+#[test]
+fn small_blocks_split_one_segment_and_coalesce_back() {
+    let mut p = pool(GIB);
+    let a = p.malloc(1000, 1).unwrap();
+    let b = p.malloc(700 * KIB, 1).unwrap();
+    let c = p.malloc(1, 1).unwrap();
+    check(&p);
+    let s = p.stats();
+    assert_eq!(s.segment.all.current, 1, "all three fit one 2 MiB small segment");
+    assert_eq!(s.reserved_bytes.small_pool.current, 2 * MIB as i64);
+    assert_eq!(s.allocated_bytes.all.current, (1024 + 700 * KIB + 512) as i64);
+    assert_eq!(s.requested_bytes.all.current, (1000 + 700 * KIB + 1) as i64);
+    assert_eq!((b - a, c - b), (1024, 700 * KIB));
+    p.free(b).unwrap();
+    check(&p);
+    assert_eq!(p.stats().inactive_split.all.current, 2, "the hole and the tail are free split blocks");
+    p.free(a).unwrap();
+    p.free(c).unwrap();
+    check(&p);
+    let s = p.stats();
+    assert_eq!((s.inactive_split_bytes.all.current, s.active.all.current), (0, 0));
+    assert_eq!(s.reserved_bytes.all.current, 2 * MIB as i64, "cached, not released");
+    p.empty_cache();
+    check(&p);
+    assert_eq!(p.stats().reserved_bytes.all.current, 0);
+    assert_eq!(p.source().live_segments(), 0);
+}
+
+#[test]
+fn segment_sizes_follow_pytorch() {
+    let mut p = pool(GIB);
+    p.malloc(2 * MIB, 1).unwrap(); // large, < 10 MiB: a 20 MiB segment
+    // ≥ 10 MiB: its own segment, rounded to 2 MiB (another stream, so that the first
+    // segment's 18 MiB free tail does not serve it).
+    p.malloc(11 * MIB + 3, 2).unwrap();
+    let s = p.stats();
+    assert_eq!(s.reserved_bytes.large_pool.current, (20 + 12) as i64 * MIB as i64);
+    assert_eq!(s.segment.large_pool.current, 2);
+    check(&p);
+}
+
+#[test]
+fn a_block_is_reused_on_its_stream_only() {
+    let mut p = pool(GIB);
+    let a = p.malloc(64 * KIB, 1).unwrap();
+    p.free(a).unwrap();
+    assert_eq!(p.malloc(64 * KIB, 1).unwrap(), a, "reused at once on the same stream");
+    let other = p.malloc(64 * KIB, 2).unwrap();
+    assert_ne!(other, a);
+    assert_eq!(p.stats().segment.all.current, 2, "stream 2 got its own segment");
+    check(&p);
+}
+
+#[test]
+fn record_stream_defers_reuse_until_the_other_stream_is_done() {
+    let mut p = pool(GIB);
+    let a = p.malloc(MIB, 1).unwrap();
+    p.record_stream(a, 7).unwrap();
+    p.record_stream(a, 1).unwrap(); // its own stream: nothing to wait for
+    p.free(a).unwrap();
+    check(&p);
+    let s = p.stats();
+    assert_eq!((s.allocated_bytes.all.current, s.active_bytes.all.current), (0, MIB as i64), "freed but still active");
+    let b = p.malloc(MIB, 1).unwrap();
+    assert_ne!(a, b, "not reused while stream 7 may still use it");
+    assert_eq!(p.free(a).unwrap_err().status, Status::GPURT_ERROR_INVALID_ARGUMENT, "double free");
+    p.source().complete_all();
+    p.free(b).unwrap();
+    let c = p.malloc(MIB, 1).unwrap();
+    assert!(c == a || c == b, "a cached block is reused once the markers are done");
+    assert_eq!(p.source().pending_markers(), 0);
+    check(&p);
+}
+
+#[test]
+fn out_of_memory_retries_after_releasing_the_cache_then_reports() {
+    let mut p = pool(48 * MIB);
+    let a = p.malloc(30 * MIB, 1).unwrap();
+    p.free(a).unwrap(); // cached on stream 1
+    // Stream 2 cannot use stream 1's block, and the source is full: the retry
+    // releases the cache and succeeds.
+    let b = p.malloc(30 * MIB, 2).unwrap();
+    assert_eq!(p.stats().num_alloc_retries, 1);
+    assert_eq!(p.stats().num_ooms, 0);
+    check(&p);
+    let err = p.malloc(40 * MIB, 2).unwrap_err();
+    assert_eq!(err.status, Status::GPURT_ERROR_OUT_OF_MEMORY);
+    for needle in ["tried to allocate 40.00 MiB", "Device total 48.00 MiB", "allocated 30.00 MiB", "max_split_size_mb"] {
+        assert!(err.message.contains(needle), "{needle:?} not in {}", err.message);
+    }
+    assert_eq!(p.stats().num_ooms, 1);
+    check(&p);
+    // The pool still works after the failure.
+    p.free(b).unwrap();
+    assert!(p.malloc(40 * MIB, 2).is_ok());
+    check(&p);
+}
+
+#[test]
+fn memory_fraction_caps_reserved_memory() {
+    let mut p = pool(100 * MIB);
+    assert!(p.set_memory_fraction(0.0).is_err());
+    assert!(p.set_memory_fraction(1.5).is_err());
+    p.set_memory_fraction(0.3).unwrap();
+    p.malloc(20 * MIB, 1).unwrap();
+    let err = p.malloc(20 * MIB, 1).unwrap_err();
+    assert_eq!(err.status, Status::GPURT_ERROR_OUT_OF_MEMORY);
+    assert!(err.message.contains("memory fraction"), "{}", err.message);
+    p.set_memory_fraction(1.0).unwrap();
+    p.malloc(20 * MIB, 1).unwrap();
+    check(&p);
+}
+
+#[test]
+fn oversize_blocks_are_not_split_for_small_requests() {
+    let mut p = Pool::new(HostSource::new(GIB), AllocConfig::parse("max_split_size_mb:64").unwrap());
+    let big = p.malloc(100 * MIB, 1).unwrap();
+    p.free(big).unwrap();
+    let small = p.malloc(2 * MIB, 1).unwrap();
+    assert_ne!(small, big, "a 100 MiB cached block is not carved for 2 MiB");
+    assert_eq!(p.malloc(90 * MIB, 1).unwrap(), big, "but serves a request within 20 MiB of its size, unsplit");
+    check(&p);
+}
+
+#[test]
+fn zero_size_and_bad_pointers() {
+    let mut p = pool(GIB);
+    assert_eq!(p.malloc(0, 1).unwrap(), 0);
+    p.free(0).unwrap();
+    let a = p.malloc(512, 1).unwrap();
+    assert_eq!(p.free(a + 1).unwrap_err().status, Status::GPURT_ERROR_INVALID_ARGUMENT);
+    assert_eq!(p.record_stream(12345, 2).unwrap_err().status, Status::GPURT_ERROR_INVALID_ARGUMENT);
+    check(&p);
+    assert_eq!(p.stats().allocation.all.current, 1);
+}
+
+/// 20 000 random operations (log-uniform sizes 256 B – 32 MiB, three streams,
+/// cross-stream uses, markers completing at random), every invariant checked after
+/// each; at the end everything is freed and the cache emptied.
+#[test]
+fn random_operations_keep_every_invariant() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut p = pool(2 * GIB);
+    let mut live: Vec<u64> = Vec::new();
+    for i in 0..20_000 {
+        match rng.below(10) {
+            0..=4 => {
+                let size = rng.log_uniform(256, 32 * MIB);
+                match p.malloc(size, 1 + rng.below(3)) {
+                    Ok(addr) => live.push(addr),
+                    Err(e) => assert_eq!(e.status, Status::GPURT_ERROR_OUT_OF_MEMORY),
+                }
+            }
+            5..=8 if !live.is_empty() => {
+                let addr = live.swap_remove(rng.below(live.len() as u64) as usize);
+                if rng.below(4) == 0 {
+                    p.record_stream(addr, 1 + rng.below(3)).unwrap();
+                }
+                p.free(addr).unwrap();
+            }
+            _ => {
+                if rng.below(3) == 0 {
+                    p.source().complete_all();
+                }
+                if rng.below(50) == 0 {
+                    p.empty_cache();
+                }
+            }
+        }
+        if i % 7 == 0 || live.is_empty() {
+            check(&p);
+        }
+    }
+    check(&p);
+    for addr in live.drain(..) {
+        p.free(addr).unwrap();
+    }
+    p.empty_cache();
+    check(&p);
+    let s = p.stats();
+    assert_eq!(
+        (s.allocated_bytes.all.current, s.reserved_bytes.all.current, s.active.all.current, s.requested_bytes.all.current),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(s.num_device_alloc, s.num_device_free);
+    assert_eq!(p.source().live_segments(), 0);
+}
+
+/// 8 threads share one pool; a quarter of the blocks are freed by another thread
+/// than the one that allocated them. The invariants hold at the end.
+#[test]
+fn eight_threads_with_cross_thread_frees() {
+    let shared = Arc::new(Mutex::new(pool(4 * GIB)));
+    let handoff: Arc<Mutex<Vec<u64>>> = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let (shared, handoff) = (shared.clone(), handoff.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(0x1234_5678 + t * 7919);
+                let mut mine = Vec::new();
+                for _ in 0..3_000 {
+                    if rng.below(2) == 0 || mine.is_empty() {
+                        let size = rng.log_uniform(256, 4 * MIB);
+                        let addr = shared.lock().unwrap().malloc(size, t).unwrap();
+                        mine.push(addr);
+                    } else {
+                        let addr = mine.swap_remove(rng.below(mine.len() as u64) as usize);
+                        if rng.below(4) == 0 {
+                            handoff.lock().unwrap().push(addr);
+                        } else {
+                            shared.lock().unwrap().free(addr).unwrap();
+                        }
+                    }
+                    if let Some(addr) = (rng.below(3) == 0).then(|| handoff.lock().unwrap().pop()).flatten() {
+                        shared.lock().unwrap().free(addr).unwrap();
+                    }
+                }
+                mine
+            })
+        })
+        .collect();
+    let leftovers: Vec<u64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let mut p = shared.lock().unwrap();
+    check(&p);
+    for addr in leftovers.into_iter().chain(handoff.lock().unwrap().drain(..)) {
+        p.free(addr).unwrap();
+    }
+    p.empty_cache();
+    check(&p);
+    assert_eq!(p.stats().reserved_bytes.all.current, 0);
+}
