@@ -36,6 +36,9 @@
 /** Initialiser for gpurt_device_properties_t. */
 #define GPURT_DEVICE_PROPERTIES_INIT GPURT_STRUCT_INIT(gpurt_device_properties_t)
 
+/** Initialiser for gpurt_memory_stats_t. */
+#define GPURT_MEMORY_STATS_INIT GPURT_STRUCT_INIT(gpurt_memory_stats_t)
+
 /** GPURT_VERSION as returned by gpurt_version(). */
 #define GPURT_VERSION (GPURT_VERSION_MAJOR * 10000 + GPURT_VERSION_MINOR * 100 + GPURT_VERSION_PATCH)
 
@@ -158,6 +161,52 @@ typedef struct gpurt_event_s gpurt_event_s;
  */
 typedef struct gpurt_stream_s gpurt_stream_s;
 
+typedef gpurt_stream_s *gpurt_stream_t;
+
+/**
+ * One statistic: its current value, the peak since the last peak reset, and the
+ * totals added and removed since the last accumulated reset.
+ */
+typedef struct {
+  int64_t current;
+  int64_t peak;
+  int64_t allocated;
+  int64_t freed;
+} gpurt_stat_t;
+
+/**
+ * A statistic for all pools, the small pool and the large pool (PyTorch's
+ * `all`, `small_pool`, `large_pool`).
+ */
+typedef struct {
+  gpurt_stat_t all;
+  gpurt_stat_t small_pool;
+  gpurt_stat_t large_pool;
+} gpurt_stat_array_t;
+
+/**
+ * `torch.cuda.memory_stats()`: counts and bytes of allocations (blocks handed out),
+ * segments (driver allocations), active blocks (handed out or awaiting a
+ * cross-stream free), inactive split blocks (free parts of split segments), and the
+ * bytes callers requested before rounding.
+ */
+typedef struct {
+  size_t struct_size;
+  gpurt_stat_array_t allocation;
+  gpurt_stat_array_t segment;
+  gpurt_stat_array_t active;
+  gpurt_stat_array_t inactive_split;
+  gpurt_stat_array_t allocated_bytes;
+  gpurt_stat_array_t reserved_bytes;
+  gpurt_stat_array_t active_bytes;
+  gpurt_stat_array_t inactive_split_bytes;
+  gpurt_stat_array_t requested_bytes;
+  int64_t num_alloc_retries;
+  int64_t num_ooms;
+  int64_t num_device_alloc;
+  int64_t num_device_free;
+} gpurt_memory_stats_t;
+
 typedef gpurt_device_s *gpurt_device_t;
 
 /**
@@ -210,8 +259,6 @@ typedef struct {
 
 typedef gpurt_event_s *gpurt_event_t;
 
-typedef gpurt_stream_s *gpurt_stream_t;
-
 /**
  * The bytes that carry an interprocess event to another process.
  */
@@ -232,6 +279,103 @@ typedef void (*gpurt_host_fn_t)(void *user);
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Allocates `size` bytes of device memory on `stream`'s device from gpurt's caching
+ * pool, for use on `stream`. Size 0 gives NULL. Memory freed on the same stream is
+ * reused at once; see `gpurt_record_stream` for other streams.
+ */
+gpurt_status_t gpurt_malloc(size_t size, gpurt_stream_t stream, void **ptr);
+
+/**
+ * Allocates on `device` (`GPURT_CURRENT_DEVICE` for the current one) for use on
+ * this thread's current stream of that device.
+ */
+gpurt_status_t gpurt_malloc_device(int device, size_t size, void **ptr);
+
+/**
+ * Frees memory from `gpurt_malloc` (NULL is a no-op). Found from the pointer alone.
+ */
+gpurt_status_t gpurt_free(void *ptr);
+
+/**
+ * Declares that `ptr` is also used on `stream`: its free then waits (without
+ * blocking the caller) until the work queued there so far is done.
+ */
+gpurt_status_t gpurt_record_stream(void *ptr, gpurt_stream_t stream);
+
+/**
+ * Releases every wholly free cached segment to the driver (`torch.cuda.empty_cache`).
+ */
+gpurt_status_t gpurt_empty_cache(void);
+
+/**
+ * Sets the allocator options, with `PYTORCH_CUDA_ALLOC_CONF`'s syntax (as the
+ * `GPURT_ALLOC_CONF` environment variable). A malformed string changes nothing.
+ */
+gpurt_status_t gpurt_alloc_set_config(const char *config);
+
+/**
+ * Caps the memory gpurt reserves on `device` at `fraction` of its total.
+ */
+gpurt_status_t gpurt_set_per_process_memory_fraction(double fraction, int device);
+
+/**
+ * `torch.cuda.memory_stats()` for `device`, into a struct the caller initialised
+ * (`GPURT_MEMORY_STATS_INIT`).
+ */
+gpurt_status_t gpurt_memory_stats(int device, gpurt_memory_stats_t *stats);
+
+/**
+ * Bytes currently allocated (`torch.cuda.memory_allocated`), its peak, bytes
+ * reserved (`memory_reserved`) and its peak, for `device`; any may be NULL.
+ */
+gpurt_status_t gpurt_memory_usage(int device,
+                                  uint64_t *allocated,
+                                  uint64_t *max_allocated,
+                                  uint64_t *reserved,
+                                  uint64_t *max_reserved);
+
+/**
+ * Resets every peak of `device`'s statistics to its current value.
+ */
+gpurt_status_t gpurt_reset_peak_memory_stats(int device);
+
+/**
+ * Resets `device`'s accumulated totals and event counters.
+ */
+gpurt_status_t gpurt_reset_accumulated_memory_stats(int device);
+
+/**
+ * Writes `torch.cuda.memory_summary()`'s table for `device` into `buffer` (NUL-
+ * terminated, truncated to `capacity`); `*needed` gets the full size with the NUL.
+ * `buffer` may be NULL with `capacity` 0 to ask for the size.
+ */
+gpurt_status_t gpurt_memory_summary(int device, char *buffer, size_t capacity, size_t *needed);
+
+/**
+ * PyTorch's `CUDAPluggableAllocator` alloc: `void* alloc(ssize_t size, int device,
+ * cudaStream_t stream)`.
+ */
+void *gpurt_torch_alloc(ptrdiff_t size, int device, void *stream);
+
+/**
+ * PyTorch's `CUDAPluggableAllocator` free: `void free(void* ptr, ssize_t size, int
+ * device, cudaStream_t stream)`.
+ */
+void gpurt_torch_free(void *ptr, ptrdiff_t size, int device, void *stream);
+
+/**
+ * CuPy's `CFunctionAllocator` malloc: `intptr_t malloc(intptr_t param, size_t size,
+ * int device)`. CuPy passes no stream: blocks are tagged with the legacy default
+ * stream, so use it with CuPy's default stream.
+ */
+ptrdiff_t gpurt_cupy_malloc(ptrdiff_t param, size_t size, int device);
+
+/**
+ * CuPy's `CFunctionAllocator` free: `void free(intptr_t param, intptr_t ptr, int device)`.
+ */
+void gpurt_cupy_free(ptrdiff_t param, ptrdiff_t ptr, int device);
 
 /**
  * Loads the CUDA driver and initialises it. Optional: every call initialises on

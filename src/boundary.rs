@@ -65,6 +65,15 @@ pub(crate) fn in_ref<'a, T>(ptr: *const T, name: &str) -> Result<&'a T> {
     unsafe { ptr.as_ref() }.ok_or_else(|| null_argument(name))
 }
 
+/// A checked, non-NULL, UTF-8 C string argument.
+pub(crate) fn in_str<'a>(ptr: *const libc::c_char, name: &str) -> Result<&'a str> {
+    let ptr = in_ref(ptr, name)?;
+    // SAFETY: the caller's contract is a NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(ptr) }
+        .to_str()
+        .map_err(|_| Error::invalid_argument(format!("argument `{name}` is not valid UTF-8")))
+}
+
 #[cold]
 fn null_argument(name: &str) -> Error {
     Error::invalid_argument(format!("argument `{name}` is NULL"))

@@ -72,9 +72,11 @@ const USE_HEADER: &str = r#"
 int use_header(void);
 int use_header(void) {
     gpurt_device_properties_t props = GPURT_DEVICE_PROPERTIES_INIT;
+    gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
     int count = 0;
     gpurt_status_t status = gpurt_device_count(&count);
     (void)props;
+    (void)stats;
     return status == GPURT_SUCCESS && GPURT_VERSION >= 0 ? count : -1;
 }
 "#;

@@ -1,10 +1,12 @@
-//! The caching device allocator (in progress): configuration, statistics and the
-//! pool logic, generic over its segment source so that it is tested on host address
-//! ranges (`host`) and runs unchanged on the driver. Not yet exported through the C
-//! ABI: the driver segment source, the per-thread front cache and the C entry points
-//! come next (see the notes).
+//! The caching device allocator: configuration (`config`), statistics (`stats`) and
+//! the pool logic (`pool`), generic over its segment source, so that it is tested
+//! on host address ranges (`host`) and runs unchanged on the driver (`device`).
+//! `ffi` holds the C entry points, including PyTorch's and CuPy's pluggable
+//! allocator signatures.
 
 pub mod config;
+pub mod device;
+pub mod ffi;
 pub mod host;
 pub mod pool;
 pub mod stats;

@@ -110,6 +110,15 @@ impl<S: SegmentSource> Pool<S> {
         }
     }
 
+    pub fn set_config(&mut self, config: AllocConfig) {
+        self.config = config;
+    }
+
+    /// Whether `addr` is a live allocation of this pool.
+    pub fn owns(&self, addr: u64) -> bool {
+        self.blocks.get(&addr).is_some_and(|b| b.state == State::Allocated)
+    }
+
     pub fn stats(&self) -> gpurt_memory_stats_t {
         self.stats
     }
@@ -248,16 +257,22 @@ impl<S: SegmentSource> Pool<S> {
     /// retries once before reporting out of memory.
     fn new_segment(&mut self, pool: PoolKind, stream: u64, rounded: u64, requested: u64) -> Result<u64> {
         let size = segment_size(rounded);
+        let is_oom = |e: &Error| e.status == Status::GPURT_ERROR_OUT_OF_MEMORY;
         let addr = match self.allocate_segment(size) {
             Ok(addr) => addr,
-            Err(_) => {
+            Err(e) if is_oom(&e) => {
                 self.stats.num_alloc_retries += 1;
                 self.empty_cache();
                 if let Some(addr) = self.find_free(pool, stream, rounded) {
                     return Ok(addr);
                 }
-                self.allocate_segment(size).map_err(|cause| self.out_of_memory(requested, cause))?
+                match self.allocate_segment(size) {
+                    Ok(addr) => addr,
+                    Err(cause) if is_oom(&cause) => return Err(self.out_of_memory(requested, cause)),
+                    Err(other) => return Err(other),
+                }
             }
+            Err(other) => return Err(other),
         };
         self.segments.insert(addr, size);
         self.stats.segment.add(pool, 1);

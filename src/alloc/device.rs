@@ -1,0 +1,177 @@
+//! The device allocator: one caching pool per device over driver segments
+//! (`cuMemAlloc`), with stream-ordered deferred frees on pooled events.
+
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use cudarc::driver::sys;
+
+use super::config::AllocConfig;
+use super::pool::{Pool, SegmentSource};
+use super::stats::gpurt_memory_stats_t;
+use crate::device::{self, per_device};
+use crate::driver::check;
+use crate::error::{Error, Result};
+use crate::handle::Handle;
+
+/// Segments from `cuMemAlloc` on one device; markers are pooled events.
+pub struct DriverSource {
+    device: i32,
+}
+
+impl SegmentSource for DriverSource {
+    fn allocate(&mut self, size: u64) -> Result<u64> {
+        device::with_device(self.device, || {
+            let mut ptr = 0;
+            check(unsafe { sys::cuMemAlloc_v2(&mut ptr, size as usize) }, "cuMemAlloc")?;
+            Ok(ptr)
+        })
+    }
+    fn release(&mut self, addr: u64, _size: u64) {
+        let freed = device::with_device(self.device, || check(unsafe { sys::cuMemFree_v2(addr) }, "cuMemFree"));
+        if let Err(e) = freed {
+            crate::log::log(crate::log::Level::Error, &format!("releasing a cached segment: {e}"));
+        }
+    }
+    fn record(&mut self, stream: u64) -> Result<u64> {
+        let event = crate::event::pool_get(self.device)?;
+        let raw = crate::event::get(event)?.cu();
+        let recorded = device::with_device(self.device, || {
+            check(unsafe { sys::cuEventRecord(raw, stream as sys::CUstream) }, "cuEventRecord")
+        });
+        match recorded {
+            Ok(()) => Ok(event.0),
+            Err(e) => {
+                let _ = crate::event::destroy(event);
+                Err(e)
+            }
+        }
+    }
+    fn is_done(&mut self, marker: u64) -> bool {
+        let event = Handle(marker);
+        let done = crate::event::query(event).unwrap_or(true);
+        if done {
+            let _ = crate::event::destroy(event);
+        }
+        done
+    }
+    fn wait(&mut self, marker: u64) {
+        let event = Handle(marker);
+        if let Ok(e) = crate::event::get(event) {
+            // The allocator's own wait (out of memory, empty_cache): not a caller's sync.
+            unsafe { sys::cuEventSynchronize(e.cu()) };
+        }
+        let _ = crate::event::destroy(event);
+    }
+    fn memory_info(&self) -> (u64, u64) {
+        device::mem_get_info(self.device).map(|(f, t)| (f as u64, t as u64)).unwrap_or((0, 0))
+    }
+}
+
+static CONFIG: Mutex<Option<AllocConfig>> = Mutex::new(None);
+static POOLS: OnceLock<Box<[OnceLock<Mutex<Pool<DriverSource>>>]>> = OnceLock::new();
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The configuration: set by `set_config`, else read from `GPURT_ALLOC_CONF` once.
+/// A malformed environment string fails every allocation with its message.
+fn config() -> Result<AllocConfig> {
+    let mut config = lock(&CONFIG);
+    if let Some(c) = &*config {
+        return Ok(c.clone());
+    }
+    let parsed = AllocConfig::parse(&std::env::var("GPURT_ALLOC_CONF").unwrap_or_default())?;
+    *config = Some(parsed.clone());
+    Ok(parsed)
+}
+
+/// Replaces the configuration for all devices (validated first: on error nothing changes).
+pub fn set_config(text: &str) -> Result<()> {
+    let parsed = AllocConfig::parse(text)?;
+    *lock(&CONFIG) = Some(parsed.clone());
+    for pool in created_pools() {
+        lock(pool).set_config(parsed.clone());
+    }
+    Ok(())
+}
+
+fn pool(ordinal: i32) -> Result<&'static Mutex<Pool<DriverSource>>> {
+    let d = device::resolve(ordinal)?;
+    let pools = POOLS.get_or_init(|| per_device(OnceLock::new));
+    let cell = &pools[d as usize];
+    if let Some(p) = cell.get() {
+        return Ok(p);
+    }
+    let config = config()?;
+    Ok(cell.get_or_init(|| Mutex::new(Pool::new(DriverSource { device: d }, config))))
+}
+
+fn created_pools() -> impl Iterator<Item = &'static Mutex<Pool<DriverSource>>> {
+    POOLS.get().into_iter().flat_map(|p| p.iter().filter_map(OnceLock::get))
+}
+
+/// The pool's key for a native stream: the legacy default stream is 0 to the runtime
+/// and `CU_STREAM_LEGACY` to the driver; both name the same stream.
+fn stream_key(native: u64) -> u64 {
+    if native == 0 {
+        1
+    } else {
+        native
+    }
+}
+
+pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
+    let p = pool(ordinal)?;
+    let result = lock(p).malloc(size, stream_key(native_stream));
+    result
+}
+
+/// The pool that handed out `ptr`, locked.
+fn owner(ptr: u64) -> Result<MutexGuard<'static, Pool<DriverSource>>> {
+    for p in created_pools() {
+        let guard = lock(p);
+        if guard.owns(ptr) {
+            return Ok(guard);
+        }
+    }
+    Err(Error::invalid_argument(format!("{ptr:#x} is not a live gpurt allocation (double free, or not from gpurt)")))
+}
+
+pub fn free(ptr: u64) -> Result<()> {
+    if ptr == 0 {
+        return Ok(());
+    }
+    owner(ptr)?.free(ptr)
+}
+
+pub fn record_stream(ptr: u64, native_stream: u64) -> Result<()> {
+    owner(ptr)?.record_stream(ptr, stream_key(native_stream))
+}
+
+/// Releases every wholly free cached segment on every device.
+pub fn empty_cache() -> Result<()> {
+    device::require_device()?;
+    for p in created_pools() {
+        lock(p).empty_cache();
+    }
+    Ok(())
+}
+
+pub fn stats(ordinal: i32) -> Result<gpurt_memory_stats_t> {
+    Ok(lock(pool(ordinal)?).stats())
+}
+
+pub fn reset_peak(ordinal: i32) -> Result<()> {
+    lock(pool(ordinal)?).stats_mut().reset_peak();
+    Ok(())
+}
+
+pub fn reset_accumulated(ordinal: i32) -> Result<()> {
+    lock(pool(ordinal)?).stats_mut().reset_accumulated();
+    Ok(())
+}
+
+pub fn set_memory_fraction(fraction: f64, ordinal: i32) -> Result<()> {
+    lock(pool(ordinal)?).set_memory_fraction(fraction)
+}

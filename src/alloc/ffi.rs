@@ -1,0 +1,188 @@
+use libc::{c_char, c_int, c_void};
+
+use super::stats::gpurt_memory_stats_t;
+use crate::boundary::{self, in_str, write_sized, Out};
+use crate::error::gpurt_status_t;
+use crate::handle::Handle;
+use crate::stream::ffi::gpurt_stream_t;
+
+fn native_stream(stream: gpurt_stream_t) -> crate::Result<u64> {
+    Ok(crate::stream::get(Handle::from_ptr(stream))?.raw as u64)
+}
+
+/// Allocates `size` bytes of device memory on `stream`'s device from gpurt's caching
+/// pool, for use on `stream`. Size 0 gives NULL. Memory freed on the same stream is
+/// reused at once; see `gpurt_record_stream` for other streams.
+#[no_mangle]
+pub extern "C" fn gpurt_malloc(size: usize, stream: gpurt_stream_t, ptr: *mut *mut c_void) -> gpurt_status_t {
+    boundary::call("gpurt_malloc", || {
+        let out = Out::new(ptr, "ptr")?;
+        let s = crate::stream::get(Handle::from_ptr(stream))?;
+        out.write(super::device::malloc(s.device(), size as u64, s.raw as u64)? as *mut c_void);
+        Ok(())
+    })
+}
+
+/// Allocates on `device` (`GPURT_CURRENT_DEVICE` for the current one) for use on
+/// this thread's current stream of that device.
+#[no_mangle]
+pub extern "C" fn gpurt_malloc_device(device: c_int, size: usize, ptr: *mut *mut c_void) -> gpurt_status_t {
+    boundary::call("gpurt_malloc_device", || {
+        let out = Out::new(ptr, "ptr")?;
+        let d = crate::device::resolve(device)?;
+        let stream = native_stream(crate::stream::current(d)?.to_ptr())?;
+        out.write(super::device::malloc(d, size as u64, stream)? as *mut c_void);
+        Ok(())
+    })
+}
+
+/// Frees memory from `gpurt_malloc` (NULL is a no-op). Found from the pointer alone.
+#[no_mangle]
+pub extern "C" fn gpurt_free(ptr: *mut c_void) -> gpurt_status_t {
+    boundary::call("gpurt_free", || super::device::free(ptr as u64))
+}
+
+/// Declares that `ptr` is also used on `stream`: its free then waits (without
+/// blocking the caller) until the work queued there so far is done.
+#[no_mangle]
+pub extern "C" fn gpurt_record_stream(ptr: *mut c_void, stream: gpurt_stream_t) -> gpurt_status_t {
+    boundary::call("gpurt_record_stream", || super::device::record_stream(ptr as u64, native_stream(stream)?))
+}
+
+/// Releases every wholly free cached segment to the driver (`torch.cuda.empty_cache`).
+#[no_mangle]
+pub extern "C" fn gpurt_empty_cache() -> gpurt_status_t {
+    boundary::call("gpurt_empty_cache", super::device::empty_cache)
+}
+
+/// Sets the allocator options, with `PYTORCH_CUDA_ALLOC_CONF`'s syntax (as the
+/// `GPURT_ALLOC_CONF` environment variable). A malformed string changes nothing.
+#[no_mangle]
+pub extern "C" fn gpurt_alloc_set_config(config: *const c_char) -> gpurt_status_t {
+    boundary::call("gpurt_alloc_set_config", || super::device::set_config(in_str(config, "config")?))
+}
+
+/// Caps the memory gpurt reserves on `device` at `fraction` of its total.
+#[no_mangle]
+pub extern "C" fn gpurt_set_per_process_memory_fraction(fraction: f64, device: c_int) -> gpurt_status_t {
+    boundary::call("gpurt_set_per_process_memory_fraction", || super::device::set_memory_fraction(fraction, device))
+}
+
+/// `torch.cuda.memory_stats()` for `device`, into a struct the caller initialised
+/// (`GPURT_MEMORY_STATS_INIT`).
+#[no_mangle]
+pub extern "C" fn gpurt_memory_stats(device: c_int, stats: *mut gpurt_memory_stats_t) -> gpurt_status_t {
+    boundary::call("gpurt_memory_stats", || {
+        let value = super::device::stats(device)?;
+        write_sized(stats, &value, std::mem::size_of::<gpurt_memory_stats_t>(), "stats")
+    })
+}
+
+/// Bytes currently allocated (`torch.cuda.memory_allocated`), its peak, bytes
+/// reserved (`memory_reserved`) and its peak, for `device`; any may be NULL.
+#[no_mangle]
+pub extern "C" fn gpurt_memory_usage(
+    device: c_int,
+    allocated: *mut u64,
+    max_allocated: *mut u64,
+    reserved: *mut u64,
+    max_reserved: *mut u64,
+) -> gpurt_status_t {
+    boundary::call("gpurt_memory_usage", || {
+        let s = super::device::stats(device)?;
+        let values = [
+            (allocated, s.allocated_bytes.all.current),
+            (max_allocated, s.allocated_bytes.all.peak),
+            (reserved, s.reserved_bytes.all.current),
+            (max_reserved, s.reserved_bytes.all.peak),
+        ];
+        for (out, value) in values {
+            if let Ok(out) = Out::new(out, "") {
+                out.write(value as u64);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Resets every peak of `device`'s statistics to its current value.
+#[no_mangle]
+pub extern "C" fn gpurt_reset_peak_memory_stats(device: c_int) -> gpurt_status_t {
+    boundary::call("gpurt_reset_peak_memory_stats", || super::device::reset_peak(device))
+}
+
+/// Resets `device`'s accumulated totals and event counters.
+#[no_mangle]
+pub extern "C" fn gpurt_reset_accumulated_memory_stats(device: c_int) -> gpurt_status_t {
+    boundary::call("gpurt_reset_accumulated_memory_stats", || super::device::reset_accumulated(device))
+}
+
+/// Writes `torch.cuda.memory_summary()`'s table for `device` into `buffer` (NUL-
+/// terminated, truncated to `capacity`); `*needed` gets the full size with the NUL.
+/// `buffer` may be NULL with `capacity` 0 to ask for the size.
+#[no_mangle]
+pub extern "C" fn gpurt_memory_summary(device: c_int, buffer: *mut c_char, capacity: usize, needed: *mut usize) -> gpurt_status_t {
+    boundary::call("gpurt_memory_summary", || {
+        let needed = Out::new(needed, "needed")?;
+        if capacity > 0 && buffer.is_null() {
+            return Err(crate::Error::invalid_argument(format!("argument `buffer` is NULL but `capacity` is {capacity}")));
+        }
+        let text = super::stats::summary(crate::device::resolve(device)?, &super::device::stats(device)?);
+        needed.write(text.len() + 1);
+        if capacity > 0 {
+            let n = text.len().min(capacity - 1);
+            // SAFETY: the caller provides `capacity` writable bytes at `buffer`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), buffer, n);
+                *buffer.add(n) = 0;
+            }
+        }
+        Ok(())
+    })
+}
+
+// ---- drop-in allocators for PyTorch and CuPy -----------------------------------
+// Their signatures are fixed by the frameworks, so these four return no status: a
+// failed allocation returns 0/NULL and sets gpurt_last_error_message().
+
+/// PyTorch's `CUDAPluggableAllocator` alloc: `void* alloc(ssize_t size, int device,
+/// cudaStream_t stream)`.
+#[no_mangle]
+pub extern "C" fn gpurt_torch_alloc(size: isize, device: c_int, stream: *mut c_void) -> *mut c_void {
+    let mut ptr = 0u64;
+    boundary::call("gpurt_torch_alloc", || {
+        let size = u64::try_from(size).map_err(|_| crate::Error::invalid_argument(format!("size {size} is negative")))?;
+        ptr = super::device::malloc(device, size, stream as u64)?;
+        Ok(())
+    });
+    ptr as *mut c_void
+}
+
+/// PyTorch's `CUDAPluggableAllocator` free: `void free(void* ptr, ssize_t size, int
+/// device, cudaStream_t stream)`.
+#[no_mangle]
+pub extern "C" fn gpurt_torch_free(ptr: *mut c_void, size: isize, device: c_int, stream: *mut c_void) {
+    let _ = (size, device, stream); // the pointer alone identifies the block
+    boundary::call("gpurt_torch_free", || super::device::free(ptr as u64));
+}
+
+/// CuPy's `CFunctionAllocator` malloc: `intptr_t malloc(intptr_t param, size_t size,
+/// int device)`. CuPy passes no stream: blocks are tagged with the legacy default
+/// stream, so use it with CuPy's default stream.
+#[no_mangle]
+pub extern "C" fn gpurt_cupy_malloc(param: isize, size: usize, device: c_int) -> isize {
+    let _ = param;
+    let mut ptr = 0u64;
+    boundary::call("gpurt_cupy_malloc", || {
+        ptr = super::device::malloc(device, size as u64, 0)?;
+        Ok(())
+    });
+    ptr as isize
+}
+
+/// CuPy's `CFunctionAllocator` free: `void free(intptr_t param, intptr_t ptr, int device)`.
+#[no_mangle]
+pub extern "C" fn gpurt_cupy_free(param: isize, ptr: isize, device: c_int) {
+    let _ = (param, device); // the pointer alone identifies the block
+    boundary::call("gpurt_cupy_free", || super::device::free(ptr as u64));
+}
