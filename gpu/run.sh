@@ -31,6 +31,9 @@ step abi-test bin/abi_test
 step abi-test-static bin/abi_test_static
 step interop bin/interop
 step compare-props python3 src/compare_props.py bin/gpurt-info
+step torch-native python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-native "$logs/torch_ref.pt"
+step torch-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-gpurt "$logs/torch_ref.pt"
+step cupy-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" cupy
 for t in tests/*; do
     step "rust-$(basename "$t")" "$t" --test-threads=1
 done

@@ -51,6 +51,8 @@ const REQUIRED: &[&str] = &[
     "cuEventElapsedTime",
     "cuIpcGetEventHandle",
     "cuIpcOpenEventHandle",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
 ];
 
 static INIT: OnceLock<Result<()>> = OnceLock::new();

@@ -257,6 +257,15 @@ impl<S: SegmentSource> Pool<S> {
     /// retries once before reporting out of memory.
     fn new_segment(&mut self, pool: PoolKind, stream: u64, rounded: u64, requested: u64) -> Result<u64> {
         let size = segment_size(rounded);
+        // garbage_collection_threshold: past that share of the memory fraction's cap,
+        // hand idle cached segments back before taking a new one.
+        let threshold = self.config.garbage_collection_threshold;
+        if threshold > 0.0 && self.limit != u64::MAX {
+            let reserved = self.stats.reserved_bytes.all.current as f64;
+            if reserved + size as f64 > threshold * self.limit as f64 {
+                self.release_free_segments();
+            }
+        }
         let is_oom = |e: &Error| e.status == Status::GPURT_ERROR_OUT_OF_MEMORY;
         let addr = match self.allocate_segment(size) {
             Ok(addr) => addr,
@@ -408,6 +417,11 @@ impl<S: SegmentSource> Pool<S> {
     /// frees first), as `torch.cuda.empty_cache`.
     pub fn empty_cache(&mut self) {
         self.process_pending(true);
+        self.release_free_segments();
+    }
+
+    /// Releases the wholly free segments, without waiting for deferred frees.
+    fn release_free_segments(&mut self) {
         let whole: Vec<u64> = self
             .segments
             .keys()

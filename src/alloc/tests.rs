@@ -157,6 +157,19 @@ fn memory_fraction_caps_reserved_memory() {
 }
 
 #[test]
+fn garbage_collection_threshold_releases_idle_segments_early() {
+    let mut p = Pool::new(HostSource::new(GIB), AllocConfig::parse("garbage_collection_threshold:0.5").unwrap());
+    p.set_memory_fraction(0.1).unwrap(); // cap ~102 MiB; collect past ~51 MiB
+    let a = p.malloc(40 * MIB, 1).unwrap();
+    p.free(a).unwrap(); // 40 MiB cached on stream 1
+    p.malloc(20 * MIB, 2).unwrap(); // 40 + 20 > 51: the idle segment goes first
+    let s = p.stats();
+    assert_eq!(s.reserved_bytes.all.current, 20 * MIB as i64);
+    assert_eq!(s.num_alloc_retries, 0, "collected before, not after, a failure");
+    check(&p);
+}
+
+#[test]
 fn oversize_blocks_are_not_split_for_small_requests() {
     let mut p = Pool::new(HostSource::new(GIB), AllocConfig::parse("max_split_size_mb:64").unwrap());
     let big = p.malloc(100 * MIB, 1).unwrap();

@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod alloc;
 mod device;
 mod stream;
 
@@ -14,5 +15,6 @@ fn main() {
     let mut tests = Vec::new();
     tests.extend_from_slice(device::TESTS);
     tests.extend_from_slice(stream::TESTS);
+    tests.extend_from_slice(alloc::TESTS);
     support::run("gpu", support::Needs::Gpu, &tests)
 }

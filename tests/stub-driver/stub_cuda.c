@@ -47,3 +47,16 @@ CUresult cuEventSynchronize(P e) { (void)e; return 0; }
 CUresult cuEventElapsedTime(float *m, P a, P b) { (void)a; (void)b; *m = 1; return 0; }
 CUresult cuIpcGetEventHandle(char *h, P e) { (void)e; memset(h, 0, 64); return 0; }
 CUresult cuIpcOpenEventHandle(P *e, char h[64]) { (void)h; *e = malloc(64); return 0; }
+/* Device memory: addresses only, never touched by the host. */
+static unsigned long long next_address = 1ull << 40;
+CUresult cuMemAlloc_v2(unsigned long long *p, size_t size) {
+    *p = __atomic_fetch_add(&next_address, (size + 4095) & ~4095ull, __ATOMIC_RELAXED);
+    return 0;
+}
+CUresult cuMemFree_v2(unsigned long long p) { (void)p; return 0; }
+static int pool_storage;
+CUresult cuDeviceGetDefaultMemPool(P *pool, int d) { (void)d; *pool = &pool_storage; return 0; }
+CUresult cuMemPoolSetAttribute(P pool, int a, void *v) { (void)pool; (void)a; (void)v; return 0; }
+CUresult cuMemPoolGetAttribute(P pool, int a, void *v) { (void)pool; (void)a; *(unsigned long long *)v = 0; return 0; }
+CUresult cuMemAllocFromPoolAsync(unsigned long long *p, size_t size, P pool, P s) { (void)pool; (void)s; return cuMemAlloc_v2(p, size); }
+CUresult cuMemFreeAsync(unsigned long long p, P s) { (void)p; (void)s; return 0; }

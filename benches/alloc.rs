@@ -1,0 +1,257 @@
+//! The caching allocator against the driver's stream-ordered pool
+//! (`cuMemAllocFromPoolAsync` / `cuMemFreeAsync`, release threshold unlimited), in
+//! one process. gpurt is called through its shared library, as C callers do.
+//! Workloads and targets (from the allocator issue):
+//!   1. alloc+free pairs on one stream, 512 B / 64 KiB / 1 MiB / 64 MiB: ≤ 100 ns/pair;
+//!   2. 200 000 random operations, sizes log-uniform 256 B–32 MiB, ≤ 2000 live:
+//!      ≤ 150 ns/op, fragmentation (peak reserved / peak live bytes) ≤ 1.15;
+//!   3. 1, 4, 8 threads on their own streams, 4 × 64 KiB alloc then free:
+//!      8 threads ≥ 6 × the 1-thread aggregate pairs/s.
+
+use std::ffi::c_void;
+use std::time::Instant;
+
+use cudarc::driver::sys;
+
+type H = *mut c_void;
+
+struct Gpurt {
+    _lib: libloading::Library,
+    device_count: unsafe extern "C" fn(*mut i32) -> i32,
+    set_device: unsafe extern "C" fn(i32) -> i32,
+    stream_create: unsafe extern "C" fn(i32, u32, i32, *mut H) -> i32,
+    stream_native: unsafe extern "C" fn(H, *mut H) -> i32,
+    malloc: unsafe extern "C" fn(usize, H, *mut H) -> i32,
+    free: unsafe extern "C" fn(H) -> i32,
+    usage: unsafe extern "C" fn(i32, *mut u64, *mut u64, *mut u64, *mut u64) -> i32,
+    reset_peak: unsafe extern "C" fn(i32) -> i32,
+    empty_cache: unsafe extern "C" fn() -> i32,
+}
+
+fn load() -> Gpurt {
+    let path = std::env::var("GPURT_LIB").unwrap_or_else(|_| "lib/libgpurt.so.0".into());
+    unsafe {
+        let lib = libloading::Library::new(&path).unwrap_or_else(|e| panic!("load {path}: {e}"));
+        macro_rules! sym {
+            ($name:literal) => {
+                *lib.get($name.as_bytes()).unwrap_or_else(|e| panic!("{}: {e}", $name))
+            };
+        }
+        Gpurt {
+            device_count: sym!("gpurt_device_count"),
+            set_device: sym!("gpurt_set_device"),
+            stream_create: sym!("gpurt_stream_create"),
+            stream_native: sym!("gpurt_stream_native"),
+            malloc: sym!("gpurt_malloc"),
+            free: sym!("gpurt_free"),
+            usage: sym!("gpurt_memory_usage"),
+            reset_peak: sym!("gpurt_reset_peak_memory_stats"),
+            empty_cache: sym!("gpurt_empty_cache"),
+            _lib: lib,
+        }
+    }
+}
+
+fn ok(code: sys::CUresult) {
+    assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
+}
+fn st(s: i32) {
+    assert_eq!(s, 0, "gpurt call failed with status {s}");
+}
+
+/// One allocator under test: gpurt, or the driver's pool.
+trait Allocator: Sync {
+    fn alloc(&self, size: usize, stream: usize) -> usize;
+    fn free(&self, ptr: usize, stream: usize);
+    /// Peak reserved bytes since the last reset, and a reset.
+    fn peak_reserved(&self) -> u64;
+    fn reset_peak(&self);
+}
+
+struct OnGpurt<'a>(&'a Gpurt, Vec<usize>); // gpurt stream handles, by stream index
+struct OnDriver(usize, Vec<usize>); // pool, native streams
+
+unsafe impl Sync for OnGpurt<'_> {}
+
+impl Allocator for OnGpurt<'_> {
+    fn alloc(&self, size: usize, stream: usize) -> usize {
+        let mut p = std::ptr::null_mut();
+        unsafe { st((self.0.malloc)(size, self.1[stream] as H, &mut p)) };
+        p as usize
+    }
+    fn free(&self, ptr: usize, _stream: usize) {
+        unsafe { st((self.0.free)(ptr as H)) };
+    }
+    fn peak_reserved(&self) -> u64 {
+        let mut peak = 0;
+        unsafe { st((self.0.usage)(0, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), &mut peak)) };
+        peak
+    }
+    fn reset_peak(&self) {
+        unsafe { st((self.0.reset_peak)(0)) };
+    }
+}
+
+impl Allocator for OnDriver {
+    fn alloc(&self, size: usize, stream: usize) -> usize {
+        let mut p = 0;
+        unsafe { ok(sys::cuMemAllocFromPoolAsync(&mut p, size, self.0 as sys::CUmemoryPool, self.1[stream] as sys::CUstream)) };
+        p as usize
+    }
+    fn free(&self, ptr: usize, stream: usize) {
+        unsafe { ok(sys::cuMemFreeAsync(ptr as u64, self.1[stream] as sys::CUstream)) };
+    }
+    fn peak_reserved(&self) -> u64 {
+        let mut v = 0u64;
+        let attr = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH;
+        unsafe { ok(sys::cuMemPoolGetAttribute(self.0 as sys::CUmemoryPool, attr, (&mut v as *mut u64).cast())) };
+        v
+    }
+    fn reset_peak(&self) {
+        let mut zero = 0u64;
+        let attr = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH;
+        unsafe { ok(sys::cuMemPoolSetAttribute(self.0 as sys::CUmemoryPool, attr, (&mut zero as *mut u64).cast())) };
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn pairs_ns(a: &dyn Allocator, size: usize, n: usize) -> f64 {
+    let samples = (0..11)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..n {
+                let p = a.alloc(size, 0);
+                a.free(p, 0);
+            }
+            t.elapsed().as_nanos() as f64 / n as f64
+        })
+        .collect();
+    median(samples)
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// (ns per operation, fragmentation = peak reserved / peak live bytes)
+fn random_ops(a: &dyn Allocator) -> (f64, f64) {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let (lo, hi) = ((256f64).ln(), ((32u64 << 20) as f64).ln());
+    let mut live: Vec<(usize, usize)> = Vec::with_capacity(2000);
+    let (mut live_bytes, mut peak_live) = (0usize, 0usize);
+    a.reset_peak();
+    let t = Instant::now();
+    for _ in 0..200_000 {
+        let coin = rng.next() & 1 == 0;
+        if (coin && live.len() < 2000) || live.is_empty() {
+            let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+            let size = (lo + u * (hi - lo)).exp() as usize;
+            live.push((a.alloc(size, 0), size));
+            live_bytes += size;
+            peak_live = peak_live.max(live_bytes);
+        } else {
+            let (p, size) = live.swap_remove((rng.next() % live.len() as u64) as usize);
+            a.free(p, 0);
+            live_bytes -= size;
+        }
+    }
+    let ns = t.elapsed().as_nanos() as f64 / 200_000.0;
+    for (p, _) in live {
+        a.free(p, 0);
+    }
+    (ns, a.peak_reserved() as f64 / peak_live as f64)
+}
+
+/// Aggregate alloc+free pairs per second with `threads` threads on their own streams.
+fn threaded_pairs_per_s(a: &dyn Allocator, threads: usize) -> f64 {
+    let iters = 20_000;
+    let t = Instant::now();
+    std::thread::scope(|scope| {
+        for i in 0..threads {
+            scope.spawn(move || {
+                unsafe { ok(sys::cuCtxSetCurrent(primary())) };
+                let mut ptrs = [0usize; 4];
+                for _ in 0..iters {
+                    for p in &mut ptrs {
+                        *p = a.alloc(64 << 10, i);
+                    }
+                    for p in ptrs {
+                        a.free(p, i);
+                    }
+                }
+            });
+        }
+    });
+    (threads * iters * 4) as f64 / t.elapsed().as_secs_f64()
+}
+
+fn primary() -> sys::CUcontext {
+    let mut ctx = std::ptr::null_mut();
+    unsafe { ok(sys::cuDevicePrimaryCtxRetain(&mut ctx, 0)) };
+    ctx
+}
+
+fn main() {
+    let g = load();
+    let mut count = 0;
+    unsafe { st((g.device_count)(&mut count)) };
+    if count == 0 {
+        println!("alloc benchmark SKIPPED: no CUDA device (gpurt_device_count = 0)");
+        std::process::exit(if std::env::var("GPURT_REQUIRE_GPU").as_deref() == Ok("1") { 1 } else { 0 });
+    }
+    unsafe { st((g.set_device)(0)) };
+    let (mut handles, mut natives) = (Vec::new(), Vec::new());
+    for _ in 0..8 {
+        let (mut s, mut n) = (std::ptr::null_mut(), std::ptr::null_mut());
+        unsafe {
+            st((g.stream_create)(0, 1, 0, &mut s));
+            st((g.stream_native)(s, &mut n));
+        }
+        handles.push(s as usize);
+        natives.push(n as usize);
+    }
+    let mut pool = std::ptr::null_mut();
+    unsafe {
+        ok(sys::cuDeviceGetDefaultMemPool(&mut pool, 0));
+        let mut max = u64::MAX;
+        ok(sys::cuMemPoolSetAttribute(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, (&mut max as *mut u64).cast()));
+    }
+    let ours = OnGpurt(&g, handles);
+    let driver = OnDriver(pool as usize, natives);
+    let sides: [(&str, &dyn Allocator); 2] = [("gpurt", &ours), ("driver pool", &driver)];
+
+    println!("\n| workload | gpurt | driver pool (cuMemAllocFromPoolAsync) | target | result |");
+    println!("| --- | ---: | ---: | --- | --- |");
+    for (label, size, n) in [("512 B", 512, 20_000), ("64 KiB", 64 << 10, 20_000), ("1 MiB", 1 << 20, 20_000), ("64 MiB", 64 << 20, 2_000)] {
+        let [a, b] = sides.map(|(_, s)| pairs_ns(s, size, n));
+        println!("| alloc+free pair, {label} (ns) | {a:.1} | {b:.1} | <= 100 | {} |", if a <= 100.0 { "PASS" } else { "MISS" });
+    }
+    unsafe { ok(sys::cuCtxSynchronize()) };
+    let [(a_ns, a_frag), (b_ns, b_frag)] = sides.map(|(_, s)| random_ops(s));
+    println!("| random ops (ns/op) | {a_ns:.1} | {b_ns:.1} | <= 150 | {} |", if a_ns <= 150.0 { "PASS" } else { "MISS" });
+    println!("| random ops fragmentation | {a_frag:.3} | {b_frag:.3} | <= 1.15 | {} |", if a_frag <= 1.15 { "PASS" } else { "MISS" });
+    let mut one = [0.0; 2];
+    for threads in [1, 4, 8] {
+        let [a, b] = sides.map(|(_, s)| threaded_pairs_per_s(s, threads));
+        if threads == 1 {
+            one = [a, b];
+        }
+        let target = if threads == 8 { format!(">= 6x 1-thread ({:.2}x)", a / one[0]) } else { format!("{:.2}x 1-thread", a / one[0]) };
+        let result = if threads == 8 { if a >= 6.0 * one[0] { "PASS" } else { "MISS" } } else { "info" };
+        println!("| {threads} threads, Mpairs/s | {:.2} | {:.2} ({:.2}x) | {target} | {result} |", a / 1e6, b / 1e6, b / one[1]);
+    }
+    unsafe {
+        ok(sys::cuCtxSynchronize());
+        st((g.empty_cache)());
+    }
+}

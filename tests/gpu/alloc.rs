@@ -1,0 +1,185 @@
+use cudarc::driver::sys;
+use gpurt::alloc::ffi::*;
+use gpurt::alloc::stats::gpurt_memory_stats_t;
+use gpurt::stream::ffi::*;
+
+use crate::expect_status;
+
+pub const TESTS: &[crate::support::Test] = &[
+    ("recorded_stream_keeps_a_freed_block_from_reuse", recorded_stream_keeps_a_freed_block_from_reuse),
+    ("same_stream_reuse_is_immediate", same_stream_reuse_is_immediate),
+    ("impossible_request_is_out_of_memory_and_the_pool_goes_on", impossible_request_is_out_of_memory_and_the_pool_goes_on),
+    ("empty_cache_returns_memory_to_the_driver", empty_cache_returns_memory_to_the_driver),
+    ("statistics_track_live_allocations_exactly", statistics_track_live_allocations_exactly),
+    ("allocator_misuse_is_reported", allocator_misuse_is_reported),
+];
+
+fn ok(code: sys::CUresult) {
+    assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
+}
+
+fn stream() -> gpurt_stream_t {
+    let mut s = std::ptr::null_mut();
+    expect_status!(gpurt_stream_create(0, gpurt::stream::GPURT_STREAM_NON_BLOCKING, 0, &mut s), GPURT_SUCCESS);
+    s
+}
+
+fn native(s: gpurt_stream_t) -> sys::CUstream {
+    let mut n = std::ptr::null_mut();
+    expect_status!(gpurt_stream_native(s, &mut n), GPURT_SUCCESS);
+    n.cast()
+}
+
+fn malloc(size: usize, s: gpurt_stream_t) -> u64 {
+    let mut p = std::ptr::null_mut();
+    expect_status!(gpurt_malloc(size, s, &mut p), GPURT_SUCCESS);
+    p as u64
+}
+
+fn random_words(n: usize) -> Vec<u32> {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    (0..n)
+        .map(|i| {
+            h.write_usize(i);
+            h.finish() as u32
+        })
+        .collect()
+}
+
+unsafe extern "C" fn sleep_ms(user: *mut libc::c_void) {
+    std::thread::sleep(std::time::Duration::from_millis(user as u64));
+}
+
+const WORDS: usize = 1 << 18; // 1 MiB
+
+/// Stream B reads block X after a delay; X is freed meanwhile with B recorded, and
+/// stream A allocates and overwrites at once. B must read X's original bytes.
+fn recorded_stream_keeps_a_freed_block_from_reuse() {
+    let (a, b) = (stream(), stream());
+    let x = malloc(WORDS * 4, a);
+    let y = malloc(WORDS * 4, b);
+    let data = random_words(WORDS);
+    unsafe { ok(sys::cuMemcpyHtoD_v2(x, data.as_ptr().cast(), WORDS * 4)) };
+    expect_status!(gpurt_stream_launch_host_func(b, Some(sleep_ms), 100 as *mut libc::c_void), GPURT_SUCCESS);
+    unsafe { ok(sys::cuMemcpyDtoDAsync_v2(y, x, WORDS * 4, native(b))) };
+    expect_status!(gpurt_record_stream(x as *mut _, b), GPURT_SUCCESS);
+    expect_status!(gpurt_free(x as *mut _), GPURT_SUCCESS);
+    let z = malloc(WORDS * 4, a);
+    assert_ne!(z, x, "X was handed out again while stream B still reads it");
+    unsafe { ok(sys::cuMemsetD32Async(z, 0xdead_beef, WORDS, native(a))) };
+    expect_status!(gpurt_stream_synchronize(b), GPURT_SUCCESS);
+    let mut back = vec![0u32; WORDS];
+    unsafe { ok(sys::cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), y, WORDS * 4)) };
+    assert!(back == data, "stream B's copy of X was clobbered");
+    // Once B is done, X is reused on A.
+    expect_status!(gpurt_stream_synchronize(a), GPURT_SUCCESS);
+    expect_status!(gpurt_free(z as *mut _), GPURT_SUCCESS);
+    let again = malloc(WORDS * 4, a);
+    let again2 = malloc(WORDS * 4, a);
+    assert!(again == x || again2 == x, "X returns to A's pool once B's work is done");
+    for p in [y, again, again2] {
+        expect_status!(gpurt_free(p as *mut _), GPURT_SUCCESS);
+    }
+    for s in [a, b] {
+        expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
+    }
+}
+
+/// The control for the test above: without record_stream, reuse on the same stream
+/// is immediate (stream order protects it).
+fn same_stream_reuse_is_immediate() {
+    let a = stream();
+    let x = malloc(WORDS * 4, a);
+    expect_status!(gpurt_free(x as *mut _), GPURT_SUCCESS);
+    assert_eq!(malloc(WORDS * 4, a), x);
+    expect_status!(gpurt_free(x as *mut _), GPURT_SUCCESS);
+    expect_status!(gpurt_stream_destroy(a), GPURT_SUCCESS);
+}
+
+fn stats() -> gpurt_memory_stats_t {
+    let mut s = gpurt_memory_stats_t { struct_size: std::mem::size_of::<gpurt_memory_stats_t>(), ..Default::default() };
+    expect_status!(gpurt_memory_stats(0, &mut s), GPURT_SUCCESS);
+    s
+}
+
+fn impossible_request_is_out_of_memory_and_the_pool_goes_on() {
+    let a = stream();
+    let before = stats();
+    let mut p = std::ptr::null_mut();
+    expect_status!(gpurt_malloc(1 << 50, a, &mut p), GPURT_ERROR_OUT_OF_MEMORY);
+    let message = crate::support::last_message();
+    eprintln!("{message}");
+    for needle in ["tried to allocate 1024.00 TiB", "Device total", "driver-reported free", "reserved"] {
+        assert!(message.contains(needle), "{needle:?} missing from: {message}");
+    }
+    let after = stats();
+    assert_eq!(after.num_ooms, before.num_ooms + 1);
+    assert_eq!(after.allocated_bytes.all.current, before.allocated_bytes.all.current);
+    let x = malloc(3 << 20, a);
+    expect_status!(gpurt_free(x as *mut _), GPURT_SUCCESS);
+    expect_status!(gpurt_stream_destroy(a), GPURT_SUCCESS);
+}
+
+fn empty_cache_returns_memory_to_the_driver() {
+    let a = stream();
+    let x = malloc(1 << 30, a);
+    expect_status!(gpurt_free(x as *mut _), GPURT_SUCCESS);
+    let (mut free_before, mut free_after, mut total) = (0usize, 0usize, 0usize);
+    expect_status!(gpurt::device::ffi::gpurt_mem_get_info(0, &mut free_before, &mut total), GPURT_SUCCESS);
+    assert!(stats().reserved_bytes.all.current >= 1 << 30);
+    expect_status!(gpurt_empty_cache(), GPURT_SUCCESS);
+    expect_status!(gpurt::device::ffi::gpurt_mem_get_info(0, &mut free_after, &mut total), GPURT_SUCCESS);
+    eprintln!("free before empty_cache {free_before}, after {free_after}");
+    assert!(free_after >= free_before + (1 << 30) - (64 << 20), "empty_cache did not return the 1 GiB segment");
+    assert_eq!(stats().reserved_bytes.all.current, 0);
+    expect_status!(gpurt_stream_destroy(a), GPURT_SUCCESS);
+}
+
+fn statistics_track_live_allocations_exactly() {
+    let a = stream();
+    let base = stats();
+    let sizes: Vec<usize> = random_words(64).iter().map(|w| 1 + (*w as usize % (8 << 20))).collect();
+    let ptrs: Vec<u64> = sizes.iter().map(|s| malloc(*s, a)).collect();
+    let s = stats();
+    let requested: i64 = sizes.iter().map(|s| *s as i64).sum();
+    assert_eq!(s.requested_bytes.all.current - base.requested_bytes.all.current, requested);
+    assert_eq!(s.allocation.all.current - base.allocation.all.current, 64);
+    let (mut allocated, mut reserved) = (0u64, 0u64);
+    expect_status!(gpurt_memory_usage(0, &mut allocated, std::ptr::null_mut(), &mut reserved, std::ptr::null_mut()), GPURT_SUCCESS);
+    assert!(allocated as i64 >= requested && reserved >= allocated);
+    let mut needed = 0usize;
+    expect_status!(gpurt_memory_summary(0, std::ptr::null_mut(), 0, &mut needed), GPURT_SUCCESS);
+    let mut text = vec![0 as libc::c_char; needed];
+    expect_status!(gpurt_memory_summary(0, text.as_mut_ptr(), needed, &mut needed), GPURT_SUCCESS);
+    let text = unsafe { std::ffi::CStr::from_ptr(text.as_ptr()) }.to_string_lossy().into_owned();
+    assert!(text.contains("Allocated memory"));
+    eprintln!("{text}");
+    for p in ptrs {
+        expect_status!(gpurt_free(p as *mut _), GPURT_SUCCESS);
+    }
+    let end = stats();
+    assert_eq!(end.allocated_bytes.all.current, base.allocated_bytes.all.current);
+    assert_eq!(end.requested_bytes.all.current, base.requested_bytes.all.current);
+    expect_status!(gpurt_stream_destroy(a), GPURT_SUCCESS);
+}
+
+fn allocator_misuse_is_reported() {
+    let a = stream();
+    let x = malloc(4096, a);
+    expect_status!(gpurt_free((x + 8) as *mut _), GPURT_ERROR_INVALID_ARGUMENT);
+    expect_status!(gpurt_free(x as *mut _), GPURT_SUCCESS);
+    expect_status!(gpurt_free(x as *mut _), GPURT_ERROR_INVALID_ARGUMENT);
+    assert!(crate::support::last_message().contains("not a live gpurt allocation"));
+    expect_status!(gpurt_record_stream(x as *mut _, a), GPURT_ERROR_INVALID_ARGUMENT);
+    expect_status!(gpurt_malloc(16, std::ptr::null_mut(), &mut std::ptr::null_mut()), GPURT_ERROR_INVALID_HANDLE);
+    let mut p = std::ptr::null_mut();
+    expect_status!(gpurt_malloc(0, a, &mut p), GPURT_SUCCESS);
+    assert!(p.is_null());
+    expect_status!(gpurt_malloc_device(-1, 100, &mut p), GPURT_SUCCESS);
+    expect_status!(gpurt_free(p), GPURT_SUCCESS);
+    expect_status!(gpurt_alloc_set_config(c"max_split_size_mb:5".as_ptr()), GPURT_ERROR_INVALID_ARGUMENT);
+    expect_status!(gpurt_alloc_set_config(c"garbage_collection_threshold:0.8".as_ptr()), GPURT_SUCCESS);
+    expect_status!(gpurt_set_per_process_memory_fraction(2.0, 0), GPURT_ERROR_INVALID_ARGUMENT);
+    expect_status!(gpurt_stream_destroy(a), GPURT_SUCCESS);
+}
