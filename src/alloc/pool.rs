@@ -9,7 +9,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::config::AllocConfig;
-use super::stats::{gpurt_memory_stats_t, PoolKind};
+use super::stats::{format_bytes, gpurt_memory_stats_t, PoolKind};
 use crate::error::{Error, Result, Status};
 
 const MIB: u64 = 1 << 20;
@@ -316,12 +316,12 @@ impl<S: SegmentSource> Pool<S> {
                 "out of memory: tried to allocate {} ({cause}). Device total {}, driver-reported free {}; \
                  gpurt has allocated {} and reserved {} ({} reserved but unallocated). If reserved but \
                  unallocated memory is large, try GPURT_ALLOC_CONF=max_split_size_mb:N to avoid fragmentation.",
-                human(requested),
-                human(total),
-                human(free),
-                human(allocated),
-                human(reserved),
-                human(reserved - allocated)
+                format_bytes(requested as i64),
+                format_bytes(total as i64),
+                format_bytes(free as i64),
+                format_bytes(allocated as i64),
+                format_bytes(reserved as i64),
+                format_bytes((reserved - allocated) as i64)
             ),
         )
     }
@@ -501,20 +501,5 @@ impl<S: SegmentSource> Pool<S> {
             }
         }
         Ok(())
-    }
-}
-
-fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} bytes")
-    } else {
-        format!("{value:.2} {}", UNITS[unit])
     }
 }

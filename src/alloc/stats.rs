@@ -124,7 +124,8 @@ impl gpurt_memory_stats_t {
     }
 }
 
-fn bytes(v: i64) -> String {
+/// Bytes for people: "512 B", "40.00 MiB".
+pub fn format_bytes(v: i64) -> String {
     let (mut value, mut unit) = (v as f64, 0);
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     while value.abs() >= 1024.0 && unit + 1 < UNITS.len() {
@@ -134,20 +135,20 @@ fn bytes(v: i64) -> String {
     if unit == 0 {
         format!("{v} B")
     } else {
-        format!("{value:.1} {}", UNITS[unit])
+        format!("{value:.2} {}", UNITS[unit])
     }
 }
 
 /// A human-readable table of `stats`, laid out like `torch.cuda.memory_summary()`.
 pub fn summary(device: i32, stats: &gpurt_memory_stats_t) -> String {
-    let rule = format!("|{}|\n", "=".repeat(78));
-    let thin = format!("|{}|\n", "-".repeat(78));
+    let rule = format!("|{}|\n", "=".repeat(82));
+    let thin = format!("|{}|\n", "-".repeat(82));
     let mut out = String::new();
     out += &rule;
-    out += &format!("| {:<76} |\n", format!("gpurt memory summary, device {device}"));
-    out += &format!("| {:<76} |\n", format!("CUDA OOMs: {:<12} | cudaMalloc retries: {}", stats.num_ooms, stats.num_alloc_retries));
+    out += &format!("| {:<80} |\n", format!("gpurt memory summary, device {device}"));
+    out += &format!("| {:<80} |\n", format!("CUDA OOMs: {:<12} | cudaMalloc retries: {}", stats.num_ooms, stats.num_alloc_retries));
     out += &rule;
-    out += &format!("| {:<24} | {:>10} | {:>10} | {:>10} | {:>10} |\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed");
+    out += &format!("| {:<24} | {:>11} | {:>11} | {:>11} | {:>11} |\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed");
     let rows: [(&str, &gpurt_stat_array_t, bool); 9] = [
         ("Allocated memory", &stats.allocated_bytes, true),
         ("Active memory", &stats.active_bytes, true),
@@ -161,9 +162,9 @@ pub fn summary(device: i32, stats: &gpurt_memory_stats_t) -> String {
     ];
     for (name, array, in_bytes) in rows {
         out += &thin;
-        let show = |v: i64| if in_bytes { bytes(v) } else { v.to_string() };
+        let show = |v: i64| if in_bytes { format_bytes(v) } else { v.to_string() };
         for (label, s) in [(name.to_string(), &array.all), ("      from large pool".to_string(), &array.large_pool), ("      from small pool".to_string(), &array.small_pool)] {
-            out += &format!("| {:<24} | {:>10} | {:>10} | {:>10} | {:>10} |\n", label, show(s.current), show(s.peak), show(s.allocated), show(s.freed));
+            out += &format!("| {:<24} | {:>11} | {:>11} | {:>11} | {:>11} |\n", label, show(s.current), show(s.peak), show(s.allocated), show(s.freed));
         }
     }
     out += &rule;
@@ -196,9 +197,9 @@ mod tests {
         s.allocated_bytes.add(PoolKind::Large, 3 << 20);
         s.allocation.add(PoolKind::Large, 1);
         let text = summary(0, &s);
-        for needle in ["Allocated memory", "3.0 MiB", "GPU reserved segments", "from small pool", "Non-releasable allocs"] {
+        for needle in ["Allocated memory", "3.00 MiB", "GPU reserved segments", "from small pool", "Non-releasable allocs"] {
             assert!(text.contains(needle), "{needle:?} missing from\n{text}");
         }
-        assert!(text.lines().all(|l| l.chars().count() == 80), "ragged table:\n{text}");
+        assert!(text.lines().all(|l| l.chars().count() == 84), "ragged table:\n{text}");
     }
 }
