@@ -10,7 +10,7 @@ use super::pool::{Pool, SegmentSource};
 use super::stats::gpurt_memory_stats_t;
 use crate::device::{self, per_device};
 use crate::driver::check;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Status};
 use crate::handle::Handle;
 
 /// Segments from `cuMemAlloc` on one device; markers are pooled events.
@@ -19,8 +19,18 @@ pub struct DriverSource {
 }
 
 impl SegmentSource for DriverSource {
-    fn allocate(&mut self, size: u64) -> Result<u64> {
+    fn allocate(&mut self, size: u64, stream: u64) -> Result<u64> {
         device::with_device(self.device, || {
+            // Only here, on the slow path: cuMemAlloc during a capture would invalidate it.
+            let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+            check(unsafe { sys::cuStreamIsCapturing(stream as sys::CUstream, &mut capture) }, "cuStreamIsCapturing")?;
+            if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+                return Err(Error::new(
+                    Status::GPURT_ERROR_STREAM_CAPTURE,
+                    "the stream is capturing and the cache has no free block of this size: allocating during \
+                     capture needs a graph-private pool, which gpurt does not have yet",
+                ));
+            }
             let mut ptr = 0;
             check(unsafe { sys::cuMemAlloc_v2(&mut ptr, size as usize) }, "cuMemAlloc")?;
             Ok(ptr)

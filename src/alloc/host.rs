@@ -34,7 +34,7 @@ impl HostSource {
 }
 
 impl SegmentSource for HostSource {
-    fn allocate(&mut self, size: u64) -> Result<u64> {
+    fn allocate(&mut self, size: u64, _stream: u64) -> Result<u64> {
         if self.used + size > self.capacity {
             return Err(Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, "host source exhausted"));
         }

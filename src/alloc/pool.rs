@@ -22,8 +22,9 @@ const ROUND_LARGE: u64 = 2 * MIB;
 
 /// Where segments come from, and the stream-ordering markers deferred frees wait on.
 pub trait SegmentSource {
-    /// A new segment of `size` bytes (its address), or an out-of-memory error.
-    fn allocate(&mut self, size: u64) -> Result<u64>;
+    /// A new segment of `size` bytes (its address) for use on `stream`, or an
+    /// out-of-memory error. A source may refuse while `stream` is being captured.
+    fn allocate(&mut self, size: u64, stream: u64) -> Result<u64>;
     /// Returns a segment to its source.
     fn release(&mut self, addr: u64, size: u64);
     /// A marker after the work queued on `stream` so far.
@@ -267,7 +268,7 @@ impl<S: SegmentSource> Pool<S> {
             }
         }
         let is_oom = |e: &Error| e.status == Status::GPURT_ERROR_OUT_OF_MEMORY;
-        let addr = match self.allocate_segment(size) {
+        let addr = match self.allocate_segment(size, stream) {
             Ok(addr) => addr,
             Err(e) if is_oom(&e) => {
                 self.stats.num_alloc_retries += 1;
@@ -275,7 +276,7 @@ impl<S: SegmentSource> Pool<S> {
                 if let Some(addr) = self.find_free(pool, stream, rounded) {
                     return Ok(addr);
                 }
-                match self.allocate_segment(size) {
+                match self.allocate_segment(size, stream) {
                     Ok(addr) => addr,
                     Err(cause) if is_oom(&cause) => return Err(self.out_of_memory(requested, cause)),
                     Err(other) => return Err(other),
@@ -293,7 +294,7 @@ impl<S: SegmentSource> Pool<S> {
         Ok(addr)
     }
 
-    fn allocate_segment(&mut self, size: u64) -> Result<u64> {
+    fn allocate_segment(&mut self, size: u64, stream: u64) -> Result<u64> {
         let reserved = self.stats.reserved_bytes.all.current as u64;
         if reserved + size > self.limit {
             return Err(Error::new(
@@ -301,7 +302,7 @@ impl<S: SegmentSource> Pool<S> {
                 format!("the per-process memory fraction allows {} bytes", self.limit),
             ));
         }
-        self.source.allocate(size)
+        self.source.allocate(size, stream)
     }
 
     #[cold]

@@ -12,6 +12,7 @@ pub const TESTS: &[crate::support::Test] = &[
     ("empty_cache_returns_memory_to_the_driver", empty_cache_returns_memory_to_the_driver),
     ("statistics_track_live_allocations_exactly", statistics_track_live_allocations_exactly),
     ("allocator_misuse_is_reported", allocator_misuse_is_reported),
+    ("allocation_during_capture_never_invalidates_it", allocation_during_capture_never_invalidates_it),
 ];
 
 fn ok(code: sys::CUresult) {
@@ -181,5 +182,24 @@ fn allocator_misuse_is_reported() {
     expect_status!(gpurt_alloc_set_config(c"max_split_size_mb:5".as_ptr()), GPURT_ERROR_INVALID_ARGUMENT);
     expect_status!(gpurt_alloc_set_config(c"garbage_collection_threshold:0.8".as_ptr()), GPURT_SUCCESS);
     expect_status!(gpurt_set_per_process_memory_fraction(2.0, 0), GPURT_ERROR_INVALID_ARGUMENT);
+    expect_status!(gpurt_stream_destroy(a), GPURT_SUCCESS);
+}
+
+/// During a capture, a cached block is handed out (no driver call); a request that
+/// would need cuMemAlloc is refused with the capture status, and the capture survives.
+fn allocation_during_capture_never_invalidates_it() {
+    let a = stream();
+    let cached = malloc(2 << 20, a);
+    expect_status!(gpurt_free(cached as *mut _), GPURT_SUCCESS);
+    unsafe { ok(sys::cuStreamBeginCapture_v2(native(a), sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) };
+    assert_eq!(malloc(2 << 20, a), cached, "served from the cache during capture");
+    let mut p = std::ptr::null_mut();
+    expect_status!(gpurt_malloc(3 << 30, a, &mut p), GPURT_ERROR_STREAM_CAPTURE);
+    assert!(crate::support::last_message().contains("capturing"));
+    let mut graph = std::ptr::null_mut();
+    unsafe { ok(sys::cuStreamEndCapture(native(a), &mut graph)) };
+    assert!(!graph.is_null(), "the capture was not invalidated");
+    unsafe { ok(sys::cuGraphDestroy(graph)) };
+    expect_status!(gpurt_free(cached as *mut _), GPURT_SUCCESS);
     expect_status!(gpurt_stream_destroy(a), GPURT_SUCCESS);
 }
