@@ -12,6 +12,7 @@ use std::ffi::c_void;
 use std::time::Instant;
 
 use cudarc::driver::sys;
+use gpurt::alloc::host::XorShift;
 
 type H = *mut c_void;
 
@@ -133,34 +134,22 @@ fn pairs_ns(a: &dyn Allocator, size: usize, n: usize) -> f64 {
     median(samples)
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// (ns per operation, fragmentation = peak reserved / peak live bytes)
 fn random_ops(a: &dyn Allocator) -> (f64, f64) {
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let (lo, hi) = ((256f64).ln(), ((32u64 << 20) as f64).ln());
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
     let mut live: Vec<(usize, usize)> = Vec::with_capacity(2000);
     let (mut live_bytes, mut peak_live) = (0usize, 0usize);
     a.reset_peak();
     let t = Instant::now();
     for _ in 0..200_000 {
-        let coin = rng.next() & 1 == 0;
+        let coin = rng.below(2) == 0;
         if (coin && live.len() < 2000) || live.is_empty() {
-            let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
-            let size = (lo + u * (hi - lo)).exp() as usize;
+            let size = rng.log_uniform(256, 32 << 20) as usize;
             live.push((a.alloc(size, 0), size));
             live_bytes += size;
             peak_live = peak_live.max(live_bytes);
         } else {
-            let (p, size) = live.swap_remove((rng.next() % live.len() as u64) as usize);
+            let (p, size) = live.swap_remove(rng.below(live.len() as u64) as usize);
             a.free(p, 0);
             live_bytes -= size;
         }

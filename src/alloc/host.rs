@@ -70,3 +70,25 @@ impl SegmentSource for HostSource {
         (self.capacity - self.used, self.capacity)
     }
 }
+
+/// A small deterministic generator (xorshift64) for the allocator's randomised tests
+/// and benchmarks: the same seed gives the same operations on every machine.
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+    /// Log-uniform in [lo, hi].
+    pub fn log_uniform(&mut self, lo: u64, hi: u64) -> u64 {
+        let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
+        let u = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        (a + u * (b - a)).exp() as u64
+    }
+}

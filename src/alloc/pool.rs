@@ -392,26 +392,25 @@ impl<S: SegmentSource> Pool<S> {
         let mut start = addr;
         if let Some(prev) = self.blocks[&addr].prev.filter(|p| self.blocks[p].state == State::Free) {
             self.remove_free(prev);
-            let b = self.blocks.remove(&addr).expect("block");
-            let p = self.blocks.get_mut(&prev).expect("prev");
-            p.size += b.size;
-            p.next = b.next;
-            if let Some(next) = b.next {
-                self.blocks.get_mut(&next).expect("next").prev = Some(prev);
-            }
+            self.absorb_right(prev, addr);
             start = prev;
         }
         if let Some(next) = self.blocks[&start].next.filter(|n| self.blocks[n].state == State::Free) {
             self.remove_free(next);
-            let n = self.blocks.remove(&next).expect("next");
-            let b = self.blocks.get_mut(&start).expect("block");
-            b.size += n.size;
-            b.next = n.next;
-            if let Some(after) = n.next {
-                self.blocks.get_mut(&after).expect("after").prev = Some(start);
-            }
+            self.absorb_right(start, next);
         }
         self.insert_free(start);
+    }
+
+    /// Merges the block at `right` into its left neighbour `left`.
+    fn absorb_right(&mut self, left: u64, right: u64) {
+        let r = self.blocks.remove(&right).expect("right block");
+        let l = self.blocks.get_mut(&left).expect("left block");
+        l.size += r.size;
+        l.next = r.next;
+        if let Some(after) = r.next {
+            self.blocks.get_mut(&after).expect("block after").prev = Some(left);
+        }
     }
 
     /// Releases every cached segment that is wholly free (waiting for deferred

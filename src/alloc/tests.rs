@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::config::AllocConfig;
-use super::host::HostSource;
+use super::host::{HostSource, XorShift as Rng};
 use super::pool::Pool;
 use crate::error::Status;
 
@@ -20,26 +20,6 @@ fn pool(capacity: u64) -> Pool<HostSource> {
 fn check(p: &Pool<HostSource>) {
     if let Err(e) = p.check_invariants() {
         panic!("invariant broken: {e}");
-    }
-}
-
-/// A small deterministic generator (xorshift), seeded per test.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Log-uniform in [lo, hi].
-    fn log_uniform(&mut self, lo: u64, hi: u64) -> u64 {
-        let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
-        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
-        (a + u * (b - a)).exp() as u64
     }
 }
 
