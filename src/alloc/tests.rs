@@ -26,25 +26,34 @@ fn check(p: &Pool<HostSource>) {
 #[test]
 fn small_blocks_split_one_segment_and_coalesce_back() {
     let mut p = pool(GIB);
-    let a = p.malloc(1000, 1).unwrap();
-    let b = p.malloc(700 * KIB, 1).unwrap();
-    let c = p.malloc(1, 1).unwrap();
+    let a = p.malloc(700 * KIB, 1).unwrap();
+    let b = p.malloc(700 * KIB - 100, 1).unwrap();
+    let c = p.malloc(600 * KIB, 1).unwrap();
     check(&p);
     let s = p.stats();
     assert_eq!(s.segment.all.current, 1, "all three fit one 2 MiB small segment");
     assert_eq!(s.reserved_bytes.small_pool.current, 2 * MIB as i64);
-    assert_eq!(s.allocated_bytes.all.current, (1024 + 700 * KIB + 512) as i64);
-    assert_eq!(s.requested_bytes.all.current, (1000 + 700 * KIB + 1) as i64);
-    assert_eq!((b - a, c - b), (1024, 700 * KIB));
+    assert_eq!(s.allocated_bytes.all.current, (2000 * KIB) as i64, "700 KiB - 100 rounds up to 700 KiB");
+    assert_eq!(s.requested_bytes.all.current, (2000 * KIB - 100) as i64);
+    assert_eq!((b - a, c - b), (700 * KIB, 700 * KIB));
     p.free(b).unwrap();
     check(&p);
     assert_eq!(p.stats().inactive_split.all.current, 2, "the hole and the tail are free split blocks");
+    assert_eq!(p.malloc(700 * KIB, 1).unwrap(), b, "an exact-size request takes the parked block back");
+    p.free(b).unwrap();
     p.free(a).unwrap();
     p.free(c).unwrap();
     check(&p);
+    assert_eq!(p.stats().active.all.current, 0);
+    // 1 MiB fits no parked block and not the 48 KiB tail: the parked blocks are
+    // coalesced with the tail into the whole segment, which serves it.
+    assert_eq!(p.malloc(MIB, 1).unwrap(), a);
     let s = p.stats();
-    assert_eq!((s.inactive_split_bytes.all.current, s.active.all.current), (0, 0));
-    assert_eq!(s.reserved_bytes.all.current, 2 * MIB as i64, "cached, not released");
+    assert_eq!((s.segment.all.current, s.num_device_alloc), (1, 1), "no new segment was needed");
+    assert_eq!(s.inactive_split_bytes.all.current, MIB as i64, "the other half of the segment");
+    check(&p);
+    p.free(a).unwrap();
+    assert_eq!(p.stats().reserved_bytes.all.current, 2 * MIB as i64, "cached, not released");
     p.empty_cache();
     check(&p);
     assert_eq!(p.stats().reserved_bytes.all.current, 0);
