@@ -415,19 +415,7 @@ impl<S: SegmentSource> Pool<S> {
         }
         let block = self.allocated_block(addr)?;
         let (pool, size, requested) = (block.pool, block.size, block.requested);
-        let used_on = block.used_on.clone();
-        let mut markers = Vec::with_capacity(used_on.len());
-        for stream in used_on {
-            match self.source.record(stream) {
-                Ok(m) => markers.push(m),
-                Err(e) => {
-                    // The block stays allocated and intact: the caller may retry.
-                    markers.into_iter().for_each(|m| self.source.wait(m));
-                    return Err(e);
-                }
-            }
-        }
-        self.blocks.get_mut(&addr).expect("block").used_on.clear();
+        let markers = if block.used_on.is_empty() { Vec::new() } else { self.record_uses(addr)? };
         let s = &mut self.stats;
         s.allocation.sub(pool, 1);
         s.allocated_bytes.sub(pool, size as i64);
@@ -441,16 +429,34 @@ impl<S: SegmentSource> Pool<S> {
         Ok(())
     }
 
+    /// Records a marker on every other stream that used the block. On failure the
+    /// block stays allocated and intact, so that the caller may retry.
+    fn record_uses(&mut self, addr: u64) -> Result<Vec<u64>> {
+        let used_on = self.blocks[&addr].used_on.clone();
+        let mut markers = Vec::with_capacity(used_on.len());
+        for stream in used_on {
+            match self.source.record(stream) {
+                Ok(m) => markers.push(m),
+                Err(e) => {
+                    markers.into_iter().for_each(|m| self.source.wait(m));
+                    return Err(e);
+                }
+            }
+        }
+        self.blocks.get_mut(&addr).expect("block").used_on.clear();
+        Ok(markers)
+    }
+
     /// A freed block: parked for exact-size reuse while the parking limit allows,
     /// else returned to the free set, merged with free neighbours.
     fn free_block(&mut self, addr: u64) {
         let b = self.blocks.get_mut(&addr).expect("block");
         b.requested = 0;
-        let (pool, size, stream) = (b.pool, b.size, b.stream);
+        let (pool, size, stream, split) = (b.pool, b.size, b.stream, b.is_split());
         self.stats.active.sub(pool, 1);
         self.stats.active_bytes.sub(pool, size as i64);
         if self.parked_bytes == 0 || self.parked_bytes + size <= PARK_LIMIT {
-            self.blocks.get_mut(&addr).expect("block").state = State::Parked;
+            b.state = State::Parked;
             if self.bins.len() >= MAX_BINS && !self.bins.contains_key(&(stream, size)) {
                 // Bins emptied by reuse stay for the next free of their size; drop
                 // them before the map grows past a bound.
@@ -458,7 +464,10 @@ impl<S: SegmentSource> Pool<S> {
             }
             self.bins.entry((stream, size)).or_default().push(addr);
             self.parked_bytes += size;
-            self.count_inactive_split(addr, 1);
+            if split {
+                self.stats.inactive_split.add(pool, 1);
+                self.stats.inactive_split_bytes.add(pool, size as i64);
+            }
             return;
         }
         self.coalesce_into_free(addr);
