@@ -53,6 +53,27 @@ pub fn on_blocking_call(what: &str) -> Result<()> {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_mode_treats_a_blocking_call_as_documented() {
+        assert_eq!(Mode::from_raw(3), None);
+        set_mode(Mode::GPURT_SYNC_DEBUG_OFF);
+        assert!(on_blocking_call("stream synchronize").is_ok());
+        set_mode(Mode::GPURT_SYNC_DEBUG_WARN);
+        assert!(on_blocking_call("stream synchronize").is_ok(), "warn mode lets the call run");
+        set_mode(Mode::GPURT_SYNC_DEBUG_ERROR);
+        let err = on_blocking_call("stream synchronize").unwrap_err();
+        assert_eq!(err.status, Status::GPURT_ERROR_SYNCHRONIZING_CALL);
+        assert!(err.message.contains("stream synchronize"));
+        assert_eq!(mode(), Mode::GPURT_SYNC_DEBUG_ERROR);
+        set_mode(Mode::GPURT_SYNC_DEBUG_OFF);
+        assert!(on_blocking_call("event synchronize").is_ok());
+    }
+}
+
 pub mod ffi {
     use libc::c_int;
 

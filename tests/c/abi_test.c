@@ -83,6 +83,30 @@ static void check_device_handles(int count) {
     }
 }
 
+/* Pool bookkeeping: a returned pooled event comes back under a new handle (the old
+ * one stays invalid); pooled streams are handed out round-robin, 32 per priority. */
+static void check_pools(void) {
+    gpurt_event_t first = NULL, second = NULL;
+    gpurt_stream_t streams[GPURT_STREAM_POOL_SIZE + 1];
+    void *native_first = NULL, *native_second = NULL;
+    int i, distinct = 1;
+    EXPECT(gpurt_event_pool_get(0, &first), GPURT_SUCCESS);
+    EXPECT(gpurt_event_native(first, &native_first), GPURT_SUCCESS);
+    EXPECT(gpurt_event_destroy(first), GPURT_SUCCESS);
+    EXPECT(gpurt_event_pool_get(0, &second), GPURT_SUCCESS);
+    EXPECT(gpurt_event_native(second, &native_second), GPURT_SUCCESS);
+    EXPECT_TRUE(native_first == native_second);
+    EXPECT_TRUE(first != second);
+    EXPECT(gpurt_event_query(first), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_event_destroy(second), GPURT_SUCCESS);
+    for (i = 0; i <= GPURT_STREAM_POOL_SIZE; i++) EXPECT(gpurt_stream_from_pool(0, 1, &streams[i]), GPURT_SUCCESS);
+    for (i = 1; i < GPURT_STREAM_POOL_SIZE; i++) distinct &= streams[i] != streams[0];
+    EXPECT_TRUE(distinct);
+    EXPECT_TRUE(streams[GPURT_STREAM_POOL_SIZE] == streams[0]);
+    EXPECT(gpurt_stream_destroy(streams[0]), GPURT_SUCCESS); /* a no-op for pooled streams */
+    EXPECT(gpurt_stream_query(streams[0]), GPURT_SUCCESS);
+}
+
 static void check_stream_event_handles(int count) {
     gpurt_stream_t stream = NULL, null_stream = NULL;
     gpurt_event_t event = NULL, null_event = NULL;
@@ -110,6 +134,7 @@ static void check_stream_event_handles(int count) {
     EXPECT(gpurt_event_destroy(event), GPURT_SUCCESS);
     EXPECT(gpurt_event_destroy(event), GPURT_ERROR_INVALID_HANDLE);
     EXPECT(gpurt_event_create(0, 0x40, &event), GPURT_ERROR_INVALID_ARGUMENT);
+    check_pools();
 }
 
 static void check_without_gpu(gpurt_status_t expected) {
