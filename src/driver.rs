@@ -74,8 +74,7 @@ pub fn is_initialized() -> bool {
 }
 
 fn load_and_init() -> Result<()> {
-    // SAFETY: only tries dlopen on the candidate names.
-    if !unsafe { sys::is_culib_present() } {
+    if !library_present() {
         return Err(Error::new(
             Status::GPURT_ERROR_NO_DRIVER,
             "the CUDA driver library (libcuda.so.1) could not be loaded: no NVIDIA driver is installed, or it is not on the loader's path",
@@ -93,13 +92,19 @@ fn load_and_init() -> Result<()> {
     Ok(())
 }
 
+/// Whether libcuda can be loaded; probed once.
+fn library_present() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: is_culib_present only tries dlopen on the candidate names.
+    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+}
+
 /// Whether libcuda exports `name`. Loads nothing when the library is absent.
 pub fn has_symbol(name: &str) -> bool {
-    // SAFETY: is_culib_present only dlopens; culib() is called only when it succeeded.
-    static PRESENT: OnceLock<bool> = OnceLock::new();
-    if !*PRESENT.get_or_init(|| unsafe { sys::is_culib_present() }) {
+    if !library_present() {
         return false;
     }
+    // SAFETY: culib() is called only once the library is known to load.
     unsafe { sys::culib().get::<*const libc::c_void>(name.as_bytes()).is_ok() }
 }
 

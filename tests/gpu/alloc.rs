@@ -4,6 +4,7 @@ use gpurt::alloc::stats::gpurt_memory_stats_t;
 use gpurt::stream::ffi::*;
 
 use crate::expect_status;
+use crate::util::{block_stream, native, ok, random_words, stream};
 
 pub const TESTS: &[crate::support::Test] = &[
     ("recorded_stream_keeps_a_freed_block_from_reuse", recorded_stream_keeps_a_freed_block_from_reuse),
@@ -15,41 +16,10 @@ pub const TESTS: &[crate::support::Test] = &[
     ("allocation_during_capture_never_invalidates_it", allocation_during_capture_never_invalidates_it),
 ];
 
-fn ok(code: sys::CUresult) {
-    assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
-}
-
-fn stream() -> gpurt_stream_t {
-    let mut s = std::ptr::null_mut();
-    expect_status!(gpurt_stream_create(0, gpurt::stream::GPURT_STREAM_NON_BLOCKING, 0, &mut s), GPURT_SUCCESS);
-    s
-}
-
-fn native(s: gpurt_stream_t) -> sys::CUstream {
-    let mut n = std::ptr::null_mut();
-    expect_status!(gpurt_stream_native(s, &mut n), GPURT_SUCCESS);
-    n.cast()
-}
-
 fn malloc(size: usize, s: gpurt_stream_t) -> u64 {
     let mut p = std::ptr::null_mut();
     expect_status!(gpurt_malloc(size, s, &mut p), GPURT_SUCCESS);
     p as u64
-}
-
-fn random_words(n: usize) -> Vec<u32> {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    (0..n)
-        .map(|i| {
-            h.write_usize(i);
-            h.finish() as u32
-        })
-        .collect()
-}
-
-unsafe extern "C" fn sleep_ms(user: *mut libc::c_void) {
-    std::thread::sleep(std::time::Duration::from_millis(user as u64));
 }
 
 const WORDS: usize = 1 << 18; // 1 MiB
@@ -62,7 +32,7 @@ fn recorded_stream_keeps_a_freed_block_from_reuse() {
     let y = malloc(WORDS * 4, b);
     let data = random_words(WORDS);
     unsafe { ok(sys::cuMemcpyHtoD_v2(x, data.as_ptr().cast(), WORDS * 4)) };
-    expect_status!(gpurt_stream_launch_host_func(b, Some(sleep_ms), 100 as *mut libc::c_void), GPURT_SUCCESS);
+    block_stream(b, 100);
     unsafe { ok(sys::cuMemcpyDtoDAsync_v2(y, x, WORDS * 4, native(b))) };
     expect_status!(gpurt_record_stream(x as *mut _, b), GPURT_SUCCESS);
     expect_status!(gpurt_free(x as *mut _), GPURT_SUCCESS);

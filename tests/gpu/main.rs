@@ -7,6 +7,7 @@ mod support;
 mod alloc;
 mod device;
 mod stream;
+mod util;
 
 fn main() {
     if let Ok(hex) = std::env::var("GPURT_IPC_CHILD") {

@@ -1,5 +1,4 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use cudarc::driver::sys;
 use gpurt::event::ffi::*;
@@ -9,6 +8,7 @@ use gpurt::stream::ffi::*;
 use gpurt::sync_debug::ffi::*;
 
 use crate::expect_status;
+use crate::util::{block_stream, native, ok, random_words, stream};
 
 pub const TESTS: &[crate::support::Test] = &[
     ("wait_event_orders_work_across_streams", wait_event_orders_work_across_streams),
@@ -27,36 +27,8 @@ pub const TESTS: &[crate::support::Test] = &[
     ("destroying_a_busy_stream_is_safe", destroying_a_busy_stream_is_safe),
 ];
 
-fn ok(code: sys::CUresult) {
-    assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
-}
-
-fn stream() -> gpurt_stream_t {
-    let mut s = std::ptr::null_mut();
-    expect_status!(gpurt_stream_create(0, GPURT_STREAM_NON_BLOCKING, 0, &mut s), GPURT_SUCCESS);
-    s
-}
-
-fn native(s: gpurt_stream_t) -> sys::CUstream {
-    let mut n = std::ptr::null_mut();
-    expect_status!(gpurt_stream_native(s, &mut n), GPURT_SUCCESS);
-    n.cast()
-}
-
-unsafe extern "C" fn sleep_ms(user: *mut libc::c_void) {
-    std::thread::sleep(Duration::from_millis(user as u64));
-}
-
-/// Blocks `s` on the device timeline for `ms` milliseconds (a host function sleeping).
-fn block_stream(s: gpurt_stream_t, ms: u64) {
-    expect_status!(gpurt_stream_launch_host_func(s, Some(sleep_ms), ms as *mut libc::c_void), GPURT_SUCCESS);
-}
-
 fn random_u32() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
-    h.finish() as u32 | 1
+    random_words(1)[0] | 1
 }
 
 const WORDS: usize = 1 << 20;

@@ -1,0 +1,44 @@
+//! Helpers shared by the GPU test files.
+
+use cudarc::driver::sys;
+use gpurt::stream::ffi::*;
+
+use crate::expect_status;
+
+pub fn ok(code: sys::CUresult) {
+    assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
+}
+
+/// A new non-blocking stream on device 0.
+pub fn stream() -> gpurt_stream_t {
+    let mut s = std::ptr::null_mut();
+    expect_status!(gpurt_stream_create(0, gpurt::stream::GPURT_STREAM_NON_BLOCKING, 0, &mut s), GPURT_SUCCESS);
+    s
+}
+
+pub fn native(s: gpurt_stream_t) -> sys::CUstream {
+    let mut n = std::ptr::null_mut();
+    expect_status!(gpurt_stream_native(s, &mut n), GPURT_SUCCESS);
+    n.cast()
+}
+
+unsafe extern "C" fn sleep_ms(user: *mut libc::c_void) {
+    std::thread::sleep(std::time::Duration::from_millis(user as u64));
+}
+
+/// Blocks `s` on the device timeline for `ms` milliseconds (a host function sleeping).
+pub fn block_stream(s: gpurt_stream_t, ms: u64) {
+    expect_status!(gpurt_stream_launch_host_func(s, Some(sleep_ms), ms as *mut libc::c_void), GPURT_SUCCESS);
+}
+
+/// `n` fresh random words: different in every run.
+pub fn random_words(n: usize) -> Vec<u32> {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    (0..n)
+        .map(|i| {
+            h.write_usize(i);
+            h.finish() as u32
+        })
+        .collect()
+}
