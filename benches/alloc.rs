@@ -226,9 +226,13 @@ fn main() {
         println!("| alloc+free pair, {label} (ns) | {a:.1} | {b:.1} | <= 100 | {} |", if a <= 100.0 { "PASS" } else { "MISS" });
     }
     unsafe { ok(sys::cuCtxSynchronize()) };
-    let [(a_ns, a_frag), (b_ns, b_frag)] = sides.map(|(_, s)| random_ops(s));
-    println!("| random ops (ns/op) | {a_ns:.1} | {b_ns:.1} | <= 150 | {} |", if a_ns <= 150.0 { "PASS" } else { "MISS" });
-    println!("| random ops fragmentation | {a_frag:.3} | {b_frag:.3} | <= 1.15 | {} |", if a_frag <= 1.15 { "PASS" } else { "MISS" });
+    // The first pass also pays for the segments each side takes from the driver; the
+    // second replays the same operations on the cache the first pass left.
+    for pass in ["first pass", "second pass"] {
+        let [(a_ns, a_frag), (b_ns, b_frag)] = sides.map(|(_, s)| random_ops(s));
+        println!("| random ops, {pass} (ns/op) | {a_ns:.1} | {b_ns:.1} | <= 150 | {} |", if a_ns <= 150.0 { "PASS" } else { "MISS" });
+        println!("| random ops, {pass}, fragmentation | {a_frag:.3} | {b_frag:.3} | <= 1.15 | {} |", if a_frag <= 1.15 { "PASS" } else { "MISS" });
+    }
     let mut one = [0.0; 2];
     for threads in [1, 4, 8] {
         let [a, b] = sides.map(|(_, s)| threaded_pairs_per_s(s, threads));

@@ -1,12 +1,13 @@
-//! The device allocator: one caching pool per device over driver segments
+//! The device allocator: one caching allocator per device over driver segments
 //! (`cuMemAlloc`), with stream-ordered deferred frees on pooled events.
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
 use super::config::AllocConfig;
-use super::pool::{Pool, SegmentSource};
+use super::caching::{not_live, CachingAllocator};
+use super::pool::{lock, SegmentSource};
 use super::stats::gpurt_memory_stats_t;
 use crate::device::{self, per_device};
 use crate::driver::check;
@@ -19,7 +20,7 @@ pub struct DriverSource {
 }
 
 impl SegmentSource for DriverSource {
-    fn allocate(&mut self, size: u64, stream: u64) -> Result<u64> {
+    fn allocate(&self, size: u64, stream: u64) -> Result<u64> {
         device::with_device(self.device, || {
             // Only here, on the slow path: cuMemAlloc during a capture would invalidate it.
             let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
@@ -36,13 +37,13 @@ impl SegmentSource for DriverSource {
             Ok(ptr)
         })
     }
-    fn release(&mut self, addr: u64, _size: u64) {
+    fn release(&self, addr: u64, _size: u64) {
         let freed = device::with_device(self.device, || check(unsafe { sys::cuMemFree_v2(addr) }, "cuMemFree"));
         if let Err(e) = freed {
             crate::log::log(crate::log::Level::Error, &format!("releasing a cached segment: {e}"));
         }
     }
-    fn record(&mut self, stream: u64) -> Result<u64> {
+    fn record(&self, stream: u64) -> Result<u64> {
         let event = crate::event::pool_get(self.device)?;
         let raw = crate::event::get(event)?.cu();
         let recorded = device::with_device(self.device, || {
@@ -56,7 +57,7 @@ impl SegmentSource for DriverSource {
             }
         }
     }
-    fn is_done(&mut self, marker: u64) -> bool {
+    fn is_done(&self, marker: u64) -> bool {
         let event = Handle(marker);
         let done = crate::event::query(event).unwrap_or(true);
         if done {
@@ -64,7 +65,7 @@ impl SegmentSource for DriverSource {
         }
         done
     }
-    fn wait(&mut self, marker: u64) {
+    fn wait(&self, marker: u64) {
         let event = Handle(marker);
         if let Ok(e) = crate::event::get(event) {
             // The allocator's own wait (out of memory, empty_cache): not a caller's sync.
@@ -78,11 +79,7 @@ impl SegmentSource for DriverSource {
 }
 
 static CONFIG: Mutex<Option<AllocConfig>> = Mutex::new(None);
-static POOLS: OnceLock<Box<[OnceLock<Mutex<Pool<DriverSource>>>]>> = OnceLock::new();
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+static ALLOCATORS: OnceLock<Box<[OnceLock<CachingAllocator<DriverSource>>]>> = OnceLock::new();
 
 /// The configuration: set by `set_config`, else read from `GPURT_ALLOC_CONF` once.
 /// A malformed environment string fails every allocation with its message.
@@ -100,29 +97,33 @@ fn config() -> Result<AllocConfig> {
 pub fn set_config(text: &str) -> Result<()> {
     let parsed = AllocConfig::parse(text)?;
     *lock(&CONFIG) = Some(parsed.clone());
-    for pool in created_pools() {
-        lock(pool).set_config(parsed.clone());
+    for allocator in created() {
+        allocator.set_config(parsed.clone());
     }
     Ok(())
 }
 
-fn pool(ordinal: i32) -> Result<&'static Mutex<Pool<DriverSource>>> {
+fn allocator(ordinal: i32) -> Result<&'static CachingAllocator<DriverSource>> {
+    // An allocator exists only for an ordinal that resolved before.
+    if let Some(a) = usize::try_from(ordinal).ok().and_then(|d| ALLOCATORS.get()?.get(d)?.get()) {
+        return Ok(a);
+    }
     let d = device::resolve(ordinal)?;
-    let pools = POOLS.get_or_init(|| per_device(OnceLock::new));
-    let cell = &pools[d as usize];
-    if let Some(p) = cell.get() {
-        return Ok(p);
+    let all = ALLOCATORS.get_or_init(|| per_device(OnceLock::new));
+    let cell = &all[d as usize];
+    if let Some(a) = cell.get() {
+        return Ok(a);
     }
     let config = config()?;
-    Ok(cell.get_or_init(|| Mutex::new(Pool::new(DriverSource { device: d }, config))))
+    Ok(cell.get_or_init(|| CachingAllocator::new(DriverSource { device: d }, config)))
 }
 
-fn created_pools() -> impl Iterator<Item = &'static Mutex<Pool<DriverSource>>> {
-    POOLS.get().into_iter().flat_map(|p| p.iter().filter_map(OnceLock::get))
+fn created() -> impl Iterator<Item = &'static CachingAllocator<DriverSource>> {
+    ALLOCATORS.get().into_iter().flat_map(|a| a.iter().filter_map(OnceLock::get))
 }
 
-/// The pool's key for a native stream: the legacy default stream is 0 to the runtime
-/// and `CU_STREAM_LEGACY` to the driver; both name the same stream.
+/// The allocator's key for a native stream: the legacy default stream is 0 to the
+/// runtime and `CU_STREAM_LEGACY` to the driver; both name the same stream.
 fn stream_key(native: u64) -> u64 {
     if native == 0 {
         1
@@ -132,20 +133,16 @@ fn stream_key(native: u64) -> u64 {
 }
 
 pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
-    let p = pool(ordinal)?;
-    let result = lock(p).malloc(size, stream_key(native_stream));
-    result
+    allocator(ordinal)?.malloc(size, stream_key(native_stream))
 }
 
-/// The pool that handed out `ptr`, locked.
-fn owner(ptr: u64) -> Result<MutexGuard<'static, Pool<DriverSource>>> {
-    for p in created_pools() {
-        let guard = lock(p);
-        if guard.owns(ptr) {
-            return Ok(guard);
-        }
+/// The device allocator whose segments hold `ptr`.
+fn owner(ptr: u64) -> Result<&'static CachingAllocator<DriverSource>> {
+    match ALLOCATORS.get().map(|all| &all[..]) {
+        // One device, the common case: its allocator checks the pointer itself.
+        Some([only]) => only.get().ok_or_else(|| not_live(ptr)),
+        _ => created().find(|a| a.holds(ptr)).ok_or_else(|| not_live(ptr)),
     }
-    Err(Error::invalid_argument(format!("{ptr:#x} is not a live gpurt allocation (double free, or not from gpurt)")))
 }
 
 pub fn free(ptr: u64) -> Result<()> {
@@ -162,26 +159,24 @@ pub fn record_stream(ptr: u64, native_stream: u64) -> Result<()> {
 /// Releases every wholly free cached segment on every device.
 pub fn empty_cache() -> Result<()> {
     device::require_device()?;
-    for p in created_pools() {
-        lock(p).empty_cache();
-    }
+    created().for_each(CachingAllocator::empty_cache);
     Ok(())
 }
 
 pub fn stats(ordinal: i32) -> Result<gpurt_memory_stats_t> {
-    Ok(lock(pool(ordinal)?).stats())
+    Ok(allocator(ordinal)?.stats())
 }
 
 pub fn reset_peak(ordinal: i32) -> Result<()> {
-    lock(pool(ordinal)?).stats_mut().reset_peak();
+    allocator(ordinal)?.reset_peak();
     Ok(())
 }
 
 pub fn reset_accumulated(ordinal: i32) -> Result<()> {
-    lock(pool(ordinal)?).stats_mut().reset_accumulated();
+    allocator(ordinal)?.reset_accumulated();
     Ok(())
 }
 
 pub fn set_memory_fraction(fraction: f64, ordinal: i32) -> Result<()> {
-    lock(pool(ordinal)?).set_memory_fraction(fraction)
+    allocator(ordinal)?.set_memory_fraction(fraction)
 }

@@ -2,11 +2,14 @@
 //! pool's logic runs and is tested here exactly as it runs on the driver.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
-use super::pool::SegmentSource;
+use super::pool::{lock, SegmentSource};
 use crate::error::{Error, Result, Status};
 
-pub struct HostSource {
+pub struct HostSource(Mutex<HostState>);
+
+struct HostState {
     capacity: u64,
     used: u64,
     next_addr: u64,
@@ -19,55 +22,70 @@ pub struct HostSource {
 impl HostSource {
     /// A source that hands out at most `capacity` bytes at a time.
     pub fn new(capacity: u64) -> Self {
-        HostSource { capacity, used: 0, next_addr: 1 << 32, live: HashMap::new(), markers: HashMap::new(), next_marker: 1 }
+        HostSource(Mutex::new(HostState {
+            capacity,
+            used: 0,
+            next_addr: 1 << 32,
+            live: HashMap::new(),
+            markers: HashMap::new(),
+            next_marker: 1,
+        }))
+    }
+    fn state(&self) -> std::sync::MutexGuard<'_, HostState> {
+        lock(&self.0)
     }
     /// Marks every recorded marker done, as if all streams drained.
-    pub fn complete_all(&mut self) {
-        self.markers.values_mut().for_each(|done| *done = true);
+    pub fn complete_all(&self) {
+        self.state().markers.values_mut().for_each(|done| *done = true);
     }
     pub fn live_segments(&self) -> usize {
-        self.live.len()
+        self.state().live.len()
     }
     pub fn pending_markers(&self) -> usize {
-        self.markers.len()
+        self.state().markers.len()
     }
 }
 
 impl SegmentSource for HostSource {
-    fn allocate(&mut self, size: u64, _stream: u64) -> Result<u64> {
-        if self.used + size > self.capacity {
+    fn allocate(&self, size: u64, _stream: u64) -> Result<u64> {
+        let mut s = self.state();
+        if s.used + size > s.capacity {
             return Err(Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, "host source exhausted"));
         }
-        let addr = self.next_addr;
+        let addr = s.next_addr;
         // A gap after each segment, so that no logic can get away with merging blocks
         // across segments that merely happen to be adjacent.
-        self.next_addr += size + (1 << 21);
-        self.used += size;
-        self.live.insert(addr, size);
+        s.next_addr += size + (1 << 21);
+        s.used += size;
+        s.live.insert(addr, size);
         Ok(addr)
     }
-    fn release(&mut self, addr: u64, size: u64) {
-        assert_eq!(self.live.remove(&addr), Some(size), "released a segment that is not live");
-        self.used -= size;
+    fn release(&self, addr: u64, size: u64) {
+        let mut s = self.state();
+        assert_eq!(s.live.remove(&addr), Some(size), "released a segment that is not live");
+        s.used -= size;
     }
-    fn record(&mut self, _stream: u64) -> Result<u64> {
-        let marker = self.next_marker;
-        self.next_marker += 1;
-        self.markers.insert(marker, false);
+    fn record(&self, _stream: u64) -> Result<u64> {
+        let mut s = self.state();
+        let marker = s.next_marker;
+        s.next_marker += 1;
+        s.markers.insert(marker, false);
         Ok(marker)
     }
-    fn is_done(&mut self, marker: u64) -> bool {
-        let done = self.markers[&marker];
+    fn is_done(&self, marker: u64) -> bool {
+        let mut s = self.state();
+        let done = s.markers[&marker];
         if done {
-            self.markers.remove(&marker);
+            s.markers.remove(&marker);
         }
         done
     }
-    fn wait(&mut self, marker: u64) {
-        self.markers.remove(&marker);
+    fn wait(&self, marker: u64) {
+        self.state().markers.remove(&marker);
     }
     fn memory_info(&self) -> (u64, u64) {
-        (self.capacity - self.used, self.capacity)
+        let s = self.state();
+        (s.capacity - s.used, s.capacity)
     }
 }
 

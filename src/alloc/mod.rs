@@ -4,6 +4,7 @@
 //! `ffi` holds the C entry points, including PyTorch's and CuPy's pluggable
 //! allocator signatures.
 
+pub mod caching;
 pub mod config;
 pub mod device;
 pub mod ffi;

@@ -6,12 +6,14 @@
 //! free blocks; splitting and coalescing; frees deferred until other streams that
 //! used a block are done; a retry after releasing the cache before out-of-memory.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap as HashMap;
 
 use super::config::AllocConfig;
-use super::stats::{format_bytes, gpurt_memory_stats_t, PoolKind};
+use super::stats::{gpurt_memory_stats_t, PoolKind};
 use crate::error::{Error, Result, Status};
 
 const MIB: u64 = 1 << 20;
@@ -26,24 +28,109 @@ const ROUND_LARGE: u64 = 2 * MIB;
 /// coalescing path. Measured on the random workload: 32 MiB keeps fragmentation at
 /// 1.133 (1.141 without parking, 1.178 at 64 MiB).
 const PARK_LIMIT: u64 = 32 * MIB;
+/// See `Pool::park`.
+const PARK_MISSES_BEFORE_FLUSH: u32 = 1024;
 /// Bins (empty ones included) kept before the empty ones are dropped.
 const MAX_BINS: usize = 1024;
 
 /// Where segments come from, and the stream-ordering markers deferred frees wait on.
-pub trait SegmentSource {
+/// Shared by every shard of an allocator, so it synchronises itself.
+pub trait SegmentSource: Send + Sync {
     /// A new segment of `size` bytes (its address) for use on `stream`, or an
     /// out-of-memory error. A source may refuse while `stream` is being captured.
-    fn allocate(&mut self, size: u64, stream: u64) -> Result<u64>;
+    fn allocate(&self, size: u64, stream: u64) -> Result<u64>;
     /// Returns a segment to its source.
-    fn release(&mut self, addr: u64, size: u64);
+    fn release(&self, addr: u64, size: u64);
     /// A marker after the work queued on `stream` so far.
-    fn record(&mut self, stream: u64) -> Result<u64>;
+    fn record(&self, stream: u64) -> Result<u64>;
     /// Whether a marker's work is done; a done marker is forgotten by the source.
-    fn is_done(&mut self, marker: u64) -> bool;
+    fn is_done(&self, marker: u64) -> bool;
     /// Blocks until a marker's work is done, then forgets it.
-    fn wait(&mut self, marker: u64);
+    fn wait(&self, marker: u64);
     /// (free, total) memory as the source reports it, for out-of-memory messages.
     fn memory_info(&self) -> (u64, u64);
+}
+
+/// What the pools (shards) of one allocator share: the source, the cap on the bytes
+/// they reserve together, and which shard owns each segment (for pointer-only frees).
+pub struct Segments<S> {
+    pub source: S,
+    reserved: AtomicU64,
+    /// Reserved bytes may not exceed this (`set_per_process_memory_fraction`).
+    limit: AtomicU64,
+    /// Segment start -> (end, owning shard).
+    owners: Mutex<BTreeMap<u64, (u64, u32)>>,
+}
+
+impl<S: SegmentSource> Segments<S> {
+    pub fn new(source: S) -> Arc<Self> {
+        Arc::new(Segments { source, reserved: AtomicU64::new(0), limit: AtomicU64::new(u64::MAX), owners: Mutex::default() })
+    }
+
+    pub fn reserved(&self) -> u64 {
+        self.reserved.load(Ordering::Relaxed)
+    }
+
+    /// Caps reserved memory at `fraction` of the source's total (PyTorch's per-process
+    /// memory fraction); 1.0 removes the cap.
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(Error::invalid_argument(format!("memory fraction {fraction} is not in (0, 1]")));
+        }
+        let total = self.source.memory_info().1;
+        let limit = if fraction >= 1.0 { u64::MAX } else { (total as f64 * fraction) as u64 };
+        self.limit.store(limit, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn limit(&self) -> u64 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// A new segment for `shard`, within the cap.
+    fn take(&self, size: u64, stream: u64, shard: u32) -> Result<u64> {
+        let limit = self.limit();
+        if self.reserved.fetch_add(size, Ordering::Relaxed) + size > limit {
+            self.reserved.fetch_sub(size, Ordering::Relaxed);
+            return Err(Error::new(
+                Status::GPURT_ERROR_OUT_OF_MEMORY,
+                format!("the per-process memory fraction allows {limit} bytes"),
+            ));
+        }
+        match self.source.allocate(size, stream) {
+            Ok(addr) => {
+                lock(&self.owners).insert(addr, (addr + size, shard));
+                Ok(addr)
+            }
+            Err(e) => {
+                self.reserved.fetch_sub(size, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    fn give_back(&self, addr: u64, size: u64) {
+        lock(&self.owners).remove(&addr);
+        self.source.release(addr, size);
+        self.reserved.fetch_sub(size, Ordering::Relaxed);
+    }
+
+    /// The shard whose segment contains `addr`.
+    pub fn owner_of(&self, addr: u64) -> Option<u32> {
+        let owners = lock(&self.owners);
+        let (_, &(end, shard)) = owners.range(..=addr).next_back()?;
+        (addr < end).then_some(shard)
+    }
+
+    /// Segments and their owners, for invariant checks.
+    pub fn owners(&self) -> Vec<(u64, u64, u32)> {
+        lock(&self.owners).iter().map(|(&start, &(end, shard))| (start, end, shard)).collect()
+    }
+}
+
+/// Locks a mutex; a panic elsewhere (caught at the C boundary) does not poison gpurt.
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,9 +163,12 @@ impl Block {
     }
 }
 
-/// A caching pool over one source. Not thread-safe by itself: its owner locks it.
+/// A caching pool: one shard of an allocator, holding the segments it took from the
+/// shared source. Not thread-safe by itself: its owner locks it.
 pub struct Pool<S: SegmentSource> {
-    source: S,
+    shared: Arc<Segments<S>>,
+    /// This pool's index among its allocator's shards.
+    shard: u32,
     config: AllocConfig,
     /// Every block, allocated or not, by address.
     blocks: HashMap<u64, Block>,
@@ -92,13 +182,49 @@ pub struct Pool<S: SegmentSource> {
     /// one stream costs a hash lookup instead of free-set updates and coalescing.
     bins: HashMap<(u64, u64), Vec<u64>>,
     parked_bytes: u64,
-    /// Reserved bytes may not exceed this (`set_per_process_memory_fraction`).
-    limit: u64,
+    /// Frees that found the bins full since they were last emptied.
+    park_misses: u32,
+    /// This shard's statistics (exact for its blocks); the allocator sums shards.
     stats: gpurt_memory_stats_t,
 }
 
 fn pool_index(pool: PoolKind) -> usize {
     pool as usize - 1
+}
+
+/// Marks a block allocated for a request of `requested` bytes and counts it.
+fn count_handed_out(stats: &mut gpurt_memory_stats_t, block: &mut Block, requested: u64) {
+    block.state = State::Allocated;
+    block.requested = requested;
+    let (pool, size) = (block.pool, block.size as i64);
+    stats.allocation.add(pool, 1);
+    stats.allocated_bytes.add(pool, size);
+    stats.active.add(pool, 1);
+    stats.active_bytes.add(pool, size);
+    stats.requested_bytes.add(pool, requested as i64);
+}
+
+/// The allocated block at `addr`; `None` when no block starts there.
+fn allocated_block(blocks: &mut HashMap<u64, Block>, addr: u64) -> Option<Result<&mut Block>> {
+    let block = blocks.get_mut(&addr)?;
+    Some(match block.state {
+        State::Allocated => Ok(block),
+        _ => Err(Error::invalid_argument(format!("{addr:#x} was already freed"))),
+    })
+}
+
+/// Uncounts a block's allocation (its active use ends when it is parked).
+fn count_freed(stats: &mut gpurt_memory_stats_t, block: &Block) {
+    stats.allocation.sub(block.pool, 1);
+    stats.allocated_bytes.sub(block.pool, block.size as i64);
+    stats.requested_bytes.sub(block.pool, block.requested as i64);
+}
+
+/// Marks a block parked; returns what `Pool::park` needs to know of it.
+fn park_state(block: &mut Block) -> (PoolKind, u64, u64, bool) {
+    block.state = State::Parked;
+    block.requested = 0;
+    (block.pool, block.size, block.stream, block.is_split())
 }
 
 /// The size of a new segment for a rounded request.
@@ -113,9 +239,10 @@ fn segment_size(size: u64) -> u64 {
 }
 
 impl<S: SegmentSource> Pool<S> {
-    pub fn new(source: S, config: AllocConfig) -> Self {
+    pub fn new(shared: Arc<Segments<S>>, shard: u32, config: AllocConfig) -> Self {
         Pool {
-            source,
+            shared,
+            shard,
             config,
             blocks: HashMap::default(),
             free: [BTreeSet::new(), BTreeSet::new()],
@@ -123,8 +250,8 @@ impl<S: SegmentSource> Pool<S> {
             pending: Vec::new(),
             bins: HashMap::default(),
             parked_bytes: 0,
-            limit: u64::MAX,
-            stats: gpurt_memory_stats_t { struct_size: std::mem::size_of::<gpurt_memory_stats_t>(), ..Default::default() },
+            park_misses: 0,
+            stats: gpurt_memory_stats_t::new(),
         }
     }
 
@@ -132,30 +259,18 @@ impl<S: SegmentSource> Pool<S> {
         self.config = config;
     }
 
-    /// Whether `addr` is a live allocation of this pool.
-    pub fn owns(&self, addr: u64) -> bool {
-        self.blocks.get(&addr).is_some_and(|b| b.state == State::Allocated)
+    /// Whether this pool holds the segment `start..start + size`.
+    pub fn owns_segment(&self, start: u64, size: u64) -> bool {
+        self.segments.get(&start) == Some(&size)
     }
 
-    pub fn stats(&self) -> gpurt_memory_stats_t {
-        self.stats
+    pub fn stats(&self) -> &gpurt_memory_stats_t {
+        &self.stats
     }
-    pub fn stats_mut(&mut self) -> &mut gpurt_memory_stats_t {
-        &mut self.stats
-    }
-    pub fn source(&mut self) -> &mut S {
-        &mut self.source
-    }
-
-    /// Caps reserved memory at `fraction` of the source's total (PyTorch's per-process
-    /// memory fraction); 1.0 removes the cap.
-    pub fn set_memory_fraction(&mut self, fraction: f64) -> Result<()> {
-        if !(fraction > 0.0 && fraction <= 1.0) {
-            return Err(Error::invalid_argument(format!("memory fraction {fraction} is not in (0, 1]")));
-        }
-        let total = self.source.memory_info().1;
-        self.limit = if fraction >= 1.0 { u64::MAX } else { (total as f64 * fraction) as u64 };
-        Ok(())
+    /// Peaks restart from the current values: the allocator folds each shard's peak
+    /// since its last flush into the totals.
+    pub fn restart_peaks(&mut self) {
+        self.stats.reset_peak();
     }
 
     // ---- the free set, with inactive-split accounting kept next to it ----
@@ -188,11 +303,17 @@ impl<S: SegmentSource> Pool<S> {
         self.count_inactive_split(addr, -1);
     }
 
-    /// Takes a parked block of exactly `size` for `stream`, if there is one.
-    fn unpark(&mut self, stream: u64, size: u64) -> Option<u64> {
+    /// Hands out a parked block of exactly `size` for `stream`, if there is one: the
+    /// fast path, one bin lookup and one block lookup.
+    fn unpark(&mut self, stream: u64, size: u64, requested: u64) -> Option<u64> {
         let addr = self.bins.get_mut(&(stream, size))?.pop()?;
         self.parked_bytes -= size;
-        self.count_inactive_split(addr, -1);
+        let block = self.blocks.get_mut(&addr).expect("parked block");
+        if block.is_split() {
+            self.stats.inactive_split.sub(block.pool, 1);
+            self.stats.inactive_split_bytes.sub(block.pool, size as i64);
+        }
+        count_handed_out(&mut self.stats, block, requested);
         Some(addr)
     }
 
@@ -237,31 +358,35 @@ impl<S: SegmentSource> Pool<S> {
         let mut i = 0;
         while i < self.pending.len() {
             let markers = &mut self.pending[i].1;
+            let source = &self.shared.source;
             if wait {
-                markers.drain(..).for_each(|m| self.source.wait(m));
+                markers.drain(..).for_each(|m| source.wait(m));
             } else {
-                let source = &mut self.source;
                 markers.retain(|m| !source.is_done(*m));
             }
             if self.pending[i].1.is_empty() {
                 let (addr, _) = self.pending.swap_remove(i);
-                self.free_block(addr);
+                let parked = park_state(self.blocks.get_mut(&addr).expect("pending block"));
+                self.park(addr, parked);
             } else {
                 i += 1;
             }
         }
     }
 
-    /// Allocates `size` bytes for use on `stream`. Size 0 gives address 0.
-    pub fn malloc(&mut self, size: u64, stream: u64) -> Result<u64> {
+    /// Allocates `size` bytes for use on `stream`. Size 0 gives address 0. `None`:
+    /// no cached block fits and reserved memory is past the garbage-collection
+    /// threshold; the caller collects idle segments (of every shard), then calls again
+    /// with `collected`.
+    pub fn malloc(&mut self, size: u64, stream: u64, collected: bool) -> Result<Option<u64>> {
         if size == 0 {
-            return Ok(0);
+            return Ok(Some(0));
         }
         self.process_pending(false);
         let rounded = self.config.round_size(size);
         let pool = if rounded <= SMALL_SIZE { PoolKind::Small } else { PoolKind::Large };
-        if let Some(addr) = self.unpark(stream, rounded) {
-            return Ok(self.hand_out(addr, size));
+        if let Some(addr) = self.unpark(stream, rounded, size) {
+            return Ok(Some(addr));
         }
         let addr = match self.find_free(pool, stream, rounded) {
             Some(addr) => addr,
@@ -269,7 +394,8 @@ impl<S: SegmentSource> Pool<S> {
                 self.flush_parked();
                 match self.find_free(pool, stream, rounded) {
                     Some(addr) => addr,
-                    None => self.new_segment(pool, stream, rounded, size)?,
+                    None if !collected && self.past_collection_threshold(rounded) => return Ok(None),
+                    None => self.new_segment(pool, stream, rounded)?,
                 }
             }
         };
@@ -298,54 +424,25 @@ impl<S: SegmentSource> Pool<S> {
             self.blocks.insert(rest_addr, rest);
             self.insert_free(rest_addr);
         }
-        Ok(self.hand_out(addr, size))
+        count_handed_out(&mut self.stats, self.blocks.get_mut(&addr).expect("block"), size);
+        Ok(Some(addr))
     }
 
-    /// Marks a block allocated for a request of `requested` bytes and counts it.
-    fn hand_out(&mut self, addr: u64, requested: u64) -> u64 {
-        let block = self.blocks.get_mut(&addr).expect("block");
-        block.state = State::Allocated;
-        block.requested = requested;
-        let (pool, size) = (block.pool, block.size as i64);
-        let s = &mut self.stats;
-        s.allocation.add(pool, 1);
-        s.allocated_bytes.add(pool, size);
-        s.active.add(pool, 1);
-        s.active_bytes.add(pool, size);
-        s.requested_bytes.add(pool, requested as i64);
-        addr
-    }
-
-    /// A new segment holding one free block; on failure, releases the cache and
-    /// retries once before reporting out of memory.
-    fn new_segment(&mut self, pool: PoolKind, stream: u64, rounded: u64, requested: u64) -> Result<u64> {
-        let size = segment_size(rounded);
-        // garbage_collection_threshold: past that share of the memory fraction's cap,
-        // hand idle cached segments back before taking a new one.
+    /// garbage_collection_threshold: whether a new segment for `rounded` bytes would
+    /// take reserved memory past that share of the memory fraction's cap.
+    fn past_collection_threshold(&self, rounded: u64) -> bool {
         let threshold = self.config.garbage_collection_threshold;
-        if threshold > 0.0 && self.limit != u64::MAX {
-            let reserved = self.stats.reserved_bytes.all.current as f64;
-            if reserved + size as f64 > threshold * self.limit as f64 {
-                self.release_free_segments();
-            }
-        }
-        let is_oom = |e: &Error| e.status == Status::GPURT_ERROR_OUT_OF_MEMORY;
-        let addr = match self.allocate_segment(size, stream) {
-            Ok(addr) => addr,
-            Err(e) if is_oom(&e) => {
-                self.stats.num_alloc_retries += 1;
-                self.empty_cache();
-                if let Some(addr) = self.find_free(pool, stream, rounded) {
-                    return Ok(addr);
-                }
-                match self.allocate_segment(size, stream) {
-                    Ok(addr) => addr,
-                    Err(cause) if is_oom(&cause) => return Err(self.out_of_memory(requested, cause)),
-                    Err(other) => return Err(other),
-                }
-            }
-            Err(other) => return Err(other),
-        };
+        let limit = self.shared.limit();
+        threshold > 0.0
+            && limit != u64::MAX
+            && (self.shared.reserved() + segment_size(rounded)) as f64 > threshold * limit as f64
+    }
+
+    /// A new segment holding one free block. Out of memory is the caller's to handle
+    /// (the allocator releases every shard's cache and retries).
+    fn new_segment(&mut self, pool: PoolKind, stream: u64, rounded: u64) -> Result<u64> {
+        let size = segment_size(rounded);
+        let addr = self.shared.take(size, stream, self.shard)?;
         self.segments.insert(addr, size);
         self.stats.segment.add(pool, 1);
         self.stats.reserved_bytes.add(pool, size as i64);
@@ -356,76 +453,41 @@ impl<S: SegmentSource> Pool<S> {
         Ok(addr)
     }
 
-    fn allocate_segment(&mut self, size: u64, stream: u64) -> Result<u64> {
-        let reserved = self.stats.reserved_bytes.all.current as u64;
-        if reserved + size > self.limit {
-            return Err(Error::new(
-                Status::GPURT_ERROR_OUT_OF_MEMORY,
-                format!("the per-process memory fraction allows {} bytes", self.limit),
-            ));
-        }
-        self.source.allocate(size, stream)
-    }
-
-    #[cold]
-    fn out_of_memory(&mut self, requested: u64, cause: Error) -> Error {
-        self.stats.num_ooms += 1;
-        let (free, total) = self.source.memory_info();
-        let allocated = self.stats.allocated_bytes.all.current as u64;
-        let reserved = self.stats.reserved_bytes.all.current as u64;
-        Error::new(
-            Status::GPURT_ERROR_OUT_OF_MEMORY,
-            format!(
-                "out of memory: tried to allocate {} ({cause}). Device total {}, driver-reported free {}; \
-                 gpurt has allocated {} and reserved {} ({} reserved but unallocated). If reserved but \
-                 unallocated memory is large, try GPURT_ALLOC_CONF=max_split_size_mb:N to avoid fragmentation.",
-                format_bytes(requested as i64),
-                format_bytes(total as i64),
-                format_bytes(free as i64),
-                format_bytes(allocated as i64),
-                format_bytes(reserved as i64),
-                format_bytes((reserved - allocated) as i64)
-            ),
-        )
-    }
-
     /// Declares that the block at `addr` is also used on `stream` (PyTorch's
-    /// `record_stream`): its free will wait for the work queued there.
-    pub fn record_stream(&mut self, addr: u64, stream: u64) -> Result<()> {
-        let block = self.allocated_block(addr)?;
-        if stream != block.stream && !block.used_on.contains(&stream) {
-            block.used_on.push(stream);
-        }
-        Ok(())
+    /// `record_stream`): its free will wait for the work queued there. `None`: `addr`
+    /// is not a block of this pool.
+    pub fn record_stream(&mut self, addr: u64, stream: u64) -> Option<Result<()>> {
+        Some(allocated_block(&mut self.blocks, addr)?.map(|block| {
+            if stream != block.stream && !block.used_on.contains(&stream) {
+                block.used_on.push(stream);
+            }
+        }))
     }
 
-    fn allocated_block(&mut self, addr: u64) -> Result<&mut Block> {
-        match self.blocks.get_mut(&addr) {
-            Some(b) if b.state == State::Allocated => Ok(b),
-            Some(_) => Err(Error::invalid_argument(format!("{addr:#x} was already freed"))),
-            None => Err(Error::invalid_argument(format!("{addr:#x} was not allocated by this pool"))),
+    /// Frees the block at `addr`. It is reusable at once on its own stream; if other
+    /// streams used it, only once their work queued so far is done. `None`: `addr` is
+    /// not a block of this pool.
+    pub fn free(&mut self, addr: u64) -> Option<Result<()>> {
+        let block = match allocated_block(&mut self.blocks, addr)? {
+            Ok(block) => block,
+            Err(e) => return Some(Err(e)),
+        };
+        if !block.used_on.is_empty() {
+            return Some(self.free_after_other_streams(addr));
         }
+        count_freed(&mut self.stats, block);
+        let parked = park_state(block);
+        self.park(addr, parked);
+        Some(Ok(()))
     }
 
-    /// Frees the block at `addr` (0 is a no-op). It is reusable at once on its own
-    /// stream; if other streams used it, only once their work queued so far is done.
-    pub fn free(&mut self, addr: u64) -> Result<()> {
-        if addr == 0 {
-            return Ok(());
-        }
-        let block = self.allocated_block(addr)?;
-        let (pool, size, requested) = (block.pool, block.size, block.requested);
-        let markers = if block.used_on.is_empty() { Vec::new() } else { self.record_uses(addr)? };
-        let s = &mut self.stats;
-        s.allocation.sub(pool, 1);
-        s.allocated_bytes.sub(pool, size as i64);
-        s.requested_bytes.sub(pool, requested as i64);
-        if markers.is_empty() {
-            self.free_block(addr);
-        } else {
-            self.blocks.get_mut(&addr).expect("block").state = State::PendingFree;
-            self.pending.push((addr, markers));
-        }
+    /// A free of a block that other streams used: it waits for markers recorded there.
+    fn free_after_other_streams(&mut self, addr: u64) -> Result<()> {
+        let markers = self.record_uses(addr)?;
+        let block = self.blocks.get_mut(&addr).expect("block");
+        count_freed(&mut self.stats, block);
+        block.state = State::PendingFree;
+        self.pending.push((addr, markers));
         Ok(())
     }
 
@@ -434,11 +496,12 @@ impl<S: SegmentSource> Pool<S> {
     fn record_uses(&mut self, addr: u64) -> Result<Vec<u64>> {
         let used_on = self.blocks[&addr].used_on.clone();
         let mut markers = Vec::with_capacity(used_on.len());
+        let source = &self.shared.source;
         for stream in used_on {
-            match self.source.record(stream) {
+            match source.record(stream) {
                 Ok(m) => markers.push(m),
                 Err(e) => {
-                    markers.into_iter().for_each(|m| self.source.wait(m));
+                    markers.into_iter().for_each(|m| source.wait(m));
                     return Err(e);
                 }
             }
@@ -447,30 +510,34 @@ impl<S: SegmentSource> Pool<S> {
         Ok(markers)
     }
 
-    /// A freed block: parked for exact-size reuse while the parking limit allows,
-    /// else returned to the free set, merged with free neighbours.
-    fn free_block(&mut self, addr: u64) {
-        let b = self.blocks.get_mut(&addr).expect("block");
-        b.requested = 0;
-        let (pool, size, stream, split) = (b.pool, b.size, b.stream, b.is_split());
+    /// A block no longer in use (freed, or its deferred free completed): parked in
+    /// its exact-size bin while the bins hold less than `PARK_LIMIT`, else coalesced
+    /// into the free sets. Every `PARK_MISSES_BEFORE_FLUSH` frees that find the bins
+    /// full, the bins are emptied into the free sets, so that blocks parked long ago
+    /// do not keep the bins from the sizes in use now.
+    fn park(&mut self, addr: u64, (pool, size, stream, split): (PoolKind, u64, u64, bool)) {
         self.stats.active.sub(pool, 1);
         self.stats.active_bytes.sub(pool, size as i64);
-        if self.parked_bytes == 0 || self.parked_bytes + size <= PARK_LIMIT {
-            b.state = State::Parked;
-            if self.bins.len() >= MAX_BINS && !self.bins.contains_key(&(stream, size)) {
-                // Bins emptied by reuse stay for the next free of their size; drop
-                // them before the map grows past a bound.
-                self.bins.retain(|_, bin| !bin.is_empty());
+        if self.parked_bytes + size > PARK_LIMIT && self.parked_bytes > 0 {
+            self.park_misses += 1;
+            if self.park_misses < PARK_MISSES_BEFORE_FLUSH {
+                self.coalesce_into_free(addr);
+                return;
             }
-            self.bins.entry((stream, size)).or_default().push(addr);
-            self.parked_bytes += size;
-            if split {
-                self.stats.inactive_split.add(pool, 1);
-                self.stats.inactive_split_bytes.add(pool, size as i64);
-            }
-            return;
+            self.park_misses = 0;
+            self.flush_parked();
         }
-        self.coalesce_into_free(addr);
+        if self.bins.len() >= MAX_BINS && !self.bins.contains_key(&(stream, size)) {
+            // Bins emptied by reuse stay for the next free of their size; drop them
+            // before the map grows past a bound.
+            self.bins.retain(|_, bin| !bin.is_empty());
+        }
+        self.bins.entry((stream, size)).or_default().push(addr);
+        self.parked_bytes += size;
+        if split {
+            self.stats.inactive_split.add(pool, 1);
+            self.stats.inactive_split_bytes.add(pool, size as i64);
+        }
     }
 
     fn coalesce_into_free(&mut self, addr: u64) {
@@ -506,8 +573,9 @@ impl<S: SegmentSource> Pool<S> {
         self.release_free_segments();
     }
 
-    /// Releases the wholly free segments, without waiting for deferred frees.
-    fn release_free_segments(&mut self) {
+    /// Releases the wholly free segments, without waiting for deferred frees (garbage
+    /// collection).
+    pub fn release_free_segments(&mut self) {
         self.flush_parked();
         let whole: Vec<u64> = self
             .segments
@@ -522,7 +590,7 @@ impl<S: SegmentSource> Pool<S> {
             self.remove_free(addr);
             let b = self.blocks.remove(&addr).expect("block");
             self.segments.remove(&addr);
-            self.source.release(addr, b.size);
+            self.shared.give_back(addr, b.size);
             self.stats.segment.sub(b.pool, 1);
             self.stats.reserved_bytes.sub(b.pool, b.size as i64);
             self.stats.num_device_free += 1;

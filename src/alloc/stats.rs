@@ -28,6 +28,15 @@ impl gpurt_stat_t {
         self.allocated = 0;
         self.freed = 0;
     }
+    /// Adds a shard's changes since its last flush (`now` against `last`) to these
+    /// totals. The shard's peak since then, added to the totals' current value, is a
+    /// candidate peak: exact when no other shard has unflushed changes.
+    fn absorb(&mut self, now: &gpurt_stat_t, last: &gpurt_stat_t) {
+        self.peak = self.peak.max(self.current + now.peak - last.current);
+        self.current += now.current - last.current;
+        self.allocated += now.allocated - last.allocated;
+        self.freed += now.freed - last.freed;
+    }
 }
 
 /// Which pool a statistic counts: every block, small-pool blocks, large-pool blocks.
@@ -91,6 +100,10 @@ pub struct gpurt_memory_stats_t {
 }
 
 impl gpurt_memory_stats_t {
+    pub fn new() -> Self {
+        gpurt_memory_stats_t { struct_size: std::mem::size_of::<Self>(), ..Default::default() }
+    }
+
     fn arrays(&mut self) -> [&mut gpurt_stat_array_t; 9] {
         [
             &mut self.allocation,
@@ -110,6 +123,21 @@ impl gpurt_memory_stats_t {
         for array in self.arrays() {
             array.each().into_iter().for_each(gpurt_stat_t::reset_peak);
         }
+    }
+
+    /// Adds a shard's changes since its last flush (`now` against `last`, see
+    /// `gpurt_stat_t::absorb`) to these totals.
+    pub fn absorb(&mut self, now: &Self, last: &Self) {
+        let (mut now, mut last) = (*now, *last);
+        for ((total, n), l) in self.arrays().into_iter().zip(now.arrays()).zip(last.arrays()) {
+            for ((t, n), l) in total.each().into_iter().zip(n.each()).zip(l.each()) {
+                t.absorb(n, l);
+            }
+        }
+        self.num_alloc_retries += now.num_alloc_retries - last.num_alloc_retries;
+        self.num_ooms += now.num_ooms - last.num_ooms;
+        self.num_device_alloc += now.num_device_alloc - last.num_device_alloc;
+        self.num_device_free += now.num_device_free - last.num_device_free;
     }
 
     /// `torch.cuda.reset_accumulated_memory_stats`: totals and event counters to zero.

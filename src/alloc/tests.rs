@@ -1,23 +1,26 @@
-//! The pool's behaviour on the host segment source: splitting and coalescing,
-//! stream-tagged reuse, deferred frees, the out-of-memory retry, the memory
-//! fraction, and exact statistics after random and multi-threaded operations.
+//! The caching allocator's behaviour on the host segment source: splitting and
+//! coalescing, stream-tagged reuse, deferred frees, the out-of-memory retry across
+//! shards, the memory fraction, and exact statistics after random and
+//! multi-threaded operations.
 
 use std::sync::{Arc, Mutex};
 
+use super::caching::CachingAllocator;
 use super::config::AllocConfig;
 use super::host::{HostSource, XorShift as Rng};
-use super::pool::Pool;
 use crate::error::Status;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
-fn pool(capacity: u64) -> Pool<HostSource> {
-    Pool::new(HostSource::new(capacity), AllocConfig::default())
+type Allocator = CachingAllocator<HostSource>;
+
+fn pool(capacity: u64) -> Allocator {
+    Allocator::new(HostSource::new(capacity), AllocConfig::default())
 }
 
-fn check(p: &Pool<HostSource>) {
+fn check(p: &Allocator) {
     if let Err(e) = p.check_invariants() {
         panic!("invariant broken: {e}");
     }
@@ -25,7 +28,7 @@ fn check(p: &Pool<HostSource>) {
 
 #[test]
 fn small_blocks_split_one_segment_and_coalesce_back() {
-    let mut p = pool(GIB);
+    let p = pool(GIB);
     let a = p.malloc(700 * KIB, 1).unwrap();
     let b = p.malloc(700 * KIB - 100, 1).unwrap();
     let c = p.malloc(600 * KIB, 1).unwrap();
@@ -62,7 +65,7 @@ fn small_blocks_split_one_segment_and_coalesce_back() {
 
 #[test]
 fn segment_sizes_follow_pytorch() {
-    let mut p = pool(GIB);
+    let p = pool(GIB);
     p.malloc(2 * MIB, 1).unwrap(); // large, < 10 MiB: a 20 MiB segment
     // ≥ 10 MiB: its own segment, rounded to 2 MiB (another stream, so that the first
     // segment's 18 MiB free tail does not serve it).
@@ -75,7 +78,7 @@ fn segment_sizes_follow_pytorch() {
 
 #[test]
 fn a_block_is_reused_on_its_stream_only() {
-    let mut p = pool(GIB);
+    let p = pool(GIB);
     let a = p.malloc(64 * KIB, 1).unwrap();
     p.free(a).unwrap();
     assert_eq!(p.malloc(64 * KIB, 1).unwrap(), a, "reused at once on the same stream");
@@ -87,7 +90,7 @@ fn a_block_is_reused_on_its_stream_only() {
 
 #[test]
 fn record_stream_defers_reuse_until_the_other_stream_is_done() {
-    let mut p = pool(GIB);
+    let p = pool(GIB);
     let a = p.malloc(MIB, 1).unwrap();
     p.record_stream(a, 7).unwrap();
     p.record_stream(a, 1).unwrap(); // its own stream: nothing to wait for
@@ -108,7 +111,7 @@ fn record_stream_defers_reuse_until_the_other_stream_is_done() {
 
 #[test]
 fn out_of_memory_retries_after_releasing_the_cache_then_reports() {
-    let mut p = pool(48 * MIB);
+    let p = pool(48 * MIB);
     let a = p.malloc(30 * MIB, 1).unwrap();
     p.free(a).unwrap(); // cached on stream 1
     // Stream 2 cannot use stream 1's block, and the source is full: the retry
@@ -132,7 +135,7 @@ fn out_of_memory_retries_after_releasing_the_cache_then_reports() {
 
 #[test]
 fn memory_fraction_caps_reserved_memory() {
-    let mut p = pool(100 * MIB);
+    let p = pool(100 * MIB);
     assert!(p.set_memory_fraction(0.0).is_err());
     assert!(p.set_memory_fraction(1.5).is_err());
     p.set_memory_fraction(0.3).unwrap();
@@ -147,7 +150,7 @@ fn memory_fraction_caps_reserved_memory() {
 
 #[test]
 fn garbage_collection_threshold_releases_idle_segments_early() {
-    let mut p = Pool::new(HostSource::new(GIB), AllocConfig::parse("garbage_collection_threshold:0.5").unwrap());
+    let p = Allocator::new(HostSource::new(GIB), AllocConfig::parse("garbage_collection_threshold:0.5").unwrap());
     p.set_memory_fraction(0.1).unwrap(); // cap ~102 MiB; collect past ~51 MiB
     let a = p.malloc(40 * MIB, 1).unwrap();
     p.free(a).unwrap(); // 40 MiB cached on stream 1
@@ -160,7 +163,7 @@ fn garbage_collection_threshold_releases_idle_segments_early() {
 
 #[test]
 fn oversize_blocks_are_not_split_for_small_requests() {
-    let mut p = Pool::new(HostSource::new(GIB), AllocConfig::parse("max_split_size_mb:64").unwrap());
+    let p = Allocator::new(HostSource::new(GIB), AllocConfig::parse("max_split_size_mb:64").unwrap());
     let big = p.malloc(100 * MIB, 1).unwrap();
     p.free(big).unwrap();
     let small = p.malloc(2 * MIB, 1).unwrap();
@@ -171,7 +174,7 @@ fn oversize_blocks_are_not_split_for_small_requests() {
 
 #[test]
 fn zero_size_and_bad_pointers() {
-    let mut p = pool(GIB);
+    let p = pool(GIB);
     assert_eq!(p.malloc(0, 1).unwrap(), 0);
     p.free(0).unwrap();
     let a = p.malloc(512, 1).unwrap();
@@ -187,7 +190,7 @@ fn zero_size_and_bad_pointers() {
 #[test]
 fn random_operations_keep_every_invariant() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let mut p = pool(2 * GIB);
+    let p = pool(2 * GIB);
     let mut live: Vec<u64> = Vec::new();
     for i in 0..20_000 {
         match rng.below(10) {
@@ -237,7 +240,7 @@ fn random_operations_keep_every_invariant() {
 /// than the one that allocated them. The invariants hold at the end.
 #[test]
 fn eight_threads_with_cross_thread_frees() {
-    let shared = Arc::new(Mutex::new(pool(4 * GIB)));
+    let shared = Arc::new(pool(4 * GIB));
     let handoff: Arc<Mutex<Vec<u64>>> = Arc::new(Mutex::new(Vec::new()));
     let threads: Vec<_> = (0..8u64)
         .map(|t| {
@@ -248,18 +251,18 @@ fn eight_threads_with_cross_thread_frees() {
                 for _ in 0..3_000 {
                     if rng.below(2) == 0 || mine.is_empty() {
                         let size = rng.log_uniform(256, 4 * MIB);
-                        let addr = shared.lock().unwrap().malloc(size, t).unwrap();
+                        let addr = shared.malloc(size, t).unwrap();
                         mine.push(addr);
                     } else {
                         let addr = mine.swap_remove(rng.below(mine.len() as u64) as usize);
                         if rng.below(4) == 0 {
                             handoff.lock().unwrap().push(addr);
                         } else {
-                            shared.lock().unwrap().free(addr).unwrap();
+                            shared.free(addr).unwrap();
                         }
                     }
                     if let Some(addr) = (rng.below(3) == 0).then(|| handoff.lock().unwrap().pop()).flatten() {
-                        shared.lock().unwrap().free(addr).unwrap();
+                        shared.free(addr).unwrap();
                     }
                 }
                 mine
@@ -267,7 +270,7 @@ fn eight_threads_with_cross_thread_frees() {
         })
         .collect();
     let leftovers: Vec<u64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
-    let mut p = shared.lock().unwrap();
+    let p = shared;
     check(&p);
     for addr in leftovers.into_iter().chain(handoff.lock().unwrap().drain(..)) {
         p.free(addr).unwrap();
@@ -275,4 +278,56 @@ fn eight_threads_with_cross_thread_frees() {
     p.empty_cache();
     check(&p);
     assert_eq!(p.stats().reserved_bytes.all.current, 0);
+}
+
+/// Statistics folded from several shards: currents exact at every read (requested
+/// bytes, which follow the requests exactly, are checked here); a peak reached
+/// while one stream at a time allocates is exact; with streams whose changes overlap
+/// between flushes, within (streams + 1) × `FLUSH_BYTES` of the truth.
+#[test]
+fn statistics_across_shards() {
+    let p = pool(1 << 50);
+    let a = p.malloc(10 * MIB, 1).unwrap();
+    let b = p.malloc(10 * MIB, 2).unwrap();
+    p.free(a).unwrap();
+    let s = p.stats();
+    assert_eq!((s.allocated_bytes.all.current, s.allocated_bytes.all.peak), (10 * MIB as i64, 20 * MIB as i64));
+    p.free(b).unwrap();
+    p.reset_peak();
+    assert_eq!(p.stats().allocated_bytes.all.peak, 0);
+
+    let mut rng = Rng(0x5eed);
+    let mut live: Vec<(u64, u64)> = Vec::new();
+    let (mut bytes, mut true_peak) = (0i64, 0i64);
+    for i in 0..20_000 {
+        if rng.below(2) == 0 || live.is_empty() {
+            let size = rng.log_uniform(256, 256 * MIB);
+            live.push((p.malloc(size, 1 + rng.below(4)).unwrap(), size));
+            bytes += size as i64;
+            true_peak = true_peak.max(bytes);
+        } else {
+            let (addr, size) = live.swap_remove(rng.below(live.len() as u64) as usize);
+            p.free(addr).unwrap();
+            bytes -= size as i64;
+        }
+        if i % 1000 == 0 {
+            let s = p.stats();
+            assert_eq!(s.requested_bytes.all.current, bytes, "current is exact at every read");
+            let peak = s.requested_bytes.all.peak;
+            assert!((peak - true_peak).abs() <= 5 * super::caching::FLUSH_BYTES, "peak {peak}, truth {true_peak}");
+        }
+    }
+    check(&p);
+}
+
+/// More streams than shards: streams share shards, each stream's blocks stay its own.
+#[test]
+fn more_streams_than_shards() {
+    let p = pool(64 * GIB);
+    let first: Vec<u64> = (1..=200).map(|stream| p.malloc(4 * KIB, stream).unwrap()).collect();
+    first.iter().for_each(|&a| p.free(a).unwrap());
+    for (stream, &a) in (1..=200).zip(&first) {
+        assert_eq!(p.malloc(4 * KIB, stream).unwrap(), a, "stream {stream} gets its own block back");
+    }
+    check(&p);
 }

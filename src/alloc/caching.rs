@@ -1,0 +1,300 @@
+//! The caching allocator: pools sharded by stream over one shared segment source.
+//!
+//! A segment and every block split from it belong to one stream (as in PyTorch), so
+//! each stream's blocks can live in their own shard with its own lock: threads that
+//! allocate on different streams share no lock and no written cache line. Pointer-only
+//! frees find the shard from a per-thread hint (the shard the thread last allocated
+//! from) or, failing that, from the shared segment map. Out of memory releases every
+//! shard's cache before the one retry.
+//!
+//! Statistics: each shard counts its own blocks exactly; the totals are the shards'
+//! changes folded in ("flushed") when a segment is taken or released, when a shard's
+//! allocated bytes have moved by `FLUSH_BYTES`, and on every read. Current values and
+//! totals are therefore exact whenever they are read. Peaks are exact when one shard
+//! at a time allocates; with several streams allocating at once, a shard's peak since
+//! its last flush is added to the totals as they are when it flushes, so a peak can be
+//! off by up to (active streams + 1) × `FLUSH_BYTES`. An exact peak of a sum would
+//! need one shared counter written by every operation, which is what stops other
+//! allocators from scaling.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use rustc_hash::FxHashMap as HashMap;
+
+use super::config::AllocConfig;
+use super::pool::{lock, Pool, SegmentSource, Segments};
+use super::stats::{format_bytes, gpurt_memory_stats_t};
+use crate::error::{Error, Result, Status};
+
+/// Shards per allocator; streams beyond this share shards (a pool keeps each
+/// stream's blocks apart in any case).
+const MAX_SHARDS: usize = 64;
+/// A shard's unflushed change in allocated bytes that triggers a flush.
+pub(crate) const FLUSH_BYTES: i64 = 256 << 20;
+
+static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// (allocator id, stream, shard) of this thread's last allocation.
+    static LAST_SHARD: Cell<(u64, u64, u32)> = const { Cell::new((0, 0, 0)) };
+}
+
+/// A pool and the statistics last folded into the totals. Aligned so that shards
+/// used by different threads never share a cache line.
+#[repr(align(128))]
+struct Shard<S: SegmentSource> {
+    state: Mutex<ShardState<S>>,
+}
+
+struct ShardState<S: SegmentSource> {
+    pool: Pool<S>,
+    flushed: gpurt_memory_stats_t,
+}
+
+impl<S: SegmentSource> ShardState<S> {
+    fn flush(&mut self, totals: &Mutex<gpurt_memory_stats_t>) {
+        lock(totals).absorb(self.pool.stats(), &self.flushed);
+        self.pool.restart_peaks();
+        self.flushed = *self.pool.stats();
+    }
+
+    /// Flushes when the totals would otherwise drift too far (see the module notes).
+    fn flush_if_due(&mut self, totals: &Mutex<gpurt_memory_stats_t>) {
+        let (now, last) = (self.pool.stats(), &self.flushed);
+        if (now.allocated_bytes.all.current - last.allocated_bytes.all.current).abs() >= FLUSH_BYTES
+            || now.num_device_alloc != last.num_device_alloc
+            || now.num_device_free != last.num_device_free
+        {
+            self.flush(totals);
+        }
+    }
+}
+
+pub struct CachingAllocator<S: SegmentSource> {
+    id: u64,
+    shared: Arc<Segments<S>>,
+    config: Mutex<AllocConfig>,
+    shards: Box<[OnceLock<Shard<S>>]>,
+    /// Stream -> shard.
+    streams: Mutex<HashMap<u64, u32>>,
+    totals: Mutex<gpurt_memory_stats_t>,
+}
+
+fn is_oom(e: &Error) -> bool {
+    e.status == Status::GPURT_ERROR_OUT_OF_MEMORY
+}
+
+impl<S: SegmentSource> CachingAllocator<S> {
+    pub fn new(source: S, config: AllocConfig) -> Self {
+        CachingAllocator {
+            id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
+            shared: Segments::new(source),
+            config: Mutex::new(config),
+            shards: (0..MAX_SHARDS).map(|_| OnceLock::new()).collect(),
+            streams: Mutex::default(),
+            totals: Mutex::new(gpurt_memory_stats_t::new()),
+        }
+    }
+
+    pub fn source(&self) -> &S {
+        &self.shared.source
+    }
+
+    fn created_shards(&self) -> impl Iterator<Item = &Shard<S>> {
+        self.shards.iter().filter_map(OnceLock::get)
+    }
+
+    fn shard(&self, index: u32) -> MutexGuard<'_, ShardState<S>> {
+        lock(&self.shards[index as usize].get().expect("shard indices come from created shards").state)
+    }
+
+    /// The shard of `stream`, created on first use.
+    fn shard_of_stream(&self, stream: u64) -> u32 {
+        let (id, last_stream, index) = LAST_SHARD.get();
+        if id == self.id && last_stream == stream {
+            return index;
+        }
+        let mut streams = lock(&self.streams);
+        let count = streams.len();
+        let index = *streams.entry(stream).or_insert((count % MAX_SHARDS) as u32);
+        self.shards[index as usize].get_or_init(|| {
+            let pool = Pool::new(self.shared.clone(), index, lock(&self.config).clone());
+            Shard { state: Mutex::new(ShardState { flushed: *pool.stats(), pool }) }
+        });
+        drop(streams);
+        LAST_SHARD.set((self.id, stream, index));
+        index
+    }
+
+    /// Runs `f` on the pool holding the block at `addr` (`f` answers `None` when its
+    /// pool has no such block): first the shard this thread last allocated from, then
+    /// the shard that the segment map names.
+    fn on_owner<T>(&self, addr: u64, f: impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> Result<T> {
+        let (id, _, hinted) = LAST_SHARD.get();
+        if id == self.id {
+            let mut state = self.shard(hinted);
+            if let Some(result) = f(&mut state.pool) {
+                state.flush_if_due(&self.totals);
+                return result;
+            }
+        }
+        let index = self.shared.owner_of(addr).ok_or_else(|| not_live(addr))?;
+        let mut state = self.shard(index);
+        let result = f(&mut state.pool).unwrap_or_else(|| Err(not_live(addr)));
+        state.flush_if_due(&self.totals);
+        result
+    }
+
+    /// Allocates `size` bytes for `stream`. Past the garbage-collection threshold,
+    /// idle segments of every shard go back first; out of memory releases every
+    /// shard's cache (after waiting for deferred frees) and retries once.
+    pub fn malloc(&self, size: u64, stream: u64) -> Result<u64> {
+        let index = self.shard_of_stream(stream);
+        let attempt = |collected| {
+            let mut state = self.shard(index);
+            let result = state.pool.malloc(size, stream, collected);
+            state.flush_if_due(&self.totals);
+            result
+        };
+        let served = |result: Result<Option<u64>>| result.map(|addr| addr.expect("served after a collection"));
+        let first = match attempt(false) {
+            Ok(Some(addr)) => return Ok(addr),
+            Ok(None) => {
+                self.for_each_shard(Pool::release_free_segments);
+                served(attempt(true))
+            }
+            Err(e) => Err(e),
+        };
+        match first {
+            Err(e) if is_oom(&e) => {}
+            done => return done,
+        }
+        lock(&self.totals).num_alloc_retries += 1;
+        self.empty_cache();
+        match served(attempt(true)) {
+            Err(cause) if is_oom(&cause) => Err(self.out_of_memory(size, cause)),
+            done => done,
+        }
+    }
+
+    #[cold]
+    fn out_of_memory(&self, requested: u64, cause: Error) -> Error {
+        lock(&self.totals).num_ooms += 1;
+        let stats = self.stats();
+        let (free, total) = self.shared.source.memory_info();
+        let allocated = stats.allocated_bytes.all.current;
+        let reserved = stats.reserved_bytes.all.current;
+        Error::new(
+            Status::GPURT_ERROR_OUT_OF_MEMORY,
+            format!(
+                "out of memory: tried to allocate {} ({cause}). Device total {}, driver-reported free {}; \
+                 gpurt has allocated {} and reserved {} ({} reserved but unallocated). If reserved but \
+                 unallocated memory is large, try GPURT_ALLOC_CONF=max_split_size_mb:N to avoid fragmentation.",
+                format_bytes(requested as i64),
+                format_bytes(total as i64),
+                format_bytes(free as i64),
+                format_bytes(allocated),
+                format_bytes(reserved),
+                format_bytes(reserved - allocated)
+            ),
+        )
+    }
+
+    /// Whether `addr` lies in one of this allocator's segments.
+    pub fn holds(&self, addr: u64) -> bool {
+        self.shared.owner_of(addr).is_some()
+    }
+
+    /// Frees a live allocation (0 is a no-op), found from its address alone.
+    pub fn free(&self, addr: u64) -> Result<()> {
+        if addr == 0 {
+            return Ok(());
+        }
+        self.on_owner(addr, |pool| pool.free(addr))
+    }
+
+    /// Declares that `addr` is also used on `stream` (PyTorch's `record_stream`).
+    pub fn record_stream(&self, addr: u64, stream: u64) -> Result<()> {
+        self.on_owner(addr, |pool| pool.record_stream(addr, stream))
+    }
+
+    /// Releases every wholly free cached segment of every shard, waiting for deferred
+    /// frees first (`torch.cuda.empty_cache`).
+    pub fn empty_cache(&self) {
+        self.for_each_shard(Pool::empty_cache);
+    }
+
+    /// Runs `f` on every shard's pool in turn, flushing its statistics after.
+    fn for_each_shard(&self, f: impl Fn(&mut Pool<S>)) {
+        for shard in self.created_shards() {
+            let mut state = lock(&shard.state);
+            f(&mut state.pool);
+            state.flush(&self.totals);
+        }
+    }
+
+    /// The statistics, every shard flushed first.
+    pub fn stats(&self) -> gpurt_memory_stats_t {
+        self.for_each_shard(|_| ());
+        *lock(&self.totals)
+    }
+
+    pub fn reset_peak(&self) {
+        self.stats();
+        lock(&self.totals).reset_peak();
+    }
+
+    pub fn reset_accumulated(&self) {
+        self.stats();
+        lock(&self.totals).reset_accumulated();
+    }
+
+    pub fn set_config(&self, config: AllocConfig) {
+        *lock(&self.config) = config.clone();
+        for shard in self.created_shards() {
+            lock(&shard.state).pool.set_config(config.clone());
+        }
+    }
+
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
+        self.shared.set_memory_fraction(fraction)
+    }
+
+    /// Every shard's invariants, the segment map against the shards' segments, and
+    /// the totals against the sum of the shards; for tests.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        let totals = self.stats();
+        let mut sum = gpurt_memory_stats_t::new();
+        let mut segments = 0;
+        for (index, shard) in self.shards.iter().enumerate() {
+            let Some(shard) = shard.get() else { continue };
+            let state = lock(&shard.state);
+            state.pool.check_invariants().map_err(|e| format!("shard {index}: {e}"))?;
+            for (start, end, owner) in self.shared.owners() {
+                if (owner as usize == index) != state.pool.owns_segment(start, end - start) {
+                    return Err(format!("segment {start:#x} is mapped to shard {owner}, held by another"));
+                }
+            }
+            segments += state.pool.stats().segment.all.current;
+            sum.absorb(state.pool.stats(), &gpurt_memory_stats_t::new());
+        }
+        let owners = self.shared.owners();
+        let reserved: u64 = owners.iter().map(|(start, end, _)| end - start).sum();
+        if owners.len() as i64 != segments || reserved != self.shared.reserved() {
+            return Err(format!("{} mapped segments ({reserved} bytes) for {segments} held", owners.len()));
+        }
+        let current = |s: &gpurt_memory_stats_t| {
+            [s.allocated_bytes.all.current, s.reserved_bytes.all.current, s.active_bytes.all.current, s.requested_bytes.all.current]
+        };
+        if current(&totals) != current(&sum) {
+            return Err(format!("totals {:?} differ from the shards' sum {:?}", current(&totals), current(&sum)));
+        }
+        Ok(())
+    }
+}
+
+pub fn not_live(addr: u64) -> Error {
+    Error::invalid_argument(format!("{addr:#x} is not a live gpurt allocation (double free, or not from gpurt)"))
+}
