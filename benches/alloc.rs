@@ -184,6 +184,23 @@ fn threaded_pairs_per_s(a: &dyn Allocator, threads: usize) -> f64 {
     (threads * iters * 4) as f64 / t.elapsed().as_secs_f64()
 }
 
+/// The machine's own scaling: aggregate operations/s of per-thread arithmetic that
+/// shares nothing (a xorshift loop), as the ceiling for any allocator's scaling.
+fn threaded_reference_per_s(threads: usize) -> f64 {
+    let iters = 20_000_000u64;
+    let t = Instant::now();
+    std::thread::scope(|scope| {
+        for i in 0..threads {
+            scope.spawn(move || {
+                let mut rng = XorShift(0x9e37_79b9 + i as u64);
+                let sum = (0..iters).fold(0u64, |acc, _| acc.wrapping_add(rng.next_u64()));
+                std::hint::black_box(sum);
+            });
+        }
+    });
+    (threads as u64 * iters) as f64 / t.elapsed().as_secs_f64()
+}
+
 fn primary() -> sys::CUcontext {
     let mut ctx = std::ptr::null_mut();
     unsafe { ok(sys::cuDevicePrimaryCtxRetain(&mut ctx, 0)) };
@@ -233,6 +250,12 @@ fn main() {
         println!("| random ops, {pass} (ns/op) | {a_ns:.1} | {b_ns:.1} | <= 150 | {} |", if a_ns <= 150.0 { "PASS" } else { "MISS" });
         println!("| random ops, {pass}, fragmentation | {a_frag:.3} | {b_frag:.3} | <= 1.15 | {} |", if a_frag <= 1.15 { "PASS" } else { "MISS" });
     }
+    let reference: Vec<f64> = [1, 4, 8].into_iter().map(threaded_reference_per_s).collect();
+    println!(
+        "| reference: per-thread arithmetic sharing nothing, 1 / 4 / 8 threads | {:.2}x / {:.2}x | | machine's ceiling | info |",
+        reference[1] / reference[0],
+        reference[2] / reference[0]
+    );
     let mut one = [0.0; 2];
     for threads in [1, 4, 8] {
         let [a, b] = sides.map(|(_, s)| threaded_pairs_per_s(s, threads));
