@@ -39,6 +39,9 @@
 /** Initialiser for gpurt_memory_stats_t. */
 #define GPURT_MEMORY_STATS_INIT GPURT_STRUCT_INIT(gpurt_memory_stats_t)
 
+/** Initialiser for gpurt_host_memory_stats_t. */
+#define GPURT_HOST_MEMORY_STATS_INIT GPURT_STRUCT_INIT(gpurt_host_memory_stats_t)
+
 /** GPURT_VERSION as returned by gpurt_version(). */
 #define GPURT_VERSION (GPURT_VERSION_MAJOR * 10000 + GPURT_VERSION_MINOR * 100 + GPURT_VERSION_PATCH)
 
@@ -60,6 +63,18 @@
 #define GPURT_EVENT_DISABLE_TIMING 2
 
 #define GPURT_EVENT_INTERPROCESS 4
+
+#define GPURT_PINNED_PORTABLE 1
+
+#define GPURT_PINNED_DEVICE_MAPPED 2
+
+#define GPURT_PINNED_WRITE_COMBINED 4
+
+#define GPURT_HOST_REGISTER_PORTABLE 1
+
+#define GPURT_HOST_REGISTER_DEVICE_MAPPED 2
+
+#define GPURT_HOST_REGISTER_READ_ONLY 8
 
 /**
  * The flag of a stream that does not synchronise with the legacy default stream.
@@ -155,6 +170,11 @@ typedef struct gpurt_device_s gpurt_device_s;
  * An event: created, pooled, or opened from another process.
  */
 typedef struct gpurt_event_s gpurt_event_s;
+
+/**
+ * A caching pool of pinned (page-locked) host memory.
+ */
+typedef struct gpurt_pinned_pool_s gpurt_pinned_pool_s;
 
 /**
  * A stream: created, pooled, a device's default stream, or a wrapped native one.
@@ -271,6 +291,24 @@ typedef struct {
  */
 typedef void (*gpurt_log_callback_t)(int level, const char *message, void *user);
 
+typedef gpurt_pinned_pool_s *gpurt_pinned_pool_t;
+
+/**
+ * `torch.cuda.host_memory_stats()`: blocks and bytes handed out, bytes and driver
+ * allocations held, and the time spent in the driver's host alloc and free.
+ */
+typedef struct {
+  size_t struct_size;
+  gpurt_stat_t allocations;
+  gpurt_stat_t allocated_bytes;
+  gpurt_stat_t reserved_bytes;
+  gpurt_stat_t segment;
+  int64_t num_host_alloc;
+  int64_t num_host_free;
+  int64_t host_alloc_time_ns;
+  int64_t host_free_time_ns;
+} gpurt_host_memory_stats_t;
+
 /**
  * A host function for `gpurt_stream_launch_host_func`; it must not call CUDA.
  */
@@ -376,6 +414,51 @@ ptrdiff_t gpurt_cupy_malloc(ptrdiff_t param, size_t size, int device);
  * CuPy's `CFunctionAllocator` free: `void free(intptr_t param, intptr_t ptr, int device)`.
  */
 void gpurt_cupy_free(ptrdiff_t param, ptrdiff_t ptr, int device);
+
+/**
+ * Copies `bytes` from `src` to `dst` on `stream`, asynchronously. Either side may be
+ * device memory, pinned or plain host memory (from pageable memory the driver
+ * stages the copy and returns once the source was read).
+ */
+gpurt_status_t gpurt_memcpy_async(void *dst, const void *src, size_t bytes, gpurt_stream_t stream);
+
+/**
+ * As `gpurt_memcpy_async`, then waits until the copy is done (a synchronising call
+ * for the sync debug mode).
+ */
+gpurt_status_t gpurt_memcpy(void *dst, const void *src, size_t bytes, gpurt_stream_t stream);
+
+/**
+ * Copies `bytes` of device memory from `src_device` to `dst_device` on `stream`.
+ */
+gpurt_status_t gpurt_memcpy_peer_async(void *dst,
+                                       int dst_device,
+                                       const void *src,
+                                       int src_device,
+                                       size_t bytes,
+                                       gpurt_stream_t stream);
+
+/**
+ * Sets `count` elements of `element_size` bytes (1, 2 or 4) at `dst` to `value` on
+ * `stream`.
+ */
+gpurt_status_t gpurt_memset_async(void *dst,
+                                  unsigned int value,
+                                  unsigned int element_size,
+                                  size_t count,
+                                  gpurt_stream_t stream);
+
+/**
+ * Copies `height` rows of `width` bytes from `src` (rows `src_pitch` bytes apart) to
+ * `dst` (rows `dst_pitch` bytes apart) on `stream`.
+ */
+gpurt_status_t gpurt_memcpy_2d_async(void *dst,
+                                     size_t dst_pitch,
+                                     const void *src,
+                                     size_t src_pitch,
+                                     size_t width,
+                                     size_t height,
+                                     gpurt_stream_t stream);
 
 /**
  * Loads the CUDA driver and initialises it. Optional: every call initialises on
@@ -572,6 +655,93 @@ gpurt_status_t gpurt_set_log_level(int level);
  * logging functions. Messages are still filtered by the log level.
  */
 gpurt_status_t gpurt_set_log_callback(gpurt_log_callback_t callback, void *user);
+
+/**
+ * Creates a pinned pool. `flags`: `GPURT_PINNED_PORTABLE` (usable from every
+ * device's context), `GPURT_PINNED_DEVICE_MAPPED` (kernels may access it; see
+ * `gpurt_pinned_device_pointer`), `GPURT_PINNED_WRITE_COMBINED` (faster host-to-device
+ * transfers, very slow host reads).
+ */
+gpurt_status_t gpurt_pinned_pool_create(unsigned int flags, gpurt_pinned_pool_t *pool);
+
+/**
+ * The process-wide pinned pool (portable), created on first use.
+ */
+gpurt_status_t gpurt_pinned_pool_default(gpurt_pinned_pool_t *pool);
+
+/**
+ * Destroys a pool that has no blocks in use; its cached memory goes back to the
+ * driver. The default pool cannot be destroyed.
+ */
+gpurt_status_t gpurt_pinned_pool_destroy(gpurt_pinned_pool_t pool);
+
+/**
+ * Pinned host memory of at least `size` bytes from `pool` (size 0 gives NULL).
+ * Sizes are rounded to four classes per power of two (at most 25 % more).
+ */
+gpurt_status_t gpurt_pinned_malloc(gpurt_pinned_pool_t pool, size_t size, void **ptr);
+
+/**
+ * Frees pinned memory from `gpurt_pinned_malloc` (NULL is a no-op). The block is
+ * reused only once the work of every stream that used it (gpurt copies record
+ * this themselves; see `gpurt_pinned_record_stream`) is done.
+ */
+gpurt_status_t gpurt_pinned_free(void *ptr);
+
+/**
+ * Declares that work queued on `stream` uses the pinned block containing `ptr`
+ * (for copies and kernels not made through gpurt).
+ */
+gpurt_status_t gpurt_pinned_record_stream(void *ptr, gpurt_stream_t stream);
+
+/**
+ * The device address of a block from a `GPURT_PINNED_DEVICE_MAPPED` pool, for
+ * kernels on the current device.
+ */
+gpurt_status_t gpurt_pinned_device_pointer(void *ptr, void **device_ptr);
+
+/**
+ * Returns every free cached block of `pool` to the driver.
+ */
+gpurt_status_t gpurt_pinned_empty_cache(gpurt_pinned_pool_t pool);
+
+/**
+ * `pool`'s statistics (`torch.cuda.host_memory_stats`). Initialise `stats` with
+ * `GPURT_HOST_MEMORY_STATS_INIT`.
+ */
+gpurt_status_t gpurt_pinned_stats(gpurt_pinned_pool_t pool, gpurt_host_memory_stats_t *stats);
+
+/**
+ * Resets every peak of `pool`'s statistics to its current value.
+ */
+gpurt_status_t gpurt_pinned_reset_peak_stats(gpurt_pinned_pool_t pool);
+
+/**
+ * Zeroes `pool`'s accumulated totals, counters and driver times.
+ */
+gpurt_status_t gpurt_pinned_reset_accumulated_stats(gpurt_pinned_pool_t pool);
+
+/**
+ * CuPy's `PinnedMemoryPool` queries: bytes in use (blocks waiting for streams
+ * included), bytes cached free, their total, and the number of free blocks. Any
+ * output may be NULL.
+ */
+gpurt_status_t gpurt_pinned_pool_usage(gpurt_pinned_pool_t pool,
+                                       uint64_t *used_bytes,
+                                       uint64_t *free_bytes,
+                                       uint64_t *total_bytes,
+                                       uint64_t *free_blocks);
+
+/**
+ * Page-locks `size` bytes of memory the caller owns, so that copies from and to it
+ * run at pinned speed (`cuMemHostRegister`). `flags`: `GPURT_HOST_REGISTER_*`.
+ */
+gpurt_status_t gpurt_host_register(void *ptr, size_t size, unsigned int flags);
+
+/**
+ * Undoes `gpurt_host_register`.
+ */
+gpurt_status_t gpurt_host_unregister(void *ptr);
 
 /**
  * Creates a stream on `device` with `flags` (0 or `GPURT_STREAM_NON_BLOCKING`) and

@@ -152,3 +152,13 @@ mod tests {
         );
     }
 }
+
+/// Writes each value through its out-parameter; NULL ones are skipped (outputs the
+/// caller may not want).
+pub(crate) fn write_optional<const N: usize>(values: [(*mut u64, u64); N]) {
+    for (out, value) in values {
+        if let Ok(out) = Out::new(out, "") {
+            out.write(value);
+        }
+    }
+}

@@ -53,6 +53,17 @@ const REQUIRED: &[&str] = &[
     "cuIpcOpenEventHandle",
     "cuMemAlloc_v2",
     "cuMemFree_v2",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemHostGetDevicePointer_v2",
+    "cuMemHostRegister_v2",
+    "cuMemHostUnregister",
+    "cuMemcpyAsync",
+    "cuMemcpyPeerAsync",
+    "cuMemcpy2DAsync_v2",
+    "cuMemsetD8Async",
+    "cuMemsetD16Async",
+    "cuMemsetD32Async",
 ];
 
 static INIT: OnceLock<Result<()>> = OnceLock::new();

@@ -25,6 +25,7 @@ pub enum Kind {
     Device = 1,
     Stream = 2,
     Event = 3,
+    PinnedPool = 4,
 }
 
 impl Kind {
@@ -33,10 +34,11 @@ impl Kind {
             Kind::Device => "device",
             Kind::Stream => "stream",
             Kind::Event => "event",
+            Kind::PinnedPool => "pinned pool",
         }
     }
     fn from_bits(bits: u8) -> Option<Kind> {
-        [Kind::Device, Kind::Stream, Kind::Event].into_iter().find(|k| *k as u8 == bits)
+        [Kind::Device, Kind::Stream, Kind::Event, Kind::PinnedPool].into_iter().find(|k| *k as u8 == bits)
     }
 }
 
@@ -90,6 +92,16 @@ impl Handle {
 pub trait Packed: Copy {
     fn pack(self) -> [u64; 2];
     fn unpack(words: [u64; 2]) -> Self;
+}
+
+/// A single word (an index into a caller's registry).
+impl Packed for u64 {
+    fn pack(self) -> [u64; 2] {
+        [self, 0]
+    }
+    fn unpack(words: [u64; 2]) -> Self {
+        words[0]
+    }
 }
 
 struct Slot {

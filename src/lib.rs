@@ -14,12 +14,14 @@ compile_error!("gpurt packs handles into 64-bit pointers and supports only 64-bi
 
 pub mod alloc;
 pub mod boundary;
+pub mod copy;
 pub mod device;
 pub mod driver;
 pub mod error;
 pub mod event;
 pub mod handle;
 pub mod log;
+pub mod pinned;
 pub mod stream;
 pub mod sync_debug;
 

@@ -12,7 +12,6 @@ use super::stats::gpurt_memory_stats_t;
 use crate::device::{self, per_device};
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
-use crate::handle::Handle;
 
 /// Segments from `cuMemAlloc` on one device; markers are pooled events.
 pub struct DriverSource {
@@ -44,34 +43,13 @@ impl SegmentSource for DriverSource {
         }
     }
     fn record(&self, stream: u64) -> Result<u64> {
-        let event = crate::event::pool_get(self.device)?;
-        let raw = crate::event::get(event)?.cu();
-        let recorded = device::with_device(self.device, || {
-            check(unsafe { sys::cuEventRecord(raw, stream as sys::CUstream) }, "cuEventRecord")
-        });
-        match recorded {
-            Ok(()) => Ok(event.0),
-            Err(e) => {
-                let _ = crate::event::destroy(event);
-                Err(e)
-            }
-        }
+        crate::event::marker_record(self.device, stream)
     }
     fn is_done(&self, marker: u64) -> bool {
-        let event = Handle(marker);
-        let done = crate::event::query(event).unwrap_or(true);
-        if done {
-            let _ = crate::event::destroy(event);
-        }
-        done
+        crate::event::marker_done(marker)
     }
     fn wait(&self, marker: u64) {
-        let event = Handle(marker);
-        if let Ok(e) = crate::event::get(event) {
-            // The allocator's own wait (out of memory, empty_cache): not a caller's sync.
-            unsafe { sys::cuEventSynchronize(e.cu()) };
-        }
-        let _ = crate::event::destroy(event);
+        crate::event::marker_wait(marker)
     }
     fn memory_info(&self) -> (u64, u64) {
         device::mem_get_info(self.device).map(|(f, t)| (f as u64, t as u64)).unwrap_or((0, 0))

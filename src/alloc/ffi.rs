@@ -90,17 +90,12 @@ pub extern "C" fn gpurt_memory_usage(
 ) -> gpurt_status_t {
     boundary::call("gpurt_memory_usage", || {
         let s = super::device::stats(device)?;
-        let values = [
-            (allocated, s.allocated_bytes.all.current),
-            (max_allocated, s.allocated_bytes.all.peak),
-            (reserved, s.reserved_bytes.all.current),
-            (max_reserved, s.reserved_bytes.all.peak),
-        ];
-        for (out, value) in values {
-            if let Ok(out) = Out::new(out, "") {
-                out.write(value as u64);
-            }
-        }
+        boundary::write_optional([
+            (allocated, s.allocated_bytes.all.current as u64),
+            (max_allocated, s.allocated_bytes.all.peak as u64),
+            (reserved, s.reserved_bytes.all.current as u64),
+            (max_reserved, s.reserved_bytes.all.peak as u64),
+        ]);
         Ok(())
     })
 }

@@ -21,10 +21,10 @@ impl gpurt_stat_t {
         self.current -= amount;
         self.freed += amount;
     }
-    fn reset_peak(&mut self) {
+    pub(crate) fn reset_peak(&mut self) {
         self.peak = self.current;
     }
-    fn reset_accumulated(&mut self) {
+    pub(crate) fn reset_accumulated(&mut self) {
         self.allocated = 0;
         self.freed = 0;
     }

@@ -66,7 +66,7 @@ pub(crate) fn per_device<T>(make: impl Fn() -> T) -> Box<[T]> {
 
 /// The primary context of a (checked) device, retained once for the process's
 /// lifetime, as the CUDA runtime does.
-fn primary_context(ordinal: i32) -> Result<CUcontext> {
+pub(crate) fn primary_context(ordinal: i32) -> Result<CUcontext> {
     static PRIMARY: OnceLock<Box<[OnceLock<usize>]>> = OnceLock::new();
     let slots = PRIMARY.get_or_init(|| per_device(OnceLock::new));
     let slot = &slots[ordinal as usize];

@@ -288,3 +288,40 @@ mod tests {
         assert_eq!(validate_flags(0x80).unwrap_err().status, Status::GPURT_ERROR_INVALID_ARGUMENT);
     }
 }
+
+/// Stream-ordering markers for the caching pools' deferred reuse: a pooled event
+/// recorded on a raw stream of `device`, as its handle's value.
+pub fn marker_record(device: i32, raw_stream: u64) -> Result<u64> {
+    let event = pool_get(device)?;
+    let raw = get(event)?.cu();
+    let recorded = device::with_device(device, || {
+        check(unsafe { sys::cuEventRecord(raw, raw_stream as sys::CUstream) }, "cuEventRecord")
+    });
+    match recorded {
+        Ok(()) => Ok(event.0),
+        Err(e) => {
+            let _ = destroy(event);
+            Err(e)
+        }
+    }
+}
+
+/// Whether a marker's work is done; a done marker goes back to the event pool.
+pub fn marker_done(marker: u64) -> bool {
+    let event = Handle(marker);
+    let done = query(event).unwrap_or(true);
+    if done {
+        let _ = destroy(event);
+    }
+    done
+}
+
+/// Waits for a marker's work, then returns it to the event pool. The pools' own
+/// wait (out of memory, empty_cache): not a caller's synchronising call.
+pub fn marker_wait(marker: u64) {
+    let event = Handle(marker);
+    if let Ok(e) = get(event) {
+        unsafe { sys::cuEventSynchronize(e.cu()) };
+    }
+    let _ = destroy(event);
+}

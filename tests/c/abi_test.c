@@ -181,6 +181,49 @@ static void check_with_gpu(int count) {
     EXPECT(gpurt_device_synchronize(GPURT_CURRENT_DEVICE), GPURT_SUCCESS);
 }
 
+/* Pinned pools and copies: bad handles, foreign pointers and bad arguments are
+ * reported; nothing leaks into the pool's accounting. */
+static void check_pinned_and_copies(void) {
+    gpurt_pinned_pool_t pool = NULL, def = NULL;
+    gpurt_stream_t stream = NULL;
+    gpurt_host_memory_stats_t stats = GPURT_HOST_MEMORY_STATS_INIT;
+    void *p = NULL, *q = NULL;
+    uint64_t used = 0, total = 0, blocks = 0;
+    char host[64];
+    EXPECT(gpurt_pinned_malloc(NULL, 16, &p), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_pinned_pool_create(0x80, &pool), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_pinned_pool_create(GPURT_PINNED_DEVICE_MAPPED, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_pinned_pool_create(GPURT_PINNED_DEVICE_MAPPED, &pool), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_create(0, GPURT_STREAM_NON_BLOCKING, 0, &stream), GPURT_SUCCESS);
+    EXPECT(gpurt_pinned_malloc((gpurt_pinned_pool_t)stream, 16, &p), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_pinned_malloc(pool, 10000, &p), GPURT_SUCCESS);
+    EXPECT_TRUE(p != NULL);
+    EXPECT(gpurt_pinned_free(host), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_pinned_record_stream(p, NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_pinned_device_pointer(p, &q), GPURT_SUCCESS);
+    EXPECT(gpurt_pinned_pool_destroy(pool), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "in use") != NULL);
+    EXPECT(gpurt_memset_async(p, 0x1ff, 1, 4, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_memset_async(p, 7, 3, 4, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_memcpy_async(NULL, host, 8, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_memcpy_async(p, host, 8, NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_memcpy_2d_async(p, 8, host, 16, 9, 2, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_memcpy_async(p, host, sizeof host, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_pinned_free(p), GPURT_SUCCESS);
+    EXPECT(gpurt_pinned_free(p), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_pinned_pool_usage(pool, &used, NULL, &total, &blocks), GPURT_SUCCESS);
+    EXPECT(gpurt_pinned_stats(pool, &stats), GPURT_SUCCESS);
+    EXPECT_TRUE(stats.allocations.current == 0 && stats.num_host_alloc == 1);
+    EXPECT(gpurt_pinned_pool_destroy(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_pinned_pool_destroy(pool), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_pinned_pool_default(&def), GPURT_SUCCESS);
+    EXPECT(gpurt_pinned_pool_destroy(def), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_host_register(NULL, 8, 0), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_host_register(host, sizeof host, 0x40), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);
+}
+
 int main(void) {
     int count = -1;
     check_general();
@@ -193,9 +236,15 @@ int main(void) {
                                                                                     : GPURT_ERROR_NO_DEVICE;
         printf("abi_test: no GPU (%s): checking the no-driver behaviour\n", gpurt_status_string(why));
         check_without_gpu(why);
+        {
+            gpurt_pinned_pool_t pool = NULL;
+            EXPECT(gpurt_pinned_pool_create(0, &pool), why);
+            EXPECT(gpurt_pinned_pool_default(&pool), why);
+        }
     } else {
         printf("abi_test: %d device(s): checking misuse against the driver\n", count);
         check_with_gpu(count);
+        check_pinned_and_copies();
     }
     printf("abi_test: %d checks, %d failed\n", checks, failures);
     return failures == 0 ? 0 : 1;

@@ -60,3 +60,15 @@ CUresult cuMemPoolSetAttribute(P pool, int a, void *v) { (void)pool; (void)a; (v
 CUresult cuMemPoolGetAttribute(P pool, int a, void *v) { (void)pool; (void)a; *(unsigned long long *)v = 0; return 0; }
 CUresult cuMemAllocFromPoolAsync(unsigned long long *p, size_t size, P pool, P s) { (void)pool; (void)s; return cuMemAlloc_v2(p, size); }
 CUresult cuMemFreeAsync(unsigned long long p, P s) { (void)p; (void)s; return 0; }
+CUresult cuMemHostAlloc(void **p, size_t size, unsigned flags) { (void)flags; *p = malloc(size); return *p ? 0 : 2; }
+CUresult cuMemFreeHost(void *p) { free(p); return 0; }
+CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *p, unsigned flags) { (void)flags; *d = (unsigned long long)p; return 0; }
+CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags) { (void)p; (void)size; (void)flags; return 0; }
+CUresult cuMemHostUnregister(void *p) { (void)p; return 0; }
+/* Copies and memsets are accepted and dropped: device addresses here are fake. */
+CUresult cuMemcpyAsync(unsigned long long d, unsigned long long s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; return 0; }
+CUresult cuMemcpyPeerAsync(unsigned long long d, P dc, unsigned long long s, P sc, size_t n, P st) { (void)d; (void)dc; (void)s; (void)sc; (void)n; (void)st; return 0; }
+CUresult cuMemcpy2DAsync_v2(const void *params, P st) { (void)params; (void)st; return 0; }
+CUresult cuMemsetD8Async(unsigned long long d, unsigned char v, size_t n, P st) { (void)d; (void)v; (void)n; (void)st; return 0; }
+CUresult cuMemsetD16Async(unsigned long long d, unsigned short v, size_t n, P st) { (void)d; (void)v; (void)n; (void)st; return 0; }
+CUresult cuMemsetD32Async(unsigned long long d, unsigned v, size_t n, P st) { (void)d; (void)v; (void)n; (void)st; return 0; }

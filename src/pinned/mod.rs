@@ -1,0 +1,207 @@
+//! Pinned host memory: caching pools over `cuMemHostAlloc` (`pool` holds the logic,
+//! tested on host address ranges), a process-wide default pool, pools with their own
+//! allocation flags, and registration of memory the caller owns.
+
+pub mod ffi;
+pub mod pool;
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::sys;
+
+use crate::alloc::pool::{lock, SegmentSource};
+use crate::device;
+use crate::driver::check;
+use crate::error::{Error, Result};
+use crate::handle::{Handle, HandleTable, Kind};
+use pool::PinnedPool;
+
+pub const GPURT_PINNED_PORTABLE: u32 = 1;
+pub const GPURT_PINNED_DEVICE_MAPPED: u32 = 2;
+pub const GPURT_PINNED_WRITE_COMBINED: u32 = 4;
+
+/// Page-locked host memory from the driver. Markers are recorded on gpurt streams,
+/// keyed by their handle values (a pinned block has no device of its own).
+pub struct PinnedSource {
+    flags: u32,
+}
+
+impl SegmentSource for PinnedSource {
+    fn allocate(&self, size: u64, _stream: u64) -> Result<u64> {
+        device::with_device(device::current()?, || {
+            let mut ptr = std::ptr::null_mut();
+            check(unsafe { sys::cuMemHostAlloc(&mut ptr, size as usize, self.flags) }, "cuMemHostAlloc")?;
+            Ok(ptr as u64)
+        })
+    }
+    fn release(&self, addr: u64, _size: u64) {
+        if let Err(e) = check(unsafe { sys::cuMemFreeHost(addr as *mut _) }, "cuMemFreeHost") {
+            crate::log::log(crate::log::Level::Error, &format!("releasing a cached pinned block: {e}"));
+        }
+    }
+    fn record(&self, stream: u64) -> Result<u64> {
+        let s = crate::stream::get(Handle(stream))?;
+        crate::event::marker_record(s.device(), s.raw as u64)
+    }
+    fn is_done(&self, marker: u64) -> bool {
+        crate::event::marker_done(marker)
+    }
+    fn wait(&self, marker: u64) {
+        crate::event::marker_wait(marker)
+    }
+    fn memory_info(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
+
+type SharedPool = Arc<Mutex<PinnedPool<PinnedSource>>>;
+
+/// Pool handles map to registry slots; the default pool is slot 0.
+static HANDLES: HandleTable<u64> = HandleTable::new(Kind::PinnedPool);
+static REGISTRY: Mutex<Vec<Option<SharedPool>>> = Mutex::new(Vec::new());
+static DEFAULT: OnceLock<Handle> = OnceLock::new();
+
+fn validate_flags(flags: u32) -> Result<()> {
+    let known = GPURT_PINNED_PORTABLE | GPURT_PINNED_DEVICE_MAPPED | GPURT_PINNED_WRITE_COMBINED;
+    if flags & !known != 0 {
+        return Err(Error::invalid_argument(format!("unknown pinned pool flags {:#x}", flags & !known)));
+    }
+    Ok(())
+}
+
+/// A new pool whose blocks are allocated with `flags` (`GPURT_PINNED_*`).
+pub fn create(flags: u32) -> Result<Handle> {
+    validate_flags(flags)?;
+    device::require_device()?;
+    let pool = Arc::new(Mutex::new(PinnedPool::new(PinnedSource { flags })));
+    let mut registry = lock(&REGISTRY);
+    let slot = registry.iter().position(Option::is_none).unwrap_or(registry.len());
+    let handle = HANDLES.insert(slot as u64)?;
+    if slot == registry.len() {
+        registry.push(None);
+    }
+    registry[slot] = Some(pool);
+    Ok(handle)
+}
+
+/// The process-wide pool (portable, so that every device's context may use it).
+pub fn default_pool() -> Result<Handle> {
+    device::require_device()?;
+    if let Some(h) = DEFAULT.get() {
+        return Ok(*h);
+    }
+    let created = create(GPURT_PINNED_PORTABLE)?;
+    let chosen = *DEFAULT.get_or_init(|| created);
+    if chosen != created {
+        destroy_slot(created)?;
+    }
+    Ok(chosen)
+}
+
+fn get(handle: Handle) -> Result<SharedPool> {
+    let slot = HANDLES.get(handle)?;
+    lock(&REGISTRY)[slot as usize].clone().ok_or_else(|| Error::invalid_handle("the pinned pool was destroyed"))
+}
+
+/// Destroys a pool with no blocks in use (its cache goes back to the driver).
+pub fn destroy(handle: Handle) -> Result<()> {
+    if DEFAULT.get() == Some(&handle) {
+        return Err(Error::invalid_argument("the default pinned pool cannot be destroyed"));
+    }
+    let pool = get(handle)?;
+    let in_use = lock(&pool).in_use();
+    if in_use > 0 {
+        return Err(Error::invalid_argument(format!("the pinned pool still has {in_use} blocks in use or pending")));
+    }
+    destroy_slot(handle)
+}
+
+fn destroy_slot(handle: Handle) -> Result<()> {
+    let slot = HANDLES.remove(handle)?;
+    if let Some(pool) = lock(&REGISTRY)[slot as usize].take() {
+        lock(&pool).drain();
+    }
+    Ok(())
+}
+
+fn all_pools() -> Vec<SharedPool> {
+    lock(&REGISTRY).iter().flatten().cloned().collect()
+}
+
+pub fn malloc(pool: Handle, size: u64) -> Result<u64> {
+    let pool = get(pool)?;
+    let result = lock(&pool).malloc(size);
+    result
+}
+
+/// Runs `f` on each pool until one answers (`f` gives `None` for a pool that does
+/// not hold the pointer in question).
+fn on_owner<T>(f: impl Fn(&mut PinnedPool<PinnedSource>) -> Option<T>) -> Option<T> {
+    all_pools().iter().find_map(|p| f(&mut lock(p)))
+}
+
+fn not_pinned(ptr: u64) -> Error {
+    Error::invalid_argument(format!("{ptr:#x} is not a live block of a gpurt pinned pool"))
+}
+
+pub fn free(ptr: u64) -> Result<()> {
+    if ptr == 0 {
+        return Ok(());
+    }
+    on_owner(|p| p.free(ptr)).unwrap_or_else(|| Err(not_pinned(ptr)))
+}
+
+/// Declares that `stream`'s work uses the pinned block containing `ptr`.
+pub fn record_stream(ptr: u64, stream: Handle) -> Result<()> {
+    crate::stream::get(stream)?;
+    on_owner(|p| p.record_stream(ptr, stream.0)).ok_or_else(|| not_pinned(ptr))
+}
+
+/// Records `stream` on the pinned block containing `ptr`, if there is one: what
+/// gpurt's own copies do for every host pointer they touch.
+pub fn note_use(ptr: u64, stream: Handle) {
+    if lock(&REGISTRY).is_empty() {
+        return;
+    }
+    on_owner(|p| p.record_stream(ptr, stream.0));
+}
+
+/// The device address of a block from a device-mapped pool.
+pub fn device_pointer(ptr: u64) -> Result<u64> {
+    on_owner(|p| p.block_containing(ptr)).ok_or_else(|| not_pinned(ptr))?;
+    let mut dptr = 0;
+    device::with_device(device::current()?, || {
+        check(unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, ptr as *mut _, 0) }, "cuMemHostGetDevicePointer")
+    })?;
+    Ok(dptr)
+}
+
+pub fn with_pool<T>(pool: Handle, f: impl FnOnce(&mut PinnedPool<PinnedSource>) -> T) -> Result<T> {
+    let pool = get(pool)?;
+    let result = f(&mut lock(&pool));
+    Ok(result)
+}
+
+pub const GPURT_HOST_REGISTER_PORTABLE: u32 = 1;
+pub const GPURT_HOST_REGISTER_DEVICE_MAPPED: u32 = 2;
+pub const GPURT_HOST_REGISTER_READ_ONLY: u32 = 8;
+
+/// Page-locks memory the caller owns (`cuMemHostRegister`).
+pub fn host_register(ptr: u64, size: u64, flags: u32) -> Result<()> {
+    let known = GPURT_HOST_REGISTER_PORTABLE | GPURT_HOST_REGISTER_DEVICE_MAPPED | GPURT_HOST_REGISTER_READ_ONLY;
+    if flags & !known != 0 {
+        return Err(Error::invalid_argument(format!("unknown host register flags {:#x}", flags & !known)));
+    }
+    if ptr == 0 || size == 0 {
+        return Err(Error::invalid_argument("host_register needs a non-NULL pointer and a non-zero size"));
+    }
+    device::with_device(device::current()?, || {
+        check(unsafe { sys::cuMemHostRegister_v2(ptr as *mut _, size as usize, flags) }, "cuMemHostRegister")
+    })
+}
+
+pub fn host_unregister(ptr: u64) -> Result<()> {
+    device::with_device(device::current()?, || check(unsafe { sys::cuMemHostUnregister(ptr as *mut _) }, "cuMemHostUnregister"))
+}
