@@ -6,6 +6,7 @@ mod support;
 
 mod alloc;
 mod device;
+mod pinned;
 mod stream;
 mod util;
 
@@ -17,5 +18,6 @@ fn main() {
     tests.extend_from_slice(device::TESTS);
     tests.extend_from_slice(stream::TESTS);
     tests.extend_from_slice(alloc::TESTS);
+    tests.extend_from_slice(pinned::TESTS);
     support::run("gpu", support::Needs::Gpu, &tests)
 }

@@ -72,3 +72,5 @@ CUresult cuMemcpy2DAsync_v2(const void *params, P st) { (void)params; (void)st; 
 CUresult cuMemsetD8Async(unsigned long long d, unsigned char v, size_t n, P st) { (void)d; (void)v; (void)n; (void)st; return 0; }
 CUresult cuMemsetD16Async(unsigned long long d, unsigned short v, size_t n, P st) { (void)d; (void)v; (void)n; (void)st; return 0; }
 CUresult cuMemsetD32Async(unsigned long long d, unsigned v, size_t n, P st) { (void)d; (void)v; (void)n; (void)st; return 0; }
+CUresult cuMemcpyHtoDAsync_v2(unsigned long long d, const void *s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; return 0; }
+CUresult cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; return 0; }

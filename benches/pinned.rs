@@ -1,0 +1,152 @@
+//! Pinned host memory and copies against the raw driver, in one process (gpurt
+//! through its shared library). Targets (from the pinned-memory issue):
+//!   1. pinned alloc+free from the pool, 4 KiB / 1 MiB / 64 MiB: ≤ 1 µs per pair
+//!      (reference: cuMemHostAlloc + cuMemFreeHost);
+//!   2. H2D and D2H of 256 MiB from a pool buffer through gpurt: ≥ 95 % of the raw
+//!      driver's bandwidth from a cuMemHostAlloc buffer.
+
+use std::ffi::c_void;
+use std::time::Instant;
+
+use cudarc::driver::sys;
+
+type H = *mut c_void;
+
+struct Gpurt {
+    _lib: libloading::Library,
+    device_count: unsafe extern "C" fn(*mut i32) -> i32,
+    set_device: unsafe extern "C" fn(i32) -> i32,
+    stream_create: unsafe extern "C" fn(i32, u32, i32, *mut H) -> i32,
+    stream_native: unsafe extern "C" fn(H, *mut H) -> i32,
+    stream_synchronize: unsafe extern "C" fn(H) -> i32,
+    pool_default: unsafe extern "C" fn(*mut H) -> i32,
+    pinned_malloc: unsafe extern "C" fn(H, usize, *mut H) -> i32,
+    pinned_free: unsafe extern "C" fn(H) -> i32,
+    malloc: unsafe extern "C" fn(usize, H, *mut H) -> i32,
+    memcpy_async: unsafe extern "C" fn(H, *const c_void, usize, H) -> i32,
+}
+
+fn load() -> Gpurt {
+    let path = std::env::var("GPURT_LIB").unwrap_or_else(|_| "lib/libgpurt.so.0".into());
+    unsafe {
+        let lib = libloading::Library::new(&path).unwrap_or_else(|e| panic!("load {path}: {e}"));
+        macro_rules! sym {
+            ($name:literal) => {
+                *lib.get($name.as_bytes()).unwrap_or_else(|e| panic!("{}: {e}", $name))
+            };
+        }
+        Gpurt {
+            device_count: sym!("gpurt_device_count"),
+            set_device: sym!("gpurt_set_device"),
+            stream_create: sym!("gpurt_stream_create"),
+            stream_native: sym!("gpurt_stream_native"),
+            stream_synchronize: sym!("gpurt_stream_synchronize"),
+            pool_default: sym!("gpurt_pinned_pool_default"),
+            pinned_malloc: sym!("gpurt_pinned_malloc"),
+            pinned_free: sym!("gpurt_pinned_free"),
+            malloc: sym!("gpurt_malloc"),
+            memcpy_async: sym!("gpurt_memcpy_async"),
+            _lib: lib,
+        }
+    }
+}
+
+fn ok(code: sys::CUresult) {
+    assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
+}
+fn st(s: i32) {
+    assert_eq!(s, 0, "gpurt call failed with status {s}");
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Median over `samples` of the mean time of `n` runs of `f`, in ns.
+fn time_ns(samples: usize, n: usize, mut f: impl FnMut()) -> f64 {
+    median(
+        (0..samples)
+            .map(|_| {
+                let t = Instant::now();
+                (0..n).for_each(|_| f());
+                t.elapsed().as_nanos() as f64 / n as f64
+            })
+            .collect(),
+    )
+}
+
+fn main() {
+    let g = load();
+    let mut count = 0;
+    unsafe { st((g.device_count)(&mut count)) };
+    if count == 0 {
+        println!("pinned benchmark SKIPPED: no CUDA device (gpurt_device_count = 0)");
+        std::process::exit(if std::env::var("GPURT_REQUIRE_GPU").as_deref() == Ok("1") { 1 } else { 0 });
+    }
+    let (mut stream, mut native, mut pool) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    unsafe {
+        st((g.set_device)(0));
+        st((g.stream_create)(0, 1, 0, &mut stream));
+        st((g.stream_native)(stream, &mut native));
+        st((g.pool_default)(&mut pool));
+    }
+    println!("\n| workload | gpurt | raw driver | target | result |");
+    println!("| --- | ---: | ---: | --- | --- |");
+    for (label, size, n) in [("4 KiB", 4usize << 10, 2000), ("1 MiB", 1 << 20, 200), ("64 MiB", 64 << 20, 5)] {
+        let ours = time_ns(11, n, || unsafe {
+            let mut p = std::ptr::null_mut();
+            st((g.pinned_malloc)(pool, size, &mut p));
+            st((g.pinned_free)(p));
+        });
+        let raw = time_ns(3, n.min(20), || unsafe {
+            let mut p = std::ptr::null_mut();
+            ok(sys::cuMemHostAlloc(&mut p, size, 0));
+            ok(sys::cuMemFreeHost(p));
+        });
+        let pass = if ours <= 1000.0 { "PASS" } else { "MISS" };
+        println!("| pinned alloc+free, {label} (ns) | {ours:.1} | {raw:.1} (cuMemHostAlloc+cuMemFreeHost) | <= 1000 | {pass} |");
+    }
+    let bytes = 256usize << 20;
+    let mut ours_host = std::ptr::null_mut();
+    let mut raw_host = std::ptr::null_mut();
+    let mut dev = std::ptr::null_mut();
+    unsafe {
+        st((g.pinned_malloc)(pool, bytes, &mut ours_host));
+        ok(sys::cuMemHostAlloc(&mut raw_host, bytes, 0));
+        st((g.malloc)(bytes, stream, &mut dev));
+        std::ptr::write_bytes(ours_host.cast::<u8>(), 0x5a, bytes);
+        std::ptr::write_bytes(raw_host.cast::<u8>(), 0x5a, bytes);
+    }
+    let pageable = vec![0x5au8; bytes];
+    let gbps = |ns: f64| bytes as f64 / ns;
+    let ours_copy = |dst: H, src: *const c_void| {
+        move || unsafe {
+            st((g.memcpy_async)(dst, src, bytes, stream));
+            st((g.stream_synchronize)(stream));
+        }
+    };
+    let raw_h2d = |src: *const c_void| {
+        move || unsafe {
+            ok(sys::cuMemcpyHtoDAsync_v2(dev as u64, src, bytes, native.cast()));
+            ok(sys::cuStreamSynchronize(native.cast()));
+        }
+    };
+    let (h2d_ours, h2d_raw) = (time_ns(9, 3, ours_copy(dev, ours_host)), time_ns(9, 3, raw_h2d(raw_host)));
+    let d2h_ours = time_ns(9, 3, ours_copy(ours_host, dev));
+    let d2h_raw = time_ns(9, 3, || unsafe {
+        ok(sys::cuMemcpyDtoHAsync_v2(raw_host, dev as u64, bytes, native.cast()));
+        ok(sys::cuStreamSynchronize(native.cast()));
+    });
+    for (label, ours, raw) in [("H2D", h2d_ours, h2d_raw), ("D2H", d2h_ours, d2h_raw)] {
+        let ratio = raw / ours;
+        let pass = if ratio >= 0.95 { "PASS" } else { "MISS" };
+        println!("| {label} 256 MiB, pool buffer vs cuMemHostAlloc buffer (GB/s) | {:.1} | {:.1} | >= 95 % of raw ({:.1} %) | {pass} |", gbps(ours), gbps(raw), ratio * 100.0);
+    }
+    let pageable_raw = time_ns(5, 2, raw_h2d(pageable.as_ptr().cast()));
+    println!("| H2D 256 MiB from pageable memory, driver (GB/s) | | {:.1} | staged gpurt path not built yet | info |", gbps(pageable_raw));
+    unsafe {
+        st((g.pinned_free)(ours_host));
+        ok(sys::cuMemFreeHost(raw_host));
+    }
+}
