@@ -12,6 +12,10 @@ use std::ffi::c_void;
 use std::time::Instant;
 
 use cudarc::driver::sys;
+
+#[path = "common/mod.rs"]
+mod common;
+use common::{median, ok, st};
 use gpurt::alloc::host::XorShift;
 
 type H = *mut c_void;
@@ -30,9 +34,8 @@ struct Gpurt {
 }
 
 fn load() -> Gpurt {
-    let path = std::env::var("GPURT_LIB").unwrap_or_else(|_| "lib/libgpurt.so.0".into());
+    let lib = common::library();
     unsafe {
-        let lib = libloading::Library::new(&path).unwrap_or_else(|e| panic!("load {path}: {e}"));
         macro_rules! sym {
             ($name:literal) => {
                 *lib.get($name.as_bytes()).unwrap_or_else(|e| panic!("{}: {e}", $name))
@@ -53,12 +56,6 @@ fn load() -> Gpurt {
     }
 }
 
-fn ok(code: sys::CUresult) {
-    assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
-}
-fn st(s: i32) {
-    assert_eq!(s, 0, "gpurt call failed with status {s}");
-}
 
 /// One allocator under test: gpurt, or the driver's pool.
 trait Allocator: Sync {
@@ -115,10 +112,6 @@ impl Allocator for OnDriver {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
 
 fn pairs_ns(a: &dyn Allocator, size: usize, n: usize) -> f64 {
     let samples = (0..11)

@@ -10,6 +10,10 @@ use std::time::Instant;
 
 use cudarc::driver::sys;
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{median, ok, st};
+
 type H = *mut c_void;
 
 struct Gpurt {
@@ -27,9 +31,8 @@ struct Gpurt {
 }
 
 fn load() -> Gpurt {
-    let path = std::env::var("GPURT_LIB").unwrap_or_else(|_| "lib/libgpurt.so.0".into());
+    let lib = common::library();
     unsafe {
-        let lib = libloading::Library::new(&path).unwrap_or_else(|e| panic!("load {path}: {e}"));
         macro_rules! sym {
             ($name:literal) => {
                 *lib.get($name.as_bytes()).unwrap_or_else(|e| panic!("{}: {e}", $name))
@@ -51,17 +54,7 @@ fn load() -> Gpurt {
     }
 }
 
-fn ok(code: sys::CUresult) {
-    assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
-}
-fn st(s: i32) {
-    assert_eq!(s, 0, "gpurt call failed with status {s}");
-}
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
 
 /// Median over `samples` of the mean time of `n` runs of `f`, in ns.
 fn time_ns(samples: usize, n: usize, mut f: impl FnMut()) -> f64 {
