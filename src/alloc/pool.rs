@@ -49,6 +49,33 @@ pub trait SegmentSource: Send + Sync {
     fn wait(&self, marker: u64);
     /// (free, total) memory as the source reports it, for out-of-memory messages.
     fn memory_info(&self) -> (u64, u64);
+
+    /// A marker on each of `streams`. On failure, the markers already recorded are
+    /// waited for and forgotten, so that the caller can leave its block as it was.
+    fn record_all(&self, streams: &[u64]) -> Result<Vec<u64>> {
+        let mut markers = Vec::with_capacity(streams.len());
+        for &stream in streams {
+            match self.record(stream) {
+                Ok(m) => markers.push(m),
+                Err(e) => {
+                    markers.into_iter().for_each(|m| self.wait(m));
+                    return Err(e);
+                }
+            }
+        }
+        Ok(markers)
+    }
+
+    /// Forgets the markers whose work is done (with `wait`, waits for all first);
+    /// whether none remain.
+    fn settle(&self, markers: &mut Vec<u64>, wait: bool) -> bool {
+        if wait {
+            markers.drain(..).for_each(|m| self.wait(m));
+        } else {
+            markers.retain(|m| !self.is_done(*m));
+        }
+        markers.is_empty()
+    }
 }
 
 /// What the pools (shards) of one allocator share: the source, the cap on the bytes
@@ -357,14 +384,7 @@ impl<S: SegmentSource> Pool<S> {
     fn process_pending(&mut self, wait: bool) {
         let mut i = 0;
         while i < self.pending.len() {
-            let markers = &mut self.pending[i].1;
-            let source = &self.shared.source;
-            if wait {
-                markers.drain(..).for_each(|m| source.wait(m));
-            } else {
-                markers.retain(|m| !source.is_done(*m));
-            }
-            if self.pending[i].1.is_empty() {
+            if self.shared.source.settle(&mut self.pending[i].1, wait) {
                 let (addr, _) = self.pending.swap_remove(i);
                 let parked = park_state(self.blocks.get_mut(&addr).expect("pending block"));
                 self.park(addr, parked);
@@ -494,18 +514,7 @@ impl<S: SegmentSource> Pool<S> {
     /// Records a marker on every other stream that used the block. On failure the
     /// block stays allocated and intact, so that the caller may retry.
     fn record_uses(&mut self, addr: u64) -> Result<Vec<u64>> {
-        let used_on = self.blocks[&addr].used_on.clone();
-        let mut markers = Vec::with_capacity(used_on.len());
-        let source = &self.shared.source;
-        for stream in used_on {
-            match source.record(stream) {
-                Ok(m) => markers.push(m),
-                Err(e) => {
-                    markers.into_iter().for_each(|m| source.wait(m));
-                    return Err(e);
-                }
-            }
-        }
+        let markers = self.shared.source.record_all(&self.blocks[&addr].used_on)?;
         self.blocks.get_mut(&addr).expect("block").used_on.clear();
         Ok(markers)
     }

@@ -87,12 +87,7 @@ impl<S: SegmentSource> PinnedPool<S> {
         let blocks = &mut self.blocks;
         let free = &mut self.free;
         self.pending.retain_mut(|(addr, markers)| {
-            if wait {
-                markers.drain(..).for_each(|m| source.wait(m));
-            } else {
-                markers.retain(|m| !source.is_done(*m));
-            }
-            if !markers.is_empty() {
+            if !source.settle(markers, wait) {
                 return true;
             }
             let block = blocks.get_mut(addr).expect("pending block");
@@ -153,17 +148,11 @@ impl<S: SegmentSource> PinnedPool<S> {
         if block.state != State::InUse {
             return Some(Err(Error::invalid_argument(format!("pinned block {addr:#x} was already freed"))));
         }
-        let mut markers = Vec::with_capacity(block.used_on.len());
-        for &stream in &block.used_on {
-            match self.source.record(stream) {
-                Ok(m) => markers.push(m),
-                Err(e) => {
-                    // The block stays in use and intact, so that the caller may retry.
-                    markers.into_iter().for_each(|m| self.source.wait(m));
-                    return Some(Err(e));
-                }
-            }
-        }
+        let markers = match self.source.record_all(&block.used_on) {
+            Ok(markers) => markers,
+            // The block stays in use and intact, so that the caller may retry.
+            Err(e) => return Some(Err(e)),
+        };
         block.used_on.clear();
         let size = block.size;
         self.stats.allocations.sub(1);
@@ -194,7 +183,7 @@ impl<S: SegmentSource> PinnedPool<S> {
         }
     }
 
-    /// Blocks in use, pending or free, for a pool that is being destroyed.
+    /// Blocks in use or waiting for their streams: a pool with any is not destroyed.
     pub fn in_use(&self) -> usize {
         self.blocks.values().filter(|b| b.state != State::Free).count()
     }
