@@ -126,10 +126,6 @@ fn destroy_slot(handle: Handle) -> Result<()> {
     Ok(())
 }
 
-fn all_pools() -> Vec<SharedPool> {
-    lock(&REGISTRY).iter().flatten().cloned().collect()
-}
-
 pub fn malloc(pool: Handle, size: u64) -> Result<u64> {
     let pool = get(pool)?;
     let result = lock(&pool).malloc(size);
@@ -137,9 +133,10 @@ pub fn malloc(pool: Handle, size: u64) -> Result<u64> {
 }
 
 /// Runs `f` on each pool until one answers (`f` gives `None` for a pool that does
-/// not hold the pointer in question).
+/// not hold the pointer in question). Locks the registry, then each pool: the one
+/// lock order used everywhere.
 fn on_owner<T>(f: impl Fn(&mut PinnedPool<PinnedSource>) -> Option<T>) -> Option<T> {
-    all_pools().iter().find_map(|p| f(&mut lock(p)))
+    lock(&REGISTRY).iter().flatten().find_map(|p| f(&mut lock(p)))
 }
 
 fn not_pinned(ptr: u64) -> Error {
@@ -162,9 +159,6 @@ pub fn record_stream(ptr: u64, stream: Handle) -> Result<()> {
 /// Records `stream` on the pinned block containing `ptr`, if there is one: what
 /// gpurt's own copies do for every host pointer they touch.
 pub fn note_use(ptr: u64, stream: Handle) {
-    if lock(&REGISTRY).is_empty() {
-        return;
-    }
     on_owner(|p| p.record_stream(ptr, stream.0));
 }
 
