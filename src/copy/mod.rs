@@ -18,25 +18,26 @@ fn note_uses(stream: Handle, pointers: &[u64]) {
 
 /// `bytes` from `src` to `dst`, queued on `stream`.
 pub fn copy_async(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<()> {
-    let s = crate::stream::get(stream)?;
-    if bytes == 0 {
-        return Ok(());
-    }
-    require_pointers(dst, src)?;
-    s.run(|cu| check(unsafe { sys::cuMemcpyAsync(dst, src, bytes as usize, cu) }, "cuMemcpyAsync"))?;
-    note_uses(stream, &[dst, src]);
-    Ok(())
+    enqueue_copy(dst, src, bytes, stream).map(drop)
 }
 
 /// As `copy_async`, then waits for the stream: a synchronising call.
 pub fn copy_blocking(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<()> {
     crate::sync_debug::on_blocking_call("gpurt_memcpy")?;
-    copy_async(dst, src, bytes, stream)?;
-    wait(crate::stream::get(stream)?)
+    let s = enqueue_copy(dst, src, bytes, stream)?;
+    s.run(|cu| check(unsafe { sys::cuStreamSynchronize(cu) }, "cuStreamSynchronize"))
 }
 
-fn wait(s: Stream) -> Result<()> {
-    s.run(|cu| check(unsafe { sys::cuStreamSynchronize(cu) }, "cuStreamSynchronize"))
+/// Queues the copy; gives the stream, looked up once.
+fn enqueue_copy(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<Stream> {
+    let s = crate::stream::get(stream)?;
+    if bytes == 0 {
+        return Ok(s);
+    }
+    require_pointers(dst, src)?;
+    s.run(|cu| check(unsafe { sys::cuMemcpyAsync(dst, src, bytes as usize, cu) }, "cuMemcpyAsync"))?;
+    note_uses(stream, &[dst, src]);
+    Ok(s)
 }
 
 fn require_pointers(dst: u64, src: u64) -> Result<()> {
