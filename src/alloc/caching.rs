@@ -266,13 +266,14 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// the totals against the sum of the shards; for tests.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let totals = self.stats();
+        let owners = self.shared.owners();
         let mut sum = gpurt_memory_stats_t::new();
         let mut segments = 0;
         for (index, shard) in self.shards.iter().enumerate() {
             let Some(shard) = shard.get() else { continue };
             let state = lock(&shard.state);
             state.pool.check_invariants().map_err(|e| format!("shard {index}: {e}"))?;
-            for (start, end, owner) in self.shared.owners() {
+            for &(start, end, owner) in &owners {
                 if (owner as usize == index) != state.pool.owns_segment(start, end - start) {
                     return Err(format!("segment {start:#x} is mapped to shard {owner}, held by another"));
                 }
@@ -280,7 +281,6 @@ impl<S: SegmentSource> CachingAllocator<S> {
             segments += state.pool.stats().segment.all.current;
             sum.absorb(state.pool.stats(), &gpurt_memory_stats_t::new());
         }
-        let owners = self.shared.owners();
         let reserved: u64 = owners.iter().map(|(start, end, _)| end - start).sum();
         if owners.len() as i64 != segments || reserved != self.shared.reserved() {
             return Err(format!("{} mapped segments ({reserved} bytes) for {segments} held", owners.len()));
