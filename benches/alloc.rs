@@ -15,7 +15,7 @@ use cudarc::driver::sys;
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{median, ok, st};
+use common::{median, ok, st, sym};
 use gpurt::alloc::host::XorShift;
 
 type H = *mut c_void;
@@ -36,21 +36,16 @@ struct Gpurt {
 fn load() -> Gpurt {
     let lib = common::library();
     unsafe {
-        macro_rules! sym {
-            ($name:literal) => {
-                *lib.get($name.as_bytes()).unwrap_or_else(|e| panic!("{}: {e}", $name))
-            };
-        }
         Gpurt {
-            device_count: sym!("gpurt_device_count"),
-            set_device: sym!("gpurt_set_device"),
-            stream_create: sym!("gpurt_stream_create"),
-            stream_native: sym!("gpurt_stream_native"),
-            malloc: sym!("gpurt_malloc"),
-            free: sym!("gpurt_free"),
-            usage: sym!("gpurt_memory_usage"),
-            reset_peak: sym!("gpurt_reset_peak_memory_stats"),
-            empty_cache: sym!("gpurt_empty_cache"),
+            device_count: sym!(lib, "gpurt_device_count"),
+            set_device: sym!(lib, "gpurt_set_device"),
+            stream_create: sym!(lib, "gpurt_stream_create"),
+            stream_native: sym!(lib, "gpurt_stream_native"),
+            malloc: sym!(lib, "gpurt_malloc"),
+            free: sym!(lib, "gpurt_free"),
+            usage: sym!(lib, "gpurt_memory_usage"),
+            reset_peak: sym!(lib, "gpurt_reset_peak_memory_stats"),
+            empty_cache: sym!(lib, "gpurt_empty_cache"),
             _lib: lib,
         }
     }

@@ -12,7 +12,7 @@ use cudarc::driver::sys;
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{median, ok, st};
+use common::{median, ok, st, sym};
 
 type H = *mut c_void;
 
@@ -33,22 +33,17 @@ struct Gpurt {
 fn load() -> Gpurt {
     let lib = common::library();
     unsafe {
-        macro_rules! sym {
-            ($name:literal) => {
-                *lib.get($name.as_bytes()).unwrap_or_else(|e| panic!("{}: {e}", $name))
-            };
-        }
         Gpurt {
-            device_count: sym!("gpurt_device_count"),
-            set_device: sym!("gpurt_set_device"),
-            stream_create: sym!("gpurt_stream_create"),
-            stream_native: sym!("gpurt_stream_native"),
-            stream_synchronize: sym!("gpurt_stream_synchronize"),
-            pool_default: sym!("gpurt_pinned_pool_default"),
-            pinned_malloc: sym!("gpurt_pinned_malloc"),
-            pinned_free: sym!("gpurt_pinned_free"),
-            malloc: sym!("gpurt_malloc"),
-            memcpy_async: sym!("gpurt_memcpy_async"),
+            device_count: sym!(lib, "gpurt_device_count"),
+            set_device: sym!(lib, "gpurt_set_device"),
+            stream_create: sym!(lib, "gpurt_stream_create"),
+            stream_native: sym!(lib, "gpurt_stream_native"),
+            stream_synchronize: sym!(lib, "gpurt_stream_synchronize"),
+            pool_default: sym!(lib, "gpurt_pinned_pool_default"),
+            pinned_malloc: sym!(lib, "gpurt_pinned_malloc"),
+            pinned_free: sym!(lib, "gpurt_pinned_free"),
+            malloc: sym!(lib, "gpurt_malloc"),
+            memcpy_async: sym!(lib, "gpurt_memcpy_async"),
             _lib: lib,
         }
     }

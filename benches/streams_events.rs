@@ -9,6 +9,10 @@ use std::time::Instant;
 
 use cudarc::driver::sys;
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{median, ok, st, sym};
+
 type Status = i32;
 type H = *mut c_void;
 
@@ -31,16 +35,9 @@ struct Gpurt {
     device_count: unsafe extern "C" fn(*mut i32) -> Status,
 }
 
-macro_rules! sym {
-    ($lib:expr, $name:literal) => {
-        *$lib.get($name.as_bytes()).unwrap_or_else(|e| panic!("{}: {e}", $name))
-    };
-}
-
 fn load() -> Gpurt {
-    let path = std::env::var("GPURT_LIB").unwrap_or_else(|_| "lib/libgpurt.so.0".into());
+    let lib = common::library();
     unsafe {
-        let lib = libloading::Library::new(&path).unwrap_or_else(|e| panic!("load {path}: {e}"));
         Gpurt {
             set_device: sym!(lib, "gpurt_set_device"),
             stream_create: sym!(lib, "gpurt_stream_create"),
@@ -71,11 +68,6 @@ fn sample_ns(iters: usize, body: &mut dyn FnMut()) -> f64 {
     t.elapsed().as_nanos() as f64 / iters as f64
 }
 
-fn median(mut samples: Vec<f64>) -> f64 {
-    samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    samples[samples.len() / 2]
-}
-
 /// Medians (ns/call) of `a` and `b`, timed in alternation, `reps` samples of `iters`
 /// calls each, with the device drained before every sample so that neither side
 /// inherits the other's queue.
@@ -90,14 +82,6 @@ fn interleaved(reps: usize, iters: usize, a: &mut dyn FnMut(), b: &mut dyn FnMut
         sb.push(sample_ns(iters, b));
     }
     (median(sa), median(sb))
-}
-
-fn ok(code: sys::CUresult) {
-    assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
-}
-
-fn st(s: Status) {
-    assert_eq!(s, 0, "gpurt call failed with status {s}");
 }
 
 struct Row {

@@ -9,6 +9,14 @@ pub fn library() -> libloading::Library {
     unsafe { libloading::Library::new(&path) }.unwrap_or_else(|e| panic!("load {path}: {e}"))
 }
 
+/// A function from the loaded library, by its literal name.
+macro_rules! sym {
+    ($lib:expr, $name:literal) => {
+        *$lib.get($name.as_bytes()).unwrap_or_else(|e| panic!("{}: {e}", $name))
+    };
+}
+pub(crate) use sym;
+
 pub fn ok(code: sys::CUresult) {
     assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
 }
