@@ -4,7 +4,7 @@ use gpurt::alloc::stats::gpurt_memory_stats_t;
 use gpurt::stream::ffi::*;
 
 use crate::expect_status;
-use crate::util::{block_stream, native, ok, random_words, stream};
+use crate::util::{block_stream, malloc, native, ok, random_words, stream};
 
 pub const TESTS: &[crate::support::Test] = &[
     ("recorded_stream_keeps_a_freed_block_from_reuse", recorded_stream_keeps_a_freed_block_from_reuse),
@@ -16,11 +16,6 @@ pub const TESTS: &[crate::support::Test] = &[
     ("allocation_during_capture_never_invalidates_it", allocation_during_capture_never_invalidates_it),
 ];
 
-fn malloc(size: usize, s: gpurt_stream_t) -> u64 {
-    let mut p = std::ptr::null_mut();
-    expect_status!(gpurt_malloc(size, s, &mut p), GPURT_SUCCESS);
-    p as u64
-}
 
 const WORDS: usize = 1 << 18; // 1 MiB
 

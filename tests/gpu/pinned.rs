@@ -9,7 +9,7 @@ use gpurt::stream::ffi::*;
 use gpurt::sync_debug::ffi::*;
 
 use crate::expect_status;
-use crate::util::{block_stream, random_words, stream};
+use crate::util::{block_stream, malloc, random_words, stream};
 
 pub const TESTS: &[crate::support::Test] = &[
     ("pinned_block_is_not_reused_while_its_copy_runs", pinned_block_is_not_reused_while_its_copy_runs),
@@ -33,9 +33,7 @@ fn pinned(pool: gpurt_pinned_pool_t, bytes: usize) -> *mut u32 {
 }
 
 fn device(bytes: usize, s: gpurt_stream_t) -> *mut libc::c_void {
-    let mut p = std::ptr::null_mut();
-    expect_status!(gpurt_malloc(bytes, s, &mut p), GPURT_SUCCESS);
-    p
+    malloc(bytes, s) as *mut libc::c_void
 }
 
 fn fill(dst: *mut u32, words: &[u32]) {

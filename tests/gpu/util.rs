@@ -16,6 +16,13 @@ pub fn stream() -> gpurt_stream_t {
     s
 }
 
+/// `size` bytes from gpurt's caching allocator for use on `s`.
+pub fn malloc(size: usize, s: gpurt_stream_t) -> u64 {
+    let mut p = std::ptr::null_mut();
+    expect_status!(gpurt::alloc::ffi::gpurt_malloc(size, s, &mut p), GPURT_SUCCESS);
+    p as u64
+}
+
 pub fn native(s: gpurt_stream_t) -> sys::CUstream {
     let mut n = std::ptr::null_mut();
     expect_status!(gpurt_stream_native(s, &mut n), GPURT_SUCCESS);
