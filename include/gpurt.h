@@ -58,6 +58,17 @@
 
 #define GPURT_VERSION_PATCH 0
 
+/**
+ * Bytes per staging buffer: large enough that each DMA runs at the bus limit, small
+ * enough that the first DMA starts early.
+ */
+#define STAGING_CHUNK (4 << 20)
+
+/**
+ * Buffers in the ring: one being filled, the others in flight.
+ */
+#define STAGING_BUFFERS 4
+
 #define GPURT_EVENT_BLOCKING_SYNC 1
 
 #define GPURT_EVENT_DISABLE_TIMING 2
@@ -459,6 +470,28 @@ gpurt_status_t gpurt_memcpy_2d_async(void *dst,
                                      size_t width,
                                      size_t height,
                                      gpurt_stream_t stream);
+
+/**
+ * Copies `bytes` from pageable host memory at `src` to device memory at `dst` on
+ * `stream`, pipelined through pinned staging buffers by a few host threads: faster
+ * than the driver's own pageable copy. Returns once `src` may be reused; the data
+ * arrives in stream order. Waits for the stream's earlier work when the copy is
+ * larger than the staging ring (16 MiB).
+ */
+gpurt_status_t gpurt_memcpy_htod_staged(void *dst,
+                                        const void *src,
+                                        size_t bytes,
+                                        gpurt_stream_t stream);
+
+/**
+ * Copies `bytes` from device memory at `src` to pageable host memory at `dst`, after
+ * `stream`'s earlier work, through pinned staging buffers. Returns once `dst` holds
+ * the data (a synchronising call for the sync debug mode).
+ */
+gpurt_status_t gpurt_memcpy_dtoh_staged(void *dst,
+                                        const void *src,
+                                        size_t bytes,
+                                        gpurt_stream_t stream);
 
 /**
  * Loads the CUDA driver and initialises it. Optional: every call initialises on

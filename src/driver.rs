@@ -64,6 +64,9 @@ const REQUIRED: &[&str] = &[
     "cuMemsetD8Async",
     "cuMemsetD16Async",
     "cuMemsetD32Async",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuPointerGetAttribute",
 ];
 
 static INIT: OnceLock<Result<()>> = OnceLock::new();

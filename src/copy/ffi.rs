@@ -65,3 +65,21 @@ pub extern "C" fn gpurt_memcpy_2d_async(
         super::copy_2d_async(dst as u64, dst_pitch as u64, src as u64, src_pitch as u64, width as u64, height as u64, stream)
     })
 }
+
+/// Copies `bytes` from pageable host memory at `src` to device memory at `dst` on
+/// `stream`, pipelined through pinned staging buffers by a few host threads: faster
+/// than the driver's own pageable copy. Returns once `src` may be reused; the data
+/// arrives in stream order. Waits for the stream's earlier work when the copy is
+/// larger than the staging ring (16 MiB).
+#[no_mangle]
+pub extern "C" fn gpurt_memcpy_htod_staged(dst: *mut c_void, src: *const c_void, bytes: usize, stream: gpurt_stream_t) -> gpurt_status_t {
+    boundary::call("gpurt_memcpy_htod_staged", || super::upload_staged(dst as u64, src as u64, bytes as u64, Handle::from_ptr(stream)))
+}
+
+/// Copies `bytes` from device memory at `src` to pageable host memory at `dst`, after
+/// `stream`'s earlier work, through pinned staging buffers. Returns once `dst` holds
+/// the data (a synchronising call for the sync debug mode).
+#[no_mangle]
+pub extern "C" fn gpurt_memcpy_dtoh_staged(dst: *mut c_void, src: *const c_void, bytes: usize, stream: gpurt_stream_t) -> gpurt_status_t {
+    boundary::call("gpurt_memcpy_dtoh_staged", || super::download_staged(dst as u64, src as u64, bytes as u64, Handle::from_ptr(stream)))
+}

@@ -4,6 +4,7 @@
 //! recorded on that block, so that the block is not reused while the copy runs.
 
 pub mod ffi;
+pub mod staged;
 
 use cudarc::driver::sys;
 
@@ -11,6 +12,7 @@ use crate::driver::check;
 use crate::error::{Error, Result};
 use crate::handle::Handle;
 use crate::stream::Stream;
+use staged::{ChunkTransfer, STAGING_BUFFERS, STAGING_CHUNK};
 
 fn note_uses(stream: Handle, pointers: &[u64]) {
     pointers.iter().for_each(|&p| crate::pinned::note_use(p, stream));
@@ -117,4 +119,110 @@ pub fn copy_2d_async(dst: u64, dst_pitch: u64, src: u64, src_pitch: u64, width: 
     s.run(|cu| check(unsafe { sys::cuMemcpy2DAsync_v2(&params, cu) }, "cuMemcpy2DAsync"))?;
     note_uses(stream, &[dst, src]);
     Ok(())
+}
+
+/// Uploads `bytes` from pageable host memory at `src` to the device at `dst` on
+/// `stream`, through pinned staging buffers (see `staged`). Returns once `src` may be
+/// reused; the transfer completes in stream order.
+pub fn upload_staged(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<()> {
+    let mut transfer = StreamTransfer::new(stream, dst, src, bytes, true)?;
+    // SAFETY: the caller gives `bytes` readable bytes at `src`; require_host_memory
+    // refused device addresses.
+    with_staging(&mut transfer, bytes, |t, buffers| unsafe { staged::upload(t, buffers, src as *const u8, bytes) })
+}
+
+/// Downloads `bytes` from the device at `src` into pageable host memory at `dst`,
+/// in stream order, through pinned staging buffers. Returns once `dst` holds the
+/// data: a synchronising call.
+pub fn download_staged(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<()> {
+    crate::sync_debug::on_blocking_call("gpurt_memcpy_dtoh_staged")?;
+    let mut transfer = StreamTransfer::new(stream, src, dst, bytes, false)?;
+    // SAFETY: as in upload_staged, for `bytes` writable bytes at `dst`.
+    with_staging(&mut transfer, bytes, |t, buffers| unsafe { staged::download(t, buffers, dst as *mut u8, bytes) })
+}
+
+/// A staged copy's DMA side: chunks between pinned buffers and `device_ptr` on one
+/// stream, tracked with pooled event markers.
+struct StreamTransfer {
+    handle: Handle,
+    stream: Stream,
+    device_ptr: u64,
+    upload: bool,
+}
+
+impl StreamTransfer {
+    fn new(handle: Handle, device_ptr: u64, host_ptr: u64, bytes: u64, upload: bool) -> Result<StreamTransfer> {
+        let stream = crate::stream::get(handle)?;
+        if bytes > 0 {
+            require_pointers(device_ptr, host_ptr)?;
+            require_host_memory(host_ptr)?;
+            crate::stream::ensure_not_capturing(handle, "a staged copy")?;
+        }
+        Ok(StreamTransfer { handle, stream, device_ptr, upload })
+    }
+}
+
+impl ChunkTransfer for StreamTransfer {
+    fn enqueue(&mut self, staging: *mut u8, offset: u64, len: u64) -> Result<()> {
+        let (device, n) = (self.device_ptr + offset, len as usize);
+        self.stream.run(|cu| match self.upload {
+            true => check(unsafe { sys::cuMemcpyHtoDAsync_v2(device, staging.cast(), n, cu) }, "cuMemcpyHtoDAsync"),
+            false => check(unsafe { sys::cuMemcpyDtoHAsync_v2(staging.cast(), device, n, cu) }, "cuMemcpyDtoHAsync"),
+        })
+    }
+    fn mark(&mut self) -> Result<u64> {
+        crate::event::marker_record(self.stream.device(), self.stream.raw as u64)
+    }
+    fn wait(&mut self, marker: u64) {
+        crate::event::marker_wait(marker)
+    }
+    fn forget(&mut self, marker: u64) {
+        crate::event::marker_forget(marker)
+    }
+}
+
+/// Refuses device memory where host memory is expected: the staging threads would
+/// read or write it from the CPU.
+fn require_host_memory(ptr: u64) -> Result<()> {
+    let mut kind = 0u32;
+    let attribute = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+    let known = unsafe { sys::cuPointerGetAttribute((&mut kind as *mut u32).cast(), attribute, ptr) };
+    if known == sys::CUresult::CUDA_SUCCESS && kind == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+        return Err(Error::invalid_argument(format!("{ptr:#x} is device memory; a staged copy's host side must be host memory")));
+    }
+    Ok(())
+}
+
+/// Runs a staged copy with a ring of buffers from the default pinned pool. The
+/// buffers go back with the stream recorded on them, so that transfers still queued
+/// keep them from reuse.
+fn with_staging(
+    transfer: &mut StreamTransfer,
+    bytes: u64,
+    copy: impl FnOnce(&mut StreamTransfer, &[*mut u8]) -> Result<()>,
+) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    let pool = crate::pinned::default_pool()?;
+    let wanted = staged::chunks(bytes).take(STAGING_BUFFERS).count();
+    let mut buffers = Vec::with_capacity(wanted);
+    let mut result = Ok(());
+    for _ in 0..wanted {
+        match crate::pinned::malloc(pool, STAGING_CHUNK) {
+            Ok(p) => buffers.push(p as *mut u8),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    if result.is_ok() {
+        result = copy(transfer, &buffers);
+    }
+    for b in buffers {
+        let _ = crate::pinned::record_stream(b as u64, transfer.handle);
+        let _ = crate::pinned::free(b as u64);
+    }
+    result
 }

@@ -311,7 +311,7 @@ pub fn marker_done(marker: u64) -> bool {
     let event = Handle(marker);
     let done = query(event).unwrap_or(true);
     if done {
-        let _ = destroy(event);
+        marker_forget(marker);
     }
     done
 }
@@ -323,5 +323,11 @@ pub fn marker_wait(marker: u64) {
     if let Ok(e) = get(event) {
         unsafe { sys::cuEventSynchronize(e.cu()) };
     }
-    let _ = destroy(event);
+    marker_forget(marker);
+}
+
+/// Gives a marker back to the event pool without waiting for its work (re-recording
+/// a pooled event later is legal while this record is pending).
+pub fn marker_forget(marker: u64) {
+    let _ = destroy(Handle(marker));
 }

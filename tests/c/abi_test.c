@@ -5,6 +5,7 @@
  * the consumer tests build it both ways. */
 #include <gpurt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int failures = 0, checks = 0;
@@ -181,6 +182,43 @@ static void check_with_gpu(int count) {
     EXPECT(gpurt_device_synchronize(GPURT_CURRENT_DEVICE), GPURT_SUCCESS);
 }
 
+/* Staged pageable copies: argument checks, and a multi-chunk round trip whose bytes
+ * are checked where a real device holds them. */
+static void check_staged_copies(gpurt_stream_t stream) {
+    size_t bytes = (9u << 20) + 5, i;
+    unsigned char *src = (unsigned char *)malloc(bytes), *dst = (unsigned char *)malloc(bytes);
+    void *dev = NULL;
+    gpurt_host_memory_stats_t before = GPURT_HOST_MEMORY_STATS_INIT, after = GPURT_HOST_MEMORY_STATS_INIT;
+    gpurt_pinned_pool_t def = NULL;
+    gpurt_device_properties_t props = GPURT_DEVICE_PROPERTIES_INIT;
+    EXPECT(gpurt_pinned_pool_default(&def), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(bytes, stream, &dev), GPURT_SUCCESS);
+    for (i = 0; i < bytes; i++) {
+        src[i] = (unsigned char)(i * 131u + 7u);
+        dst[i] = 0;
+    }
+    EXPECT(gpurt_memcpy_htod_staged(NULL, src, 8, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_memcpy_htod_staged(dev, NULL, 8, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_memcpy_htod_staged(dev, src, 8, NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_memcpy_dtoh_staged(dst, dev, 8, (gpurt_stream_t)def), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_memcpy_htod_staged(NULL, NULL, 0, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_pinned_stats(def, &before), GPURT_SUCCESS);
+    EXPECT(gpurt_memcpy_htod_staged(dev, src, bytes, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_set_sync_debug_mode(GPURT_SYNC_DEBUG_ERROR), GPURT_SUCCESS);
+    EXPECT(gpurt_memcpy_dtoh_staged(dst, dev, bytes, stream), GPURT_ERROR_SYNCHRONIZING_CALL);
+    EXPECT(gpurt_set_sync_debug_mode(GPURT_SYNC_DEBUG_OFF), GPURT_SUCCESS);
+    EXPECT(gpurt_memcpy_dtoh_staged(dst, dev, bytes, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_pinned_stats(def, &after), GPURT_SUCCESS);
+    EXPECT_TRUE(after.allocations.current == before.allocations.current);
+    EXPECT(gpurt_device_get_properties(0, &props), GPURT_SUCCESS);
+    if (strcmp(props.name, "Fake GPU") != 0) { /* the stub driver moves no bytes */
+        EXPECT_TRUE(memcmp(src, dst, bytes) == 0);
+    }
+    EXPECT(gpurt_free(dev), GPURT_SUCCESS);
+    free(src);
+    free(dst);
+}
+
 /* Pinned pools and copies: bad handles, foreign pointers and bad arguments are
  * reported; nothing leaks into the pool's accounting. */
 static void check_pinned_and_copies(void) {
@@ -221,6 +259,7 @@ static void check_pinned_and_copies(void) {
     EXPECT(gpurt_pinned_pool_destroy(def), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_host_register(NULL, 8, 0), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_host_register(host, sizeof host, 0x40), GPURT_ERROR_INVALID_ARGUMENT);
+    check_staged_copies(stream);
     EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);
 }
 

@@ -18,6 +18,9 @@ pub const TESTS: &[crate::support::Test] = &[
     ("copies_2d_are_byte_exact_and_leave_padding_alone", copies_2d_are_byte_exact_and_leave_padding_alone),
     ("memsets_write_8_16_32_bit_values", memsets_write_8_16_32_bit_values),
     ("blocking_copy_is_a_synchronising_call", blocking_copy_is_a_synchronising_call),
+    ("staged_copies_are_byte_exact_at_sizes_off_the_chunk", staged_copies_are_byte_exact_at_sizes_off_the_chunk),
+    ("staged_copy_refuses_device_memory_as_its_host_side", staged_copy_refuses_device_memory_as_its_host_side),
+    ("peer_copy_within_one_device_is_byte_exact", peer_copy_within_one_device_is_byte_exact),
 ];
 
 fn default_pool() -> gpurt_pinned_pool_t {
@@ -95,7 +98,15 @@ fn device_mapped_pinned_memory_is_usable_by_the_device() {
     let back = pinned(default_pool(), n * 4);
     expect_status!(gpurt_memcpy_async(back.cast(), d, n * 4, s), GPURT_SUCCESS);
     sync(s);
-    assert!(read(back, n) == words);
+    let got = read(back, n);
+    if got != words {
+        let wrong = got.iter().zip(&words).filter(|(a, b)| a != b).count();
+        let first = got.iter().zip(&words).position(|(a, b)| a != b).unwrap();
+        panic!(
+            "{wrong} of {n} words differ, first at {first} (got {:#x}, want {:#x}); host {host:p}, mapped {mapped:p}, device {d:p}",
+            got[first], words[first]
+        );
+    }
     for p in [host, back] {
         expect_status!(gpurt_pinned_free(p.cast()), GPURT_SUCCESS);
     }
@@ -175,5 +186,65 @@ fn blocking_copy_is_a_synchronising_call() {
     expect_status!(gpurt_set_sync_debug_mode(gpurt::sync_debug::Mode::GPURT_SYNC_DEBUG_OFF as i32), GPURT_SUCCESS);
     sync(s);
     expect_status!(gpurt_free(d), GPURT_SUCCESS);
+    expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
+}
+
+fn bytes_of(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// Uploads from pageable memory at sizes around the staging chunk (4 MiB) and beyond
+/// the ring, from an odd offset; the source is overwritten as soon as the upload
+/// returns (it promised the source may be reused); staged downloads to an odd offset
+/// and plain blocking copies must both give back the original bytes.
+fn staged_copies_are_byte_exact_at_sizes_off_the_chunk() {
+    let s = stream();
+    let chunk = gpurt::copy::staged::STAGING_CHUNK as usize;
+    for size in [1, 4095, chunk - 1, chunk + 1, 3 * chunk + 12345, 17 * chunk - 3] {
+        let original = bytes_of(&random_words(size / 4 + 2));
+        let mut src = original.clone();
+        let d = device(size, s);
+        expect_status!(gpurt_memcpy_htod_staged(d, src[1..].as_ptr().cast(), size, s), GPURT_SUCCESS);
+        src.iter_mut().for_each(|b| *b = !*b);
+        let mut staged_back = vec![0u8; size + 3];
+        expect_status!(gpurt_memcpy_dtoh_staged(staged_back[3..].as_mut_ptr().cast(), d, size, s), GPURT_SUCCESS);
+        let mut plain_back = vec![0u8; size];
+        expect_status!(gpurt_memcpy(plain_back.as_mut_ptr().cast(), d, size, s), GPURT_SUCCESS);
+        let want = &original[1..1 + size];
+        assert!(plain_back == want, "size {size}: the device did not receive the source's bytes");
+        assert!(&staged_back[3..] == want, "size {size}: the staged download differs");
+        assert!(staged_back[..3] == [0, 0, 0], "size {size}: the download wrote before its destination");
+        expect_status!(gpurt_free(d), GPURT_SUCCESS);
+    }
+    expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
+}
+
+fn staged_copy_refuses_device_memory_as_its_host_side() {
+    let s = stream();
+    let (a, b) = (device(1 << 20, s), device(1 << 20, s));
+    expect_status!(gpurt_memcpy_htod_staged(a, b, 1 << 20, s), GPURT_ERROR_INVALID_ARGUMENT);
+    expect_status!(gpurt_memcpy_dtoh_staged(a, b, 1 << 20, s), GPURT_ERROR_INVALID_ARGUMENT);
+    for p in [a, b] {
+        expect_status!(gpurt_free(p), GPURT_SUCCESS);
+    }
+    expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
+}
+
+/// The peer path with both sides on device 0 (the machine has one GPU): the driver
+/// still runs the peer copy entry point end to end.
+fn peer_copy_within_one_device_is_byte_exact() {
+    let s = stream();
+    let n = 3 << 18;
+    let words = random_words(n);
+    let (a, b) = (device(n * 4, s), device(n * 4, s));
+    expect_status!(gpurt_memcpy(a, words.as_ptr().cast(), n * 4, s), GPURT_SUCCESS);
+    expect_status!(gpurt_memcpy_peer_async(b, 0, a, 0, n * 4, s), GPURT_SUCCESS);
+    let mut back = vec![0u32; n];
+    expect_status!(gpurt_memcpy(back.as_mut_ptr().cast(), b, n * 4, s), GPURT_SUCCESS);
+    assert!(back == words);
+    expect_status!(gpurt_memcpy_peer_async(b, 0, a, 7, n * 4, s), GPURT_ERROR_INVALID_ARGUMENT);
+    for p in [a, b] {
+        expect_status!(gpurt_free(p), GPURT_SUCCESS);
+    }
     expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
 }

@@ -74,3 +74,5 @@ CUresult cuMemsetD16Async(unsigned long long d, unsigned short v, size_t n, P st
 CUresult cuMemsetD32Async(unsigned long long d, unsigned v, size_t n, P st) { (void)d; (void)v; (void)n; (void)st; return 0; }
 CUresult cuMemcpyHtoDAsync_v2(unsigned long long d, const void *s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; return 0; }
 CUresult cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; return 0; }
+/* Every pointer is unknown to the fake driver: host memory, as for pageable memory. */
+CUresult cuPointerGetAttribute(void *v, int a, unsigned long long p) { (void)v; (void)a; (void)p; return 1; }
