@@ -53,7 +53,8 @@ fn require_pointers(dst: u64, src: u64) -> Result<()> {
 /// two GPUs; staged by the driver when peer access is off), queued on `stream`.
 pub fn copy_peer_async(dst: u64, dst_device: i32, src: u64, src_device: i32, bytes: u64, stream: Handle) -> Result<()> {
     let s = crate::stream::get(stream)?;
-    let (dst_ctx, src_ctx) = (crate::device::primary_context(dst_device)?, crate::device::primary_context(src_device)?);
+    let context = |ordinal| crate::device::resolve(ordinal).and_then(crate::device::primary_context);
+    let (dst_ctx, src_ctx) = (context(dst_device)?, context(src_device)?);
     if bytes == 0 {
         return Ok(());
     }

@@ -69,7 +69,7 @@ pub(crate) fn per_device<T>(make: impl Fn() -> T) -> Box<[T]> {
 pub(crate) fn primary_context(ordinal: i32) -> Result<CUcontext> {
     static PRIMARY: OnceLock<Box<[OnceLock<usize>]>> = OnceLock::new();
     let slots = PRIMARY.get_or_init(|| per_device(OnceLock::new));
-    let slot = &slots[ordinal as usize];
+    let slot = slots.get(ordinal as usize).ok_or_else(|| Error::invalid_argument(format!("device {ordinal} does not exist")))?;
     if let Some(ctx) = slot.get() {
         return Ok(*ctx as CUcontext);
     }

@@ -105,7 +105,8 @@ fn get(handle: Handle) -> Result<SharedPool> {
     lock(&REGISTRY)[slot as usize].clone().ok_or_else(|| Error::invalid_handle("the pinned pool was destroyed"))
 }
 
-/// Destroys a pool with no blocks in use (its cache goes back to the driver).
+/// Destroys a pool with no blocks in use: its cache goes back to the driver, after
+/// the work still using freed blocks is done.
 pub fn destroy(handle: Handle) -> Result<()> {
     if DEFAULT.get() == Some(&handle) {
         return Err(Error::invalid_argument("the default pinned pool cannot be destroyed"));
@@ -113,7 +114,7 @@ pub fn destroy(handle: Handle) -> Result<()> {
     let pool = get(handle)?;
     let in_use = lock(&pool).in_use();
     if in_use > 0 {
-        return Err(Error::invalid_argument(format!("the pinned pool still has {in_use} blocks in use or pending")));
+        return Err(Error::invalid_argument(format!("the pinned pool still has {in_use} blocks in use")));
     }
     destroy_slot(handle)
 }

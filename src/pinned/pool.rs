@@ -183,9 +183,10 @@ impl<S: SegmentSource> PinnedPool<S> {
         }
     }
 
-    /// Blocks in use or waiting for their streams: a pool with any is not destroyed.
+    /// Blocks allocated and not freed: a pool with any is not destroyed (freed blocks
+    /// still waiting for their streams are waited for by `drain`).
     pub fn in_use(&self) -> usize {
-        self.blocks.values().filter(|b| b.state != State::Free).count()
+        self.blocks.values().filter(|b| b.state == State::InUse).count()
     }
 
     /// Waits for pending blocks, then releases everything cached.

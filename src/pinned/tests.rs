@@ -62,6 +62,7 @@ fn a_block_used_by_a_stream_waits_for_its_marker() {
     assert_eq!((used, free, total, blocks), (MIB, 0, MIB, 0), "pending counts as used");
     let b = p.malloc(MIB).unwrap();
     assert_ne!(a, b, "not reused while stream 7's copy may still run");
+    assert_eq!(p.in_use(), 1, "a freed block waiting for its stream is not in use: destroy may wait for it");
     p.source().complete_all();
     let c = p.malloc(MIB).unwrap();
     assert_eq!(c, a, "reused once the marker is done");

@@ -245,6 +245,8 @@ static void check_pinned_and_copies(void) {
     EXPECT(gpurt_memset_async(p, 7, 3, 4, stream), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_memcpy_async(NULL, host, 8, stream), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_memcpy_async(p, host, 8, NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_memcpy_peer_async(p, 0, host, 7, 8, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_memcpy_peer_async(p, -9, host, 0, 8, stream), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_memcpy_2d_async(p, 8, host, 16, 9, 2, stream), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_memcpy_async(p, host, sizeof host, stream), GPURT_SUCCESS);
     EXPECT(gpurt_pinned_free(p), GPURT_SUCCESS);
