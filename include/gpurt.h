@@ -42,6 +42,9 @@
 /** Initialiser for gpurt_host_memory_stats_t. */
 #define GPURT_HOST_MEMORY_STATS_INIT GPURT_STRUCT_INIT(gpurt_host_memory_stats_t)
 
+/** Initialiser for gpurt_launch_config_t. */
+#define GPURT_LAUNCH_CONFIG_INIT GPURT_STRUCT_INIT(gpurt_launch_config_t)
+
 /** GPURT_VERSION as returned by gpurt_version(). */
 #define GPURT_VERSION (GPURT_VERSION_MAJOR * 10000 + GPURT_VERSION_MINOR * 100 + GPURT_VERSION_PATCH)
 
@@ -74,6 +77,34 @@
 #define GPURT_EVENT_DISABLE_TIMING 2
 
 #define GPURT_EVENT_INTERPROCESS 4
+
+#define GPURT_CAPTURE_MODE_GLOBAL 0
+
+#define GPURT_CAPTURE_MODE_THREAD_LOCAL 1
+
+#define GPURT_CAPTURE_MODE_RELAXED 2
+
+#define GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH 1
+
+#define GPURT_GRAPH_INSTANTIATE_UPLOAD 2
+
+#define GPURT_GRAPH_INSTANTIATE_USE_NODE_PRIORITY 8
+
+#define GPURT_KERNEL_MAX_THREADS_PER_BLOCK 0
+
+#define GPURT_KERNEL_SHARED_SIZE_BYTES 1
+
+#define GPURT_KERNEL_CONST_SIZE_BYTES 2
+
+#define GPURT_KERNEL_LOCAL_SIZE_BYTES 3
+
+#define GPURT_KERNEL_NUM_REGS 4
+
+#define GPURT_KERNEL_PTX_VERSION 5
+
+#define GPURT_KERNEL_BINARY_VERSION 6
+
+#define GPURT_KERNEL_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 
 #define GPURT_PINNED_PORTABLE 1
 
@@ -155,6 +186,15 @@ typedef enum {
    * is "error" (see `gpurt_set_sync_debug_mode`).
    */
   GPURT_ERROR_SYNCHRONIZING_CALL = 12,
+  /**
+   * Run-time compilation failed; the message holds the compiler's log.
+   */
+  GPURT_ERROR_COMPILATION = 13,
+  /**
+   * An instantiated graph could not be updated from the new graph (topology or
+   * node kinds differ); the message says why. Re-instantiate instead.
+   */
+  GPURT_ERROR_GRAPH_UPDATE = 14,
 } gpurt_status_t;
 
 typedef enum {
@@ -172,6 +212,13 @@ typedef enum {
   GPURT_SYNC_DEBUG_ERROR = 2,
 } gpurt_sync_debug_mode_t;
 
+typedef enum {
+  GPURT_DTYPE_F32 = 0,
+  GPURT_DTYPE_F16 = 1,
+  GPURT_DTYPE_BF16 = 2,
+  GPURT_DTYPE_I32 = 3,
+} gpurt_dtype_t;
+
 /**
  * A device handle; the same for every call with the same ordinal.
  */
@@ -183,9 +230,39 @@ typedef struct gpurt_device_s gpurt_device_s;
 typedef struct gpurt_event_s gpurt_event_s;
 
 /**
+ * An instantiated graph, ready to replay.
+ */
+typedef struct gpurt_graph_exec_s gpurt_graph_exec_s;
+
+/**
+ * A private memory pool that several captures share (torch.cuda.graph_pool_handle()).
+ */
+typedef struct gpurt_graph_pool_s gpurt_graph_pool_s;
+
+/**
+ * A captured graph.
+ */
+typedef struct gpurt_graph_s gpurt_graph_s;
+
+/**
+ * A kernel of a loaded module; invalid once the module is unloaded.
+ */
+typedef struct gpurt_kernel_s gpurt_kernel_s;
+
+/**
+ * A module (PTX, cubin or fatbin) loaded on one device.
+ */
+typedef struct gpurt_module_s gpurt_module_s;
+
+/**
  * A caching pool of pinned (page-locked) host memory.
  */
 typedef struct gpurt_pinned_pool_s gpurt_pinned_pool_s;
+
+/**
+ * Code compiled by NVRTC.
+ */
+typedef struct gpurt_program_s gpurt_program_s;
 
 /**
  * A stream: created, pooled, a device's default stream, or a wrapped native one.
@@ -296,6 +373,31 @@ typedef gpurt_event_s *gpurt_event_t;
 typedef struct {
   uint8_t reserved[64];
 } gpurt_ipc_event_handle_t;
+
+typedef gpurt_graph_pool_s *gpurt_graph_pool_t;
+
+typedef gpurt_graph_s *gpurt_graph_t;
+
+typedef gpurt_graph_exec_s *gpurt_graph_exec_t;
+
+typedef gpurt_module_s *gpurt_module_t;
+
+typedef gpurt_kernel_s *gpurt_kernel_t;
+
+/**
+ * One launch: grid and block shape, dynamic shared memory, stream, and a thread
+ * block cluster shape (zeros or ones: none). Initialise with GPURT_LAUNCH_CONFIG_INIT.
+ */
+typedef struct {
+  size_t struct_size;
+  unsigned int grid[3];
+  unsigned int block[3];
+  unsigned int shared_memory_bytes;
+  gpurt_stream_t stream;
+  unsigned int cluster[3];
+} gpurt_launch_config_t;
+
+typedef gpurt_program_s *gpurt_program_t;
 
 /**
  * A log sink: `(level, NUL-terminated message, user pointer)`; NULL means stderr.
@@ -676,6 +778,201 @@ gpurt_status_t gpurt_event_ipc_handle(gpurt_event_t event, gpurt_ipc_event_handl
 gpurt_status_t gpurt_event_open_ipc(int device,
                                     const gpurt_ipc_event_handle_t *ipc,
                                     gpurt_event_t *event);
+
+/**
+ * Begins capturing `stream` into a graph; `mode` is `GPURT_CAPTURE_MODE_GLOBAL`,
+ * `_THREAD_LOCAL` or `_RELAXED`. While it captures, gpurt_malloc on it (and on
+ * streams joined to the capture) serves memory from `pool`, or from a new private
+ * pool of the graph when `pool` is NULL: the addresses stay the graph's until the
+ * graph and its execs are destroyed.
+ */
+gpurt_status_t gpurt_stream_begin_capture(gpurt_stream_t stream, int mode, gpurt_graph_pool_t pool);
+
+/**
+ * Ends the capture on `stream` and gives the graph.
+ */
+gpurt_status_t gpurt_stream_end_capture(gpurt_stream_t stream, gpurt_graph_t *graph);
+
+/**
+ * A private pool on `device` for captures to share.
+ */
+gpurt_status_t gpurt_graph_pool_create(int device, gpurt_graph_pool_t *pool);
+
+/**
+ * Drops the caller's reference to a pool; graphs captured into it keep it alive.
+ */
+gpurt_status_t gpurt_graph_pool_destroy(gpurt_graph_pool_t pool);
+
+/**
+ * Instantiates `graph`. `flags`: `GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH`,
+ * `_UPLOAD` (uploads on `upload_stream`, else ignored and may be NULL),
+ * `_USE_NODE_PRIORITY`.
+ */
+gpurt_status_t gpurt_graph_instantiate(gpurt_graph_t graph,
+                                       unsigned long long flags,
+                                       gpurt_stream_t upload_stream,
+                                       gpurt_graph_exec_t *exec);
+
+/**
+ * Uploads an instantiated graph's work to the device ahead of its first launch.
+ */
+gpurt_status_t gpurt_graph_upload(gpurt_graph_exec_t exec, gpurt_stream_t stream);
+
+/**
+ * Replays an instantiated graph on `stream`.
+ */
+gpurt_status_t gpurt_graph_launch(gpurt_graph_exec_t exec, gpurt_stream_t stream);
+
+/**
+ * Updates `exec` in place from `graph` (same topology, new parameters such as
+ * kernel arguments). `GPURT_ERROR_GRAPH_UPDATE` with the reason when it cannot:
+ * instantiate `graph` instead.
+ */
+gpurt_status_t gpurt_graph_exec_update(gpurt_graph_exec_t exec, gpurt_graph_t graph);
+
+/**
+ * Writes `graph` as a Graphviz DOT file at `path` (`verbose` != 0: with each node's
+ * parameters).
+ */
+gpurt_status_t gpurt_graph_debug_dot_print(gpurt_graph_t graph, const char *path, int verbose);
+
+/**
+ * Destroys a graph. Its private pool lives on while an exec of it does.
+ */
+gpurt_status_t gpurt_graph_destroy(gpurt_graph_t graph);
+
+/**
+ * Destroys an instantiated graph. When the last graph or exec of a private pool
+ * goes, gpurt waits for the device (a replay may still use the memory) and then
+ * returns the pool's free memory to the driver.
+ */
+gpurt_status_t gpurt_graph_exec_destroy(gpurt_graph_exec_t exec);
+
+/**
+ * Loads a module image (PTX text, cubin or fatbin; `size` bytes) on the current
+ * device. A PTX error's JIT log is in the message.
+ */
+gpurt_status_t gpurt_module_load_data(const void *image, size_t size, gpurt_module_t *module);
+
+/**
+ * Loads a module from a file on the current device.
+ */
+gpurt_status_t gpurt_module_load_file(const char *path, gpurt_module_t *module);
+
+/**
+ * Unloads a module; its kernel handles become invalid.
+ */
+gpurt_status_t gpurt_module_unload(gpurt_module_t module);
+
+/**
+ * The kernel named `name` in `module` (the same handle every time).
+ */
+gpurt_status_t gpurt_module_get_kernel(gpurt_module_t module,
+                                       const char *name,
+                                       gpurt_kernel_t *kernel);
+
+/**
+ * A kernel attribute (`GPURT_KERNEL_NUM_REGS`, `GPURT_KERNEL_MAX_THREADS_PER_BLOCK`, ...).
+ */
+gpurt_status_t gpurt_kernel_get_attribute(gpurt_kernel_t kernel, int attribute, int *value);
+
+/**
+ * Allows launches of `kernel` with up to `bytes` of dynamic shared memory.
+ */
+gpurt_status_t gpurt_kernel_set_max_dynamic_shared_memory(gpurt_kernel_t kernel, int bytes);
+
+/**
+ * Launches `kernel` on `stream`. `args` holds one pointer per kernel parameter, each
+ * to the parameter's value (the cuLaunchKernel convention); NULL for none.
+ */
+gpurt_status_t gpurt_launch_kernel(gpurt_kernel_t kernel,
+                                   unsigned int grid_x,
+                                   unsigned int grid_y,
+                                   unsigned int grid_z,
+                                   unsigned int block_x,
+                                   unsigned int block_y,
+                                   unsigned int block_z,
+                                   unsigned int shared_memory_bytes,
+                                   gpurt_stream_t stream,
+                                   void **args);
+
+/**
+ * Launches `kernel` as `config` describes, with thread block clusters where given
+ * (GPURT_ERROR_NOT_SUPPORTED on devices without them).
+ */
+gpurt_status_t gpurt_launch_kernel_ex(gpurt_kernel_t kernel,
+                                      const gpurt_launch_config_t *config,
+                                      void **args);
+
+/**
+ * NVRTC's version; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded.
+ */
+gpurt_status_t gpurt_rtc_version(int *major, int *minor);
+
+/**
+ * Compiles CUDA C++ `source` with NVRTC options (the current device's architecture
+ * unless an `-arch` option names one), or finds it in the cache. A compile error is
+ * GPURT_ERROR_COMPILATION with NVRTC's log as the message.
+ */
+gpurt_status_t gpurt_rtc_compile(const char *source,
+                                 const char *const *options,
+                                 size_t num_options,
+                                 gpurt_program_t *program);
+
+/**
+ * The compiled code (valid until the program is destroyed): cubin when
+ * `*is_cubin` is 1, else NUL-terminated PTX. Load it with gpurt_module_load_data.
+ */
+gpurt_status_t gpurt_rtc_program_code(gpurt_program_t program,
+                                      const void **code,
+                                      size_t *size,
+                                      int *is_cubin);
+
+/**
+ * The compiler's warnings, NUL-terminated (valid until the program is destroyed).
+ */
+gpurt_status_t gpurt_rtc_program_log(gpurt_program_t program, const char **log);
+
+gpurt_status_t gpurt_rtc_program_destroy(gpurt_program_t program);
+
+/**
+ * The kernel `name` of `source` compiled for the current device: compiled, loaded
+ * and looked up on first use, then a hash lookup. The handle stays valid until
+ * gpurt_rtc_clear_cache.
+ */
+gpurt_status_t gpurt_rtc_get_kernel(const char *source,
+                                    const char *name,
+                                    const char *const *options,
+                                    size_t num_options,
+                                    gpurt_kernel_t *kernel);
+
+/**
+ * Keeps compiled code in `directory` across processes too (NULL: memory only). The
+ * default is the GPURT_RTC_CACHE_DIR environment variable.
+ */
+gpurt_status_t gpurt_rtc_set_cache_dir(const char *directory);
+
+/**
+ * Empties the in-memory caches and unloads cached modules (their kernel handles
+ * become invalid); the disk cache stays.
+ */
+gpurt_status_t gpurt_rtc_clear_cache(void);
+
+/**
+ * Computes `expression` (such as "out = a * b + c") elementwise over `count`
+ * elements: `inputs[i]` is the device array named `input_names[i]`, all of `dtype`
+ * (a gpurt_dtype_t), and the result goes to `output`, on `stream`. Half and
+ * bfloat16 are computed in float. Compiled once per expression, names, dtype and
+ * device.
+ */
+gpurt_status_t gpurt_elementwise(const char *expression,
+                                 const char *const *input_names,
+                                 const void *const *inputs,
+                                 size_t num_inputs,
+                                 int dtype,
+                                 size_t count,
+                                 void *output,
+                                 gpurt_stream_t stream);
 
 /**
  * Sets the log level: 0 off, 1 error, 2 warn, 3 info, 4 debug. Overrides `GPURT_LOG`.

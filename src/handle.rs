@@ -26,6 +26,12 @@ pub enum Kind {
     Stream = 2,
     Event = 3,
     PinnedPool = 4,
+    Module = 5,
+    Kernel = 6,
+    Program = 7,
+    Graph = 8,
+    GraphExec = 9,
+    GraphPool = 10,
 }
 
 impl Kind {
@@ -35,10 +41,27 @@ impl Kind {
             Kind::Stream => "stream",
             Kind::Event => "event",
             Kind::PinnedPool => "pinned pool",
+            Kind::Module => "module",
+            Kind::Kernel => "kernel",
+            Kind::Program => "program",
+            Kind::Graph => "graph",
+            Kind::GraphExec => "graph exec",
+            Kind::GraphPool => "graph pool",
         }
     }
     fn from_bits(bits: u8) -> Option<Kind> {
-        [Kind::Device, Kind::Stream, Kind::Event, Kind::PinnedPool].into_iter().find(|k| *k as u8 == bits)
+        [
+            Kind::Device,
+            Kind::Stream,
+            Kind::Event,
+            Kind::PinnedPool,
+            Kind::Module,
+            Kind::Kernel,
+            Kind::Program,
+            Kind::Graph,
+            Kind::GraphExec,
+            Kind::GraphPool,
+        ].into_iter().find(|k| *k as u8 == bits)
     }
 }
 

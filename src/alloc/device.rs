@@ -21,14 +21,15 @@ pub struct DriverSource {
 impl SegmentSource for DriverSource {
     fn allocate(&self, size: u64, stream: u64) -> Result<u64> {
         device::with_device(self.device, || {
-            // Only here, on the slow path: cuMemAlloc during a capture would invalidate it.
+            // Only here, on the slow path: a capture begun outside gpurt has no private
+            // pool, and cuMemAlloc during it would invalidate it.
             let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
             check(unsafe { sys::cuStreamIsCapturing(stream as sys::CUstream, &mut capture) }, "cuStreamIsCapturing")?;
             if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
                 return Err(Error::new(
                     Status::GPURT_ERROR_STREAM_CAPTURE,
-                    "the stream is capturing and the cache has no free block of this size: allocating during \
-                     capture needs a graph-private pool, which gpurt does not have yet",
+                    "the stream is capturing a graph that was not begun with gpurt_stream_begin_capture: \
+                     gpurt has no private pool for it, and allocating a segment would invalidate the capture",
                 ));
             }
             let mut ptr = 0;
@@ -61,7 +62,7 @@ static ALLOCATORS: OnceLock<Box<[OnceLock<CachingAllocator<DriverSource>>]>> = O
 
 /// The configuration: set by `set_config`, else read from `GPURT_ALLOC_CONF` once.
 /// A malformed environment string fails every allocation with its message.
-fn config() -> Result<AllocConfig> {
+pub(crate) fn config() -> Result<AllocConfig> {
     let mut config = lock(&CONFIG);
     if let Some(c) = &*config {
         return Ok(c.clone());
@@ -110,7 +111,12 @@ fn stream_key(native: u64) -> u64 {
     }
 }
 
+/// Allocates for `native_stream`: from the graph's private pool while the stream
+/// captures through gpurt, else from the device's cache.
 pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
+    if let Some(private) = crate::graph::capture_allocator(native_stream)? {
+        return private.malloc(size, stream_key(native_stream));
+    }
     allocator(ordinal)?.malloc(size, stream_key(native_stream))
 }
 
@@ -127,11 +133,17 @@ pub fn free(ptr: u64) -> Result<()> {
     if ptr == 0 {
         return Ok(());
     }
-    owner(ptr)?.free(ptr)
+    match owner(ptr).and_then(|a| a.free(ptr)) {
+        Err(missed) => crate::graph::free_private(ptr).unwrap_or(Err(missed)),
+        freed => freed,
+    }
 }
 
 pub fn record_stream(ptr: u64, native_stream: u64) -> Result<()> {
-    owner(ptr)?.record_stream(ptr, stream_key(native_stream))
+    match owner(ptr).and_then(|a| a.record_stream(ptr, stream_key(native_stream))) {
+        Err(missed) => crate::graph::record_stream_private(ptr, stream_key(native_stream)).unwrap_or(Err(missed)),
+        recorded => recorded,
+    }
 }
 
 /// Releases every wholly free cached segment on every device.

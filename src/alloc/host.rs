@@ -2,6 +2,7 @@
 //! pool's logic runs and is tested here exactly as it runs on the driver.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::pool::{lock, SegmentSource};
@@ -20,12 +21,14 @@ struct HostState {
 }
 
 impl HostSource {
-    /// A source that hands out at most `capacity` bytes at a time.
+    /// A source that hands out at most `capacity` bytes at a time, at addresses no
+    /// other source in the process uses (as separate driver allocations would be).
     pub fn new(capacity: u64) -> Self {
+        static NEXT_BASE: AtomicU64 = AtomicU64::new(1 << 32);
         HostSource(Mutex::new(HostState {
             capacity,
             used: 0,
-            next_addr: 1 << 32,
+            next_addr: NEXT_BASE.fetch_add(1 << 44, Ordering::Relaxed),
             live: HashMap::new(),
             markers: HashMap::new(),
             next_marker: 1,

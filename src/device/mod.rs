@@ -194,7 +194,7 @@ impl gpurt_device_properties_t {
     }
 }
 
-fn attribute(ordinal: i32, attr: A) -> Result<i32> {
+pub(crate) fn attribute(ordinal: i32, attr: A) -> Result<i32> {
     let mut value = 0;
     // SAFETY: ordinal checked by the caller.
     check(unsafe { sys::cuDeviceGetAttribute(&mut value, attr, ordinal) }, "cuDeviceGetAttribute")?;

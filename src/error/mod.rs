@@ -40,12 +40,17 @@ pub enum gpurt_status_t {
     /// A call that blocks the host on the device, refused because the sync debug mode
     /// is "error" (see `gpurt_set_sync_debug_mode`).
     GPURT_ERROR_SYNCHRONIZING_CALL = 12,
+    /// Run-time compilation failed; the message holds the compiler's log.
+    GPURT_ERROR_COMPILATION = 13,
+    /// An instantiated graph could not be updated from the new graph (topology or
+    /// node kinds differ); the message says why. Re-instantiate instead.
+    GPURT_ERROR_GRAPH_UPDATE = 14,
 }
 
 pub use gpurt_status_t as Status;
 
 impl Status {
-    const ALL: [Status; 13] = [
+    const ALL: [Status; 15] = [
         Status::GPURT_SUCCESS,
         Status::GPURT_ERROR_INVALID_ARGUMENT,
         Status::GPURT_ERROR_INVALID_HANDLE,
@@ -59,6 +64,8 @@ impl Status {
         Status::GPURT_ERROR_CUDA,
         Status::GPURT_ERROR_INTERNAL,
         Status::GPURT_ERROR_SYNCHRONIZING_CALL,
+        Status::GPURT_ERROR_COMPILATION,
+        Status::GPURT_ERROR_GRAPH_UPDATE,
     ];
 
     /// The status with this numeric value, if there is one.
@@ -82,6 +89,8 @@ impl Status {
             Status::GPURT_ERROR_CUDA => c"CUDA error",
             Status::GPURT_ERROR_INTERNAL => c"internal error",
             Status::GPURT_ERROR_SYNCHRONIZING_CALL => c"synchronizing call refused by sync debug mode",
+            Status::GPURT_ERROR_COMPILATION => c"compilation failed",
+            Status::GPURT_ERROR_GRAPH_UPDATE => c"graph update not possible",
         }
     }
 
@@ -98,6 +107,7 @@ impl Status {
             600 => Status::GPURT_ERROR_NOT_READY,                 // NOT_READY
             500 | 801 => Status::GPURT_ERROR_NOT_SUPPORTED,       // NOT_FOUND, NOT_SUPPORTED
             900..=908 => Status::GPURT_ERROR_STREAM_CAPTURE,      // STREAM_CAPTURE_*, CAPTURED_EVENT
+            910 => Status::GPURT_ERROR_GRAPH_UPDATE,              // GRAPH_EXEC_UPDATE_FAILURE
             _ => Status::GPURT_ERROR_CUDA,
         }
     }

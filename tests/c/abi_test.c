@@ -219,6 +219,101 @@ static void check_staged_copies(gpurt_stream_t stream) {
     free(dst);
 }
 
+/* Modules, kernels and NVRTC: bad images, unknown names and attributes, bad launch
+ * shapes, stale kernel handles after unload. The PTX is real, for the GPU run. */
+static void check_kernels(gpurt_stream_t stream) {
+    static const char ptx[] = ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry noop()\n{\n\tret;\n}\n";
+    gpurt_module_t module = NULL;
+    gpurt_kernel_t kernel = NULL, again = NULL;
+    gpurt_launch_config_t config = GPURT_LAUNCH_CONFIG_INIT;
+    int value = -1, major = 0, minor = 0;
+    gpurt_status_t rtc;
+    EXPECT(gpurt_module_load_data(NULL, 4, &module), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_module_load_data(ptx, 0, &module), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_module_load_file("/nonexistent/k.ptx", &module), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_module_load_data(ptx, sizeof ptx - 1, &module), GPURT_SUCCESS);
+    EXPECT(gpurt_module_get_kernel(module, "missing", &kernel), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_module_get_kernel((gpurt_module_t)stream, "noop", &kernel), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_module_get_kernel(module, "noop", &kernel), GPURT_SUCCESS);
+    EXPECT(gpurt_module_get_kernel(module, "noop", &again), GPURT_SUCCESS);
+    EXPECT_TRUE(kernel == again);
+    EXPECT(gpurt_kernel_get_attribute(kernel, 99, &value), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_kernel_get_attribute(kernel, GPURT_KERNEL_MAX_THREADS_PER_BLOCK, &value), GPURT_SUCCESS);
+    EXPECT_TRUE(value > 0);
+    EXPECT(gpurt_kernel_set_max_dynamic_shared_memory(kernel, -1), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_launch_kernel(kernel, 0, 1, 1, 32, 1, 1, 0, stream, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_launch_kernel(kernel, 1, 1, 1, 2048, 1, 1, 0, stream, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_launch_kernel((gpurt_kernel_t)module, 1, 1, 1, 32, 1, 1, 0, stream, NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_launch_kernel(kernel, 4, 1, 1, 32, 1, 1, 0, stream, NULL), GPURT_SUCCESS);
+    EXPECT(gpurt_launch_kernel_ex(kernel, NULL, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    config.struct_size = 8;
+    EXPECT(gpurt_launch_kernel_ex(kernel, &config, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    config.struct_size = sizeof config;
+    config.grid[0] = 3; config.grid[1] = config.grid[2] = 1;
+    config.block[0] = 64; config.block[1] = config.block[2] = 1;
+    config.cluster[0] = 2; config.cluster[1] = config.cluster[2] = 1;
+    config.stream = stream;
+    EXPECT(gpurt_launch_kernel_ex(kernel, &config, NULL), GPURT_ERROR_INVALID_ARGUMENT); /* 3 % 2 */
+    config.cluster[0] = 1;
+    EXPECT(gpurt_launch_kernel_ex(kernel, &config, NULL), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_module_unload(module), GPURT_SUCCESS);
+    EXPECT(gpurt_launch_kernel(kernel, 1, 1, 1, 32, 1, 1, 0, stream, NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_module_unload(module), GPURT_ERROR_INVALID_HANDLE);
+    rtc = gpurt_rtc_version(&major, &minor);
+    EXPECT_TRUE(rtc == GPURT_SUCCESS || rtc == GPURT_ERROR_NOT_SUPPORTED);
+    EXPECT(gpurt_rtc_compile(NULL, NULL, 0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_rtc_program_destroy(NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_elementwise("out = a", NULL, NULL, 0, GPURT_DTYPE_F32, 4, NULL, stream), GPURT_ERROR_INVALID_ARGUMENT);
+}
+
+/* Graphs: capture with allocation from a private pool, instantiate, replay, and
+ * misuse (unknown modes and flags, ending a capture that never began, stale handles). */
+static void check_graphs(gpurt_stream_t stream) {
+    gpurt_graph_t graph = NULL;
+    gpurt_graph_exec_t exec = NULL;
+    gpurt_graph_pool_t pool = NULL;
+    void *p = NULL, *outside = NULL;
+    int capturing = -1;
+    EXPECT(gpurt_stream_begin_capture(stream, 7, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_stream_end_capture(stream, &graph), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_stream_begin_capture(stream, GPURT_CAPTURE_MODE_THREAD_LOCAL, (gpurt_graph_pool_t)stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_stream_begin_capture(stream, GPURT_CAPTURE_MODE_THREAD_LOCAL, NULL), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_is_capturing(stream, &capturing), GPURT_SUCCESS);
+    EXPECT_TRUE(capturing == 1);
+    EXPECT(gpurt_malloc(3000, stream, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_memset_async(p, 7, 1, 3000, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_end_capture(stream, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_stream_end_capture(stream, &graph), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(3000, stream, &outside), GPURT_SUCCESS);
+    EXPECT_TRUE(outside != p);
+    EXPECT(gpurt_graph_instantiate(graph, 0x40, NULL, &exec), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_graph_instantiate(graph, GPURT_GRAPH_INSTANTIATE_UPLOAD, NULL, &exec), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_graph_instantiate((gpurt_graph_t)stream, 0, NULL, &exec), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_graph_instantiate(graph, 0, NULL, &exec), GPURT_SUCCESS);
+    EXPECT(gpurt_graph_launch(exec, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_graph_launch((gpurt_graph_exec_t)graph, stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_graph_debug_dot_print(graph, NULL, 0), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    EXPECT(gpurt_free(outside), GPURT_SUCCESS);
+    EXPECT(gpurt_graph_destroy(graph), GPURT_SUCCESS);
+    EXPECT(gpurt_graph_destroy(graph), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_graph_launch(exec, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_graph_exec_destroy(exec), GPURT_SUCCESS);
+    EXPECT(gpurt_graph_launch(exec, stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_free(p), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_graph_pool_create(0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_graph_pool_create(0, &pool), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_begin_capture(stream, GPURT_CAPTURE_MODE_RELAXED, pool), GPURT_SUCCESS);
+    EXPECT(gpurt_graph_pool_destroy(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(5000, stream, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_end_capture(stream, &graph), GPURT_SUCCESS);
+    EXPECT(gpurt_graph_destroy(graph), GPURT_SUCCESS);
+    EXPECT(gpurt_graph_pool_destroy(pool), GPURT_ERROR_INVALID_HANDLE);
+}
+
 /* Pinned pools and copies: bad handles, foreign pointers and bad arguments are
  * reported; nothing leaks into the pool's accounting. */
 static void check_pinned_and_copies(void) {
@@ -262,6 +357,8 @@ static void check_pinned_and_copies(void) {
     EXPECT(gpurt_host_register(NULL, 8, 0), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_host_register(host, sizeof host, 0x40), GPURT_ERROR_INVALID_ARGUMENT);
     check_staged_copies(stream);
+    check_kernels(stream);
+    check_graphs(stream);
     EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);
 }
 

@@ -30,14 +30,17 @@ CUresult cuCtxEnablePeerAccess(P c, unsigned f) { (void)c; (void)f; return 0; }
 CUresult cuCtxDisablePeerAccess(P c) { (void)c; return 0; }
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = 1ull << 33; *t = 1ull << 34; return 0; }
 CUresult cuCtxGetStreamPriorityRange(int *l, int *g) { *l = 0; *g = -5; return 0; }
-CUresult cuStreamCreateWithPriority(P *s, unsigned f, int p) { (void)f; (void)p; *s = malloc(64); return 0; }
+CUresult cuStreamCreateWithPriority(P *s, unsigned f, int p) { (void)f; (void)p; *s = calloc(1, 64); return 0; }
 CUresult cuStreamDestroy_v2(P s) { free(s); return 0; }
 CUresult cuStreamQuery(P s) { (void)s; return 0; }
 CUresult cuStreamSynchronize(P s) { (void)s; return 0; }
 CUresult cuStreamWaitEvent(P s, P e, unsigned f) { (void)s; (void)e; (void)f; return 0; }
 CUresult cuStreamGetFlags(P s, unsigned *f) { (void)s; *f = 1; return 0; }
 CUresult cuStreamGetPriority(P s, int *p) { (void)s; *p = 0; return 0; }
-CUresult cuStreamIsCapturing(P s, int *c) { (void)s; *c = 0; return 0; }
+/* A created stream's first int is its capture status (1: active), so that gpurt's
+ * capture routing runs here; the default streams (small constants) never capture. */
+static int capturing(P s) { return (unsigned long)s > 4096 ? *(int *)s : 0; }
+CUresult cuStreamIsCapturing(P s, int *c) { *c = capturing(s); return 0; }
 CUresult cuLaunchHostFunc(P s, void (*f)(void *), void *u) { (void)s; f(u); return 0; }
 CUresult cuEventCreate(P *e, unsigned f) { (void)f; *e = malloc(64); return 0; }
 CUresult cuEventDestroy_v2(P e) { free(e); return 0; }
@@ -76,3 +79,25 @@ CUresult cuMemcpyHtoDAsync_v2(unsigned long long d, const void *s, size_t n, P s
 CUresult cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; return 0; }
 /* Every pointer is unknown to the fake driver: host memory, as for pageable memory. */
 CUresult cuPointerGetAttribute(void *v, int a, unsigned long long p) { (void)v; (void)a; (void)p; return 1; }
+
+CUresult cuModuleLoadDataEx(P *m, const void *image, unsigned n, int *o, void **v) { (void)image; (void)n; (void)o; (void)v; *m = malloc(16); return 0; }
+CUresult cuModuleUnload(P m) { free(m); return 0; }
+/* Any kernel name but "missing" exists. */
+CUresult cuModuleGetFunction(P *f, P m, const char *name) { *f = (char *)m + 1; return strcmp(name, "missing") == 0 ? 500 : 0; }
+CUresult cuFuncGetAttribute(int *v, int a, P f) { (void)a; (void)f; *v = 32; return 0; }
+CUresult cuFuncSetAttribute(P f, int a, int v) { (void)f; (void)a; (void)v; return 0; }
+CUresult cuLaunchKernel(P f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sh, P s, void **args, void **extra) {
+    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)args; (void)extra; return 0;
+}
+CUresult cuStreamBeginCapture_v2(P s, int mode) { (void)mode; if ((unsigned long)s <= 4096) return 1; *(int *)s = 1; return 0; }
+CUresult cuStreamEndCapture(P s, P *g) { if (!capturing(s)) return 1; *(int *)s = 0; *g = malloc(16); return 0; }
+CUresult cuStreamGetCaptureInfo_v2(P s, int *status, unsigned long long *id, P *g, P *deps, size_t *n) {
+    (void)g; (void)deps; (void)n; *status = capturing(s); *id = (unsigned long long)s; return 0;
+}
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) { (void)mode; return 0; }
+CUresult cuGraphInstantiateWithFlags(P *e, P g, unsigned long long f) { (void)g; (void)f; *e = malloc(16); return 0; }
+CUresult cuGraphUpload(P e, P s) { (void)e; (void)s; return 0; }
+CUresult cuGraphLaunch(P e, P s) { (void)e; (void)s; return 0; }
+CUresult cuGraphDestroy(P g) { free(g); return 0; }
+CUresult cuGraphExecDestroy(P e) { free(e); return 0; }
+CUresult cuGraphDebugDotPrint(P g, const char *path, unsigned f) { (void)g; (void)path; (void)f; return 0; }

@@ -1,0 +1,439 @@
+//! CUDA graphs: stream capture into a graph, instantiation, upload, replay, update
+//! of an instantiated graph, DOT dumps; and the private pools (`pool`) that serve
+//! gpurt allocations made while a stream captures, so that the addresses baked into
+//! a graph stay valid for every replay and nobody else gets them meanwhile.
+
+pub mod ffi;
+pub mod pool;
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys;
+
+use crate::alloc::caching::CachingAllocator;
+use crate::alloc::pool::{lock, SegmentSource};
+use crate::device;
+use crate::driver::{check, has_symbol};
+use crate::error::{Error, Result, Status};
+use crate::handle::{Handle, HandleTable, Kind, Packed};
+use pool::GraphPools;
+
+pub const GPURT_CAPTURE_MODE_GLOBAL: i32 = 0;
+pub const GPURT_CAPTURE_MODE_THREAD_LOCAL: i32 = 1;
+pub const GPURT_CAPTURE_MODE_RELAXED: i32 = 2;
+
+pub const GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH: u64 = 1;
+pub const GPURT_GRAPH_INSTANTIATE_UPLOAD: u64 = 2;
+pub const GPURT_GRAPH_INSTANTIATE_USE_NODE_PRIORITY: u64 = 8;
+
+/// A graph or an instantiated graph: the driver's handle and its device.
+#[derive(Clone, Copy)]
+pub struct Raw {
+    raw: usize,
+    device: i32,
+}
+
+impl Packed for Raw {
+    fn pack(self) -> [u64; 2] {
+        [self.raw as u64, self.device as u64]
+    }
+    fn unpack(w: [u64; 2]) -> Self {
+        Raw { raw: w[0] as usize, device: w[1] as i32 }
+    }
+}
+
+static GRAPHS: HandleTable<Raw> = HandleTable::new(Kind::Graph);
+static EXECS: HandleTable<Raw> = HandleTable::new(Kind::GraphExec);
+static POOL_HANDLES: HandleTable<u64> = HandleTable::new(Kind::GraphPool);
+
+/// Device memory for private pools: `cuMemAlloc` with this thread's capture mode
+/// relaxed for the call (a plain `cuMemAlloc` would invalidate a global or
+/// thread-local capture; the allocation itself is not part of the graph).
+pub struct CaptureSource {
+    device: i32,
+    /// Set once the pool has no graph left and the device was synchronised: blocks
+    /// freed during capture with uses on other streams are then reusable.
+    released: AtomicBool,
+}
+
+/// The marker of a block freed during capture with uses on other streams: events
+/// cannot be queried inside a capture, so such a block waits for the pool's release.
+const AFTER_RELEASE: u64 = u64::MAX;
+
+fn exchange_capture_mode(mode: sys::CUstreamCaptureMode) -> Result<sys::CUstreamCaptureMode> {
+    let mut m = mode;
+    check(unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut m) }, "cuThreadExchangeStreamCaptureMode")?;
+    Ok(m)
+}
+
+fn is_capturing(stream: u64) -> bool {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let code = unsafe { sys::cuStreamIsCapturing(stream as sys::CUstream, &mut status) };
+    code == sys::CUresult::CUDA_SUCCESS && status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+}
+
+impl SegmentSource for CaptureSource {
+    fn allocate(&self, size: u64, _stream: u64) -> Result<u64> {
+        device::with_device(self.device, || {
+            let previous = exchange_capture_mode(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+            let mut ptr = 0;
+            let result = check(unsafe { sys::cuMemAlloc_v2(&mut ptr, size as usize) }, "cuMemAlloc");
+            exchange_capture_mode(previous)?;
+            result.map(|()| ptr)
+        })
+    }
+    fn release(&self, addr: u64, _size: u64) {
+        let freed = device::with_device(self.device, || check(unsafe { sys::cuMemFree_v2(addr) }, "cuMemFree"));
+        if let Err(e) = freed {
+            crate::log::log(crate::log::Level::Error, &format!("releasing a graph pool segment: {e}"));
+        }
+    }
+    fn record(&self, stream: u64) -> Result<u64> {
+        if is_capturing(stream) {
+            return Ok(AFTER_RELEASE);
+        }
+        crate::event::marker_record(self.device, stream)
+    }
+    fn is_done(&self, marker: u64) -> bool {
+        match marker {
+            AFTER_RELEASE => self.released.load(Ordering::Acquire),
+            m => crate::event::marker_done(m),
+        }
+    }
+    fn wait(&self, marker: u64) {
+        if marker != AFTER_RELEASE {
+            crate::event::marker_wait(marker)
+        }
+    }
+    fn memory_info(&self) -> (u64, u64) {
+        device::mem_get_info(self.device).map(|(f, t)| (f as u64, t as u64)).unwrap_or((0, 0))
+    }
+    fn settle(&self, markers: &mut Vec<u64>, wait: bool) -> bool {
+        markers.retain(|&m| match (m, wait) {
+            (AFTER_RELEASE, _) => !self.is_done(m),
+            (_, true) => {
+                self.wait(m);
+                false
+            }
+            (_, false) => !self.is_done(m),
+        });
+        markers.is_empty()
+    }
+}
+
+/// The pools, and which graph or exec holds which pool.
+struct Registry {
+    pools: GraphPools<CaptureSource>,
+    /// Graph or exec handle value to the pools whose addresses it holds.
+    holders: HashMap<u64, Vec<u64>>,
+}
+
+static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+/// Captures running through gpurt: while zero, `gpurt_malloc` asks the driver nothing.
+static ACTIVE_CAPTURES: AtomicUsize = AtomicUsize::new(0);
+/// Pools alive: while zero, a free that misses the device allocator asks no further.
+static LIVE_POOLS: AtomicUsize = AtomicUsize::new(0);
+
+fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
+    let mut guard = lock(&REGISTRY);
+    let registry = guard.get_or_insert_with(|| Registry { pools: GraphPools::default(), holders: HashMap::new() });
+    let result = f(registry);
+    LIVE_POOLS.store(registry.pools.len(), Ordering::Release);
+    result
+}
+
+fn new_pool(device: i32) -> Result<u64> {
+    let config = crate::alloc::device::config()?;
+    Ok(with_registry(|r| r.pools.create(CaptureSource { device, released: AtomicBool::new(false) }, config)))
+}
+
+/// Drops a reference to a pool. The last one waits for the device (a replay may
+/// still use the memory) before blocks freed during capture become reusable and
+/// free segments go back.
+fn release_pool(id: u64) {
+    if let Ok(Some(allocator)) = with_registry(|r| r.pools.release(id)) {
+        let d = allocator.source().device;
+        let _ = device::with_device(d, || check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize"));
+        allocator.source().released.store(true, Ordering::Release);
+        with_registry(|r| r.pools.collect(id));
+    }
+}
+
+/// A private pool for several captures to share (`torch.cuda.graph_pool_handle()`),
+/// on `device`. Destroy the handle when no further capture will use it.
+pub fn create_pool_handle(ordinal: i32) -> Result<Handle> {
+    let id = new_pool(device::resolve(ordinal)?)?;
+    POOL_HANDLES.insert(id).inspect_err(|_| release_pool(id))
+}
+
+pub fn destroy_pool_handle(handle: Handle) -> Result<()> {
+    release_pool(POOL_HANDLES.remove(handle)?);
+    Ok(())
+}
+
+fn capture_mode(mode: i32) -> Result<sys::CUstreamCaptureMode> {
+    use sys::CUstreamCaptureMode::*;
+    Ok(match mode {
+        GPURT_CAPTURE_MODE_GLOBAL => CU_STREAM_CAPTURE_MODE_GLOBAL,
+        GPURT_CAPTURE_MODE_THREAD_LOCAL => CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        GPURT_CAPTURE_MODE_RELAXED => CU_STREAM_CAPTURE_MODE_RELAXED,
+        other => return Err(Error::invalid_argument(format!("unknown capture mode {other}"))),
+    })
+}
+
+/// (status, capture id) of a native stream.
+fn capture_info(native: u64) -> Result<(sys::CUstreamCaptureStatus, u64)> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id = 0;
+    let (graph, deps, count) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    let code = unsafe { sys::cuStreamGetCaptureInfo_v2(native as sys::CUstream, &mut status, &mut id, graph, deps, count) };
+    check(code, "cuStreamGetCaptureInfo")?;
+    Ok((status, id))
+}
+
+/// Starts capturing `stream` into a graph. gpurt allocations on it (and on streams
+/// that join the capture) come from `pool` (a handle from
+/// `create_pool_handle`), or from a new private pool when `pool` is NULL.
+pub fn begin_capture(stream: Handle, mode: i32, pool: Option<Handle>) -> Result<()> {
+    let s = crate::stream::get(stream)?;
+    let mode = capture_mode(mode)?;
+    if s.raw == 0 {
+        return Err(Error::invalid_argument("the legacy default stream cannot be captured; use a created stream"));
+    }
+    let id = match pool {
+        Some(h) => {
+            let id = POOL_HANDLES.get(h)?;
+            let pool_device = with_registry(|r| r.pools.allocator(id).map(|a| a.source().device));
+            if pool_device != Some(s.device()) {
+                return Err(Error::invalid_argument(format!("the graph pool belongs to another device than the stream ({})", s.device())));
+            }
+            with_registry(|r| r.pools.retain(id))?;
+            id
+        }
+        None => new_pool(s.device())?,
+    };
+    let started = s.run(|cu| check(unsafe { sys::cuStreamBeginCapture_v2(cu, mode) }, "cuStreamBeginCapture"));
+    let registered = started.and_then(|()| {
+        let (_, capture) = capture_info(s.raw as u64)?;
+        with_registry(|r| r.pools.begin_capture(capture, id))
+    });
+    // The capture holds its own reference from here; drop the one taken above.
+    release_pool(id);
+    if registered.is_ok() {
+        ACTIVE_CAPTURES.fetch_add(1, Ordering::AcqRel);
+    }
+    registered
+}
+
+/// Ends the capture on `stream`, giving the graph. The graph holds the capture's
+/// pool. An invalidated capture gives its error and no graph.
+pub fn end_capture(stream: Handle) -> Result<Handle> {
+    let s = crate::stream::get(stream)?;
+    let (status, capture) = capture_info(s.raw as u64)?;
+    if status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        return Err(Error::invalid_argument("the stream is not capturing"));
+    }
+    let mut graph = std::ptr::null_mut();
+    let ended = s.run(|cu| check(unsafe { sys::cuStreamEndCapture(cu, &mut graph) }, "cuStreamEndCapture"));
+    let pool = with_registry(|r| r.pools.end_capture(capture));
+    if pool.is_some() {
+        ACTIVE_CAPTURES.fetch_sub(1, Ordering::AcqRel);
+    }
+    let graph = ended.and_then(|()| GRAPHS.insert(Raw { raw: graph as usize, device: s.device() }).inspect_err(|_| unsafe {
+        sys::cuGraphDestroy(graph);
+    }));
+    match (graph, pool) {
+        (Ok(g), Some(id)) => {
+            with_registry(|r| r.holders.insert(g.0, vec![id]));
+            Ok(g)
+        }
+        (Ok(g), None) => Ok(g),
+        (Err(e), pool) => {
+            pool.into_iter().for_each(release_pool);
+            Err(e)
+        }
+    }
+}
+
+/// The private pool serving a gpurt allocation on a native stream, when that stream
+/// is capturing through gpurt. Costs one atomic load while nothing captures.
+#[inline]
+pub fn capture_allocator(native: u64) -> Result<Option<Arc<CachingAllocator<CaptureSource>>>> {
+    if ACTIVE_CAPTURES.load(Ordering::Acquire) == 0 {
+        return Ok(None);
+    }
+    capture_allocator_slow(native)
+}
+
+#[cold]
+fn capture_allocator_slow(native: u64) -> Result<Option<Arc<CachingAllocator<CaptureSource>>>> {
+    let (status, capture) = capture_info(native)?;
+    match status {
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(None),
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => with_registry(|r| r.pools.for_capture(capture))
+            .map(Some)
+            .ok_or_else(|| {
+                Error::new(
+                    Status::GPURT_ERROR_STREAM_CAPTURE,
+                    "the stream is capturing a graph that was not begun with gpurt_stream_begin_capture, so gpurt has no \
+                     private pool for it; allocating from the shared cache would hand the graph's memory to others",
+                )
+            }),
+        _ => Err(Error::new(Status::GPURT_ERROR_STREAM_CAPTURE, "the stream's capture was invalidated")),
+    }
+}
+
+/// Frees `ptr` if a private pool holds it (`None`: none does).
+pub fn free_private(ptr: u64) -> Option<Result<()>> {
+    if LIVE_POOLS.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let (id, allocator) = with_registry(|r| r.pools.owner(ptr))?;
+    let result = allocator.free(ptr);
+    with_registry(|r| r.pools.collect(id));
+    Some(result)
+}
+
+/// Records `native` on a private pool's block, if one holds `ptr`.
+pub fn record_stream_private(ptr: u64, native: u64) -> Option<Result<()>> {
+    if LIVE_POOLS.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let (_, allocator) = with_registry(|r| r.pools.owner(ptr))?;
+    Some(allocator.record_stream(ptr, native))
+}
+
+fn release_holder(handle: Handle) {
+    let pools = with_registry(|r| r.holders.remove(&handle.0)).unwrap_or_default();
+    pools.into_iter().for_each(release_pool);
+}
+
+fn hold(holder: Handle, pools: &[u64]) -> Result<()> {
+    with_registry(|r| {
+        for &id in pools {
+            r.pools.retain(id)?;
+            r.holders.entry(holder.0).or_default().push(id);
+        }
+        Ok(())
+    })
+}
+
+fn pools_of(holder: Handle) -> Vec<u64> {
+    with_registry(|r| r.holders.get(&holder.0).cloned().unwrap_or_default())
+}
+
+pub fn destroy_graph(graph: Handle) -> Result<()> {
+    let g = GRAPHS.remove(graph)?;
+    let destroyed = check(unsafe { sys::cuGraphDestroy(g.raw as sys::CUgraph) }, "cuGraphDestroy");
+    release_holder(graph);
+    destroyed
+}
+
+/// Instantiates a graph. `flags`: `GPURT_GRAPH_INSTANTIATE_*`; with `..._UPLOAD`,
+/// `upload_stream` receives the upload. The exec keeps the graph's pool alive.
+pub fn instantiate(graph: Handle, flags: u64, upload_stream: Option<Handle>) -> Result<Handle> {
+    let g = GRAPHS.get(graph)?;
+    let known = GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH | GPURT_GRAPH_INSTANTIATE_UPLOAD | GPURT_GRAPH_INSTANTIATE_USE_NODE_PRIORITY;
+    if flags & !known != 0 {
+        return Err(Error::invalid_argument(format!("unknown instantiate flags {:#x}", flags & !known)));
+    }
+    let upload = flags & GPURT_GRAPH_INSTANTIATE_UPLOAD != 0;
+    let mut exec = std::ptr::null_mut();
+    device::with_device(g.device, || {
+        if !upload {
+            return check(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, g.raw as sys::CUgraph, flags) }, "cuGraphInstantiateWithFlags");
+        }
+        let stream = upload_stream.ok_or_else(|| Error::invalid_argument("GPURT_GRAPH_INSTANTIATE_UPLOAD needs an upload stream"))?;
+        let s = crate::stream::get(stream)?;
+        if !has_symbol("cuGraphInstantiateWithParams") {
+            return Err(Error::not_supported("instantiating with upload needs CUDA 12"));
+        }
+        let mut params: sys::CUDA_GRAPH_INSTANTIATE_PARAMS = unsafe { std::mem::zeroed() };
+        params.flags = flags;
+        params.hUploadStream = s.cu();
+        check(unsafe { sys::cuGraphInstantiateWithParams(&mut exec, g.raw as sys::CUgraph, &mut params) }, "cuGraphInstantiateWithParams")
+    })?;
+    let handle = EXECS.insert(Raw { raw: exec as usize, device: g.device }).inspect_err(|_| unsafe {
+        sys::cuGraphExecDestroy(exec);
+    })?;
+    hold(handle, &pools_of(graph))?;
+    Ok(handle)
+}
+
+pub fn upload(exec: Handle, stream: Handle) -> Result<()> {
+    let e = EXECS.get(exec)?;
+    crate::stream::get(stream)?.run(|cu| check(unsafe { sys::cuGraphUpload(e.raw as sys::CUgraphExec, cu) }, "cuGraphUpload"))
+}
+
+/// Replays an instantiated graph on `stream`.
+#[inline]
+pub fn launch(exec: Handle, stream: Handle) -> Result<()> {
+    let e = EXECS.get(exec)?;
+    crate::stream::get(stream)?.run(|cu| check(unsafe { sys::cuGraphLaunch(e.raw as sys::CUgraphExec, cu) }, "cuGraphLaunch"))
+}
+
+pub fn destroy_exec(exec: Handle) -> Result<()> {
+    let e = EXECS.remove(exec)?;
+    let destroyed = check(unsafe { sys::cuGraphExecDestroy(e.raw as sys::CUgraphExec) }, "cuGraphExecDestroy");
+    release_holder(exec);
+    destroyed
+}
+
+/// Why an update was refused, from `CUgraphExecUpdateResult`.
+fn update_refusal(result: sys::CUgraphExecUpdateResult) -> &'static str {
+    use sys::CUgraphExecUpdateResult::*;
+    match result {
+        CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED => "the graph's topology changed (nodes or edges differ)",
+        CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED => "a node's type changed",
+        CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED => "a kernel node's function changed",
+        CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED => "a node's parameters changed in a way that cannot be updated",
+        CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED => "something in the graph cannot be updated",
+        CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE => "a kernel node's function changed in an unsupported way",
+        CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED => "a node's attributes changed",
+        _ => "the driver refused the update",
+    }
+}
+
+/// Updates an instantiated graph in place from `graph` (same topology, changed
+/// parameters). Refused: `GPURT_ERROR_GRAPH_UPDATE` with the reason; re-instantiate.
+pub fn update(exec: Handle, graph: Handle) -> Result<()> {
+    let (e, g) = (EXECS.get(exec)?, GRAPHS.get(graph)?);
+    if !has_symbol("cuGraphExecUpdate_v2") {
+        return Err(Error::not_supported("graph update needs CUDA 12"));
+    }
+    let mut info: sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
+    let code = device::with_device(e.device, || {
+        Ok(unsafe { sys::cuGraphExecUpdate_v2(e.raw as sys::CUgraphExec, g.raw as sys::CUgraph, &mut info) })
+    })?;
+    if code == sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE {
+        return Err(Error::new(Status::GPURT_ERROR_GRAPH_UPDATE, format!("graph update refused: {}; instantiate the new graph instead", update_refusal(info.result))));
+    }
+    check(code, "cuGraphExecUpdate")?;
+    // The exec now holds the new graph's addresses too.
+    hold(exec, &pools_of(graph))
+}
+
+/// Writes the graph as a DOT file (`verbose`: every node's parameters).
+pub fn debug_dot(graph: Handle, path: &str, verbose: bool) -> Result<()> {
+    let g = GRAPHS.get(graph)?;
+    let path = CString::new(path).map_err(|_| Error::invalid_argument("the path contains a NUL byte"))?;
+    let flags = if verbose { sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE as u32 } else { 0 };
+    check(unsafe { sys::cuGraphDebugDotPrint(g.raw as sys::CUgraph, path.as_ptr(), flags) }, "cuGraphDebugDotPrint")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_modes_and_refusals_are_named() {
+        assert!(capture_mode(GPURT_CAPTURE_MODE_RELAXED).is_ok());
+        assert!(capture_mode(3).unwrap_err().message.contains("capture mode 3"));
+        use sys::CUgraphExecUpdateResult::*;
+        assert!(update_refusal(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED).contains("topology"));
+        assert!(update_refusal(CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED).contains("function"));
+    }
+}

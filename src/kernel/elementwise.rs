@@ -1,0 +1,174 @@
+//! Elementwise kernels from a short expression, in the spirit of torch's jiterator:
+//! `out = a * b + c` over named inputs of one dtype becomes a grid-stride kernel,
+//! compiled once per (expression, inputs, dtype, device) through the NVRTC caches.
+//! Half and bfloat16 values are computed in float; the generated source includes no
+//! headers, so it compiles wherever NVRTC does.
+
+use crate::error::{Error, Result};
+use crate::handle::Handle;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum gpurt_dtype_t {
+    GPURT_DTYPE_F32 = 0,
+    GPURT_DTYPE_F16 = 1,
+    GPURT_DTYPE_BF16 = 2,
+    GPURT_DTYPE_I32 = 3,
+}
+
+impl gpurt_dtype_t {
+    pub fn from_raw(raw: i32) -> Result<Self> {
+        use gpurt_dtype_t::*;
+        [GPURT_DTYPE_F32, GPURT_DTYPE_F16, GPURT_DTYPE_BF16, GPURT_DTYPE_I32]
+            .into_iter()
+            .find(|d| *d as i32 == raw)
+            .ok_or_else(|| Error::invalid_argument(format!("unknown dtype {raw}")))
+    }
+    /// (storage type, compute type, load function, store function)
+    fn c_types(self) -> (&'static str, &'static str, &'static str, &'static str) {
+        use gpurt_dtype_t::*;
+        match self {
+            GPURT_DTYPE_F32 => ("float", "float", "", ""),
+            GPURT_DTYPE_F16 => ("unsigned short", "float", "gpurt_load_f16", "gpurt_store_f16"),
+            GPURT_DTYPE_BF16 => ("unsigned short", "float", "gpurt_load_bf16", "gpurt_store_bf16"),
+            GPURT_DTYPE_I32 => ("int", "int", "", ""),
+        }
+    }
+}
+
+const CONVERSIONS: &str = r#"
+__device__ __forceinline__ float gpurt_load_f16(unsigned short h) {
+    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
+}
+__device__ __forceinline__ unsigned short gpurt_store_f16(float f) {
+    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+__device__ __forceinline__ float gpurt_load_bf16(unsigned short b) {
+    return __uint_as_float(((unsigned int)b) << 16);
+}
+__device__ __forceinline__ unsigned short gpurt_store_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;          /* NaN */
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* round to nearest even */
+}
+"#;
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Splits `out = expr` into the output's name and the expression, checking names.
+pub fn parse(expression: &str, inputs: &[&str]) -> Result<(String, String)> {
+    let (lhs, rhs) = expression
+        .split_once('=')
+        .filter(|(_, r)| !r.starts_with('='))
+        .ok_or_else(|| Error::invalid_argument(format!("expected `output = expression`, got {expression:?}")))?;
+    let (out, rhs) = (lhs.trim(), rhs.trim());
+    if !is_identifier(out) {
+        return Err(Error::invalid_argument(format!("the output name {out:?} is not an identifier")));
+    }
+    if rhs.is_empty() {
+        return Err(Error::invalid_argument("the expression after `=` is empty"));
+    }
+    if inputs.is_empty() {
+        return Err(Error::invalid_argument("an elementwise kernel needs at least one input"));
+    }
+    for (i, name) in inputs.iter().enumerate() {
+        if !is_identifier(name) || name.starts_with("gpurt_") {
+            return Err(Error::invalid_argument(format!("input name {name:?} is not an identifier (or uses the reserved gpurt_ prefix)")));
+        }
+        if *name == out || inputs[..i].contains(name) {
+            return Err(Error::invalid_argument(format!("the name {name:?} is used twice")));
+        }
+    }
+    Ok((out.to_string(), rhs.to_string()))
+}
+
+pub const KERNEL_NAME: &str = "gpurt_elementwise";
+
+/// The CUDA C++ source of the kernel.
+pub fn source(expression: &str, inputs: &[&str], dtype: gpurt_dtype_t) -> Result<String> {
+    let (out, rhs) = parse(expression, inputs)?;
+    let (storage, compute, load, store) = dtype.c_types();
+    let params: Vec<String> = (0..inputs.len()).map(|i| format!("const {storage}* __restrict__ gpurt_in{i}")).collect();
+    let loads: String = inputs.iter().enumerate().map(|(i, n)| format!("        const {compute} {n} = {load}(gpurt_in{i}[gpurt_i]);\n")).collect();
+    Ok(format!(
+        "{CONVERSIONS}\nextern \"C\" __global__ void {KERNEL_NAME}({params}, {storage}* __restrict__ gpurt_out, unsigned long long gpurt_n) {{\n\
+         \x20   for (unsigned long long gpurt_i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; gpurt_i < gpurt_n;\n\
+         \x20        gpurt_i += (unsigned long long)gridDim.x * blockDim.x) {{\n\
+         {loads}\
+         \x20       {compute} {out};\n\
+         \x20       {out} = ({rhs});\n\
+         \x20       gpurt_out[gpurt_i] = {store}({out});\n\
+         \x20   }}\n}}\n",
+        params = params.join(", "),
+    ))
+}
+
+const BLOCK: u32 = 256;
+/// Enough blocks to fill any current GPU; the loop strides over the rest.
+const MAX_BLOCKS: u64 = 65_536;
+
+/// Computes `expression` for `count` elements of `inputs` into `output` on `stream`.
+pub fn launch(
+    expression: &str,
+    names: &[&str],
+    dtype: gpurt_dtype_t,
+    count: u64,
+    inputs: &[u64],
+    output: u64,
+    stream: Handle,
+) -> Result<()> {
+    if names.len() != inputs.len() {
+        return Err(Error::invalid_argument("one input pointer per input name"));
+    }
+    let src = source(expression, names, dtype)?;
+    let s = crate::stream::get(stream)?;
+    if count == 0 {
+        return Ok(());
+    }
+    if output == 0 || inputs.contains(&0) {
+        return Err(Error::invalid_argument("an input or the output pointer is NULL"));
+    }
+    let kernel = crate::device::with_device(s.device(), || super::rtc::get_kernel(&src, &[], KERNEL_NAME))?;
+    let mut values: Vec<u64> = inputs.to_vec();
+    values.push(output);
+    values.push(count);
+    let mut args: Vec<*mut libc::c_void> = values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
+    let blocks = count.div_ceil(BLOCK as u64).min(MAX_BLOCKS) as u32;
+    let shape = super::LaunchShape { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_bytes: 0, cluster: [0, 0, 0] };
+    super::launch(kernel, &shape, stream, args.as_mut_ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpurt_dtype_t::*;
+
+    #[test]
+    fn expressions_and_names_are_checked() {
+        assert_eq!(parse("out = a * b + c", &["a", "b", "c"]).unwrap(), ("out".into(), "a * b + c".into()));
+        assert_eq!(parse("y=a>b?a:b", &["a", "b"]).unwrap().1, "a>b?a:b");
+        for bad in ["a * b", "= a", "1x = a", "out ==a", "out = "] {
+            assert!(parse(bad, &["a", "b"]).is_err(), "{bad:?}");
+        }
+        assert!(parse("out = a", &[]).is_err());
+        assert!(parse("out = a", &["a", "a"]).unwrap_err().message.contains("twice"));
+        assert!(parse("a = a", &["a"]).is_err(), "output named like an input");
+        assert!(parse("out = gpurt_x", &["gpurt_x"]).is_err(), "reserved prefix");
+        assert!(parse("out = a", &["a b"]).is_err());
+    }
+
+    #[test]
+    fn the_source_loads_computes_and_stores_in_the_dtype() {
+        let f16 = source("out = a * b", &["a", "b"], GPURT_DTYPE_F16).unwrap();
+        assert!(f16.contains("const unsigned short* __restrict__ gpurt_in1"));
+        assert!(f16.contains("const float a = gpurt_load_f16(gpurt_in0[gpurt_i]);"));
+        assert!(f16.contains("gpurt_out[gpurt_i] = gpurt_store_f16(out);"));
+        let i32 = source("r = x + 1", &["x"], GPURT_DTYPE_I32).unwrap();
+        assert!(i32.contains("const int x = (gpurt_in0[gpurt_i]);") && i32.contains("int* __restrict__ gpurt_out"));
+        assert_eq!(gpurt_dtype_t::from_raw(2).unwrap(), GPURT_DTYPE_BF16);
+        assert!(gpurt_dtype_t::from_raw(9).is_err());
+    }
+}

@@ -1,0 +1,274 @@
+use libc::{c_char, c_int, c_uint, c_void};
+
+use super::elementwise::gpurt_dtype_t;
+use crate::boundary::{self, in_ref, in_str, Out};
+use crate::error::{gpurt_status_t, Error, Result};
+use crate::handle::Handle;
+use crate::stream::ffi::gpurt_stream_t;
+
+/// A module (PTX, cubin or fatbin) loaded on one device.
+pub struct gpurt_module_s {
+    _opaque: [u8; 0],
+}
+pub type gpurt_module_t = *mut gpurt_module_s;
+
+/// A kernel of a loaded module; invalid once the module is unloaded.
+pub struct gpurt_kernel_s {
+    _opaque: [u8; 0],
+}
+pub type gpurt_kernel_t = *mut gpurt_kernel_s;
+
+/// Code compiled by NVRTC.
+pub struct gpurt_program_s {
+    _opaque: [u8; 0],
+}
+pub type gpurt_program_t = *mut gpurt_program_s;
+
+/// One launch: grid and block shape, dynamic shared memory, stream, and a thread
+/// block cluster shape (zeros or ones: none). Initialise with GPURT_LAUNCH_CONFIG_INIT.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct gpurt_launch_config_t {
+    pub struct_size: usize,
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared_memory_bytes: c_uint,
+    pub stream: gpurt_stream_t,
+    pub cluster: [c_uint; 3],
+}
+
+/// Loads a module image (PTX text, cubin or fatbin; `size` bytes) on the current
+/// device. A PTX error's JIT log is in the message.
+#[no_mangle]
+pub extern "C" fn gpurt_module_load_data(image: *const c_void, size: usize, module: *mut gpurt_module_t) -> gpurt_status_t {
+    boundary::call("gpurt_module_load_data", || {
+        let out = Out::new(module, "module")?;
+        in_ref(image.cast::<u8>(), "image")?;
+        // SAFETY: the caller gives `size` readable bytes at `image`.
+        let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), size) };
+        out.write(super::load_data(bytes)?.to_ptr());
+        Ok(())
+    })
+}
+
+/// Loads a module from a file on the current device.
+#[no_mangle]
+pub extern "C" fn gpurt_module_load_file(path: *const c_char, module: *mut gpurt_module_t) -> gpurt_status_t {
+    boundary::call("gpurt_module_load_file", || {
+        let out = Out::new(module, "module")?;
+        out.write(super::load_file(in_str(path, "path")?)?.to_ptr());
+        Ok(())
+    })
+}
+
+/// Unloads a module; its kernel handles become invalid.
+#[no_mangle]
+pub extern "C" fn gpurt_module_unload(module: gpurt_module_t) -> gpurt_status_t {
+    boundary::call("gpurt_module_unload", || super::unload(Handle::from_ptr(module)))
+}
+
+/// The kernel named `name` in `module` (the same handle every time).
+#[no_mangle]
+pub extern "C" fn gpurt_module_get_kernel(module: gpurt_module_t, name: *const c_char, kernel: *mut gpurt_kernel_t) -> gpurt_status_t {
+    boundary::call("gpurt_module_get_kernel", || {
+        let out = Out::new(kernel, "kernel")?;
+        out.write(super::get_kernel(Handle::from_ptr(module), in_str(name, "name")?)?.to_ptr());
+        Ok(())
+    })
+}
+
+/// A kernel attribute (`GPURT_KERNEL_NUM_REGS`, `GPURT_KERNEL_MAX_THREADS_PER_BLOCK`, ...).
+#[no_mangle]
+pub extern "C" fn gpurt_kernel_get_attribute(kernel: gpurt_kernel_t, attribute: c_int, value: *mut c_int) -> gpurt_status_t {
+    boundary::call("gpurt_kernel_get_attribute", || {
+        let out = Out::new(value, "value")?;
+        out.write(super::get_attribute(Handle::from_ptr(kernel), attribute)?);
+        Ok(())
+    })
+}
+
+/// Allows launches of `kernel` with up to `bytes` of dynamic shared memory.
+#[no_mangle]
+pub extern "C" fn gpurt_kernel_set_max_dynamic_shared_memory(kernel: gpurt_kernel_t, bytes: c_int) -> gpurt_status_t {
+    boundary::call("gpurt_kernel_set_max_dynamic_shared_memory", || {
+        super::set_max_dynamic_shared_memory(Handle::from_ptr(kernel), bytes)
+    })
+}
+
+/// Launches `kernel` on `stream`. `args` holds one pointer per kernel parameter, each
+/// to the parameter's value (the cuLaunchKernel convention); NULL for none.
+#[no_mangle]
+pub extern "C" fn gpurt_launch_kernel(
+    kernel: gpurt_kernel_t,
+    grid_x: c_uint,
+    grid_y: c_uint,
+    grid_z: c_uint,
+    block_x: c_uint,
+    block_y: c_uint,
+    block_z: c_uint,
+    shared_memory_bytes: c_uint,
+    stream: gpurt_stream_t,
+    args: *mut *mut c_void,
+) -> gpurt_status_t {
+    boundary::call("gpurt_launch_kernel", || {
+        let shape = super::LaunchShape {
+            grid: [grid_x, grid_y, grid_z],
+            block: [block_x, block_y, block_z],
+            shared_bytes: shared_memory_bytes,
+            cluster: [0, 0, 0],
+        };
+        super::launch(Handle::from_ptr(kernel), &shape, Handle::from_ptr(stream), args)
+    })
+}
+
+/// Launches `kernel` as `config` describes, with thread block clusters where given
+/// (GPURT_ERROR_NOT_SUPPORTED on devices without them).
+#[no_mangle]
+pub extern "C" fn gpurt_launch_kernel_ex(kernel: gpurt_kernel_t, config: *const gpurt_launch_config_t, args: *mut *mut c_void) -> gpurt_status_t {
+    boundary::call("gpurt_launch_kernel_ex", || {
+        let c = in_ref(config, "config")?;
+        if c.struct_size < std::mem::size_of::<gpurt_launch_config_t>() {
+            return Err(Error::invalid_argument("`config->struct_size` is too small: initialise it with GPURT_LAUNCH_CONFIG_INIT"));
+        }
+        let shape = super::LaunchShape { grid: c.grid, block: c.block, shared_bytes: c.shared_memory_bytes, cluster: c.cluster };
+        super::launch(Handle::from_ptr(kernel), &shape, Handle::from_ptr(c.stream), args)
+    })
+}
+
+/// NVRTC's version; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded.
+#[no_mangle]
+pub extern "C" fn gpurt_rtc_version(major: *mut c_int, minor: *mut c_int) -> gpurt_status_t {
+    boundary::call("gpurt_rtc_version", || {
+        let (major, minor) = (Out::new(major, "major")?, Out::new(minor, "minor")?);
+        let (a, b) = super::rtc::version()?;
+        major.write(a);
+        minor.write(b);
+        Ok(())
+    })
+}
+
+/// `count` C strings (NULL for none).
+fn strings<'a>(list: *const *const c_char, count: usize, name: &str) -> Result<Vec<&'a str>> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    in_ref(list, name)?;
+    // SAFETY: the caller gives `count` string pointers.
+    let ptrs = unsafe { std::slice::from_raw_parts(list, count) };
+    ptrs.iter().map(|&p| in_str(p, name)).collect()
+}
+
+/// Compiles CUDA C++ `source` with NVRTC options (the current device's architecture
+/// unless an `-arch` option names one), or finds it in the cache. A compile error is
+/// GPURT_ERROR_COMPILATION with NVRTC's log as the message.
+#[no_mangle]
+pub extern "C" fn gpurt_rtc_compile(
+    source: *const c_char,
+    options: *const *const c_char,
+    num_options: usize,
+    program: *mut gpurt_program_t,
+) -> gpurt_status_t {
+    boundary::call("gpurt_rtc_compile", || {
+        let out = Out::new(program, "program")?;
+        let options: Vec<String> = strings(options, num_options, "options")?.iter().map(|s| s.to_string()).collect();
+        out.write(super::rtc::create_program(in_str(source, "source")?, &options)?.to_ptr());
+        Ok(())
+    })
+}
+
+/// The compiled code (valid until the program is destroyed): cubin when
+/// `*is_cubin` is 1, else NUL-terminated PTX. Load it with gpurt_module_load_data.
+#[no_mangle]
+pub extern "C" fn gpurt_rtc_program_code(
+    program: gpurt_program_t,
+    code: *mut *const c_void,
+    size: *mut usize,
+    is_cubin: *mut c_int,
+) -> gpurt_status_t {
+    boundary::call("gpurt_rtc_program_code", || {
+        let (code, size, is_cubin) = (Out::new(code, "code")?, Out::new(size, "size")?, Out::new(is_cubin, "is_cubin")?);
+        let p = super::rtc::program(Handle::from_ptr(program))?;
+        code.write(p.code.as_ptr().cast());
+        size.write(p.code.len());
+        is_cubin.write(p.is_cubin as c_int);
+        Ok(())
+    })
+}
+
+/// The compiler's warnings, NUL-terminated (valid until the program is destroyed).
+#[no_mangle]
+pub extern "C" fn gpurt_rtc_program_log(program: gpurt_program_t, log: *mut *const c_char) -> gpurt_status_t {
+    boundary::call("gpurt_rtc_program_log", || {
+        let out = Out::new(log, "log")?;
+        out.write(super::rtc::program(Handle::from_ptr(program))?.log.as_ptr());
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn gpurt_rtc_program_destroy(program: gpurt_program_t) -> gpurt_status_t {
+    boundary::call("gpurt_rtc_program_destroy", || super::rtc::destroy_program(Handle::from_ptr(program)))
+}
+
+/// The kernel `name` of `source` compiled for the current device: compiled, loaded
+/// and looked up on first use, then a hash lookup. The handle stays valid until
+/// gpurt_rtc_clear_cache.
+#[no_mangle]
+pub extern "C" fn gpurt_rtc_get_kernel(
+    source: *const c_char,
+    name: *const c_char,
+    options: *const *const c_char,
+    num_options: usize,
+    kernel: *mut gpurt_kernel_t,
+) -> gpurt_status_t {
+    boundary::call("gpurt_rtc_get_kernel", || {
+        let out = Out::new(kernel, "kernel")?;
+        let options = strings(options, num_options, "options")?;
+        out.write(super::rtc::get_kernel(in_str(source, "source")?, &options, in_str(name, "name")?)?.to_ptr());
+        Ok(())
+    })
+}
+
+/// Keeps compiled code in `directory` across processes too (NULL: memory only). The
+/// default is the GPURT_RTC_CACHE_DIR environment variable.
+#[no_mangle]
+pub extern "C" fn gpurt_rtc_set_cache_dir(directory: *const c_char) -> gpurt_status_t {
+    boundary::call("gpurt_rtc_set_cache_dir", || {
+        let dir = if directory.is_null() { None } else { Some(in_str(directory, "directory")?) };
+        super::rtc::set_cache_dir(dir)
+    })
+}
+
+/// Empties the in-memory caches and unloads cached modules (their kernel handles
+/// become invalid); the disk cache stays.
+#[no_mangle]
+pub extern "C" fn gpurt_rtc_clear_cache() -> gpurt_status_t {
+    boundary::call("gpurt_rtc_clear_cache", super::rtc::clear_cache)
+}
+
+/// Computes `expression` (such as "out = a * b + c") elementwise over `count`
+/// elements: `inputs[i]` is the device array named `input_names[i]`, all of `dtype`
+/// (a gpurt_dtype_t), and the result goes to `output`, on `stream`. Half and
+/// bfloat16 are computed in float. Compiled once per expression, names, dtype and
+/// device.
+#[no_mangle]
+pub extern "C" fn gpurt_elementwise(
+    expression: *const c_char,
+    input_names: *const *const c_char,
+    inputs: *const *const c_void,
+    num_inputs: usize,
+    dtype: c_int,
+    count: usize,
+    output: *mut c_void,
+    stream: gpurt_stream_t,
+) -> gpurt_status_t {
+    boundary::call("gpurt_elementwise", || {
+        let names = strings(input_names, num_inputs, "input_names")?;
+        in_ref(inputs, "inputs")?;
+        // SAFETY: the caller gives `num_inputs` pointers.
+        let pointers: Vec<u64> = unsafe { std::slice::from_raw_parts(inputs, num_inputs) }.iter().map(|&p| p as u64).collect();
+        let dtype = gpurt_dtype_t::from_raw(dtype)?;
+        let expression = in_str(expression, "expression")?;
+        super::elementwise::launch(expression, &names, dtype, count as u64, &pointers, output as u64, Handle::from_ptr(stream))
+    })
+}
