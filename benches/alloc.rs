@@ -199,10 +199,7 @@ fn main() {
     let g = load();
     let mut count = 0;
     unsafe { st((g.device_count)(&mut count)) };
-    if count == 0 {
-        println!("alloc benchmark SKIPPED: no CUDA device (gpurt_device_count = 0)");
-        std::process::exit(if std::env::var("GPURT_REQUIRE_GPU").as_deref() == Ok("1") { 1 } else { 0 });
-    }
+    common::require_gpu("alloc", count);
     unsafe { st((g.set_device)(0)) };
     let (mut handles, mut natives) = (Vec::new(), Vec::new());
     for _ in 0..8 {

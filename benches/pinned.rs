@@ -8,13 +8,12 @@
 //!      driver's own pageable copy (D2H shown beside it, without a target).
 
 use std::ffi::c_void;
-use std::time::Instant;
 
 use cudarc::driver::sys;
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{median, ok, st, sym};
+use common::{ok, st, sym, time_ns};
 
 type H = *mut c_void;
 
@@ -60,28 +59,11 @@ fn load() -> Gpurt {
 }
 
 
-
-/// Median over `samples` of the mean time of `n` runs of `f`, in ns.
-fn time_ns(samples: usize, n: usize, mut f: impl FnMut()) -> f64 {
-    median(
-        (0..samples)
-            .map(|_| {
-                let t = Instant::now();
-                (0..n).for_each(|_| f());
-                t.elapsed().as_nanos() as f64 / n as f64
-            })
-            .collect(),
-    )
-}
-
 fn main() {
     let g = load();
     let mut count = 0;
     unsafe { st((g.device_count)(&mut count)) };
-    if count == 0 {
-        println!("pinned benchmark SKIPPED: no CUDA device (gpurt_device_count = 0)");
-        std::process::exit(if std::env::var("GPURT_REQUIRE_GPU").as_deref() == Ok("1") { 1 } else { 0 });
-    }
+    common::require_gpu("pinned", count);
     let (mut stream, mut native, mut pool) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
     unsafe {
         st((g.set_device)(0));

@@ -96,11 +96,7 @@ fn main() {
     let g = load();
     let mut count = 0;
     unsafe { st((g.device_count)(&mut count)) };
-    if count == 0 {
-        let msg = "streams_events benchmark SKIPPED: no CUDA device (gpurt_device_count = 0)";
-        println!("{msg}");
-        std::process::exit(if std::env::var("GPURT_REQUIRE_GPU").as_deref() == Ok("1") { 1 } else { 0 });
-    }
+    common::require_gpu("streams_events", count);
     let reps = 21;
     let n = 20_000;
     let mut rows = Vec::new();

@@ -22,6 +22,7 @@ step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+echo "NVRTC: $(ls /usr/local/cuda/lib64/libnvrtc.so.* 2>/dev/null | head -1) (gpurt also looks on the loader path and in \$CUDA_HOME)"
 step build-gpurt-info cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/gpurt-info.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/gpurt-info
 step build-abi-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/abi_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/abi_test
 step build-abi-test-static c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude -x c++ src/abi_test.c -x none lib/libgpurt.a -lpthread -ldl -lm -lrt -lutil -lgcc_s -o bin/abi_test_static

@@ -814,6 +814,11 @@ gpurt_status_t gpurt_graph_instantiate(gpurt_graph_t graph,
                                        gpurt_graph_exec_t *exec);
 
 /**
+ * The native `CUgraphExec` (usable as `cudaGraphExec_t`) of an instantiated graph.
+ */
+gpurt_status_t gpurt_graph_exec_native(gpurt_graph_exec_t exec, void **native);
+
+/**
  * Uploads an instantiated graph's work to the device ahead of its first launch.
  */
 gpurt_status_t gpurt_graph_upload(gpurt_graph_exec_t exec, gpurt_stream_t stream);

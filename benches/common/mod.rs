@@ -1,3 +1,4 @@
+#![allow(dead_code)] // each benchmark uses part of this
 //! What the benchmarks share: loading gpurt's shared library as a C caller does,
 //! status checks, medians.
 
@@ -28,4 +29,26 @@ pub fn st(s: i32) {
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
+}
+
+/// Median over `samples` of the mean time of `n` runs of `f`, in ns.
+pub fn time_ns(samples: usize, n: usize, mut f: impl FnMut()) -> f64 {
+    median(
+        (0..samples)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                (0..n).for_each(|_| f());
+                t.elapsed().as_nanos() as f64 / n as f64
+            })
+            .collect(),
+    )
+}
+
+/// Exits when the machine has no GPU: 0 (skipped, with the reason), or 1 when
+/// GPURT_REQUIRE_GPU=1.
+pub fn require_gpu(name: &str, device_count: i32) {
+    if device_count == 0 {
+        println!("{name} benchmark SKIPPED: no CUDA device (gpurt_device_count = 0)");
+        std::process::exit(if std::env::var("GPURT_REQUIRE_GPU").as_deref() == Ok("1") { 1 } else { 0 });
+    }
 }

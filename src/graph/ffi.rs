@@ -84,6 +84,16 @@ pub extern "C" fn gpurt_graph_instantiate(
     })
 }
 
+/// The native `CUgraphExec` (usable as `cudaGraphExec_t`) of an instantiated graph.
+#[no_mangle]
+pub extern "C" fn gpurt_graph_exec_native(exec: gpurt_graph_exec_t, native: *mut *mut libc::c_void) -> gpurt_status_t {
+    boundary::call("gpurt_graph_exec_native", || {
+        let out = Out::new(native, "native")?;
+        out.write(super::exec_native(h(exec))? as *mut libc::c_void);
+        Ok(())
+    })
+}
+
 /// Uploads an instantiated graph's work to the device ahead of its first launch.
 #[no_mangle]
 pub extern "C" fn gpurt_graph_upload(exec: gpurt_graph_exec_t, stream: gpurt_stream_t) -> gpurt_status_t {

@@ -363,6 +363,11 @@ pub fn instantiate(graph: Handle, flags: u64, upload_stream: Option<Handle>) -> 
     Ok(handle)
 }
 
+/// The driver's `CUgraphExec` (usable as `cudaGraphExec_t`).
+pub fn exec_native(exec: Handle) -> Result<usize> {
+    Ok(EXECS.get(exec)?.raw)
+}
+
 pub fn upload(exec: Handle, stream: Handle) -> Result<()> {
     let e = EXECS.get(exec)?;
     crate::stream::get(stream)?.run(|cu| check(unsafe { sys::cuGraphUpload(e.raw as sys::CUgraphExec, cu) }, "cuGraphUpload"))

@@ -6,6 +6,8 @@ mod support;
 
 mod alloc;
 mod device;
+mod graphs;
+mod kernels;
 mod pinned;
 mod stream;
 mod util;
@@ -19,5 +21,7 @@ fn main() {
     tests.extend_from_slice(stream::TESTS);
     tests.extend_from_slice(alloc::TESTS);
     tests.extend_from_slice(pinned::TESTS);
+    tests.extend_from_slice(kernels::TESTS);
+    tests.extend_from_slice(graphs::TESTS);
     support::run("gpu", support::Needs::Gpu, &tests)
 }
