@@ -72,21 +72,29 @@ fn floats(n: usize) -> Vec<f32> {
 fn rtc_program_loads_and_its_kernel_computes_exactly() {
     let s = stream();
     let src = cstr(SOURCE);
-    let opts = [cstr("-O3")];
+    let opts = [cstr("--std=c++17")];
     let opt_ptrs: Vec<_> = opts.iter().map(|o| o.as_ptr()).collect();
     let mut program = std::ptr::null_mut();
     expect_status!(gpurt_rtc_compile(src.as_ptr(), opt_ptrs.as_ptr(), 1, &mut program), GPURT_SUCCESS);
     let (mut code, mut size, mut is_cubin) = (std::ptr::null(), 0usize, -1);
     expect_status!(gpurt_rtc_program_code(program, &mut code, &mut size, &mut is_cubin), GPURT_SUCCESS);
     assert!(size > 0 && is_cubin == 1, "sm_ targets give cubin");
-    let mut module = std::ptr::null_mut();
-    expect_status!(gpurt_module_load_data(code, size, &mut module), GPURT_SUCCESS);
+    // Through a file, as an engine shipping cubins would load them.
+    let path = std::env::temp_dir().join(format!("gpurt-axpy-{}.cubin", std::process::id()));
+    std::fs::write(&path, unsafe { std::slice::from_raw_parts(code.cast::<u8>(), size) }).unwrap();
     expect_status!(gpurt_rtc_program_destroy(program), GPURT_SUCCESS);
+    let mut module = std::ptr::null_mut();
+    expect_status!(gpurt_module_load_file(cstr(path.to_str().unwrap()).as_ptr(), &mut module), GPURT_SUCCESS);
+    let _ = std::fs::remove_file(&path);
     let mut k = std::ptr::null_mut();
     expect_status!(gpurt_module_get_kernel(module, cstr("axpy").as_ptr(), &mut k), GPURT_SUCCESS);
     let mut regs = 0;
     expect_status!(gpurt_kernel_get_attribute(k, gpurt::kernel::GPURT_KERNEL_NUM_REGS, &mut regs), GPURT_SUCCESS);
     assert!(regs > 0);
+    let mut shared = 0;
+    expect_status!(gpurt_kernel_set_max_dynamic_shared_memory(k, 100 << 10), GPURT_SUCCESS);
+    expect_status!(gpurt_kernel_get_attribute(k, gpurt::kernel::GPURT_KERNEL_MAX_DYNAMIC_SHARED_SIZE_BYTES, &mut shared), GPURT_SUCCESS);
+    assert_eq!(shared, 100 << 10);
     let n = 100_003u32;
     let (x, y) = (floats(n as usize), floats(n as usize));
     let to_words = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
