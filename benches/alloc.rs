@@ -8,45 +8,29 @@
 //!   3. 1, 4, 8 threads on their own streams, 4 × 64 KiB alloc then free:
 //!      8 threads ≥ 6 × the 1-thread aggregate pairs/s.
 
-use std::ffi::c_void;
 use std::time::Instant;
 
 use cudarc::driver::sys;
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{median, ok, st, sym};
+use common::{median, ok, st, sym, H};
 use gpurt::alloc::host::XorShift;
 
-type H = *mut c_void;
-
 struct Gpurt {
-    _lib: libloading::Library,
-    device_count: unsafe extern "C" fn(*mut i32) -> i32,
-    set_device: unsafe extern "C" fn(i32) -> i32,
-    stream_create: unsafe extern "C" fn(i32, u32, i32, *mut H) -> i32,
-    stream_native: unsafe extern "C" fn(H, *mut H) -> i32,
-    malloc: unsafe extern "C" fn(usize, H, *mut H) -> i32,
-    free: unsafe extern "C" fn(H) -> i32,
+    base: common::Basics,
     usage: unsafe extern "C" fn(i32, *mut u64, *mut u64, *mut u64, *mut u64) -> i32,
     reset_peak: unsafe extern "C" fn(i32) -> i32,
     empty_cache: unsafe extern "C" fn() -> i32,
 }
 
-fn load() -> Gpurt {
-    let lib = common::library();
+fn load(lib: &libloading::Library, base: common::Basics) -> Gpurt {
     unsafe {
         Gpurt {
-            device_count: sym!(lib, "gpurt_device_count"),
-            set_device: sym!(lib, "gpurt_set_device"),
-            stream_create: sym!(lib, "gpurt_stream_create"),
-            stream_native: sym!(lib, "gpurt_stream_native"),
-            malloc: sym!(lib, "gpurt_malloc"),
-            free: sym!(lib, "gpurt_free"),
+            base,
             usage: sym!(lib, "gpurt_memory_usage"),
             reset_peak: sym!(lib, "gpurt_reset_peak_memory_stats"),
             empty_cache: sym!(lib, "gpurt_empty_cache"),
-            _lib: lib,
         }
     }
 }
@@ -69,11 +53,11 @@ unsafe impl Sync for OnGpurt<'_> {}
 impl Allocator for OnGpurt<'_> {
     fn alloc(&self, size: usize, stream: usize) -> usize {
         let mut p = std::ptr::null_mut();
-        unsafe { st((self.0.malloc)(size, self.1[stream] as H, &mut p)) };
+        unsafe { st((self.0.base.malloc)(size, self.1[stream] as H, &mut p)) };
         p as usize
     }
     fn free(&self, ptr: usize, _stream: usize) {
-        unsafe { st((self.0.free)(ptr as H)) };
+        unsafe { st((self.0.base.free)(ptr as H)) };
     }
     fn peak_reserved(&self) -> u64 {
         let mut peak = 0;
@@ -196,18 +180,11 @@ fn primary() -> sys::CUcontext {
 }
 
 fn main() {
-    let g = load();
-    let mut count = 0;
-    unsafe { st((g.device_count)(&mut count)) };
-    common::require_gpu("alloc", count);
-    unsafe { st((g.set_device)(0)) };
+    let (lib, base) = common::open("alloc");
+    let g = load(&lib, base);
     let (mut handles, mut natives) = (Vec::new(), Vec::new());
     for _ in 0..8 {
-        let (mut s, mut n) = (std::ptr::null_mut(), std::ptr::null_mut());
-        unsafe {
-            st((g.stream_create)(0, 1, 0, &mut s));
-            st((g.stream_native)(s, &mut n));
-        }
+        let (s, n) = g.base.stream();
         handles.push(s as usize);
         natives.push(n as usize);
     }

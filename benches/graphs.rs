@@ -12,18 +12,9 @@ use cudarc::driver::sys;
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{median, ok, st, sym, time_ns};
+use common::{median, ok, st, sym, time_ns, H};
 
-type H = *mut c_void;
-
-struct Gpurt {
-    _lib: libloading::Library,
-    device_count: unsafe extern "C" fn(*mut i32) -> i32,
-    set_device: unsafe extern "C" fn(i32) -> i32,
-    stream_create: unsafe extern "C" fn(i32, u32, i32, *mut H) -> i32,
-    stream_native: unsafe extern "C" fn(H, *mut H) -> i32,
-    stream_synchronize: unsafe extern "C" fn(H) -> i32,
-    malloc: unsafe extern "C" fn(usize, H, *mut H) -> i32,
+struct Graphs {
     rtc_get_kernel: unsafe extern "C" fn(*const c_char, *const c_char, *const *const c_char, usize, *mut H) -> i32,
     rtc_compile: unsafe extern "C" fn(*const c_char, *const *const c_char, usize, *mut H) -> i32,
     launch_kernel: unsafe extern "C" fn(H, u32, u32, u32, u32, u32, u32, u32, H, *mut *mut c_void) -> i32,
@@ -34,16 +25,9 @@ struct Gpurt {
     exec_native: unsafe extern "C" fn(H, *mut H) -> i32,
 }
 
-fn load() -> Gpurt {
-    let lib = common::library();
+fn load(lib: &libloading::Library) -> Graphs {
     unsafe {
-        Gpurt {
-            device_count: sym!(lib, "gpurt_device_count"),
-            set_device: sym!(lib, "gpurt_set_device"),
-            stream_create: sym!(lib, "gpurt_stream_create"),
-            stream_native: sym!(lib, "gpurt_stream_native"),
-            stream_synchronize: sym!(lib, "gpurt_stream_synchronize"),
-            malloc: sym!(lib, "gpurt_malloc"),
+        Graphs {
             rtc_get_kernel: sym!(lib, "gpurt_rtc_get_kernel"),
             rtc_compile: sym!(lib, "gpurt_rtc_compile"),
             launch_kernel: sym!(lib, "gpurt_launch_kernel"),
@@ -52,7 +36,6 @@ fn load() -> Gpurt {
             instantiate: sym!(lib, "gpurt_graph_instantiate"),
             graph_launch: sym!(lib, "gpurt_graph_launch"),
             exec_native: sym!(lib, "gpurt_graph_exec_native"),
-            _lib: lib,
         }
     }
 }
@@ -60,18 +43,12 @@ fn load() -> Gpurt {
 const SOURCE: &str = "extern \"C\" __global__ void bump(unsigned* x) { if (threadIdx.x == 0) atomicAdd(x + blockIdx.x, 1u); }";
 
 fn main() {
-    let g = load();
-    let mut count = 0;
-    unsafe { st((g.device_count)(&mut count)) };
-    common::require_gpu("graphs", count);
-    let (mut stream, mut native, mut counter, mut kernel) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    let (lib, b) = common::open("graphs");
+    let g = load(&lib);
+    let (stream, native) = b.stream();
+    let (mut counter, mut kernel) = (std::ptr::null_mut(), std::ptr::null_mut());
     let (src, name) = (CString::new(SOURCE).unwrap(), CString::new("bump").unwrap());
-    unsafe {
-        st((g.set_device)(0));
-        st((g.stream_create)(0, 1, 0, &mut stream));
-        st((g.stream_native)(stream, &mut native));
-        st((g.malloc)(4096, stream, &mut counter));
-    }
+    unsafe { st((b.malloc)(4096, stream, &mut counter)) };
     // NVRTC: a source no cache has seen, then the cached lookup.
     let fresh = CString::new(format!("{SOURCE}\n// {}\n", std::process::id() as u128 * 7919 + Instant::now().elapsed().as_nanos())).unwrap();
     let t = Instant::now();
@@ -86,7 +63,7 @@ fn main() {
     let mut arg = counter;
     let args = [(&mut arg as *mut H).cast::<c_void>()];
     let launch = |blocks: u32| unsafe { st((g.launch_kernel)(kernel, blocks, 1, 1, 32, 1, 1, 0, stream, args.as_ptr() as *mut _)) };
-    let sync = || unsafe { st((g.stream_synchronize)(stream)) };
+    let sync = || unsafe { st((b.stream_synchronize)(stream)) };
 
     println!("\n| workload | gpurt | reference | target | result |");
     println!("| --- | ---: | ---: | --- | --- |");

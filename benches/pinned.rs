@@ -13,21 +13,12 @@ use cudarc::driver::sys;
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{ok, st, sym, time_ns};
-
-type H = *mut c_void;
+use common::{ok, st, sym, time_ns, H};
 
 struct Gpurt {
-    _lib: libloading::Library,
-    device_count: unsafe extern "C" fn(*mut i32) -> i32,
-    set_device: unsafe extern "C" fn(i32) -> i32,
-    stream_create: unsafe extern "C" fn(i32, u32, i32, *mut H) -> i32,
-    stream_native: unsafe extern "C" fn(H, *mut H) -> i32,
-    stream_synchronize: unsafe extern "C" fn(H) -> i32,
     pool_default: unsafe extern "C" fn(*mut H) -> i32,
     pinned_malloc: unsafe extern "C" fn(H, usize, *mut H) -> i32,
     pinned_free: unsafe extern "C" fn(H) -> i32,
-    malloc: unsafe extern "C" fn(usize, H, *mut H) -> i32,
     memcpy_async: unsafe extern "C" fn(H, *const c_void, usize, H) -> i32,
     htod_staged: unsafe extern "C" fn(H, *const c_void, usize, H) -> i32,
     dtoh_staged: unsafe extern "C" fn(H, *const c_void, usize, H) -> i32,
@@ -35,42 +26,28 @@ struct Gpurt {
     host_unregister: unsafe extern "C" fn(H) -> i32,
 }
 
-fn load() -> Gpurt {
-    let lib = common::library();
+fn load(lib: &libloading::Library) -> Gpurt {
     unsafe {
         Gpurt {
-            device_count: sym!(lib, "gpurt_device_count"),
-            set_device: sym!(lib, "gpurt_set_device"),
-            stream_create: sym!(lib, "gpurt_stream_create"),
-            stream_native: sym!(lib, "gpurt_stream_native"),
-            stream_synchronize: sym!(lib, "gpurt_stream_synchronize"),
             pool_default: sym!(lib, "gpurt_pinned_pool_default"),
             pinned_malloc: sym!(lib, "gpurt_pinned_malloc"),
             pinned_free: sym!(lib, "gpurt_pinned_free"),
-            malloc: sym!(lib, "gpurt_malloc"),
             memcpy_async: sym!(lib, "gpurt_memcpy_async"),
             htod_staged: sym!(lib, "gpurt_memcpy_htod_staged"),
             dtoh_staged: sym!(lib, "gpurt_memcpy_dtoh_staged"),
             host_register: sym!(lib, "gpurt_host_register"),
             host_unregister: sym!(lib, "gpurt_host_unregister"),
-            _lib: lib,
         }
     }
 }
 
 
 fn main() {
-    let g = load();
-    let mut count = 0;
-    unsafe { st((g.device_count)(&mut count)) };
-    common::require_gpu("pinned", count);
-    let (mut stream, mut native, mut pool) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
-    unsafe {
-        st((g.set_device)(0));
-        st((g.stream_create)(0, 1, 0, &mut stream));
-        st((g.stream_native)(stream, &mut native));
-        st((g.pool_default)(&mut pool));
-    }
+    let (lib, b) = common::open("pinned");
+    let g = load(&lib);
+    let (stream, native) = b.stream();
+    let mut pool = std::ptr::null_mut();
+    unsafe { st((g.pool_default)(&mut pool)) };
     println!("\n| workload | gpurt | raw driver | target | result |");
     println!("| --- | ---: | ---: | --- | --- |");
     for (label, size, n) in [("4 KiB", 4usize << 10, 2000), ("1 MiB", 1 << 20, 200), ("64 MiB", 64 << 20, 5)] {
@@ -94,7 +71,7 @@ fn main() {
     unsafe {
         st((g.pinned_malloc)(pool, bytes, &mut ours_host));
         ok(sys::cuMemHostAlloc(&mut raw_host, bytes, 0));
-        st((g.malloc)(bytes, stream, &mut dev));
+        st((b.malloc)(bytes, stream, &mut dev));
         std::ptr::write_bytes(ours_host.cast::<u8>(), 0x5a, bytes);
         std::ptr::write_bytes(raw_host.cast::<u8>(), 0x5a, bytes);
     }
@@ -103,7 +80,7 @@ fn main() {
     let ours_copy = |dst: H, src: *const c_void| {
         move || unsafe {
             st((g.memcpy_async)(dst, src, bytes, stream));
-            st((g.stream_synchronize)(stream));
+            st((b.stream_synchronize)(stream));
         }
     };
     let raw_h2d = |src: *const c_void| {
@@ -135,7 +112,7 @@ fn main() {
     let h2d_pageable_raw = time_ns(7, 2, raw_h2d(pageable.as_ptr().cast()));
     let h2d_staged = time_ns(7, 2, || unsafe {
         st((g.htod_staged)(dev, pageable.as_ptr().cast(), bytes, stream));
-        st((g.stream_synchronize)(stream));
+        st((b.stream_synchronize)(stream));
     });
     let d2h_pageable_raw = time_ns(7, 2, || unsafe {
         ok(sys::cuMemcpyDtoHAsync_v2(pageable.as_mut_ptr().cast(), dev as u64, bytes, native.cast()));

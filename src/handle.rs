@@ -127,6 +127,23 @@ impl Packed for u64 {
     }
 }
 
+/// A driver object and the device whose context holds it: what the module, kernel,
+/// graph and exec tables store.
+#[derive(Clone, Copy)]
+pub struct DeviceObject {
+    pub raw: usize,
+    pub device: i32,
+}
+
+impl Packed for DeviceObject {
+    fn pack(self) -> [u64; 2] {
+        [self.raw as u64, self.device as u64]
+    }
+    fn unpack(w: [u64; 2]) -> Self {
+        DeviceObject { raw: w[0] as usize, device: w[1] as i32 }
+    }
+}
+
 struct Slot {
     /// Odd while the slot holds a live object; bumped on insert and on remove.
     generation: AtomicU32,

@@ -18,6 +18,50 @@ macro_rules! sym {
 }
 pub(crate) use sym;
 
+pub type H = *mut std::ffi::c_void;
+
+/// The calls every benchmark makes.
+pub struct Basics {
+    pub stream_create: unsafe extern "C" fn(i32, u32, i32, *mut H) -> i32,
+    pub stream_native: unsafe extern "C" fn(H, *mut H) -> i32,
+    pub stream_synchronize: unsafe extern "C" fn(H) -> i32,
+    pub malloc: unsafe extern "C" fn(usize, H, *mut H) -> i32,
+    pub free: unsafe extern "C" fn(H) -> i32,
+}
+
+/// Loads gpurt, exits (skipped) where there is no GPU, makes device 0 current.
+pub fn open(name: &str) -> (libloading::Library, Basics) {
+    let lib = library();
+    unsafe {
+        let device_count: unsafe extern "C" fn(*mut i32) -> i32 = sym!(lib, "gpurt_device_count");
+        let set_device: unsafe extern "C" fn(i32) -> i32 = sym!(lib, "gpurt_set_device");
+        let mut count = 0;
+        st(device_count(&mut count));
+        require_gpu(name, count);
+        st(set_device(0));
+        let basics = Basics {
+            stream_create: sym!(lib, "gpurt_stream_create"),
+            stream_native: sym!(lib, "gpurt_stream_native"),
+            stream_synchronize: sym!(lib, "gpurt_stream_synchronize"),
+            malloc: sym!(lib, "gpurt_malloc"),
+            free: sym!(lib, "gpurt_free"),
+        };
+        (lib, basics)
+    }
+}
+
+impl Basics {
+    /// A new non-blocking gpurt stream on device 0, and its native CUstream.
+    pub fn stream(&self) -> (H, H) {
+        let (mut s, mut native) = (std::ptr::null_mut(), std::ptr::null_mut());
+        unsafe {
+            st((self.stream_create)(0, 1, 0, &mut s));
+            st((self.stream_native)(s, &mut native));
+        }
+        (s, native)
+    }
+}
+
 pub fn ok(code: sys::CUresult) {
     assert_eq!(code, sys::CUresult::CUDA_SUCCESS);
 }

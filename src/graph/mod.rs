@@ -18,7 +18,7 @@ use crate::alloc::pool::{lock, SegmentSource};
 use crate::device;
 use crate::driver::{check, has_symbol};
 use crate::error::{Error, Result, Status};
-use crate::handle::{Handle, HandleTable, Kind, Packed};
+use crate::handle::{DeviceObject, Handle, HandleTable, Kind};
 use pool::GraphPools;
 
 pub const GPURT_CAPTURE_MODE_GLOBAL: i32 = 0;
@@ -29,24 +29,8 @@ pub const GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH: u64 = 1;
 pub const GPURT_GRAPH_INSTANTIATE_UPLOAD: u64 = 2;
 pub const GPURT_GRAPH_INSTANTIATE_USE_NODE_PRIORITY: u64 = 8;
 
-/// A graph or an instantiated graph: the driver's handle and its device.
-#[derive(Clone, Copy)]
-pub struct Raw {
-    raw: usize,
-    device: i32,
-}
-
-impl Packed for Raw {
-    fn pack(self) -> [u64; 2] {
-        [self.raw as u64, self.device as u64]
-    }
-    fn unpack(w: [u64; 2]) -> Self {
-        Raw { raw: w[0] as usize, device: w[1] as i32 }
-    }
-}
-
-static GRAPHS: HandleTable<Raw> = HandleTable::new(Kind::Graph);
-static EXECS: HandleTable<Raw> = HandleTable::new(Kind::GraphExec);
+static GRAPHS: HandleTable<DeviceObject> = HandleTable::new(Kind::Graph);
+static EXECS: HandleTable<DeviceObject> = HandleTable::new(Kind::GraphExec);
 static POOL_HANDLES: HandleTable<u64> = HandleTable::new(Kind::GraphPool);
 
 /// Device memory for private pools: `cuMemAlloc` with this thread's capture mode
@@ -242,7 +226,7 @@ pub fn end_capture(stream: Handle) -> Result<Handle> {
     if pool.is_some() {
         ACTIVE_CAPTURES.fetch_sub(1, Ordering::AcqRel);
     }
-    let graph = ended.and_then(|()| GRAPHS.insert(Raw { raw: graph as usize, device: s.device() }).inspect_err(|_| unsafe {
+    let graph = ended.and_then(|()| GRAPHS.insert(DeviceObject { raw: graph as usize, device: s.device() }).inspect_err(|_| unsafe {
         sys::cuGraphDestroy(graph);
     }));
     match (graph, pool) {
@@ -356,7 +340,7 @@ pub fn instantiate(graph: Handle, flags: u64, upload_stream: Option<Handle>) -> 
         params.hUploadStream = s.cu();
         check(unsafe { sys::cuGraphInstantiateWithParams(&mut exec, g.raw as sys::CUgraph, &mut params) }, "cuGraphInstantiateWithParams")
     })?;
-    let handle = EXECS.insert(Raw { raw: exec as usize, device: g.device }).inspect_err(|_| unsafe {
+    let handle = EXECS.insert(DeviceObject { raw: exec as usize, device: g.device }).inspect_err(|_| unsafe {
         sys::cuGraphExecDestroy(exec);
     })?;
     hold(handle, &pools_of(graph))?;

@@ -17,44 +17,14 @@ use crate::alloc::pool::lock;
 use crate::device;
 use crate::driver::{check, has_symbol};
 use crate::error::{Error, Result, Status};
-use crate::handle::{Handle, HandleTable, Kind, Packed};
+use crate::handle::{DeviceObject, Handle, HandleTable, Kind};
 
-/// A loaded module: the driver's handle and the device whose context holds it.
-#[derive(Clone, Copy)]
-pub struct Module {
-    raw: usize,
-    device: i32,
-}
+/// A loaded module, and a kernel of one (whose handle dies with the module).
+type Module = DeviceObject;
+type Kernel = DeviceObject;
 
-impl Packed for Module {
-    fn pack(self) -> [u64; 2] {
-        [self.raw as u64, self.device as u64]
-    }
-    fn unpack(w: [u64; 2]) -> Self {
-        Module { raw: w[0] as usize, device: w[1] as i32 }
-    }
-}
-
-/// A kernel of a loaded module. Its handle dies with the module.
-#[derive(Clone, Copy)]
-pub struct Kernel {
-    raw: usize,
-    device: i32,
-}
-
-impl Packed for Kernel {
-    fn pack(self) -> [u64; 2] {
-        [self.raw as u64, self.device as u64]
-    }
-    fn unpack(w: [u64; 2]) -> Self {
-        Kernel { raw: w[0] as usize, device: w[1] as i32 }
-    }
-}
-
-impl Kernel {
-    fn cu(self) -> sys::CUfunction {
-        self.raw as sys::CUfunction
-    }
+fn function(k: Kernel) -> sys::CUfunction {
+    k.raw as sys::CUfunction
 }
 
 static MODULES: HandleTable<Module> = HandleTable::new(Kind::Module);
@@ -189,7 +159,7 @@ fn attribute(which: i32) -> Result<sys::CUfunction_attribute> {
 pub fn get_attribute(kernel: Handle, which: i32) -> Result<i32> {
     let (k, attr) = (KERNELS.get(kernel)?, attribute(which)?);
     let mut value = 0;
-    check(unsafe { sys::cuFuncGetAttribute(&mut value, attr, k.cu()) }, "cuFuncGetAttribute")?;
+    check(unsafe { sys::cuFuncGetAttribute(&mut value, attr, function(k)) }, "cuFuncGetAttribute")?;
     Ok(value)
 }
 
@@ -200,7 +170,7 @@ pub fn set_max_dynamic_shared_memory(kernel: Handle, bytes: i32) -> Result<()> {
         return Err(Error::invalid_argument(format!("dynamic shared memory of {bytes} bytes")));
     }
     let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-    check(unsafe { sys::cuFuncSetAttribute(k.cu(), attr, bytes) }, "cuFuncSetAttribute")
+    check(unsafe { sys::cuFuncSetAttribute(function(k), attr, bytes) }, "cuFuncSetAttribute")
 }
 
 /// Grid, block, dynamic shared memory and cluster shape of one launch.
@@ -258,7 +228,7 @@ pub fn launch(kernel: Handle, shape: &LaunchShape, stream: Handle, args: *mut *m
     let [bx, by, bz] = shape.block;
     if !shape.has_cluster() {
         return s.run(|cu| {
-            let code = unsafe { sys::cuLaunchKernel(k.cu(), gx, gy, gz, bx, by, bz, shape.shared_bytes, cu, args, std::ptr::null_mut()) };
+            let code = unsafe { sys::cuLaunchKernel(function(k), gx, gy, gz, bx, by, bz, shape.shared_bytes, cu, args, std::ptr::null_mut()) };
             check(code, "cuLaunchKernel")
         });
     }
@@ -284,7 +254,7 @@ pub fn launch(kernel: Handle, shape: &LaunchShape, stream: Handle, args: *mut *m
             attrs: &mut attr,
             numAttrs: 1,
         };
-        check(unsafe { sys::cuLaunchKernelEx(&config, k.cu(), args, std::ptr::null_mut()) }, "cuLaunchKernelEx")
+        check(unsafe { sys::cuLaunchKernelEx(&config, function(k), args, std::ptr::null_mut()) }, "cuLaunchKernelEx")
     })
 }
 
