@@ -254,6 +254,22 @@ fn park_state(block: &mut Block) -> (PoolKind, u64, u64, bool) {
     (block.pool, block.size, block.stream, block.is_split())
 }
 
+/// Counts a block entering (`+1`) or leaving (`-1`) the free blocks of a split
+/// segment: PyTorch's inactive_split statistics.
+fn count_inactive_split(stats: &mut gpurt_memory_stats_t, b: &Block, sign: i64) {
+    match (b.is_split(), sign > 0) {
+        (false, _) => {}
+        (true, true) => {
+            stats.inactive_split.add(b.pool, 1);
+            stats.inactive_split_bytes.add(b.pool, b.size as i64);
+        }
+        (true, false) => {
+            stats.inactive_split.sub(b.pool, 1);
+            stats.inactive_split_bytes.sub(b.pool, b.size as i64);
+        }
+    }
+}
+
 /// The size of a new segment for a rounded request.
 fn segment_size(size: u64) -> u64 {
     if size <= SMALL_SIZE {
@@ -302,32 +318,17 @@ impl<S: SegmentSource> Pool<S> {
 
     // ---- the free set, with inactive-split accounting kept next to it ----
 
-    /// Counts a block entering (`+1`) or leaving (`-1`) the free blocks of a split
-    /// segment: PyTorch's inactive_split statistics.
-    fn count_inactive_split(&mut self, addr: u64, sign: i64) {
-        let b = &self.blocks[&addr];
-        if b.is_split() {
-            if sign > 0 {
-                self.stats.inactive_split.add(b.pool, 1);
-                self.stats.inactive_split_bytes.add(b.pool, b.size as i64);
-            } else {
-                self.stats.inactive_split.sub(b.pool, 1);
-                self.stats.inactive_split_bytes.sub(b.pool, b.size as i64);
-            }
-        }
-    }
-
     fn insert_free(&mut self, addr: u64) {
         let b = &self.blocks[&addr];
         self.free[pool_index(b.pool)].insert((b.stream, b.size, addr));
-        self.count_inactive_split(addr, 1);
+        count_inactive_split(&mut self.stats, b, 1);
     }
 
     fn remove_free(&mut self, addr: u64) {
         let b = &self.blocks[&addr];
         let removed = self.free[pool_index(b.pool)].remove(&(b.stream, b.size, addr));
         debug_assert!(removed, "block {addr:#x} was not in the free set");
-        self.count_inactive_split(addr, -1);
+        count_inactive_split(&mut self.stats, b, -1);
     }
 
     /// Hands out a parked block of exactly `size` for `stream`, if there is one: the
@@ -350,7 +351,7 @@ impl<S: SegmentSource> Pool<S> {
         let parked: Vec<u64> = self.bins.drain().flat_map(|(_, addrs)| addrs).collect();
         self.parked_bytes = 0;
         for addr in parked {
-            self.count_inactive_split(addr, -1);
+            count_inactive_split(&mut self.stats, &self.blocks[&addr], -1);
             self.coalesce_into_free(addr);
         }
     }
@@ -550,14 +551,17 @@ impl<S: SegmentSource> Pool<S> {
     }
 
     fn coalesce_into_free(&mut self, addr: u64) {
-        self.blocks.get_mut(&addr).expect("block").state = State::Free;
+        let block = self.blocks.get_mut(&addr).expect("block");
+        block.state = State::Free;
+        let (prev, next) = (block.prev, block.next);
         let mut start = addr;
-        if let Some(prev) = self.blocks[&addr].prev.filter(|p| self.blocks[p].state == State::Free) {
+        if let Some(prev) = prev.filter(|p| self.blocks[p].state == State::Free) {
             self.remove_free(prev);
             self.absorb_right(prev, addr);
             start = prev;
         }
-        if let Some(next) = self.blocks[&start].next.filter(|n| self.blocks[n].state == State::Free) {
+        // `start` now ends where `addr` ended: its right neighbour is `next`.
+        if let Some(next) = next.filter(|n| self.blocks[n].state == State::Free) {
             self.remove_free(next);
             self.absorb_right(start, next);
         }
