@@ -190,6 +190,70 @@ impl Block {
     }
 }
 
+/// Parked blocks by (stream, size). The bin used last is kept out of the map, so
+/// that the ping-pong of one size on one stream hashes nothing.
+struct Bins {
+    /// The front bin's key; (0, 0) while it has none (no block has size 0).
+    front_key: (u64, u64),
+    front: Vec<u64>,
+    /// Every other bin; never holds `front_key`.
+    rest: HashMap<(u64, u64), Vec<u64>>,
+}
+
+impl Default for Bins {
+    fn default() -> Self {
+        Bins { front_key: (0, 0), front: Vec::new(), rest: HashMap::default() }
+    }
+}
+
+impl Bins {
+    fn pop(&mut self, key: (u64, u64)) -> Option<u64> {
+        if key == self.front_key {
+            return self.front.pop();
+        }
+        self.rest.get_mut(&key)?.pop()
+    }
+
+    fn push(&mut self, key: (u64, u64), addr: u64) {
+        if key == self.front_key {
+            return self.front.push(addr);
+        }
+        if self.front.is_empty() {
+            // The front moves to the size in use now; its old (empty) bin is dropped.
+            let mut bin = self.rest.remove(&key).unwrap_or_default();
+            bin.push(addr);
+            (self.front_key, self.front) = (key, bin);
+            return;
+        }
+        if self.rest.len() >= MAX_BINS && !self.rest.contains_key(&key) {
+            // Bins emptied by reuse stay for the next free of their size; drop them
+            // before the map grows past a bound.
+            self.rest.retain(|_, bin| !bin.is_empty());
+        }
+        self.rest.entry(key).or_default().push(addr);
+    }
+
+    /// Every parked block, the bins emptied.
+    fn drain(&mut self) -> Vec<u64> {
+        let mut all = std::mem::take(&mut self.front);
+        all.extend(self.rest.drain().flat_map(|(_, addrs)| addrs));
+        self.front_key = (0, 0);
+        all
+    }
+
+    fn get(&self, key: (u64, u64)) -> &[u64] {
+        match key == self.front_key {
+            true => &self.front,
+            false => self.rest.get(&key).map_or(&[], Vec::as_slice),
+        }
+    }
+
+    /// Blocks parked.
+    fn len(&self) -> usize {
+        self.front.len() + self.rest.values().map(Vec::len).sum::<usize>()
+    }
+}
+
 /// A caching pool: one shard of an allocator, holding the segments it took from the
 /// shared source. Not thread-safe by itself: its owner locks it.
 pub struct Pool<S: SegmentSource> {
@@ -206,8 +270,8 @@ pub struct Pool<S: SegmentSource> {
     /// Blocks freed by the caller, with the markers they wait for.
     pending: Vec<(u64, Vec<u64>)>,
     /// Parked blocks by (stream, size): the common alloc/free ping-pong of one size on
-    /// one stream costs a hash lookup instead of free-set updates and coalescing.
-    bins: HashMap<(u64, u64), Vec<u64>>,
+    /// one stream costs no free-set update and no coalescing.
+    bins: Bins,
     parked_bytes: u64,
     /// Frees that found the bins full since they were last emptied.
     park_misses: u32,
@@ -291,7 +355,7 @@ impl<S: SegmentSource> Pool<S> {
             free: [BTreeSet::new(), BTreeSet::new()],
             segments: HashMap::default(),
             pending: Vec::new(),
-            bins: HashMap::default(),
+            bins: Bins::default(),
             parked_bytes: 0,
             park_misses: 0,
             stats: gpurt_memory_stats_t::new(),
@@ -334,7 +398,7 @@ impl<S: SegmentSource> Pool<S> {
     /// Hands out a parked block of exactly `size` for `stream`, if there is one: the
     /// fast path, one bin lookup and one block lookup.
     fn unpark(&mut self, stream: u64, size: u64, requested: u64) -> Option<u64> {
-        let addr = self.bins.get_mut(&(stream, size))?.pop()?;
+        let addr = self.bins.pop((stream, size))?;
         self.parked_bytes -= size;
         let block = self.blocks.get_mut(&addr).expect("parked block");
         if block.is_split() {
@@ -348,7 +412,7 @@ impl<S: SegmentSource> Pool<S> {
     /// Returns every parked block to the free sets, coalesced: before a new segment
     /// is taken, and before segments are released.
     fn flush_parked(&mut self) {
-        let parked: Vec<u64> = self.bins.drain().flat_map(|(_, addrs)| addrs).collect();
+        let parked = self.bins.drain();
         self.parked_bytes = 0;
         for addr in parked {
             count_inactive_split(&mut self.stats, &self.blocks[&addr], -1);
@@ -403,7 +467,9 @@ impl<S: SegmentSource> Pool<S> {
         if size == 0 {
             return Ok(Some(0));
         }
-        self.process_pending(false);
+        if !self.pending.is_empty() {
+            self.process_pending(false);
+        }
         let rounded = self.config.round_size(size);
         let pool = if rounded <= SMALL_SIZE { PoolKind::Small } else { PoolKind::Large };
         if let Some(addr) = self.unpark(stream, rounded, size) {
@@ -537,12 +603,7 @@ impl<S: SegmentSource> Pool<S> {
             self.park_misses = 0;
             self.flush_parked();
         }
-        if self.bins.len() >= MAX_BINS && !self.bins.contains_key(&(stream, size)) {
-            // Bins emptied by reuse stay for the next free of their size; drop them
-            // before the map grows past a bound.
-            self.bins.retain(|_, bin| !bin.is_empty());
-        }
-        self.bins.entry((stream, size)).or_default().push(addr);
+        self.bins.push((stream, size), addr);
         self.parked_bytes += size;
         if split {
             self.stats.inactive_split.add(pool, 1);
@@ -635,7 +696,7 @@ impl<S: SegmentSource> Pool<S> {
                         inactive_split += b.size as i64;
                     }
                 } else if b.state == State::Parked {
-                    if !self.bins.get(&(b.stream, b.size)).is_some_and(|v| v.contains(&addr)) {
+                    if !self.bins.get((b.stream, b.size)).contains(&addr) {
                         return Err(format!("parked block {addr:#x} missing from its bin"));
                     }
                     if b.is_split() {
@@ -658,7 +719,7 @@ impl<S: SegmentSource> Pool<S> {
                 return Err(format!("segment {start:#x}: blocks cover {} of {size} bytes", expected_addr - start));
             }
         }
-        let binned: usize = self.bins.values().map(Vec::len).sum();
+        let binned = self.bins.len();
         let parked_blocks = self.blocks.values().filter(|b| b.state == State::Parked).count();
         if binned != parked_blocks || parked != self.parked_bytes {
             return Err(format!("bins hold {binned} blocks for {parked_blocks} parked; {} parked bytes counted for {parked}", self.parked_bytes));
