@@ -22,6 +22,7 @@ struct Gpurt {
     usage: unsafe extern "C" fn(i32, *mut u64, *mut u64, *mut u64, *mut u64) -> i32,
     reset_peak: unsafe extern "C" fn(i32) -> i32,
     empty_cache: unsafe extern "C" fn() -> i32,
+    set_config: unsafe extern "C" fn(*const std::ffi::c_char) -> i32,
 }
 
 fn load(lib: &libloading::Library, base: common::Basics) -> Gpurt {
@@ -31,6 +32,7 @@ fn load(lib: &libloading::Library, base: common::Basics) -> Gpurt {
             usage: sym!(lib, "gpurt_memory_usage"),
             reset_peak: sym!(lib, "gpurt_reset_peak_memory_stats"),
             empty_cache: sym!(lib, "gpurt_empty_cache"),
+            set_config: sym!(lib, "gpurt_alloc_set_config"),
         }
     }
 }
@@ -212,6 +214,19 @@ fn main() {
         println!("| random ops, {pass} (ns/op) | {a_ns:.1} | {b_ns:.1} | <= 150 | {} |", if a_ns <= 150.0 { "PASS" } else { "MISS" });
         println!("| random ops, {pass}, fragmentation | {a_frag:.3} | {b_frag:.3} | <= 1.15 | {} |", if a_frag <= 1.15 { "PASS" } else { "MISS" });
     }
+    // The same with expandable segments, from an empty cache; then back to the default.
+    let set_config = |text: &std::ffi::CStr| unsafe {
+        st((g.empty_cache)());
+        st((g.set_config)(text.as_ptr()));
+    };
+    set_config(c"expandable_segments:True");
+    for pass in ["first pass", "second pass"] {
+        let (ns, frag) = random_ops(&ours);
+        let label = format!("random ops, expandable_segments:True, {pass}");
+        println!("| {label} (ns/op) | {ns:.1} | | <= 150 | {} |", if ns <= 150.0 { "PASS" } else { "MISS" });
+        println!("| {label}, fragmentation | {frag:.3} | | <= 1.15 | {} |", if frag <= 1.15 { "PASS" } else { "MISS" });
+    }
+    set_config(c"");
     let reference: Vec<f64> = [1, 4, 8].into_iter().map(threaded_reference_per_s).collect();
     println!(
         "| reference: per-thread arithmetic sharing nothing, 1 / 4 / 8 threads | {:.2}x / {:.2}x | | machine's ceiling | info |",

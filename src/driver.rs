@@ -83,6 +83,14 @@ const REQUIRED: &[&str] = &[
     "cuGraphDestroy",
     "cuGraphExecDestroy",
     "cuGraphDebugDotPrint",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
+    "cuMemGetAllocationGranularity",
 ];
 
 static INIT: OnceLock<Result<()>> = OnceLock::new();

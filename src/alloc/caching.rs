@@ -273,17 +273,17 @@ impl<S: SegmentSource> CachingAllocator<S> {
             let Some(shard) = shard.get() else { continue };
             let state = lock(&shard.state);
             state.pool.check_invariants().map_err(|e| format!("shard {index}: {e}"))?;
-            for &(start, end, owner) in &owners {
-                if (owner as usize == index) != state.pool.owns_segment(start, end - start) {
+            for &(start, _, owner) in &owners {
+                if (owner as usize == index) != state.pool.owns_segment(start) {
                     return Err(format!("segment {start:#x} is mapped to shard {owner}, held by another"));
                 }
             }
             segments += state.pool.stats().segment.all.current;
             sum.absorb(state.pool.stats(), &gpurt_memory_stats_t::new());
         }
-        let reserved: u64 = owners.iter().map(|(start, end, _)| end - start).sum();
+        let reserved = sum.reserved_bytes.all.current as u64;
         if owners.len() as i64 != segments || reserved != self.shared.reserved() {
-            return Err(format!("{} mapped segments ({reserved} bytes) for {segments} held", owners.len()));
+            return Err(format!("{} mapped segments ({} bytes) for {segments} held ({reserved} bytes)", owners.len(), self.shared.reserved()));
         }
         let current = |s: &gpurt_memory_stats_t| {
             [s.allocated_bytes.all.current, s.reserved_bytes.all.current, s.active_bytes.all.current, s.requested_bytes.all.current]

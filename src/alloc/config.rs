@@ -16,11 +16,19 @@ pub struct AllocConfig {
     /// Fraction of the allowed memory past which free cached blocks are reclaimed
     /// before asking the driver (`garbage_collection_threshold`); 0 = off.
     pub garbage_collection_threshold: f64,
+    /// Each stream's blocks live in one reserved address range per pool, backed with
+    /// memory as it grows (`expandable_segments`), instead of separate segments.
+    pub expandable_segments: bool,
 }
 
 impl Default for AllocConfig {
     fn default() -> Self {
-        AllocConfig { max_split_size: u64::MAX, roundup_power2_divisions: [0; 64], garbage_collection_threshold: 0.0 }
+        AllocConfig {
+            max_split_size: u64::MAX,
+            roundup_power2_divisions: [0; 64],
+            garbage_collection_threshold: 0.0,
+            expandable_segments: false,
+        }
     }
 }
 
@@ -65,10 +73,8 @@ impl AllocConfig {
                 self.garbage_collection_threshold = t;
             }
             "expandable_segments" => match value {
-                "False" | "false" => {}
-                "True" | "true" => {
-                    return Err(Error::not_supported("GPURT_ALLOC_CONF: expandable_segments:True is not supported yet"))
-                }
+                "False" | "false" => self.expandable_segments = false,
+                "True" | "true" => self.expandable_segments = true,
                 _ => return Err(bad(key, value, "expected True or False")),
             },
             "backend" => match value {
@@ -204,8 +210,7 @@ mod tests {
             assert_eq!(err.status, Status::GPURT_ERROR_INVALID_ARGUMENT, "{text}");
             assert!(err.message.contains(needle), "{text}: {}", err.message);
         }
-        let err = AllocConfig::parse("expandable_segments:True").unwrap_err();
-        assert_eq!(err.status, Status::GPURT_ERROR_NOT_SUPPORTED);
+        assert!(AllocConfig::parse("expandable_segments:True").unwrap().expandable_segments);
     }
 
     #[test]

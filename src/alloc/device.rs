@@ -55,6 +55,59 @@ impl SegmentSource for DriverSource {
     fn memory_info(&self) -> (u64, u64) {
         device::mem_get_info(self.device).map(|(f, t)| (f as u64, t as u64)).unwrap_or((0, 0))
     }
+    fn reserve_addresses(&self, size: u64) -> Result<u64> {
+        device::with_device(self.device, || {
+            let mut addr = 0;
+            check(unsafe { sys::cuMemAddressReserve(&mut addr, size as usize, 0, 0, 0) }, "cuMemAddressReserve")?;
+            Ok(addr)
+        })
+    }
+    /// Physical memory from cuMemCreate, mapped and made accessible to this device.
+    /// The allocation handle is released at once: the mapping keeps the memory.
+    fn map(&self, addr: u64, size: u64) -> Result<()> {
+        device::with_device(self.device, || {
+            let prop = self.allocation_prop();
+            let mut handle = 0;
+            check(unsafe { sys::cuMemCreate(&mut handle, size as usize, &prop, 0) }, "cuMemCreate")?;
+            let mapped = check(unsafe { sys::cuMemMap(addr, size as usize, 0, handle, 0) }, "cuMemMap");
+            unsafe { sys::cuMemRelease(handle) };
+            mapped?;
+            let access = sys::CUmemAccessDesc { location: prop.location, flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+            check(unsafe { sys::cuMemSetAccess(addr, size as usize, &access, 1) }, "cuMemSetAccess").inspect_err(|_| unsafe {
+                sys::cuMemUnmap(addr, size as usize);
+            })
+        })
+    }
+    fn unmap(&self, addr: u64, size: u64) {
+        let unmapped = device::with_device(self.device, || check(unsafe { sys::cuMemUnmap(addr, size as usize) }, "cuMemUnmap"));
+        if let Err(e) = unmapped {
+            crate::log::log(crate::log::Level::Error, &format!("unmapping part of an expandable segment: {e}"));
+        }
+    }
+    fn free_addresses(&self, addr: u64, size: u64) {
+        unsafe { sys::cuMemAddressFree(addr, size as usize) };
+    }
+    fn map_granularity(&self) -> u64 {
+        let prop = self.allocation_prop();
+        let mut granularity = 0;
+        let option = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
+        let code = unsafe { sys::cuMemGetAllocationGranularity(&mut granularity, &prop, option) };
+        if code == sys::CUresult::CUDA_SUCCESS && granularity > 0 {
+            granularity as u64
+        } else {
+            2 << 20
+        }
+    }
+}
+
+impl DriverSource {
+    fn allocation_prop(&self) -> sys::CUmemAllocationProp {
+        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = self.device;
+        prop
+    }
 }
 
 static CONFIG: Mutex<Option<AllocConfig>> = Mutex::new(None);

@@ -15,6 +15,9 @@ struct HostState {
     used: u64,
     next_addr: u64,
     live: HashMap<u64, u64>,
+    /// Address reservations (start -> size) and the bytes mapped inside them.
+    reservations: HashMap<u64, u64>,
+    mapped: u64,
     /// Marker -> done.
     markers: HashMap<u64, bool>,
     next_marker: u64,
@@ -30,6 +33,8 @@ impl HostSource {
             used: 0,
             next_addr: NEXT_BASE.fetch_add(1 << 44, Ordering::Relaxed),
             live: HashMap::new(),
+            reservations: HashMap::new(),
+            mapped: 0,
             markers: HashMap::new(),
             next_marker: 1,
         }))
@@ -41,11 +46,22 @@ impl HostSource {
     pub fn complete_all(&self) {
         self.state().markers.values_mut().for_each(|done| *done = true);
     }
+    /// Segments and expandable reservations still held.
     pub fn live_segments(&self) -> usize {
-        self.state().live.len()
+        let s = self.state();
+        s.live.len() + s.reservations.len()
+    }
+    pub fn mapped_bytes(&self) -> u64 {
+        self.state().mapped
     }
     pub fn pending_markers(&self) -> usize {
         self.state().markers.len()
+    }
+}
+
+impl HostState {
+    fn reservation_holds(&self, addr: u64, size: u64) -> bool {
+        self.reservations.iter().any(|(&start, &len)| start <= addr && addr + size <= start + len)
     }
 }
 
@@ -89,6 +105,32 @@ impl SegmentSource for HostSource {
     fn memory_info(&self) -> (u64, u64) {
         let s = self.state();
         (s.capacity - s.used, s.capacity)
+    }
+    fn reserve_addresses(&self, size: u64) -> Result<u64> {
+        let mut s = self.state();
+        let addr = s.next_addr;
+        s.next_addr += size + (1 << 21);
+        s.reservations.insert(addr, size);
+        Ok(addr)
+    }
+    fn map(&self, addr: u64, size: u64) -> Result<()> {
+        let mut s = self.state();
+        assert!(s.reservation_holds(addr, size), "mapped outside a reservation");
+        if s.used + size > s.capacity {
+            return Err(Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, "host source exhausted"));
+        }
+        s.used += size;
+        s.mapped += size;
+        Ok(())
+    }
+    fn unmap(&self, addr: u64, size: u64) {
+        let mut s = self.state();
+        assert!(s.reservation_holds(addr, size) && s.mapped >= size, "unmapped what was not mapped");
+        s.used -= size;
+        s.mapped -= size;
+    }
+    fn free_addresses(&self, addr: u64, size: u64) {
+        assert_eq!(self.state().reservations.remove(&addr), Some(size), "freed addresses that were not reserved");
     }
 }
 

@@ -50,6 +50,26 @@ pub trait SegmentSource: Send + Sync {
     /// (free, total) memory as the source reports it, for out-of-memory messages.
     fn memory_info(&self) -> (u64, u64);
 
+    // Expandable segments (`expandable_segments:True`): address ranges reserved once
+    // and backed with memory as they grow, so that a stream's blocks stay contiguous.
+
+    /// Reserves `size` bytes of addresses, backed by nothing yet.
+    fn reserve_addresses(&self, _size: u64) -> Result<u64> {
+        Err(Error::not_supported("this memory source has no expandable segments"))
+    }
+    /// Backs `[addr, addr + size)`, inside a reservation, with memory.
+    fn map(&self, _addr: u64, _size: u64) -> Result<()> {
+        Err(Error::not_supported("this memory source has no expandable segments"))
+    }
+    /// Returns the memory behind `[addr, addr + size)`; the addresses stay reserved.
+    fn unmap(&self, _addr: u64, _size: u64) {}
+    /// Returns a reservation, wholly unmapped.
+    fn free_addresses(&self, _addr: u64, _size: u64) {}
+    /// The unit of `map` and `unmap`.
+    fn map_granularity(&self) -> u64 {
+        2 * MIB
+    }
+
     /// A marker on each of `streams`. On failure, the markers already recorded are
     /// waited for and forgotten, so that the caller can leave its block as it was.
     fn record_all(&self, streams: &[u64]) -> Result<Vec<u64>> {
@@ -114,8 +134,8 @@ impl<S: SegmentSource> Segments<S> {
         self.limit.load(Ordering::Relaxed)
     }
 
-    /// A new segment for `shard`, within the cap.
-    fn take(&self, size: u64, stream: u64, shard: u32) -> Result<u64> {
+    /// Counts `size` more reserved bytes, unless that passes the cap.
+    fn within_cap(&self, size: u64) -> Result<()> {
         let limit = self.limit();
         if self.reserved.fetch_add(size, Ordering::Relaxed) + size > limit {
             self.reserved.fetch_sub(size, Ordering::Relaxed);
@@ -124,6 +144,12 @@ impl<S: SegmentSource> Segments<S> {
                 format!("the per-process memory fraction allows {limit} bytes"),
             ));
         }
+        Ok(())
+    }
+
+    /// A new segment for `shard`, within the cap.
+    fn take(&self, size: u64, stream: u64, shard: u32) -> Result<u64> {
+        self.within_cap(size)?;
         match self.source.allocate(size, stream) {
             Ok(addr) => {
                 lock(&self.owners).insert(addr, (addr + size, shard));
@@ -140,6 +166,31 @@ impl<S: SegmentSource> Segments<S> {
         lock(&self.owners).remove(&addr);
         self.source.release(addr, size);
         self.reserved.fetch_sub(size, Ordering::Relaxed);
+    }
+
+    /// Reserves the addresses of an expandable segment for `shard`.
+    fn reserve_expandable(&self, size: u64, shard: u32) -> Result<u64> {
+        let addr = self.source.reserve_addresses(size)?;
+        lock(&self.owners).insert(addr, (addr + size, shard));
+        Ok(addr)
+    }
+
+    /// Backs `size` more bytes of an expandable segment at `addr`, within the cap.
+    fn grow(&self, addr: u64, size: u64) -> Result<()> {
+        self.within_cap(size)?;
+        self.source.map(addr, size).inspect_err(|_| {
+            self.reserved.fetch_sub(size, Ordering::Relaxed);
+        })
+    }
+
+    fn shrink(&self, addr: u64, size: u64) {
+        self.source.unmap(addr, size);
+        self.reserved.fetch_sub(size, Ordering::Relaxed);
+    }
+
+    fn free_expandable(&self, addr: u64, size: u64) {
+        lock(&self.owners).remove(&addr);
+        self.source.free_addresses(addr, size);
     }
 
     /// The shard whose segment contains `addr`.
@@ -277,6 +328,19 @@ pub struct Pool<S: SegmentSource> {
     park_misses: u32,
     /// This shard's statistics (exact for its blocks); the allocator sums shards.
     stats: gpurt_memory_stats_t,
+    /// Expandable segments, one per (stream, pool index).
+    expandable: HashMap<(u64, usize), Expandable>,
+}
+
+/// An expandable segment: a reserved address range whose first `mapped` bytes are
+/// backed by memory. It is also in `segments`, with its mapped size.
+#[derive(Debug, Clone, Copy)]
+struct Expandable {
+    base: u64,
+    reserved: u64,
+    mapped: u64,
+    /// The block that ends at `base + mapped`.
+    tail: u64,
 }
 
 fn pool_index(pool: PoolKind) -> usize {
@@ -359,6 +423,7 @@ impl<S: SegmentSource> Pool<S> {
             parked_bytes: 0,
             park_misses: 0,
             stats: gpurt_memory_stats_t::new(),
+            expandable: HashMap::default(),
         }
     }
 
@@ -366,9 +431,9 @@ impl<S: SegmentSource> Pool<S> {
         self.config = config;
     }
 
-    /// Whether this pool holds the segment `start..start + size`.
-    pub fn owns_segment(&self, start: u64, size: u64) -> bool {
-        self.segments.get(&start) == Some(&size)
+    /// Whether this pool holds the segment (or expandable segment) starting at `start`.
+    pub fn owns_segment(&self, start: u64) -> bool {
+        self.segments.contains_key(&start)
     }
 
     pub fn stats(&self) -> &gpurt_memory_stats_t {
@@ -441,6 +506,9 @@ impl<S: SegmentSource> Pool<S> {
         let remaining = block_size - size;
         match pool {
             PoolKind::Small => remaining >= MIN_BLOCK,
+            // In an expandable segment a remainder is worth keeping however small:
+            // it coalesces with its neighbours or with the segment's growth.
+            PoolKind::Large if self.config.expandable_segments => size < self.config.max_split_size && remaining >= MIN_BLOCK,
             PoolKind::Large => size < self.config.max_split_size && remaining > SMALL_SIZE,
         }
     }
@@ -510,6 +578,9 @@ impl<S: SegmentSource> Pool<S> {
             let rest_addr = rest.addr;
             self.blocks.insert(rest_addr, rest);
             self.insert_free(rest_addr);
+            if next.is_none() {
+                self.note_tail(rest_addr);
+            }
         }
         count_handed_out(&mut self.stats, self.blocks.get_mut(&addr).expect("block"), size);
         Ok(Some(addr))
@@ -528,6 +599,9 @@ impl<S: SegmentSource> Pool<S> {
     /// A new segment holding one free block. Out of memory is the caller's to handle
     /// (the allocator releases every shard's cache and retries).
     fn new_segment(&mut self, pool: PoolKind, stream: u64, rounded: u64) -> Result<u64> {
+        if self.config.expandable_segments {
+            return self.grow_expandable(pool, stream, rounded);
+        }
         let size = segment_size(rounded);
         let addr = self.shared.take(size, stream, self.shard)?;
         self.segments.insert(addr, size);
@@ -635,8 +709,124 @@ impl<S: SegmentSource> Pool<S> {
         let l = self.blocks.get_mut(&left).expect("left block");
         l.size += r.size;
         l.next = r.next;
-        if let Some(after) = r.next {
-            self.blocks.get_mut(&after).expect("block after").prev = Some(left);
+        match r.next {
+            Some(after) => self.blocks.get_mut(&after).expect("block after").prev = Some(left),
+            None => self.note_tail(left),
+        }
+    }
+
+    /// Records that the block at `addr` now ends its segment, if that segment is an
+    /// expandable one.
+    fn note_tail(&mut self, addr: u64) {
+        if self.expandable.is_empty() {
+            return;
+        }
+        let b = &self.blocks[&addr];
+        if let Some(seg) = self.expandable.get_mut(&(b.stream, pool_index(b.pool))) {
+            if (seg.base..seg.base + seg.reserved).contains(&addr) {
+                seg.tail = addr;
+            }
+        }
+    }
+
+    /// Counts memory mapped into (`bytes` > 0) or unmapped from an expandable segment.
+    fn count_mapping(&mut self, pool: PoolKind, bytes: i64) {
+        if bytes > 0 {
+            self.stats.reserved_bytes.add(pool, bytes);
+            self.stats.num_device_alloc += 1;
+        } else {
+            self.stats.reserved_bytes.sub(pool, -bytes);
+            self.stats.num_device_free += 1;
+        }
+    }
+
+    /// A free block of at least `rounded` bytes at the end of `stream`'s expandable
+    /// segment of `pool`: the segment is created, or grown by the granularity
+    /// multiple that its free tail block lacks.
+    fn grow_expandable(&mut self, pool: PoolKind, stream: u64, rounded: u64) -> Result<u64> {
+        let granularity = self.shared.source.map_granularity();
+        let key = (stream, pool_index(pool));
+        let Some(seg) = self.expandable.get(&key).copied() else {
+            // Room for the whole device: a segment never needs a second range.
+            let total = self.shared.source.memory_info().1;
+            let reserved = total.max(rounded).max(1 << 30).next_multiple_of(granularity);
+            let base = self.shared.reserve_expandable(reserved, self.shard)?;
+            let size = rounded.next_multiple_of(granularity);
+            if let Err(e) = self.shared.grow(base, size) {
+                self.shared.free_expandable(base, reserved);
+                return Err(e);
+            }
+            self.expandable.insert(key, Expandable { base, reserved, mapped: size, tail: base });
+            self.segments.insert(base, size);
+            self.stats.segment.add(pool, 1);
+            self.count_mapping(pool, size as i64);
+            let block = Block { addr: base, size, requested: 0, stream, pool, state: State::Free, prev: None, next: None, used_on: Vec::new() };
+            self.blocks.insert(base, block);
+            self.insert_free(base);
+            return Ok(base);
+        };
+        let tail = &self.blocks[&seg.tail];
+        let tail_free = tail.state == State::Free;
+        let missing = if tail_free { rounded.saturating_sub(tail.size) } else { rounded };
+        let grow = missing.next_multiple_of(granularity);
+        if seg.mapped + grow > seg.reserved {
+            return Err(Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, "the expandable segment's address range is full"));
+        }
+        let end = seg.base + seg.mapped;
+        self.shared.grow(end, grow)?;
+        self.count_mapping(pool, grow as i64);
+        self.expandable.get_mut(&key).expect("segment").mapped += grow;
+        self.segments.insert(seg.base, seg.mapped + grow);
+        if tail_free {
+            self.remove_free(seg.tail);
+            self.blocks.get_mut(&seg.tail).expect("tail").size += grow;
+            self.insert_free(seg.tail);
+            return Ok(seg.tail);
+        }
+        self.blocks.get_mut(&seg.tail).expect("tail").next = Some(end);
+        let block = Block { addr: end, size: grow, requested: 0, stream, pool, state: State::Free, prev: Some(seg.tail), next: None, used_on: Vec::new() };
+        self.blocks.insert(end, block);
+        self.expandable.get_mut(&key).expect("segment").tail = end;
+        self.insert_free(end);
+        Ok(end)
+    }
+
+    /// Unmaps the free end of every expandable segment, down to the granularity; a
+    /// wholly free one gives its addresses back too.
+    fn release_expandable_tails(&mut self) {
+        let granularity = self.shared.source.map_granularity();
+        let segs: Vec<((u64, usize), Expandable)> = self.expandable.iter().map(|(k, v)| (*k, *v)).collect();
+        for (key, seg) in segs {
+            let tail = &self.blocks[&seg.tail];
+            let end = seg.base + seg.mapped;
+            let keep_end = seg.tail.next_multiple_of(granularity);
+            if tail.state != State::Free || keep_end >= end {
+                continue;
+            }
+            let (pool, prev) = (tail.pool, tail.prev);
+            let release = end - keep_end;
+            self.remove_free(seg.tail);
+            self.shared.shrink(keep_end, release);
+            self.count_mapping(pool, -(release as i64));
+            let mapped = seg.mapped - release;
+            if keep_end > seg.tail {
+                self.blocks.get_mut(&seg.tail).expect("tail").size -= release;
+                self.insert_free(seg.tail);
+            } else if let Some(prev) = prev {
+                // The tail block was all unmapped; its neighbour (in use) ends the segment.
+                self.blocks.remove(&seg.tail);
+                self.blocks.get_mut(&prev).expect("block").next = None;
+                self.expandable.get_mut(&key).expect("segment").tail = prev;
+            } else {
+                self.blocks.remove(&seg.tail);
+                self.segments.remove(&seg.base);
+                self.expandable.remove(&key);
+                self.shared.free_expandable(seg.base, seg.reserved);
+                self.stats.segment.sub(pool, 1);
+                continue;
+            }
+            self.expandable.get_mut(&key).expect("segment").mapped = mapped;
+            self.segments.insert(seg.base, mapped);
         }
     }
 
@@ -651,13 +841,15 @@ impl<S: SegmentSource> Pool<S> {
     /// collection).
     pub fn release_free_segments(&mut self) {
         self.flush_parked();
+        self.release_expandable_tails();
+        let expandable: Vec<u64> = self.expandable.values().map(|e| e.base).collect();
         let whole: Vec<u64> = self
             .segments
             .keys()
             .copied()
             .filter(|a| {
                 let b = &self.blocks[a];
-                b.state == State::Free && b.next.is_none()
+                b.state == State::Free && b.next.is_none() && !expandable.contains(a)
             })
             .collect();
         for addr in whole {
@@ -673,6 +865,12 @@ impl<S: SegmentSource> Pool<S> {
 
     /// Checks every structural and statistical invariant; for tests.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        for seg in self.expandable.values() {
+            let tail = self.blocks.get(&seg.tail).ok_or("an expandable segment's tail block is missing")?;
+            if tail.addr + tail.size != seg.base + seg.mapped || tail.next.is_some() || self.segments.get(&seg.base) != Some(&seg.mapped) {
+                return Err(format!("expandable segment {:#x}: tail {:#x} does not end its {} mapped bytes", seg.base, seg.tail, seg.mapped));
+            }
+        }
         let (mut allocated, mut active, mut inactive_split, mut requested, mut blocks_seen) = (0i64, 0i64, 0i64, 0i64, 0);
         let mut parked = 0u64;
         for (&start, &size) in &self.segments {

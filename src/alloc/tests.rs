@@ -189,8 +189,18 @@ fn zero_size_and_bad_pointers() {
 /// each; at the end everything is freed and the cache emptied.
 #[test]
 fn random_operations_keep_every_invariant() {
+    random_operations(AllocConfig::default());
+}
+
+#[test]
+fn random_operations_keep_every_invariant_with_expandable_segments() {
+    random_operations(AllocConfig { expandable_segments: true, ..AllocConfig::default() });
+}
+
+fn random_operations(config: AllocConfig) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let p = pool(2 * GIB);
+    let expandable = config.expandable_segments;
+    let p = Allocator::new(HostSource::new(2 * GIB), config);
     let mut live: Vec<u64> = Vec::new();
     for i in 0..20_000 {
         match rng.below(10) {
@@ -232,8 +242,73 @@ fn random_operations_keep_every_invariant() {
         (s.allocated_bytes.all.current, s.reserved_bytes.all.current, s.active.all.current, s.requested_bytes.all.current),
         (0, 0, 0, 0)
     );
-    assert_eq!(s.num_device_alloc, s.num_device_free);
-    assert_eq!(p.source().live_segments(), 0);
+    if !expandable {
+        // (An expandable segment maps in many steps and may unmap them in one.)
+        assert_eq!(s.num_device_alloc, s.num_device_free);
+    }
+    assert_eq!((p.source().live_segments(), p.source().mapped_bytes()), (0, 0));
+}
+
+fn expandable(capacity: u64) -> Allocator {
+    Allocator::new(HostSource::new(capacity), AllocConfig { expandable_segments: true, ..AllocConfig::default() })
+}
+
+/// Large blocks of one stream follow each other in one address range; it grows by
+/// what its free end lacks, and `empty_cache` unmaps the free end, then the rest.
+#[test]
+fn expandable_segments_grow_in_place_and_unmap_their_free_end() {
+    let p = expandable(GIB);
+    let a = p.malloc(5 * MIB, 1).unwrap();
+    let b = p.malloc(5 * MIB, 1).unwrap();
+    let c = p.malloc(3 * MIB, 1).unwrap();
+    assert_eq!((b, c), (a + 5 * MIB, a + 10 * MIB), "one contiguous range");
+    check(&p);
+    let s = p.stats();
+    assert_eq!(s.segment.large_pool.current, 1);
+    assert_eq!(s.reserved_bytes.large_pool.current, 14 * MIB as i64, "mapped in 2 MiB steps: 6 + 4 + 4");
+    assert_eq!(p.source().mapped_bytes(), 14 * MIB);
+    let other = p.malloc(5 * MIB, 2).unwrap();
+    assert!(other < a || other >= a + GIB, "another stream has its own range");
+    p.free(other).unwrap();
+    p.free(c).unwrap();
+    p.free(b).unwrap();
+    p.empty_cache();
+    check(&p);
+    assert_eq!(p.stats().reserved_bytes.large_pool.current, 6 * MIB as i64, "b and c's pages went back; a's stay");
+    assert_eq!(p.malloc(9 * MIB, 1).unwrap(), a + 5 * MIB, "regrown at the end");
+    check(&p);
+    p.free(a + 5 * MIB).unwrap();
+    p.free(a).unwrap();
+    p.empty_cache();
+    check(&p);
+    assert_eq!((p.stats().reserved_bytes.all.current, p.source().live_segments()), (0, 0));
+}
+
+/// The benchmark's random workload on host memory: expandable segments keep the
+/// peak reserved memory closer to the peak in use than separate segments do.
+#[test]
+fn expandable_segments_fragment_less_on_random_sizes() {
+    let run = |p: Allocator| {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let (mut live, mut live_bytes, mut peak) = (Vec::new(), 0, 0);
+        for _ in 0..50_000 {
+            if (rng.below(2) == 0 && live.len() < 2000) || live.is_empty() {
+                let size = rng.log_uniform(256, 32 * MIB);
+                live.push((p.malloc(size, 1).unwrap(), size));
+                live_bytes += size;
+                peak = peak.max(live_bytes);
+            } else {
+                let (addr, size) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                p.free(addr).unwrap();
+                live_bytes -= size;
+            }
+        }
+        check(&p);
+        p.stats().reserved_bytes.all.peak as f64 / peak as f64
+    };
+    let (segments, expandable) = (run(pool(64 * GIB)), run(expandable(64 * GIB)));
+    eprintln!("fragmentation: expandable {expandable:.3}, segments {segments:.3}");
+    assert!(expandable < segments && expandable < 1.15, "fragmentation: expandable {expandable:.3}, segments {segments:.3}");
 }
 
 /// 8 threads share one pool; a quarter of the blocks are freed by another thread

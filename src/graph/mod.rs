@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use crate::alloc::caching::CachingAllocator;
+use crate::alloc::config::AllocConfig;
 use crate::alloc::pool::{lock, SegmentSource};
 use crate::device;
 use crate::driver::{check, has_symbol};
@@ -130,7 +131,8 @@ fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
 }
 
 fn new_pool(device: i32) -> Result<u64> {
-    let config = crate::alloc::device::config()?;
+    // Private pools keep plain segments: mapping memory inside a capture is untested.
+    let config = AllocConfig { expandable_segments: false, ..crate::alloc::device::config()? };
     Ok(with_registry(|r| r.pools.create(CaptureSource { device, released: AtomicBool::new(false) }, config)))
 }
 

@@ -4,7 +4,7 @@ use gpurt::alloc::stats::gpurt_memory_stats_t;
 use gpurt::stream::ffi::*;
 
 use crate::expect_status;
-use crate::util::{block_stream, malloc, native, ok, random_words, stream};
+use crate::util::{free_bytes, block_stream, malloc, native, ok, random_words, stream};
 
 pub const TESTS: &[crate::support::Test] = &[
     ("recorded_stream_keeps_a_freed_block_from_reuse", recorded_stream_keeps_a_freed_block_from_reuse),
@@ -14,6 +14,7 @@ pub const TESTS: &[crate::support::Test] = &[
     ("statistics_track_live_allocations_exactly", statistics_track_live_allocations_exactly),
     ("allocator_misuse_is_reported", allocator_misuse_is_reported),
     ("allocation_during_capture_never_invalidates_it", allocation_during_capture_never_invalidates_it),
+    ("expandable_segments_grow_keep_data_and_give_memory_back", expandable_segments_grow_keep_data_and_give_memory_back),
 ];
 
 
@@ -168,4 +169,38 @@ fn allocation_during_capture_never_invalidates_it() {
     unsafe { ok(sys::cuGraphDestroy(graph)) };
     expect_status!(gpurt_free(cached as *mut _), GPURT_SUCCESS);
     expect_status!(gpurt_stream_destroy(a), GPURT_SUCCESS);
+}
+
+
+/// With expandable segments, blocks of one stream follow each other in one address
+/// range; data written before the range grew is intact after; empty_cache unmaps the
+/// free end and the driver sees the memory again.
+fn expandable_segments_grow_keep_data_and_give_memory_back() {
+    let s = stream();
+    expect_status!(gpurt_empty_cache(), GPURT_SUCCESS);
+    expect_status!(gpurt_alloc_set_config(c"expandable_segments:True".as_ptr()), GPURT_SUCCESS);
+    let before = free_bytes();
+    let words = 3 << 20; // 12 MiB blocks
+    let (blocks, data): (Vec<u64>, Vec<Vec<u32>>) = (0..8)
+        .map(|_| {
+            let d = malloc(words * 4, s);
+            let w = random_words(words);
+            unsafe { ok(sys::cuMemcpyHtoD_v2(d, w.as_ptr().cast(), words * 4)) };
+            (d, w)
+        })
+        .unzip();
+    for pair in blocks.windows(2) {
+        assert_eq!(pair[1], pair[0] + (words * 4) as u64, "blocks of one stream are contiguous");
+    }
+    assert!(free_bytes() + 90 * (1 << 20) <= before, "the segment grew with the blocks");
+    for (d, w) in blocks.iter().zip(&data) {
+        let mut back = vec![0u32; words];
+        unsafe { ok(sys::cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), *d, words * 4)) };
+        assert!(&back == w, "data written before the segment grew changed");
+    }
+    blocks.iter().for_each(|&d| expect_status!(gpurt_free(d as *mut _), GPURT_SUCCESS));
+    expect_status!(gpurt_empty_cache(), GPURT_SUCCESS);
+    assert!(free_bytes() + (8 << 20) >= before, "empty_cache unmapped the segment");
+    expect_status!(gpurt_alloc_set_config(c"".as_ptr()), GPURT_SUCCESS);
+    expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
 }

@@ -9,7 +9,7 @@ use gpurt::stream::ffi::*;
 
 use crate::expect_status;
 use crate::kernels::{args, cstr, download, kernel, upload};
-use crate::util::{malloc, random_words, stream};
+use crate::util::{free_bytes, malloc, random_words, stream};
 
 pub const TESTS: &[crate::support::Test] = &[
     ("replaying_a_captured_graph_1000_times_equals_eager_launches", replaying_a_captured_graph_1000_times_equals_eager_launches),
@@ -67,11 +67,6 @@ fn replaying_a_captured_graph_1000_times_equals_eager_launches() {
     expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
 }
 
-fn free_bytes() -> usize {
-    let (mut free, mut total) = (0, 0);
-    expect_status!(gpurt::device::ffi::gpurt_mem_get_info(0, &mut free, &mut total), GPURT_SUCCESS);
-    free
-}
 
 /// The graph allocates a 256 MiB scratch buffer, works through it and frees it.
 /// Allocations outside never overlap the scratch; each replay on fresh input is

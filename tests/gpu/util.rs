@@ -49,3 +49,10 @@ pub fn random_words(n: usize) -> Vec<u32> {
         })
         .collect()
 }
+
+/// Device 0's free memory as the driver reports it.
+pub fn free_bytes() -> usize {
+    let (mut free, mut total) = (0, 0);
+    expect_status!(gpurt::device::ffi::gpurt_mem_get_info(0, &mut free, &mut total), GPURT_SUCCESS);
+    free
+}

@@ -101,3 +101,15 @@ CUresult cuGraphLaunch(P e, P s) { (void)e; (void)s; return 0; }
 CUresult cuGraphDestroy(P g) { free(g); return 0; }
 CUresult cuGraphExecDestroy(P e) { free(e); return 0; }
 CUresult cuGraphDebugDotPrint(P g, const char *path, unsigned f) { (void)g; (void)path; (void)f; return 0; }
+/* Virtual memory: reservations are fake address ranges (the stub's copies touch no device memory). */
+static unsigned long long next_reservation = 1ull << 45;
+CUresult cuMemAddressReserve(unsigned long long *p, size_t size, size_t align, unsigned long long addr, unsigned long long f) {
+    (void)align; (void)addr; (void)f; *p = next_reservation; next_reservation += size + (1ull << 30); return 0;
+}
+CUresult cuMemAddressFree(unsigned long long p, size_t size) { (void)p; (void)size; return 0; }
+CUresult cuMemCreate(unsigned long long *h, size_t size, const void *prop, unsigned long long f) { (void)size; (void)prop; (void)f; *h = 1; return 0; }
+CUresult cuMemRelease(unsigned long long h) { (void)h; return 0; }
+CUresult cuMemMap(unsigned long long p, size_t size, size_t off, unsigned long long h, unsigned long long f) { (void)p; (void)size; (void)off; (void)h; (void)f; return 0; }
+CUresult cuMemUnmap(unsigned long long p, size_t size) { (void)p; (void)size; return 0; }
+CUresult cuMemSetAccess(unsigned long long p, size_t size, const void *desc, size_t n) { (void)p; (void)size; (void)desc; (void)n; return 0; }
+CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) { (void)prop; (void)option; *g = 2u << 20; return 0; }
