@@ -206,17 +206,25 @@ pub fn empty_cache() -> Result<()> {
     Ok(())
 }
 
+/// The device's statistics, graph-private pools included.
 pub fn stats(ordinal: i32) -> Result<gpurt_memory_stats_t> {
-    Ok(allocator(ordinal)?.stats())
+    let allocator = allocator(ordinal)?;
+    let mut stats = allocator.stats();
+    crate::graph::add_private_stats(allocator.source().device, &mut stats);
+    Ok(stats)
 }
 
 pub fn reset_peak(ordinal: i32) -> Result<()> {
-    allocator(ordinal)?.reset_peak();
+    let allocator = allocator(ordinal)?;
+    allocator.reset_peak();
+    crate::graph::reset_private_stats(allocator.source().device, false);
     Ok(())
 }
 
 pub fn reset_accumulated(ordinal: i32) -> Result<()> {
-    allocator(ordinal)?.reset_accumulated();
+    let allocator = allocator(ordinal)?;
+    allocator.reset_accumulated();
+    crate::graph::reset_private_stats(allocator.source().device, true);
     Ok(())
 }
 

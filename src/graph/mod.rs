@@ -16,6 +16,7 @@ use cudarc::driver::sys;
 use crate::alloc::caching::CachingAllocator;
 use crate::alloc::config::AllocConfig;
 use crate::alloc::pool::{lock, SegmentSource};
+use crate::alloc::stats::gpurt_memory_stats_t;
 use crate::device;
 use crate::driver::{check, has_symbol};
 use crate::error::{Error, Result, Status};
@@ -114,6 +115,55 @@ struct Registry {
     pools: GraphPools<CaptureSource>,
     /// Graph or exec handle value to the pools whose addresses it holds.
     holders: HashMap<u64, Vec<u64>>,
+    /// Per device, the statistics of pools that are gone: their totals stay part of
+    /// the device's (as in PyTorch, where graph pools share the allocator); their
+    /// peaks, approximate (see `add_private_stats`), do not outlive them.
+    retired: HashMap<i32, gpurt_memory_stats_t>,
+}
+
+impl Registry {
+    /// Collects pool `id`; a pool that goes leaves its statistics to its device.
+    fn collect(&mut self, id: u64) {
+        if let Some(gone) = self.pools.collect(id) {
+            let retired = self.retired.entry(gone.source().device).or_insert_with(gpurt_memory_stats_t::new);
+            retired.absorb(&gone.stats(), &gpurt_memory_stats_t::new());
+            retired.reset_peak();
+        }
+    }
+}
+
+/// Adds the statistics of `device`'s private pools, live and gone, to `stats` (the
+/// device allocator's): gpurt_malloc during capture counts like any other. Current
+/// values and totals are exact; a live pool's peak is added to the totals' current
+/// value, an upper bound of the true peak.
+pub fn add_private_stats(device: i32, stats: &mut gpurt_memory_stats_t) {
+    if LIVE_POOLS.load(Ordering::Acquire) == 0 && lock(&REGISTRY).as_ref().map_or(true, |r| r.retired.is_empty()) {
+        return;
+    }
+    with_registry(|r| {
+        let zero = gpurt_memory_stats_t::new();
+        if let Some(retired) = r.retired.get(&device) {
+            stats.absorb(retired, &zero);
+        }
+        for a in r.pools.allocators().filter(|a| a.source().device == device) {
+            stats.absorb(&a.stats(), &zero);
+        }
+    })
+}
+
+/// Resets the peaks (`accumulated`: the totals) of `device`'s private pools.
+pub fn reset_private_stats(device: i32, accumulated: bool) {
+    with_registry(|r| {
+        let device_pools = r.pools.allocators().filter(|a| a.source().device == device);
+        device_pools.for_each(|a| if accumulated { a.reset_accumulated() } else { a.reset_peak() });
+        if let Some(retired) = r.retired.get_mut(&device) {
+            if accumulated {
+                retired.reset_accumulated()
+            } else {
+                retired.reset_peak()
+            }
+        }
+    })
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
@@ -124,7 +174,7 @@ static LIVE_POOLS: AtomicUsize = AtomicUsize::new(0);
 
 fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
     let mut guard = lock(&REGISTRY);
-    let registry = guard.get_or_insert_with(|| Registry { pools: GraphPools::default(), holders: HashMap::new() });
+    let registry = guard.get_or_insert_with(|| Registry { pools: GraphPools::default(), holders: HashMap::new(), retired: HashMap::new() });
     let result = f(registry);
     LIVE_POOLS.store(registry.pools.len(), Ordering::Release);
     result
@@ -144,7 +194,7 @@ fn release_pool(id: u64) {
         let d = allocator.source().device;
         let _ = device::with_device(d, || check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize"));
         allocator.source().released.store(true, Ordering::Release);
-        with_registry(|r| r.pools.collect(id));
+        with_registry(|r| r.collect(id));
     }
 }
 
@@ -279,7 +329,7 @@ pub fn free_private(ptr: u64) -> Option<Result<()>> {
     }
     let (id, allocator) = with_registry(|r| r.pools.owner(ptr))?;
     let result = allocator.free(ptr);
-    with_registry(|r| r.pools.collect(id));
+    with_registry(|r| r.collect(id));
     Some(result)
 }
 

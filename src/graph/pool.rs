@@ -59,16 +59,23 @@ impl<S: SegmentSource> GraphPools<S> {
         Ok((entry.refs == 0).then(|| entry.allocator.clone()))
     }
 
-    /// Releases an unreferenced pool's free memory, and drops the pool when empty.
-    pub fn collect(&mut self, id: u64) {
-        let Some(entry) = self.pools.get(&id) else { return };
+    /// Releases an unreferenced pool's free memory, and drops the pool when empty:
+    /// gives the dropped pool's allocator, for its final statistics.
+    pub fn collect(&mut self, id: u64) -> Option<Arc<CachingAllocator<S>>> {
+        let entry = self.pools.get(&id)?;
         if entry.refs > 0 {
-            return;
+            return None;
         }
         entry.allocator.empty_cache();
-        if entry.allocator.stats().reserved_bytes.all.current == 0 {
-            self.pools.remove(&id);
+        if entry.allocator.stats().reserved_bytes.all.current != 0 {
+            return None;
         }
+        self.pools.remove(&id).map(|e| e.allocator)
+    }
+
+    /// Every pool's allocator.
+    pub fn allocators(&self) -> impl Iterator<Item = &Arc<CachingAllocator<S>>> {
+        self.pools.values().map(|e| &e.allocator)
     }
 
     /// A capture sequence allocates from pool `id` until `end_capture`; the capture
@@ -143,7 +150,8 @@ mod tests {
         assert_eq!(p.len(), 1, "x is still live: its segment stays");
         assert!(last.stats().reserved_bytes.all.current > 0);
         last.free(x).unwrap();
-        p.collect(id);
+        let gone = p.collect(id).expect("the pool is dropped");
+        assert_eq!(gone.stats().allocation.all.allocated, 2, "its statistics stay readable");
         assert!(p.is_empty(), "freed and unreferenced: the pool is gone");
         assert_eq!(last.source().live_segments(), 0, "every segment went back to the source");
         assert!(p.release(id).is_err() && p.retain(id).is_err(), "a gone pool is an error, not a panic");

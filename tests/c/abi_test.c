@@ -275,13 +275,17 @@ static void check_graphs(gpurt_stream_t stream) {
     gpurt_graph_pool_t pool = NULL;
     void *p = NULL, *outside = NULL;
     int capturing = -1;
+    uint64_t before = 0, during = 0, after = 0;
     EXPECT(gpurt_stream_begin_capture(stream, 7, NULL), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_stream_end_capture(stream, &graph), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_stream_begin_capture(stream, GPURT_CAPTURE_MODE_THREAD_LOCAL, (gpurt_graph_pool_t)stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_memory_usage(0, &before, NULL, NULL, NULL), GPURT_SUCCESS);
     EXPECT(gpurt_stream_begin_capture(stream, GPURT_CAPTURE_MODE_THREAD_LOCAL, NULL), GPURT_SUCCESS);
     EXPECT(gpurt_stream_is_capturing(stream, &capturing), GPURT_SUCCESS);
     EXPECT_TRUE(capturing == 1);
     EXPECT(gpurt_malloc(3000, stream, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_memory_usage(0, &during, NULL, NULL, NULL), GPURT_SUCCESS);
+    EXPECT_TRUE(during == before + 3072); /* the graph's memory counts like any other */
     EXPECT(gpurt_memset_async(p, 7, 1, 3000, stream), GPURT_SUCCESS);
     EXPECT(gpurt_stream_end_capture(stream, NULL), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_stream_end_capture(stream, &graph), GPURT_SUCCESS);
@@ -303,6 +307,8 @@ static void check_graphs(gpurt_stream_t stream) {
     EXPECT(gpurt_graph_exec_destroy(exec), GPURT_SUCCESS);
     EXPECT(gpurt_graph_launch(exec, stream), GPURT_ERROR_INVALID_HANDLE);
     EXPECT(gpurt_free(p), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_memory_usage(0, &after, NULL, NULL, NULL), GPURT_SUCCESS);
+    EXPECT_TRUE(after == before);
     EXPECT(gpurt_graph_pool_create(0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_graph_pool_create(0, &pool), GPURT_SUCCESS);
     EXPECT(gpurt_stream_begin_capture(stream, GPURT_CAPTURE_MODE_RELAXED, pool), GPURT_SUCCESS);
