@@ -138,7 +138,9 @@ pub fn launch(
     let mut args: Vec<*mut libc::c_void> = values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
     let blocks = count.div_ceil(BLOCK as u64).min(MAX_BLOCKS) as u32;
     let shape = super::LaunchShape { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_bytes: 0, cluster: [0, 0, 0] };
-    super::launch(kernel, &shape, stream, args.as_mut_ptr())
+    // SAFETY: one pointer per parameter of the generated kernel: the inputs, the
+    // output (device pointers) and the count, each a u64 that lives until the call returns.
+    unsafe { super::launch(kernel, &shape, stream, args.as_mut_ptr()) }
 }
 
 #[cfg(test)]

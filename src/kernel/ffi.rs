@@ -117,7 +117,8 @@ pub extern "C" fn gpurt_launch_kernel(
             shared_bytes: shared_memory_bytes,
             cluster: [0, 0, 0],
         };
-        super::launch(Handle::from_ptr(kernel), &shape, Handle::from_ptr(stream), args)
+        // SAFETY: the caller's contract for `args` is cuLaunchKernel's.
+        unsafe { super::launch(Handle::from_ptr(kernel), &shape, Handle::from_ptr(stream), args) }
     })
 }
 
@@ -131,7 +132,8 @@ pub extern "C" fn gpurt_launch_kernel_ex(kernel: gpurt_kernel_t, config: *const 
             return Err(Error::invalid_argument("`config->struct_size` is too small: initialise it with GPURT_LAUNCH_CONFIG_INIT"));
         }
         let shape = super::LaunchShape { grid: c.grid, block: c.block, shared_bytes: c.shared_memory_bytes, cluster: c.cluster };
-        super::launch(Handle::from_ptr(kernel), &shape, Handle::from_ptr(c.stream), args)
+        // SAFETY: as in gpurt_launch_kernel.
+        unsafe { super::launch(Handle::from_ptr(kernel), &shape, Handle::from_ptr(c.stream), args) }
     })
 }
 

@@ -213,7 +213,11 @@ impl LaunchShape {
 
 /// Launches `kernel` on `stream`; `args` points to one pointer per kernel parameter,
 /// each to the parameter's value (the `cuLaunchKernel` convention).
-pub fn launch(kernel: Handle, shape: &LaunchShape, stream: Handle, args: *mut *mut libc::c_void) -> Result<()> {
+///
+/// # Safety
+/// `args` must be NULL for a kernel without parameters, or hold one valid pointer
+/// per parameter, each to a value of the parameter's type.
+pub unsafe fn launch(kernel: Handle, shape: &LaunchShape, stream: Handle, args: *mut *mut libc::c_void) -> Result<()> {
     let k = KERNELS.get(kernel)?;
     let s = crate::stream::get(stream)?;
     shape.validate()?;
