@@ -236,6 +236,10 @@ struct Block {
 }
 
 impl Block {
+    /// A free block of `stream`'s `pool` between `prev` and `next`.
+    fn free(addr: u64, size: u64, stream: u64, pool: PoolKind, prev: Option<u64>, next: Option<u64>) -> Block {
+        Block { addr, size, requested: 0, stream, pool, state: State::Free, prev, next, used_on: Vec::new() }
+    }
     fn is_split(&self) -> bool {
         self.prev.is_some() || self.next.is_some()
     }
@@ -332,14 +336,13 @@ pub struct Pool<S: SegmentSource> {
     expandable: HashMap<(u64, usize), Expandable>,
 }
 
-/// An expandable segment: a reserved address range whose first `mapped` bytes are
-/// backed by memory. It is also in `segments`, with its mapped size.
+/// An expandable segment: a reserved address range whose first bytes are backed by
+/// memory. It is also in `segments`, with its mapped size.
 #[derive(Debug, Clone, Copy)]
 struct Expandable {
     base: u64,
     reserved: u64,
-    mapped: u64,
-    /// The block that ends at `base + mapped`.
+    /// The block that ends the mapped bytes.
     tail: u64,
 }
 
@@ -466,10 +469,7 @@ impl<S: SegmentSource> Pool<S> {
         let addr = self.bins.pop((stream, size))?;
         self.parked_bytes -= size;
         let block = self.blocks.get_mut(&addr).expect("parked block");
-        if block.is_split() {
-            self.stats.inactive_split.sub(block.pool, 1);
-            self.stats.inactive_split_bytes.sub(block.pool, size as i64);
-        }
+        count_inactive_split(&mut self.stats, block, -1);
         count_handed_out(&mut self.stats, block, requested);
         Some(addr)
     }
@@ -558,17 +558,7 @@ impl<S: SegmentSource> Pool<S> {
         let block = &self.blocks[&addr];
         let (block_size, next) = (block.size, block.next);
         if self.should_split(pool, block_size, rounded) {
-            let rest = Block {
-                addr: addr + rounded,
-                size: block_size - rounded,
-                requested: 0,
-                stream,
-                pool,
-                state: State::Free,
-                prev: Some(addr),
-                next,
-                used_on: Vec::new(),
-            };
+            let rest = Block::free(addr + rounded, block_size - rounded, stream, pool, Some(addr), next);
             if let Some(next) = next {
                 self.blocks.get_mut(&next).expect("next block").prev = Some(rest.addr);
             }
@@ -604,14 +594,17 @@ impl<S: SegmentSource> Pool<S> {
         }
         let size = segment_size(rounded);
         let addr = self.shared.take(size, stream, self.shard)?;
+        self.add_segment(pool, stream, addr, size);
+        Ok(addr)
+    }
+
+    /// Counts a new segment of `size` bytes at `addr`, holding one free block.
+    fn add_segment(&mut self, pool: PoolKind, stream: u64, addr: u64, size: u64) {
         self.segments.insert(addr, size);
         self.stats.segment.add(pool, 1);
-        self.stats.reserved_bytes.add(pool, size as i64);
-        self.stats.num_device_alloc += 1;
-        let block = Block { addr, size, requested: 0, stream, pool, state: State::Free, prev: None, next: None, used_on: Vec::new() };
-        self.blocks.insert(addr, block);
+        self.count_device_memory(pool, size as i64);
+        self.blocks.insert(addr, Block::free(addr, size, stream, pool, None, None));
         self.insert_free(addr);
-        Ok(addr)
     }
 
     /// Declares that the block at `addr` is also used on `stream` (PyTorch's
@@ -729,8 +722,9 @@ impl<S: SegmentSource> Pool<S> {
         }
     }
 
-    /// Counts memory mapped into (`bytes` > 0) or unmapped from an expandable segment.
-    fn count_mapping(&mut self, pool: PoolKind, bytes: i64) {
+    /// Counts device memory taken (`bytes` > 0) or given back: a segment, or a part
+    /// of an expandable segment mapped or unmapped.
+    fn count_device_memory(&mut self, pool: PoolKind, bytes: i64) {
         if bytes > 0 {
             self.stats.reserved_bytes.add(pool, bytes);
             self.stats.num_device_alloc += 1;
@@ -756,27 +750,22 @@ impl<S: SegmentSource> Pool<S> {
                 self.shared.free_expandable(base, reserved);
                 return Err(e);
             }
-            self.expandable.insert(key, Expandable { base, reserved, mapped: size, tail: base });
-            self.segments.insert(base, size);
-            self.stats.segment.add(pool, 1);
-            self.count_mapping(pool, size as i64);
-            let block = Block { addr: base, size, requested: 0, stream, pool, state: State::Free, prev: None, next: None, used_on: Vec::new() };
-            self.blocks.insert(base, block);
-            self.insert_free(base);
+            self.expandable.insert(key, Expandable { base, reserved, tail: base });
+            self.add_segment(pool, stream, base, size);
             return Ok(base);
         };
+        let mapped = self.segments[&seg.base];
         let tail = &self.blocks[&seg.tail];
         let tail_free = tail.state == State::Free;
         let missing = if tail_free { rounded.saturating_sub(tail.size) } else { rounded };
         let grow = missing.next_multiple_of(granularity);
-        if seg.mapped + grow > seg.reserved {
+        if mapped + grow > seg.reserved {
             return Err(Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, "the expandable segment's address range is full"));
         }
-        let end = seg.base + seg.mapped;
+        let end = seg.base + mapped;
         self.shared.grow(end, grow)?;
-        self.count_mapping(pool, grow as i64);
-        self.expandable.get_mut(&key).expect("segment").mapped += grow;
-        self.segments.insert(seg.base, seg.mapped + grow);
+        self.count_device_memory(pool, grow as i64);
+        self.segments.insert(seg.base, mapped + grow);
         if tail_free {
             self.remove_free(seg.tail);
             self.blocks.get_mut(&seg.tail).expect("tail").size += grow;
@@ -784,8 +773,7 @@ impl<S: SegmentSource> Pool<S> {
             return Ok(seg.tail);
         }
         self.blocks.get_mut(&seg.tail).expect("tail").next = Some(end);
-        let block = Block { addr: end, size: grow, requested: 0, stream, pool, state: State::Free, prev: Some(seg.tail), next: None, used_on: Vec::new() };
-        self.blocks.insert(end, block);
+        self.blocks.insert(end, Block::free(end, grow, stream, pool, Some(seg.tail), None));
         self.expandable.get_mut(&key).expect("segment").tail = end;
         self.insert_free(end);
         Ok(end)
@@ -797,8 +785,9 @@ impl<S: SegmentSource> Pool<S> {
         let granularity = self.shared.source.map_granularity();
         let segs: Vec<((u64, usize), Expandable)> = self.expandable.iter().map(|(k, v)| (*k, *v)).collect();
         for (key, seg) in segs {
+            let mapped = self.segments[&seg.base];
             let tail = &self.blocks[&seg.tail];
-            let end = seg.base + seg.mapped;
+            let end = seg.base + mapped;
             let keep_end = seg.tail.next_multiple_of(granularity);
             if tail.state != State::Free || keep_end >= end {
                 continue;
@@ -807,8 +796,7 @@ impl<S: SegmentSource> Pool<S> {
             let release = end - keep_end;
             self.remove_free(seg.tail);
             self.shared.shrink(keep_end, release);
-            self.count_mapping(pool, -(release as i64));
-            let mapped = seg.mapped - release;
+            self.count_device_memory(pool, -(release as i64));
             if keep_end > seg.tail {
                 self.blocks.get_mut(&seg.tail).expect("tail").size -= release;
                 self.insert_free(seg.tail);
@@ -825,8 +813,7 @@ impl<S: SegmentSource> Pool<S> {
                 self.stats.segment.sub(pool, 1);
                 continue;
             }
-            self.expandable.get_mut(&key).expect("segment").mapped = mapped;
-            self.segments.insert(seg.base, mapped);
+            self.segments.insert(seg.base, mapped - release);
         }
     }
 
@@ -858,8 +845,7 @@ impl<S: SegmentSource> Pool<S> {
             self.segments.remove(&addr);
             self.shared.give_back(addr, b.size);
             self.stats.segment.sub(b.pool, 1);
-            self.stats.reserved_bytes.sub(b.pool, b.size as i64);
-            self.stats.num_device_free += 1;
+            self.count_device_memory(b.pool, -(b.size as i64));
         }
     }
 
@@ -867,8 +853,9 @@ impl<S: SegmentSource> Pool<S> {
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         for seg in self.expandable.values() {
             let tail = self.blocks.get(&seg.tail).ok_or("an expandable segment's tail block is missing")?;
-            if tail.addr + tail.size != seg.base + seg.mapped || tail.next.is_some() || self.segments.get(&seg.base) != Some(&seg.mapped) {
-                return Err(format!("expandable segment {:#x}: tail {:#x} does not end its {} mapped bytes", seg.base, seg.tail, seg.mapped));
+            let mapped = *self.segments.get(&seg.base).ok_or("an expandable segment is missing from the segments")?;
+            if tail.addr + tail.size != seg.base + mapped || tail.next.is_some() || mapped > seg.reserved {
+                return Err(format!("expandable segment {:#x}: tail {:#x} does not end its {mapped} mapped bytes", seg.base, seg.tail));
             }
         }
         let (mut allocated, mut active, mut inactive_split, mut requested, mut blocks_seen) = (0i64, 0i64, 0i64, 0i64, 0);
