@@ -16,26 +16,50 @@ use crate::error::{Error, Result, Status};
 /// Segments from `cuMemAlloc` on one device; markers are pooled events.
 pub struct DriverSource {
     device: i32,
+    /// The unit of expandable segments' mappings, asked of the driver once.
+    granularity: OnceLock<u64>,
 }
 
-impl SegmentSource for DriverSource {
-    fn allocate(&self, size: u64, stream: u64) -> Result<u64> {
+impl DriverSource {
+    pub(crate) fn new(device: i32) -> DriverSource {
+        DriverSource { device, granularity: OnceLock::new() }
+    }
+
+    pub(crate) fn device(&self) -> i32 {
+        self.device
+    }
+
+    /// A segment from `cuMemAlloc`, whatever the streams are doing.
+    pub(crate) fn alloc_segment(&self, size: u64) -> Result<u64> {
         device::with_device(self.device, || {
-            // Only here, on the slow path: a capture begun outside gpurt has no private
-            // pool, and cuMemAlloc during it would invalidate it.
-            let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-            check(unsafe { sys::cuStreamIsCapturing(stream as sys::CUstream, &mut capture) }, "cuStreamIsCapturing")?;
-            if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-                return Err(Error::new(
-                    Status::GPURT_ERROR_STREAM_CAPTURE,
-                    "the stream is capturing a graph that was not begun with gpurt_stream_begin_capture: \
-                     gpurt has no private pool for it, and allocating a segment would invalidate the capture",
-                ));
-            }
             let mut ptr = 0;
             check(unsafe { sys::cuMemAlloc_v2(&mut ptr, size as usize) }, "cuMemAlloc")?;
             Ok(ptr)
         })
+    }
+
+    fn allocation_prop(&self) -> sys::CUmemAllocationProp {
+        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = self.device;
+        prop
+    }
+}
+
+impl SegmentSource for DriverSource {
+    fn allocate(&self, size: u64, stream: u64) -> Result<u64> {
+        // Only here, on the slow path: a capture begun outside gpurt has no private
+        // pool, and cuMemAlloc during it would invalidate it.
+        let capture = device::with_device(self.device, || crate::stream::native_capture_status(stream as sys::CUstream))?;
+        if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Err(Error::new(
+                Status::GPURT_ERROR_STREAM_CAPTURE,
+                "the stream is capturing a graph that was not begun with gpurt_stream_begin_capture: \
+                 gpurt has no private pool for it, and allocating a segment would invalidate the capture",
+            ));
+        }
+        self.alloc_segment(size)
     }
     fn release(&self, addr: u64, _size: u64) {
         let freed = device::with_device(self.device, || check(unsafe { sys::cuMemFree_v2(addr) }, "cuMemFree"));
@@ -88,25 +112,17 @@ impl SegmentSource for DriverSource {
         unsafe { sys::cuMemAddressFree(addr, size as usize) };
     }
     fn map_granularity(&self) -> u64 {
-        let prop = self.allocation_prop();
-        let mut granularity = 0;
-        let option = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
-        let code = unsafe { sys::cuMemGetAllocationGranularity(&mut granularity, &prop, option) };
-        if code == sys::CUresult::CUDA_SUCCESS && granularity > 0 {
-            granularity as u64
-        } else {
-            2 << 20
-        }
-    }
-}
-
-impl DriverSource {
-    fn allocation_prop(&self) -> sys::CUmemAllocationProp {
-        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
-        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-        prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
-        prop.location.id = self.device;
-        prop
+        *self.granularity.get_or_init(|| {
+            let prop = self.allocation_prop();
+            let mut granularity = 0;
+            let option = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
+            let code = unsafe { sys::cuMemGetAllocationGranularity(&mut granularity, &prop, option) };
+            if code == sys::CUresult::CUDA_SUCCESS && granularity > 0 {
+                granularity as u64
+            } else {
+                2 << 20
+            }
+        })
     }
 }
 
@@ -147,7 +163,7 @@ fn allocator(ordinal: i32) -> Result<&'static CachingAllocator<DriverSource>> {
         return Ok(a);
     }
     let config = config()?;
-    Ok(cell.get_or_init(|| CachingAllocator::new(DriverSource { device: d }, config)))
+    Ok(cell.get_or_init(|| CachingAllocator::new(DriverSource::new(d), config)))
 }
 
 fn created() -> impl Iterator<Item = &'static CachingAllocator<DriverSource>> {

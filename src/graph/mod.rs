@@ -15,6 +15,7 @@ use cudarc::driver::sys;
 
 use crate::alloc::caching::CachingAllocator;
 use crate::alloc::config::AllocConfig;
+use crate::alloc::device::DriverSource;
 use crate::alloc::pool::{lock, SegmentSource};
 use crate::alloc::stats::gpurt_memory_stats_t;
 use crate::device;
@@ -35,14 +36,20 @@ static GRAPHS: HandleTable<DeviceObject> = HandleTable::new(Kind::Graph);
 static EXECS: HandleTable<DeviceObject> = HandleTable::new(Kind::GraphExec);
 static POOL_HANDLES: HandleTable<u64> = HandleTable::new(Kind::GraphPool);
 
-/// Device memory for private pools: `cuMemAlloc` with this thread's capture mode
-/// relaxed for the call (a plain `cuMemAlloc` would invalidate a global or
-/// thread-local capture; the allocation itself is not part of the graph).
+/// Device memory for private pools: the device's driver source, with this thread's
+/// capture mode relaxed around `cuMemAlloc` (a plain `cuMemAlloc` would invalidate a
+/// global or thread-local capture; the allocation itself is not part of the graph).
 pub struct CaptureSource {
-    device: i32,
+    driver: DriverSource,
     /// Set once the pool has no graph left and the device was synchronised: blocks
     /// freed during capture with uses on other streams are then reusable.
     released: AtomicBool,
+}
+
+impl CaptureSource {
+    fn device(&self) -> i32 {
+        self.driver.device()
+    }
 }
 
 /// The marker of a block freed during capture with uses on other streams: events
@@ -55,56 +62,45 @@ fn exchange_capture_mode(mode: sys::CUstreamCaptureMode) -> Result<sys::CUstream
     Ok(m)
 }
 
-fn is_capturing(stream: u64) -> bool {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let code = unsafe { sys::cuStreamIsCapturing(stream as sys::CUstream, &mut status) };
-    code == sys::CUresult::CUDA_SUCCESS && status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-}
-
 impl SegmentSource for CaptureSource {
     fn allocate(&self, size: u64, _stream: u64) -> Result<u64> {
-        device::with_device(self.device, || {
-            let previous = exchange_capture_mode(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
-            let mut ptr = 0;
-            let result = check(unsafe { sys::cuMemAlloc_v2(&mut ptr, size as usize) }, "cuMemAlloc");
-            exchange_capture_mode(previous)?;
-            result.map(|()| ptr)
-        })
+        let previous = exchange_capture_mode(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+        let result = self.driver.alloc_segment(size);
+        exchange_capture_mode(previous)?;
+        result
     }
-    fn release(&self, addr: u64, _size: u64) {
-        let freed = device::with_device(self.device, || check(unsafe { sys::cuMemFree_v2(addr) }, "cuMemFree"));
-        if let Err(e) = freed {
-            crate::log::log(crate::log::Level::Error, &format!("releasing a graph pool segment: {e}"));
-        }
+    fn release(&self, addr: u64, size: u64) {
+        self.driver.release(addr, size)
     }
     fn record(&self, stream: u64) -> Result<u64> {
-        if is_capturing(stream) {
+        let capture = device::with_device(self.device(), || crate::stream::native_capture_status(stream as sys::CUstream))?;
+        if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             return Ok(AFTER_RELEASE);
         }
-        crate::event::marker_record(self.device, stream)
+        self.driver.record(stream)
     }
     fn is_done(&self, marker: u64) -> bool {
         match marker {
             AFTER_RELEASE => self.released.load(Ordering::Acquire),
-            m => crate::event::marker_done(m),
+            m => self.driver.is_done(m),
         }
     }
     fn wait(&self, marker: u64) {
         if marker != AFTER_RELEASE {
-            crate::event::marker_wait(marker)
+            self.driver.wait(marker)
         }
     }
     fn memory_info(&self) -> (u64, u64) {
-        device::mem_get_info(self.device).map(|(f, t)| (f as u64, t as u64)).unwrap_or((0, 0))
+        self.driver.memory_info()
     }
+    /// As the default, except that no wait makes an `AFTER_RELEASE` marker done.
     fn settle(&self, markers: &mut Vec<u64>, wait: bool) -> bool {
-        markers.retain(|&m| match (m, wait) {
-            (AFTER_RELEASE, _) => !self.is_done(m),
-            (_, true) => {
+        markers.retain(|&m| {
+            if wait && m != AFTER_RELEASE {
                 self.wait(m);
-                false
+                return false;
             }
-            (_, false) => !self.is_done(m),
+            !self.is_done(m)
         });
         markers.is_empty()
     }
@@ -125,7 +121,7 @@ impl Registry {
     /// Collects pool `id`; a pool that goes leaves its statistics to its device.
     fn collect(&mut self, id: u64) {
         if let Some(gone) = self.pools.collect(id) {
-            let retired = self.retired.entry(gone.source().device).or_insert_with(gpurt_memory_stats_t::new);
+            let retired = self.retired.entry(gone.source().device()).or_insert_with(gpurt_memory_stats_t::new);
             retired.absorb(&gone.stats(), &gpurt_memory_stats_t::new());
             retired.reset_peak();
         }
@@ -137,15 +133,12 @@ impl Registry {
 /// values and totals are exact; a live pool's peak is added to the totals' current
 /// value, an upper bound of the true peak.
 pub fn add_private_stats(device: i32, stats: &mut gpurt_memory_stats_t) {
-    if LIVE_POOLS.load(Ordering::Acquire) == 0 && lock(&REGISTRY).as_ref().map_or(true, |r| r.retired.is_empty()) {
-        return;
-    }
     with_registry(|r| {
         let zero = gpurt_memory_stats_t::new();
         if let Some(retired) = r.retired.get(&device) {
             stats.absorb(retired, &zero);
         }
-        for a in r.pools.allocators().filter(|a| a.source().device == device) {
+        for a in r.pools.allocators().filter(|a| a.source().device() == device) {
             stats.absorb(&a.stats(), &zero);
         }
     })
@@ -154,7 +147,7 @@ pub fn add_private_stats(device: i32, stats: &mut gpurt_memory_stats_t) {
 /// Resets the peaks (`accumulated`: the totals) of `device`'s private pools.
 pub fn reset_private_stats(device: i32, accumulated: bool) {
     with_registry(|r| {
-        let device_pools = r.pools.allocators().filter(|a| a.source().device == device);
+        let device_pools = r.pools.allocators().filter(|a| a.source().device() == device);
         device_pools.for_each(|a| if accumulated { a.reset_accumulated() } else { a.reset_peak() });
         if let Some(retired) = r.retired.get_mut(&device) {
             if accumulated {
@@ -183,7 +176,7 @@ fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
 fn new_pool(device: i32) -> Result<u64> {
     // Private pools keep plain segments: mapping memory inside a capture is untested.
     let config = AllocConfig { expandable_segments: false, ..crate::alloc::device::config()? };
-    Ok(with_registry(|r| r.pools.create(CaptureSource { device, released: AtomicBool::new(false) }, config)))
+    Ok(with_registry(|r| r.pools.create(CaptureSource { driver: DriverSource::new(device), released: AtomicBool::new(false) }, config)))
 }
 
 /// Drops a reference to a pool. The last one waits for the device (a replay may
@@ -191,7 +184,7 @@ fn new_pool(device: i32) -> Result<u64> {
 /// free segments go back.
 fn release_pool(id: u64) {
     if let Ok(Some(allocator)) = with_registry(|r| r.pools.release(id)) {
-        let d = allocator.source().device;
+        let d = allocator.source().device();
         let _ = device::with_device(d, || check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize"));
         allocator.source().released.store(true, Ordering::Release);
         with_registry(|r| r.collect(id));
@@ -242,11 +235,10 @@ pub fn begin_capture(stream: Handle, mode: i32, pool: Option<Handle>) -> Result<
     let id = match pool {
         Some(h) => {
             let id = POOL_HANDLES.get(h)?;
-            let pool_device = with_registry(|r| r.pools.allocator(id).map(|a| a.source().device));
-            if pool_device != Some(s.device()) {
-                return Err(Error::invalid_argument(format!("the graph pool belongs to another device than the stream ({})", s.device())));
-            }
-            with_registry(|r| r.pools.retain(id))?;
+            with_registry(|r| match r.pools.allocator(id).map(|a| a.source().device()) {
+                Some(d) if d == s.device() => r.pools.retain(id),
+                _ => Err(Error::invalid_argument(format!("the graph pool belongs to another device than the stream ({})", s.device()))),
+            })?;
             id
         }
         None => new_pool(s.device())?,

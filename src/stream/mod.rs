@@ -329,11 +329,14 @@ pub fn id(handle: Handle) -> Result<u64> {
 
 /// Whether a stream is capturing: 0 none, 1 active, 2 invalidated.
 pub fn capture_status(handle: Handle) -> Result<i32> {
-    get(handle)?.run(|s| {
-        let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        check(unsafe { sys::cuStreamIsCapturing(s, &mut status) }, "cuStreamIsCapturing")?;
-        Ok(status as i32)
-    })
+    get(handle)?.run(|s| Ok(native_capture_status(s)? as i32))
+}
+
+/// The capture status of a native stream (whose context is current or implied).
+pub(crate) fn native_capture_status(stream: CUstream) -> Result<CUstreamCaptureStatus> {
+    let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    check(unsafe { sys::cuStreamIsCapturing(stream, &mut status) }, "cuStreamIsCapturing")?;
+    Ok(status)
 }
 
 /// Fails with `GPURT_ERROR_STREAM_CAPTURE` when `handle` is capturing: for callers that
