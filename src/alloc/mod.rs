@@ -1,9 +1,10 @@
 //! The caching device allocator: configuration (`config`), statistics (`stats`) and
-//! the pool logic (`pool`), generic over its segment source, so that it is tested
+//! the pool logic (`pool`, over the block arena and free lists of `blocks`), generic over its segment source, so that it is tested
 //! on host address ranges (`host`) and runs unchanged on the driver (`device`).
 //! `ffi` holds the C entry points, including PyTorch's and CuPy's pluggable
 //! allocator signatures.
 
+mod blocks;
 pub mod caching;
 pub mod config;
 pub mod device;

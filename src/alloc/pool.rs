@@ -3,35 +3,28 @@
 //! PyTorch's caching allocator: 512-byte rounding; a small pool (≤ 1 MiB, carved
 //! from 2 MiB segments) and a large pool (20 MiB segments, or a request's own
 //! segment rounded to 2 MiB above 10 MiB); best fit among the requesting stream's
-//! free blocks; splitting and coalescing; frees deferred until other streams that
+//! free blocks (`blocks`); splitting and coalescing; frees deferred until other streams that
 //! used a block are done; a retry after releasing the cache before out-of-memory.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap as HashMap;
 
+use super::blocks::{Arena, Block, BlockId, FreeLists, State, MIN_BLOCK, NO_BLOCK};
 use super::config::AllocConfig;
 use super::stats::{gpurt_memory_stats_t, PoolKind};
 use crate::error::{Error, Result, Status};
 
 const MIB: u64 = 1 << 20;
-const MIN_BLOCK: u64 = 512;
 const SMALL_SIZE: u64 = MIB;
 const SMALL_BUFFER: u64 = 2 * MIB;
 const LARGE_BUFFER: u64 = 20 * MIB;
 const MIN_LARGE_ALLOC: u64 = 10 * MIB;
 const ROUND_LARGE: u64 = 2 * MIB;
-/// Freed blocks parked for exact-size reuse (skipping the free sets and coalescing)
-/// hold at most this much memory (or one block of any size); past it, frees take the
-/// coalescing path. Measured on the random workload: 32 MiB keeps fragmentation at
-/// 1.133 (1.141 without parking, 1.178 at 64 MiB).
-const PARK_LIMIT: u64 = 32 * MIB;
-/// See `Pool::park`.
-const PARK_MISSES_BEFORE_FLUSH: u32 = 1024;
-/// Bins (empty ones included) kept before the empty ones are dropped.
-const MAX_BINS: usize = 1024;
+/// Freed blocks kept parked for a request of their exact size, at most.
+const MAX_PARKED: usize = 64;
 
 /// Where segments come from, and the stream-ordering markers deferred frees wait on.
 /// Shared by every shard of an allocator, so it synchronises itself.
@@ -211,102 +204,21 @@ pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    Allocated,
-    /// Freed by the caller; waits for other streams' markers before reuse.
-    PendingFree,
-    Free,
-    /// Free, parked uncoalesced in an exact-size bin for the next request of its size.
-    Parked,
-}
-
-#[derive(Debug, Clone)]
-struct Block {
-    addr: u64,
-    size: u64,
-    requested: u64,
+/// A freed block parked uncoalesced for the next request of its exact size on its
+/// stream.
+#[derive(Debug, Clone, Copy)]
+struct Parked {
     stream: u64,
-    pool: PoolKind,
-    state: State,
-    prev: Option<u64>,
-    next: Option<u64>,
-    /// Other streams that used the block (`record_stream`).
-    used_on: Vec<u64>,
+    size: u64,
+    id: BlockId,
 }
 
-impl Block {
-    /// A free block of `stream`'s `pool` between `prev` and `next`.
-    fn free(addr: u64, size: u64, stream: u64, pool: PoolKind, prev: Option<u64>, next: Option<u64>) -> Block {
-        Block { addr, size, requested: 0, stream, pool, state: State::Free, prev, next, used_on: Vec::new() }
-    }
-    fn is_split(&self) -> bool {
-        self.prev.is_some() || self.next.is_some()
-    }
-}
-
-/// Parked blocks by (stream, size). The bin used last is kept out of the map, so
-/// that the ping-pong of one size on one stream hashes nothing.
-struct Bins {
-    /// The front bin's key; (0, 0) while it has none (no block has size 0).
-    front_key: (u64, u64),
-    front: Vec<u64>,
-    /// Every other bin; never holds `front_key`.
-    rest: HashMap<(u64, u64), Vec<u64>>,
-}
-
-impl Default for Bins {
-    fn default() -> Self {
-        Bins { front_key: (0, 0), front: Vec::new(), rest: HashMap::default() }
-    }
-}
-
-impl Bins {
-    fn pop(&mut self, key: (u64, u64)) -> Option<u64> {
-        if key == self.front_key {
-            return self.front.pop();
-        }
-        self.rest.get_mut(&key)?.pop()
-    }
-
-    fn push(&mut self, key: (u64, u64), addr: u64) {
-        if key == self.front_key {
-            return self.front.push(addr);
-        }
-        if self.front.is_empty() {
-            // The front moves to the size in use now; its old (empty) bin is dropped.
-            let mut bin = self.rest.remove(&key).unwrap_or_default();
-            bin.push(addr);
-            (self.front_key, self.front) = (key, bin);
-            return;
-        }
-        if self.rest.len() >= MAX_BINS && !self.rest.contains_key(&key) {
-            // Bins emptied by reuse stay for the next free of their size; drop them
-            // before the map grows past a bound.
-            self.rest.retain(|_, bin| !bin.is_empty());
-        }
-        self.rest.entry(key).or_default().push(addr);
-    }
-
-    /// Every parked block, the bins emptied.
-    fn drain(&mut self) -> Vec<u64> {
-        let mut all = std::mem::take(&mut self.front);
-        all.extend(self.rest.drain().flat_map(|(_, addrs)| addrs));
-        self.front_key = (0, 0);
-        all
-    }
-
-    fn get(&self, key: (u64, u64)) -> &[u64] {
-        match key == self.front_key {
-            true => &self.front,
-            false => self.rest.get(&key).map_or(&[], Vec::as_slice),
-        }
-    }
-
-    /// Blocks parked.
-    fn len(&self) -> usize {
-        self.front.len() + self.rest.values().map(Vec::len).sum::<usize>()
-    }
+/// A segment: its size (for an expandable one, the bytes mapped) and its first
+/// block, which no merge removes.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    size: u64,
+    first: BlockId,
 }
 
 /// A caching pool: one shard of an allocator, holding the segments it took from the
@@ -316,24 +228,29 @@ pub struct Pool<S: SegmentSource> {
     /// This pool's index among its allocator's shards.
     shard: u32,
     config: AllocConfig,
-    /// Every block, allocated or not, by address.
-    blocks: HashMap<u64, Block>,
-    /// Free blocks per pool, ordered for best fit within a stream: (stream, size, addr).
-    free: [BTreeSet<(u64, u64, u64)>; 2],
-    /// Segment start address -> size.
-    segments: HashMap<u64, u64>,
+    blocks: Arena,
+    /// Blocks handed out, waiting for other streams, or parked, by address: what a
+    /// free looks up. Blocks in the free lists are reached through their lists and
+    /// neighbours only, so splitting and merging them hashes nothing.
+    by_addr: HashMap<u64, BlockId>,
+    /// Free blocks for best fit, per (stream, pool kind); a shard rarely has more
+    /// than one stream.
+    free: Vec<FreeLists>,
+    /// Segment start address -> segment.
+    segments: HashMap<u64, Segment>,
     /// Blocks freed by the caller, with the markers they wait for.
-    pending: Vec<(u64, Vec<u64>)>,
-    /// Parked blocks by (stream, size): the common alloc/free ping-pong of one size on
-    /// one stream costs no free-set update and no coalescing.
-    bins: Bins,
-    parked_bytes: u64,
-    /// Frees that found the bins full since they were last emptied.
-    park_misses: u32,
+    pending: Vec<(BlockId, Vec<u64>)>,
+    /// Parked blocks, the most recently freed last: the common alloc/free ping-pong
+    /// of a few sizes on one stream costs no free-list update and no coalescing. The
+    /// first request that none of them serves returns them all to the free lists, so
+    /// they never keep memory from a best fit.
+    parked: Vec<Parked>,
     /// This shard's statistics (exact for its blocks); the allocator sums shards.
     stats: gpurt_memory_stats_t,
     /// Expandable segments, one per (stream, pool index).
     expandable: HashMap<(u64, usize), Expandable>,
+    /// Segments taken so far: the next segment's number in its blocks' ranks.
+    segments_taken: u64,
 }
 
 /// An expandable segment: a reserved address range whose first bytes are backed by
@@ -343,7 +260,7 @@ struct Expandable {
     base: u64,
     reserved: u64,
     /// The block that ends the mapped bytes.
-    tail: u64,
+    tail: BlockId,
 }
 
 fn pool_index(pool: PoolKind) -> usize {
@@ -362,27 +279,11 @@ fn count_handed_out(stats: &mut gpurt_memory_stats_t, block: &mut Block, request
     stats.requested_bytes.add(pool, requested as i64);
 }
 
-/// The allocated block at `addr`; `None` when no block starts there.
-fn allocated_block(blocks: &mut HashMap<u64, Block>, addr: u64) -> Option<Result<&mut Block>> {
-    let block = blocks.get_mut(&addr)?;
-    Some(match block.state {
-        State::Allocated => Ok(block),
-        _ => Err(Error::invalid_argument(format!("{addr:#x} was already freed"))),
-    })
-}
-
 /// Uncounts a block's allocation (its active use ends when it is parked).
 fn count_freed(stats: &mut gpurt_memory_stats_t, block: &Block) {
     stats.allocation.sub(block.pool, 1);
     stats.allocated_bytes.sub(block.pool, block.size as i64);
     stats.requested_bytes.sub(block.pool, block.requested as i64);
-}
-
-/// Marks a block parked; returns what `Pool::park` needs to know of it.
-fn park_state(block: &mut Block) -> (PoolKind, u64, u64, bool) {
-    block.state = State::Parked;
-    block.requested = 0;
-    (block.pool, block.size, block.stream, block.is_split())
 }
 
 /// Counts a block entering (`+1`) or leaving (`-1`) the free blocks of a split
@@ -397,6 +298,17 @@ fn count_inactive_split(stats: &mut gpurt_memory_stats_t, b: &Block, sign: i64) 
         (true, false) => {
             stats.inactive_split.sub(b.pool, 1);
             stats.inactive_split_bytes.sub(b.pool, b.size as i64);
+        }
+    }
+}
+
+/// The free lists of `stream`'s `pool`, created on first use.
+fn lists_of(free: &mut Vec<FreeLists>, stream: u64, pool: PoolKind) -> &mut FreeLists {
+    match free.iter().position(|f| f.stream == stream && f.pool == pool) {
+        Some(i) => &mut free[i],
+        None => {
+            free.push(FreeLists::new(stream, pool));
+            free.last_mut().expect("just pushed")
         }
     }
 }
@@ -418,15 +330,15 @@ impl<S: SegmentSource> Pool<S> {
             shared,
             shard,
             config,
-            blocks: HashMap::default(),
-            free: [BTreeSet::new(), BTreeSet::new()],
+            blocks: Arena::default(),
+            by_addr: HashMap::default(),
+            free: Vec::new(),
             segments: HashMap::default(),
             pending: Vec::new(),
-            bins: Bins::default(),
-            parked_bytes: 0,
-            park_misses: 0,
+            parked: Vec::new(),
             stats: gpurt_memory_stats_t::new(),
             expandable: HashMap::default(),
+            segments_taken: 0,
         }
     }
 
@@ -448,69 +360,66 @@ impl<S: SegmentSource> Pool<S> {
         self.stats.reset_peak();
     }
 
-    // ---- the free set, with inactive-split accounting kept next to it ----
+    // ---- the free lists, with inactive-split accounting kept next to them ----
 
-    fn insert_free(&mut self, addr: u64) {
-        let b = &self.blocks[&addr];
-        self.free[pool_index(b.pool)].insert((b.stream, b.size, addr));
+    fn insert_free(&mut self, id: BlockId) {
+        let b = &self.blocks[id];
         count_inactive_split(&mut self.stats, b, 1);
+        lists_of(&mut self.free, b.stream, b.pool).insert(&mut self.blocks, id);
     }
 
-    fn remove_free(&mut self, addr: u64) {
-        let b = &self.blocks[&addr];
-        let removed = self.free[pool_index(b.pool)].remove(&(b.stream, b.size, addr));
-        debug_assert!(removed, "block {addr:#x} was not in the free set");
+    fn remove_free(&mut self, id: BlockId) {
+        let b = &self.blocks[id];
+        debug_assert_eq!(b.state, State::Free, "block {:#x} is not free", b.addr);
         count_inactive_split(&mut self.stats, b, -1);
+        lists_of(&mut self.free, b.stream, b.pool).remove(&mut self.blocks, id);
+    }
+
+    /// The allocated block at `addr`; `None` when no block starts there.
+    fn allocated_block(&self, addr: u64) -> Option<Result<BlockId>> {
+        let id = *self.by_addr.get(&addr)?;
+        Some(match self.blocks[id].state {
+            State::Allocated => Ok(id),
+            _ => Err(Error::invalid_argument(format!("{addr:#x} was already freed"))),
+        })
     }
 
     /// Hands out a parked block of exactly `size` for `stream`, if there is one: the
-    /// fast path, one bin lookup and one block lookup.
+    /// fast path, which hashes nothing.
     fn unpark(&mut self, stream: u64, size: u64, requested: u64) -> Option<u64> {
-        let addr = self.bins.pop((stream, size))?;
-        self.parked_bytes -= size;
-        let block = self.blocks.get_mut(&addr).expect("parked block");
+        let i = self.parked.iter().rposition(|p| p.size == size && p.stream == stream)?;
+        // Usually the last one: `pop` spares `remove`'s copy call.
+        let id = if i + 1 == self.parked.len() { self.parked.pop() } else { Some(self.parked.remove(i)) }?.id;
+        let block = &mut self.blocks[id];
         count_inactive_split(&mut self.stats, block, -1);
         count_handed_out(&mut self.stats, block, requested);
-        Some(addr)
+        Some(block.addr)
     }
 
-    /// Returns every parked block to the free sets, coalesced: before a new segment
-    /// is taken, and before segments are released.
+    /// Returns every parked block to the free lists, coalesced.
     fn flush_parked(&mut self) {
-        let parked = self.bins.drain();
-        self.parked_bytes = 0;
-        for addr in parked {
-            count_inactive_split(&mut self.stats, &self.blocks[&addr], -1);
-            self.coalesce_into_free(addr);
+        while let Some(Parked { id, .. }) = self.parked.pop() {
+            count_inactive_split(&mut self.stats, &self.blocks[id], -1);
+            self.coalesce_into_free(id);
         }
     }
 
     /// Best fit among `stream`'s free blocks of `pool`, with PyTorch's rules for
     /// oversize blocks (never split for a smaller request; not used when far larger).
-    fn find_free(&self, pool: PoolKind, stream: u64, size: u64) -> Option<u64> {
+    fn find_free(&self, pool: PoolKind, stream: u64, size: u64) -> Option<BlockId> {
         let max_split = self.config.max_split_size;
-        let &(s, found, addr) = self.free[pool_index(pool)].range((stream, size, 0)..).next()?;
-        if s != stream {
-            return None;
-        }
-        if size < max_split && found >= max_split {
-            return None;
-        }
-        if size >= max_split && found >= size + LARGE_BUFFER {
-            return None;
-        }
-        Some(addr)
+        let limit = if size < max_split { max_split } else { size.saturating_add(LARGE_BUFFER) };
+        let lists = self.free.iter().find(|f| f.stream == stream && f.pool == pool)?;
+        lists.best_fit(&self.blocks, size, limit)
     }
 
+    /// Whether to split off the rest of a block: small blocks at any remainder;
+    /// large ones unless they are oversize. (PyTorch keeps large remainders of up to
+    /// 1 MiB unsplit; splitting them too lets them coalesce back, and measured less
+    /// fragmentation: see benches/NOTES.md.)
     fn should_split(&self, pool: PoolKind, block_size: u64, size: u64) -> bool {
         let remaining = block_size - size;
-        match pool {
-            PoolKind::Small => remaining >= MIN_BLOCK,
-            // In an expandable segment a remainder is worth keeping however small:
-            // it coalesces with its neighbours or with the segment's growth.
-            PoolKind::Large if self.config.expandable_segments => size < self.config.max_split_size && remaining >= MIN_BLOCK,
-            PoolKind::Large => size < self.config.max_split_size && remaining > SMALL_SIZE,
-        }
+        remaining >= MIN_BLOCK && (pool == PoolKind::Small || size < self.config.max_split_size)
     }
 
     /// Completes deferred frees whose markers are done; with `wait`, waits for all.
@@ -518,9 +427,8 @@ impl<S: SegmentSource> Pool<S> {
         let mut i = 0;
         while i < self.pending.len() {
             if self.shared.source.settle(&mut self.pending[i].1, wait) {
-                let (addr, _) = self.pending.swap_remove(i);
-                let parked = park_state(self.blocks.get_mut(&addr).expect("pending block"));
-                self.park(addr, parked);
+                let (id, _) = self.pending.swap_remove(i);
+                self.park(id);
             } else {
                 i += 1;
             }
@@ -543,36 +451,26 @@ impl<S: SegmentSource> Pool<S> {
         if let Some(addr) = self.unpark(stream, rounded, size) {
             return Ok(Some(addr));
         }
-        let addr = match self.find_free(pool, stream, rounded) {
-            Some(addr) => addr,
-            None => {
-                self.flush_parked();
-                match self.find_free(pool, stream, rounded) {
-                    Some(addr) => addr,
-                    None if !collected && self.past_collection_threshold(rounded) => return Ok(None),
-                    None => self.new_segment(pool, stream, rounded)?,
-                }
-            }
+        self.flush_parked();
+        let id = match self.find_free(pool, stream, rounded) {
+            Some(id) => id,
+            None if !collected && self.past_collection_threshold(rounded) => return Ok(None),
+            None => self.new_segment(pool, stream, rounded)?,
         };
-        self.remove_free(addr);
-        let block = &self.blocks[&addr];
-        let (block_size, next) = (block.size, block.next);
+        self.remove_free(id);
+        let Block { addr, size: block_size, rank, next, .. } = self.blocks[id];
         if self.should_split(pool, block_size, rounded) {
-            let rest = Block::free(addr + rounded, block_size - rounded, stream, pool, Some(addr), next);
-            if let Some(next) = next {
-                self.blocks.get_mut(&next).expect("next block").prev = Some(rest.addr);
+            let rest = self.blocks.insert(Block::free(addr + rounded, block_size - rounded, rank + rounded, stream, pool, id, next));
+            match next {
+                NO_BLOCK => self.note_tail(rest),
+                next => self.blocks[next].prev = rest,
             }
-            let block = self.blocks.get_mut(&addr).expect("block");
-            block.next = Some(rest.addr);
-            block.size = rounded;
-            let rest_addr = rest.addr;
-            self.blocks.insert(rest_addr, rest);
-            self.insert_free(rest_addr);
-            if next.is_none() {
-                self.note_tail(rest_addr);
-            }
+            let block = &mut self.blocks[id];
+            (block.next, block.size) = (rest, rounded);
+            self.insert_free(rest);
         }
-        count_handed_out(&mut self.stats, self.blocks.get_mut(&addr).expect("block"), size);
+        count_handed_out(&mut self.stats, &mut self.blocks[id], size);
+        self.by_addr.insert(addr, id);
         Ok(Some(addr))
     }
 
@@ -588,30 +486,33 @@ impl<S: SegmentSource> Pool<S> {
 
     /// A new segment holding one free block. Out of memory is the caller's to handle
     /// (the allocator releases every shard's cache and retries).
-    fn new_segment(&mut self, pool: PoolKind, stream: u64, rounded: u64) -> Result<u64> {
+    fn new_segment(&mut self, pool: PoolKind, stream: u64, rounded: u64) -> Result<BlockId> {
         if self.config.expandable_segments {
             return self.grow_expandable(pool, stream, rounded);
         }
         let size = segment_size(rounded);
         let addr = self.shared.take(size, stream, self.shard)?;
-        self.add_segment(pool, stream, addr, size);
-        Ok(addr)
+        Ok(self.add_segment(pool, stream, addr, size))
     }
 
     /// Counts a new segment of `size` bytes at `addr`, holding one free block.
-    fn add_segment(&mut self, pool: PoolKind, stream: u64, addr: u64, size: u64) {
-        self.segments.insert(addr, size);
+    fn add_segment(&mut self, pool: PoolKind, stream: u64, addr: u64, size: u64) -> BlockId {
+        let rank = self.segments_taken << 40; // segments stay below 1 TiB
+        self.segments_taken += 1;
+        let id = self.blocks.insert(Block::free(addr, size, rank, stream, pool, NO_BLOCK, NO_BLOCK));
+        self.segments.insert(addr, Segment { size, first: id });
         self.stats.segment.add(pool, 1);
         self.count_device_memory(pool, size as i64);
-        self.blocks.insert(addr, Block::free(addr, size, stream, pool, None, None));
-        self.insert_free(addr);
+        self.insert_free(id);
+        id
     }
 
     /// Declares that the block at `addr` is also used on `stream` (PyTorch's
     /// `record_stream`): its free will wait for the work queued there. `None`: `addr`
     /// is not a block of this pool.
     pub fn record_stream(&mut self, addr: u64, stream: u64) -> Option<Result<()>> {
-        Some(allocated_block(&mut self.blocks, addr)?.map(|block| {
+        Some(self.allocated_block(addr)?.map(|id| {
+            let block = &mut self.blocks[id];
             if stream != block.stream && !block.used_on.contains(&stream) {
                 block.used_on.push(stream);
             }
@@ -622,102 +523,90 @@ impl<S: SegmentSource> Pool<S> {
     /// streams used it, only once their work queued so far is done. `None`: `addr` is
     /// not a block of this pool.
     pub fn free(&mut self, addr: u64) -> Option<Result<()>> {
-        let block = match allocated_block(&mut self.blocks, addr)? {
-            Ok(block) => block,
+        let id = match self.allocated_block(addr)? {
+            Ok(id) => id,
             Err(e) => return Some(Err(e)),
         };
-        if !block.used_on.is_empty() {
-            return Some(self.free_after_other_streams(addr));
+        if !self.blocks[id].used_on.is_empty() {
+            return Some(self.free_after_other_streams(id));
         }
-        count_freed(&mut self.stats, block);
-        let parked = park_state(block);
-        self.park(addr, parked);
+        count_freed(&mut self.stats, &self.blocks[id]);
+        self.park(id);
         Some(Ok(()))
     }
 
-    /// A free of a block that other streams used: it waits for markers recorded there.
-    fn free_after_other_streams(&mut self, addr: u64) -> Result<()> {
-        let markers = self.record_uses(addr)?;
-        let block = self.blocks.get_mut(&addr).expect("block");
-        count_freed(&mut self.stats, block);
+    /// A free of a block that other streams used: it waits for markers recorded
+    /// there. On failure the block stays allocated and intact, so that the caller may
+    /// retry.
+    fn free_after_other_streams(&mut self, id: BlockId) -> Result<()> {
+        let markers = self.shared.source.record_all(&self.blocks[id].used_on)?;
+        let block = &mut self.blocks[id];
+        block.used_on.clear();
         block.state = State::PendingFree;
-        self.pending.push((addr, markers));
+        count_freed(&mut self.stats, block);
+        self.pending.push((id, markers));
         Ok(())
     }
 
-    /// Records a marker on every other stream that used the block. On failure the
-    /// block stays allocated and intact, so that the caller may retry.
-    fn record_uses(&mut self, addr: u64) -> Result<Vec<u64>> {
-        let markers = self.shared.source.record_all(&self.blocks[&addr].used_on)?;
-        self.blocks.get_mut(&addr).expect("block").used_on.clear();
-        Ok(markers)
-    }
-
-    /// A block no longer in use (freed, or its deferred free completed): parked in
-    /// its exact-size bin while the bins hold less than `PARK_LIMIT`, else coalesced
-    /// into the free sets. Every `PARK_MISSES_BEFORE_FLUSH` frees that find the bins
-    /// full, the bins are emptied into the free sets, so that blocks parked long ago
-    /// do not keep the bins from the sizes in use now.
-    fn park(&mut self, addr: u64, (pool, size, stream, split): (PoolKind, u64, u64, bool)) {
-        self.stats.active.sub(pool, 1);
-        self.stats.active_bytes.sub(pool, size as i64);
-        if self.parked_bytes + size > PARK_LIMIT && self.parked_bytes > 0 {
-            self.park_misses += 1;
-            if self.park_misses < PARK_MISSES_BEFORE_FLUSH {
-                self.coalesce_into_free(addr);
-                return;
-            }
-            self.park_misses = 0;
+    /// Parks a block no longer in use (freed, or its deferred free completed); past
+    /// `MAX_PARKED`, the others are returned to the free lists first.
+    fn park(&mut self, id: BlockId) {
+        if self.parked.len() == MAX_PARKED {
             self.flush_parked();
         }
-        self.bins.push((stream, size), addr);
-        self.parked_bytes += size;
-        if split {
-            self.stats.inactive_split.add(pool, 1);
-            self.stats.inactive_split_bytes.add(pool, size as i64);
-        }
+        let block = &mut self.blocks[id];
+        block.state = State::Parked;
+        block.requested = 0;
+        let (pool, size, stream) = (block.pool, block.size, block.stream);
+        self.stats.active.sub(pool, 1);
+        self.stats.active_bytes.sub(pool, size as i64);
+        count_inactive_split(&mut self.stats, block, 1);
+        self.parked.push(Parked { stream, size, id });
     }
 
-    fn coalesce_into_free(&mut self, addr: u64) {
-        let block = self.blocks.get_mut(&addr).expect("block");
+    /// Moves a block that left use into the free lists, merged with free neighbours.
+    fn coalesce_into_free(&mut self, id: BlockId) {
+        let block = &mut self.blocks[id];
         block.state = State::Free;
-        let (prev, next) = (block.prev, block.next);
-        let mut start = addr;
-        if let Some(prev) = prev.filter(|p| self.blocks[p].state == State::Free) {
+        let (addr, prev, next) = (block.addr, block.prev, block.next);
+        self.by_addr.remove(&addr);
+        let mut start = id;
+        if prev != NO_BLOCK && self.blocks[prev].state == State::Free {
             self.remove_free(prev);
-            self.absorb_right(prev, addr);
+            self.absorb_right(prev, id);
             start = prev;
         }
-        // `start` now ends where `addr` ended: its right neighbour is `next`.
-        if let Some(next) = next.filter(|n| self.blocks[n].state == State::Free) {
+        // `start` now ends where `id` ended: its right neighbour is `next`.
+        if next != NO_BLOCK && self.blocks[next].state == State::Free {
             self.remove_free(next);
             self.absorb_right(start, next);
         }
         self.insert_free(start);
     }
 
-    /// Merges the block at `right` into its left neighbour `left`.
-    fn absorb_right(&mut self, left: u64, right: u64) {
-        let r = self.blocks.remove(&right).expect("right block");
-        let l = self.blocks.get_mut(&left).expect("left block");
-        l.size += r.size;
-        l.next = r.next;
-        match r.next {
-            Some(after) => self.blocks.get_mut(&after).expect("block after").prev = Some(left),
-            None => self.note_tail(left),
+    /// Merges the block `right` into its left neighbour `left`.
+    fn absorb_right(&mut self, left: BlockId, right: BlockId) {
+        let Block { size, next, .. } = self.blocks[right];
+        self.blocks.remove(right);
+        let l = &mut self.blocks[left];
+        l.size += size;
+        l.next = next;
+        match next {
+            NO_BLOCK => self.note_tail(left),
+            next => self.blocks[next].prev = left,
         }
     }
 
-    /// Records that the block at `addr` now ends its segment, if that segment is an
+    /// Records that block `id` now ends its segment, if that segment is an
     /// expandable one.
-    fn note_tail(&mut self, addr: u64) {
+    fn note_tail(&mut self, id: BlockId) {
         if self.expandable.is_empty() {
             return;
         }
-        let b = &self.blocks[&addr];
+        let b = &self.blocks[id];
         if let Some(seg) = self.expandable.get_mut(&(b.stream, pool_index(b.pool))) {
-            if (seg.base..seg.base + seg.reserved).contains(&addr) {
-                seg.tail = addr;
+            if (seg.base..seg.base + seg.reserved).contains(&b.addr) {
+                seg.tail = id;
             }
         }
     }
@@ -737,7 +626,7 @@ impl<S: SegmentSource> Pool<S> {
     /// A free block of at least `rounded` bytes at the end of `stream`'s expandable
     /// segment of `pool`: the segment is created, or grown by the granularity
     /// multiple that its free tail block lacks.
-    fn grow_expandable(&mut self, pool: PoolKind, stream: u64, rounded: u64) -> Result<u64> {
+    fn grow_expandable(&mut self, pool: PoolKind, stream: u64, rounded: u64) -> Result<BlockId> {
         let granularity = self.shared.source.map_granularity();
         let key = (stream, pool_index(pool));
         let Some(seg) = self.expandable.get(&key).copied() else {
@@ -750,13 +639,13 @@ impl<S: SegmentSource> Pool<S> {
                 self.shared.free_expandable(base, reserved);
                 return Err(e);
             }
-            self.expandable.insert(key, Expandable { base, reserved, tail: base });
-            self.add_segment(pool, stream, base, size);
-            return Ok(base);
+            let id = self.add_segment(pool, stream, base, size);
+            self.expandable.insert(key, Expandable { base, reserved, tail: id });
+            return Ok(id);
         };
-        let mapped = self.segments[&seg.base];
-        let tail = &self.blocks[&seg.tail];
-        let tail_free = tail.state == State::Free;
+        let mapped = self.segments[&seg.base].size;
+        let tail = &self.blocks[seg.tail];
+        let (tail_free, rank) = (tail.state == State::Free, tail.rank + tail.size);
         let missing = if tail_free { rounded.saturating_sub(tail.size) } else { rounded };
         let grow = missing.next_multiple_of(granularity);
         if mapped + grow > seg.reserved {
@@ -765,18 +654,22 @@ impl<S: SegmentSource> Pool<S> {
         let end = seg.base + mapped;
         self.shared.grow(end, grow)?;
         self.count_device_memory(pool, grow as i64);
-        self.segments.insert(seg.base, mapped + grow);
+        self.segment_mut(seg.base).size = mapped + grow;
         if tail_free {
             self.remove_free(seg.tail);
-            self.blocks.get_mut(&seg.tail).expect("tail").size += grow;
+            self.blocks[seg.tail].size += grow;
             self.insert_free(seg.tail);
             return Ok(seg.tail);
         }
-        self.blocks.get_mut(&seg.tail).expect("tail").next = Some(end);
-        self.blocks.insert(end, Block::free(end, grow, stream, pool, Some(seg.tail), None));
-        self.expandable.get_mut(&key).expect("segment").tail = end;
-        self.insert_free(end);
-        Ok(end)
+        let id = self.blocks.insert(Block::free(end, grow, rank, stream, pool, seg.tail, NO_BLOCK));
+        self.blocks[seg.tail].next = id;
+        self.expandable.get_mut(&key).expect("segment").tail = id;
+        self.insert_free(id);
+        Ok(id)
+    }
+
+    fn segment_mut(&mut self, start: u64) -> &mut Segment {
+        self.segments.get_mut(&start).expect("a held segment")
     }
 
     /// Unmaps the free end of every expandable segment, down to the granularity; a
@@ -785,35 +678,34 @@ impl<S: SegmentSource> Pool<S> {
         let granularity = self.shared.source.map_granularity();
         let segs: Vec<((u64, usize), Expandable)> = self.expandable.iter().map(|(k, v)| (*k, *v)).collect();
         for (key, seg) in segs {
-            let mapped = self.segments[&seg.base];
-            let tail = &self.blocks[&seg.tail];
+            let mapped = self.segments[&seg.base].size;
+            let Block { addr: tail_addr, pool, prev, state, .. } = self.blocks[seg.tail];
             let end = seg.base + mapped;
-            let keep_end = seg.tail.next_multiple_of(granularity);
-            if tail.state != State::Free || keep_end >= end {
+            let keep_end = tail_addr.next_multiple_of(granularity);
+            if state != State::Free || keep_end >= end {
                 continue;
             }
-            let (pool, prev) = (tail.pool, tail.prev);
             let release = end - keep_end;
             self.remove_free(seg.tail);
             self.shared.shrink(keep_end, release);
             self.count_device_memory(pool, -(release as i64));
-            if keep_end > seg.tail {
-                self.blocks.get_mut(&seg.tail).expect("tail").size -= release;
+            if keep_end > tail_addr {
+                self.blocks[seg.tail].size -= release;
                 self.insert_free(seg.tail);
-            } else if let Some(prev) = prev {
+            } else if prev != NO_BLOCK {
                 // The tail block was all unmapped; its neighbour (in use) ends the segment.
-                self.blocks.remove(&seg.tail);
-                self.blocks.get_mut(&prev).expect("block").next = None;
+                self.blocks.remove(seg.tail);
+                self.blocks[prev].next = NO_BLOCK;
                 self.expandable.get_mut(&key).expect("segment").tail = prev;
             } else {
-                self.blocks.remove(&seg.tail);
+                self.blocks.remove(seg.tail);
                 self.segments.remove(&seg.base);
                 self.expandable.remove(&key);
                 self.shared.free_expandable(seg.base, seg.reserved);
                 self.stats.segment.sub(pool, 1);
                 continue;
             }
-            self.segments.insert(seg.base, mapped - release);
+            self.segment_mut(seg.base).size = mapped - release;
         }
     }
 
@@ -830,66 +722,80 @@ impl<S: SegmentSource> Pool<S> {
         self.flush_parked();
         self.release_expandable_tails();
         let expandable: Vec<u64> = self.expandable.values().map(|e| e.base).collect();
-        let whole: Vec<u64> = self
+        let whole: Vec<(u64, BlockId)> = self
             .segments
-            .keys()
-            .copied()
-            .filter(|a| {
-                let b = &self.blocks[a];
-                b.state == State::Free && b.next.is_none() && !expandable.contains(a)
+            .iter()
+            .filter(|(start, seg)| {
+                let b = &self.blocks[seg.first];
+                b.state == State::Free && b.next == NO_BLOCK && !expandable.contains(start)
             })
+            .map(|(&start, seg)| (start, seg.first))
             .collect();
-        for addr in whole {
-            self.remove_free(addr);
-            let b = self.blocks.remove(&addr).expect("block");
-            self.segments.remove(&addr);
-            self.shared.give_back(addr, b.size);
-            self.stats.segment.sub(b.pool, 1);
-            self.count_device_memory(b.pool, -(b.size as i64));
+        for (start, id) in whole {
+            let Block { size, pool, .. } = self.blocks[id];
+            self.remove_free(id);
+            self.blocks.remove(id);
+            self.segments.remove(&start);
+            self.shared.give_back(start, size);
+            self.stats.segment.sub(pool, 1);
+            self.count_device_memory(pool, -(size as i64));
         }
+        // Streams come and go: their emptied lists go with their segments.
+        self.free.retain(|lists| !lists.is_empty());
     }
 
     /// Checks every structural and statistical invariant; for tests.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         for seg in self.expandable.values() {
-            let tail = self.blocks.get(&seg.tail).ok_or("an expandable segment's tail block is missing")?;
-            let mapped = *self.segments.get(&seg.base).ok_or("an expandable segment is missing from the segments")?;
-            if tail.addr + tail.size != seg.base + mapped || tail.next.is_some() || mapped > seg.reserved {
-                return Err(format!("expandable segment {:#x}: tail {:#x} does not end its {mapped} mapped bytes", seg.base, seg.tail));
+            let tail = &self.blocks[seg.tail];
+            let mapped = self.segments.get(&seg.base).ok_or("an expandable segment is missing from the segments")?.size;
+            if tail.state == State::Vacant || tail.addr + tail.size != seg.base + mapped || tail.next != NO_BLOCK || mapped > seg.reserved {
+                return Err(format!("expandable segment {:#x}: its tail block does not end its {mapped} mapped bytes", seg.base));
+            }
+        }
+        let mut listed = std::collections::HashSet::new();
+        for lists in &self.free {
+            for (id, ok) in lists.entries(&self.blocks) {
+                let b = &self.blocks[id];
+                if !ok || b.stream != lists.stream || b.pool != lists.pool || !listed.insert(id) {
+                    return Err(format!("free block {:#x} is misfiled in the free lists", b.addr));
+                }
             }
         }
         let (mut allocated, mut active, mut inactive_split, mut requested, mut blocks_seen) = (0i64, 0i64, 0i64, 0i64, 0);
-        let mut parked = 0u64;
-        for (&start, &size) in &self.segments {
-            let mut at = Some(start);
-            let (mut expected_addr, mut prev) = (start, None);
-            while let Some(addr) = at {
-                let b = self.blocks.get(&addr).ok_or(format!("missing block {addr:#x}"))?;
-                if b.addr != expected_addr || b.prev != prev {
-                    return Err(format!("segment {start:#x}: block {addr:#x} breaks the chain"));
+        let (mut parked, mut in_use) = (0, 0);
+        for (&start, seg) in &self.segments {
+            let mut at = seg.first;
+            let (mut expected_addr, mut prev) = (start, NO_BLOCK);
+            while at != NO_BLOCK {
+                let b = &self.blocks[at];
+                if b.state == State::Vacant || b.addr != expected_addr || b.prev != prev {
+                    return Err(format!("segment {start:#x}: block {:#x} breaks the chain", b.addr));
                 }
                 if b.state == State::Free {
-                    if !self.free[pool_index(b.pool)].contains(&(b.stream, b.size, addr)) {
-                        return Err(format!("free block {addr:#x} missing from the free set"));
+                    if !listed.contains(&at) {
+                        return Err(format!("free block {:#x} missing from the free lists", b.addr));
                     }
-                    for n in [b.prev, b.next].into_iter().flatten() {
-                        if self.blocks[&n].state == State::Free {
-                            return Err(format!("free blocks {addr:#x} and {n:#x} were not coalesced"));
+                    for n in [b.prev, b.next] {
+                        if n != NO_BLOCK && self.blocks[n].state == State::Free {
+                            return Err(format!("free blocks {:#x} and {:#x} were not coalesced", b.addr, self.blocks[n].addr));
                         }
                     }
-                    if b.is_split() {
-                        inactive_split += b.size as i64;
-                    }
-                } else if b.state == State::Parked {
-                    if !self.bins.get((b.stream, b.size)).contains(&addr) {
-                        return Err(format!("parked block {addr:#x} missing from its bin"));
-                    }
-                    if b.is_split() {
-                        inactive_split += b.size as i64;
-                    }
-                    parked += b.size;
+                } else if self.by_addr.get(&b.addr) != Some(&at) {
+                    return Err(format!("block {:#x} in use or parked is missing from the address map", b.addr));
                 } else {
-                    active += b.size as i64;
+                    in_use += 1;
+                }
+                match b.state {
+                    State::Free | State::Parked if b.is_split() => inactive_split += b.size as i64,
+                    State::Allocated | State::PendingFree => active += b.size as i64,
+                    _ => {}
+                }
+                if b.state == State::Parked {
+                    if !self.parked.iter().any(|p| p.id == at && p.size == b.size && p.stream == b.stream) {
+                        return Err(format!("parked block {:#x} missing from the parked list", b.addr));
+                    }
+                    parked += 1;
                 }
                 if b.state == State::Allocated {
                     allocated += b.size as i64;
@@ -897,25 +803,21 @@ impl<S: SegmentSource> Pool<S> {
                 }
                 blocks_seen += 1;
                 expected_addr += b.size;
-                prev = Some(addr);
+                prev = at;
                 at = b.next;
             }
-            if expected_addr != start + size {
-                return Err(format!("segment {start:#x}: blocks cover {} of {size} bytes", expected_addr - start));
+            if expected_addr != start + seg.size {
+                return Err(format!("segment {start:#x}: blocks cover {} of {} bytes", expected_addr - start, seg.size));
             }
         }
-        let binned = self.bins.len();
-        let parked_blocks = self.blocks.values().filter(|b| b.state == State::Parked).count();
-        if binned != parked_blocks || parked != self.parked_bytes {
-            return Err(format!("bins hold {binned} blocks for {parked_blocks} parked; {} parked bytes counted for {parked}", self.parked_bytes));
+        if parked != self.parked.len() {
+            return Err(format!("{} blocks listed as parked for {parked} parked", self.parked.len()));
         }
-        let free_count: usize = self.free.iter().map(BTreeSet::len).sum();
-        let not_free = self.blocks.values().filter(|b| b.state != State::Free).count();
-        if blocks_seen != self.blocks.len() || free_count + not_free != self.blocks.len() {
-            return Err("blocks outside any segment, or stale free-set entries".into());
+        if blocks_seen != self.blocks.len() || listed.len() + in_use != self.blocks.len() || in_use != self.by_addr.len() {
+            return Err("blocks outside any segment, stale free-list entries or stale addresses".into());
         }
         let s = &self.stats;
-        let reserved: u64 = self.segments.values().sum();
+        let reserved: u64 = self.segments.values().map(|seg| seg.size).sum();
         let checks = [
             ("allocated_bytes", s.allocated_bytes.all.current, allocated),
             ("active_bytes", s.active_bytes.all.current, active),

@@ -60,6 +60,7 @@ CUresult cuMemFree_v2(unsigned long long p) { (void)p; return 0; }
 static int pool_storage;
 CUresult cuDeviceGetDefaultMemPool(P *pool, int d) { (void)d; *pool = &pool_storage; return 0; }
 CUresult cuMemPoolSetAttribute(P pool, int a, void *v) { (void)pool; (void)a; (void)v; return 0; }
+CUresult cuMemPoolTrimTo(P pool, size_t keep) { (void)pool; (void)keep; return 0; }
 CUresult cuMemPoolGetAttribute(P pool, int a, void *v) { (void)pool; (void)a; *(unsigned long long *)v = 0; return 0; }
 CUresult cuMemAllocFromPoolAsync(unsigned long long *p, size_t size, P pool, P s) { (void)pool; (void)s; return cuMemAlloc_v2(p, size); }
 CUresult cuMemFreeAsync(unsigned long long p, P s) { (void)p; (void)s; return 0; }
