@@ -150,20 +150,35 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// Allocates `size` bytes for `stream`. Past the garbage-collection threshold,
     /// idle segments of every shard go back first; out of memory releases every
     /// shard's cache (after waiting for deferred frees) and retries once.
+    #[inline]
     pub fn malloc(&self, size: u64, stream: u64) -> Result<u64> {
         let index = self.shard_of_stream(stream);
-        let attempt = |collected| {
-            let mut state = self.shard(index);
-            let result = state.pool.malloc(size, stream, collected);
-            state.flush_if_due(&self.totals);
-            result
-        };
+        match self.attempt(index, size, stream, false) {
+            Ok(Some(addr)) => Ok(addr),
+            first => self.collect_and_retry(index, size, stream, first),
+        }
+    }
+
+    /// One allocation from shard `index` (see `Pool::malloc`).
+    #[inline]
+    fn attempt(&self, index: u32, size: u64, stream: u64, collected: bool) -> Result<Option<u64>> {
+        let mut state = self.shard(index);
+        let result = state.pool.malloc(size, stream, collected);
+        state.flush_if_due(&self.totals);
+        result
+    }
+
+    /// `malloc` after a `first` attempt that found no memory: garbage collection,
+    /// then the out-of-memory retry. Kept out of line, so that the common case stays
+    /// short.
+    #[inline(never)]
+    fn collect_and_retry(&self, index: u32, size: u64, stream: u64, first: Result<Option<u64>>) -> Result<u64> {
         let served = |result: Result<Option<u64>>| result.map(|addr| addr.expect("served after a collection"));
-        let first = match attempt(false) {
+        let first = match first {
             Ok(Some(addr)) => return Ok(addr),
             Ok(None) => {
                 self.for_each_shard(Pool::release_free_segments);
-                served(attempt(true))
+                served(self.attempt(index, size, stream, true))
             }
             Err(e) => Err(e),
         };
@@ -173,7 +188,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
         lock(&self.totals).num_alloc_retries += 1;
         self.empty_cache();
-        match served(attempt(true)) {
+        match served(self.attempt(index, size, stream, true)) {
             Err(cause) if is_oom(&cause) => Err(self.out_of_memory(size, cause)),
             done => done,
         }

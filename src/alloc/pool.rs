@@ -439,6 +439,7 @@ impl<S: SegmentSource> Pool<S> {
     /// no cached block fits and reserved memory is past the garbage-collection
     /// threshold; the caller collects idle segments (of every shard), then calls again
     /// with `collected`.
+    #[inline]
     pub fn malloc(&mut self, size: u64, stream: u64, collected: bool) -> Result<Option<u64>> {
         if size == 0 {
             return Ok(Some(0));
@@ -447,10 +448,16 @@ impl<S: SegmentSource> Pool<S> {
             self.process_pending(false);
         }
         let rounded = self.config.round_size(size);
-        let pool = if rounded <= SMALL_SIZE { PoolKind::Small } else { PoolKind::Large };
         if let Some(addr) = self.unpark(stream, rounded, size) {
             return Ok(Some(addr));
         }
+        self.malloc_from_free_lists(size, rounded, stream, collected)
+    }
+
+    /// `malloc` past the parked blocks: best fit, else a new segment.
+    #[inline(never)]
+    fn malloc_from_free_lists(&mut self, size: u64, rounded: u64, stream: u64, collected: bool) -> Result<Option<u64>> {
+        let pool = if rounded <= SMALL_SIZE { PoolKind::Small } else { PoolKind::Large };
         self.flush_parked();
         let id = match self.find_free(pool, stream, rounded) {
             Some(id) => id,
@@ -522,6 +529,7 @@ impl<S: SegmentSource> Pool<S> {
     /// Frees the block at `addr`. It is reusable at once on its own stream; if other
     /// streams used it, only once their work queued so far is done. `None`: `addr` is
     /// not a block of this pool.
+    #[inline]
     pub fn free(&mut self, addr: u64) -> Option<Result<()>> {
         let id = match self.allocated_block(addr)? {
             Ok(id) => id,
