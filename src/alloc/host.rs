@@ -13,7 +13,12 @@ pub struct HostSource(Mutex<HostState>);
 struct HostState {
     capacity: u64,
     used: u64,
+    /// Where the next segment starts (its end, when addresses descend).
     next_addr: u64,
+    /// Whether each segment lies below the one before, as a driver may place them.
+    descending: bool,
+    /// (start, size) of every segment and reservation, in the order they were made.
+    made: Vec<(u64, u64)>,
     live: HashMap<u64, u64>,
     /// Address reservations (start -> size) and the bytes mapped inside them.
     reservations: HashMap<u64, u64>,
@@ -27,11 +32,24 @@ impl HostSource {
     /// A source that hands out at most `capacity` bytes at a time, at addresses no
     /// other source in the process uses (as separate driver allocations would be).
     pub fn new(capacity: u64) -> Self {
+        Self::with_order(capacity, false)
+    }
+
+    /// A source whose every segment lies below the one before it.
+    pub fn descending(capacity: u64) -> Self {
+        Self::with_order(capacity, true)
+    }
+
+    fn with_order(capacity: u64, descending: bool) -> Self {
+        const RANGE: u64 = 1 << 44;
         static NEXT_BASE: AtomicU64 = AtomicU64::new(1 << 32);
+        let base = NEXT_BASE.fetch_add(RANGE, Ordering::Relaxed);
         HostSource(Mutex::new(HostState {
             capacity,
             used: 0,
-            next_addr: NEXT_BASE.fetch_add(1 << 44, Ordering::Relaxed),
+            next_addr: if descending { base + RANGE } else { base },
+            descending,
+            made: Vec::new(),
             live: HashMap::new(),
             reservations: HashMap::new(),
             mapped: 0,
@@ -57,9 +75,30 @@ impl HostSource {
     pub fn pending_markers(&self) -> usize {
         self.state().markers.len()
     }
+    /// Where `addr` lies: (the number of the segment or reservation holding it, in
+    /// the order they were made; the offset in it).
+    pub fn placement(&self, addr: u64) -> Option<(usize, u64)> {
+        let s = self.state();
+        s.made.iter().position(|&(start, size)| (start..start + size).contains(&addr)).map(|i| (i, addr - s.made[i].0))
+    }
 }
 
 impl HostState {
+    /// Addresses for a new segment of `size`, with a gap after it, so that no logic
+    /// can get away with merging blocks across segments that merely happen to be
+    /// adjacent.
+    fn place(&mut self, size: u64) -> u64 {
+        let step = size + (1 << 21);
+        let addr = if self.descending {
+            self.next_addr -= step;
+            self.next_addr
+        } else {
+            self.next_addr += step;
+            self.next_addr - step
+        };
+        self.made.push((addr, size));
+        addr
+    }
     fn reservation_holds(&self, addr: u64, size: u64) -> bool {
         self.reservations.iter().any(|(&start, &len)| start <= addr && addr + size <= start + len)
     }
@@ -71,10 +110,7 @@ impl SegmentSource for HostSource {
         if s.used + size > s.capacity {
             return Err(Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, "host source exhausted"));
         }
-        let addr = s.next_addr;
-        // A gap after each segment, so that no logic can get away with merging blocks
-        // across segments that merely happen to be adjacent.
-        s.next_addr += size + (1 << 21);
+        let addr = s.place(size);
         s.used += size;
         s.live.insert(addr, size);
         Ok(addr)
@@ -108,8 +144,7 @@ impl SegmentSource for HostSource {
     }
     fn reserve_addresses(&self, size: u64) -> Result<u64> {
         let mut s = self.state();
-        let addr = s.next_addr;
-        s.next_addr += size + (1 << 21);
+        let addr = s.place(size);
         s.reservations.insert(addr, size);
         Ok(addr)
     }

@@ -316,6 +316,34 @@ fn expandable_segments_fragment_less_on_random_sizes() {
     assert!(expandable < segments - 0.05 && expandable < 1.2, "mean fragmentation: expandable {expandable:.3}, segments {segments:.3}");
 }
 
+/// The pool's choices do not depend on where the source puts segments: the same
+/// operations on a source whose segments ascend and on one whose segments descend
+/// give every allocation the same place (segment number, offset), so the GPU makes
+/// the choices measured on the host.
+#[test]
+fn placement_does_not_depend_on_segment_addresses() {
+    for config in [AllocConfig::default(), AllocConfig { expandable_segments: true, ..AllocConfig::default() }] {
+        let places = |source: HostSource| {
+            let p = Allocator::new(source, config.clone());
+            let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+            let (mut live, mut places) = (Vec::new(), Vec::new());
+            for _ in 0..20_000 {
+                if (rng.below(2) == 0 && live.len() < 500) || live.is_empty() {
+                    let addr = p.malloc(rng.log_uniform(256, 32 * MIB), 1).unwrap();
+                    places.push(p.source().placement(addr).expect("inside a segment"));
+                    live.push(addr);
+                } else {
+                    p.free(live.swap_remove(rng.below(live.len() as u64) as usize)).unwrap();
+                }
+            }
+            check(&p);
+            places
+        };
+        let (up, down) = (places(HostSource::new(64 * GIB)), places(HostSource::descending(64 * GIB)));
+        assert_eq!(up, down, "expandable: {}", config.expandable_segments);
+    }
+}
+
 /// 8 threads share one pool; a quarter of the blocks are freed by another thread
 /// than the one that allocated them. The invariants hold at the end.
 #[test]
