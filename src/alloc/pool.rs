@@ -3,8 +3,12 @@
 //! PyTorch's caching allocator: 512-byte rounding; a small pool (≤ 1 MiB, carved
 //! from 2 MiB segments) and a large pool (20 MiB segments, or a request's own
 //! segment rounded to 2 MiB above 10 MiB); best fit among the requesting stream's
-//! free blocks (`blocks`); splitting and coalescing; frees deferred until other streams that
-//! used a block are done; a retry after releasing the cache before out-of-memory.
+//! free blocks (kept in `blocks`' size-class lists); splitting and coalescing; frees
+//! deferred until other streams that used a block are done; a retry after releasing
+//! the cache before out-of-memory. Two choices differ: a large block's remainder is
+//! split off at any size (measured to fragment less: benches/NOTES.md, v5), and
+//! equal sizes go to the oldest segment rather than the lowest address, so that the
+//! pool places blocks alike whatever addresses the driver returns.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
