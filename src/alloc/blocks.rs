@@ -127,6 +127,7 @@ const SUB_BITS: u32 = 5;
 const SUBS: usize = 1 << SUB_BITS;
 /// A best-fit search looks at no more than this many blocks of one list: past it,
 /// the best seen is taken (lists are short unless many blocks share a size range).
+/// Only a search that sees no fit at all reads on.
 const SCAN_LIMIT: usize = 32;
 
 /// (level, sub-class) of a size: sizes below 32 units have a class each; above,
@@ -198,11 +199,17 @@ impl FreeLists {
 
     /// The smallest block of at least `size` and less than `limit` bytes (lowest
     /// rank among equals), looking at no more than `SCAN_LIMIT` blocks per list.
+    /// Where that finds nothing, the lists are read whole, so that a fitting block is
+    /// never missed (a miss would take a new segment, or report out of memory).
     pub fn best_fit(&self, arena: &Arena, size: u64, limit: u64) -> Option<BlockId> {
+        self.fit(arena, size, limit, SCAN_LIMIT).or_else(|| self.fit(arena, size, limit, usize::MAX))
+    }
+
+    fn fit(&self, arena: &Arena, size: u64, limit: u64, max_scan: usize) -> Option<BlockId> {
         let (level, sub) = class_of(size);
         // The request's own class may hold blocks too small for it.
         if self.subs.get(level).is_some_and(|s| s & (1 << sub) != 0) {
-            if let Some(id) = self.scan(arena, self.heads[level][sub], size, limit) {
+            if let Some(id) = self.scan(arena, self.heads[level][sub], size, limit, max_scan) {
                 return Some(id);
             }
         }
@@ -219,12 +226,12 @@ impl FreeLists {
             let level = above.trailing_zeros() as usize;
             (level, self.subs[level].trailing_zeros() as usize)
         };
-        self.scan(arena, self.heads[level][sub], size, limit)
+        self.scan(arena, self.heads[level][sub], size, limit, max_scan)
     }
 
-    fn scan(&self, arena: &Arena, mut at: BlockId, size: u64, limit: u64) -> Option<BlockId> {
+    fn scan(&self, arena: &Arena, mut at: BlockId, size: u64, limit: u64, max_scan: usize) -> Option<BlockId> {
         let mut best: Option<(u64, u64, BlockId)> = None;
-        for _ in 0..SCAN_LIMIT {
+        for _ in 0..max_scan {
             if at == NO_BLOCK {
                 break;
             }
@@ -272,6 +279,26 @@ mod tests {
             last = class;
         }
         assert_eq!(class_of(u64::MAX & !(MIN_BLOCK - 1)).0, 50);
+    }
+
+    /// A class holding more blocks than one scan reads, the only fitting one deepest:
+    /// it is still found.
+    #[test]
+    fn a_fitting_block_deep_in_a_long_list_is_found() {
+        let mut arena = Arena::default();
+        let mut lists = FreeLists::new(1, PoolKind::Large);
+        // 200 to 203 units of 512 B: one class. The fitting block goes in first, so it
+        // ends last.
+        let size = |units: u64| units * MIN_BLOCK;
+        let fitting = arena.insert(Block::free(0, size(203), 0, 1, PoolKind::Large, NO_BLOCK, NO_BLOCK));
+        lists.insert(&mut arena, fitting);
+        for i in 1..=3 * SCAN_LIMIT as u64 {
+            let id = arena.insert(Block::free(i << 32, size(200), i, 1, PoolKind::Large, NO_BLOCK, NO_BLOCK));
+            lists.insert(&mut arena, id);
+        }
+        assert_eq!(class_of(size(200)), class_of(size(203)));
+        assert_eq!(lists.best_fit(&arena, size(202), u64::MAX), Some(fitting));
+        assert_eq!(lists.best_fit(&arena, size(204), u64::MAX), None);
     }
 
     /// Random inserts and removes against a plain list: the best fit is always the
