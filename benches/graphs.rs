@@ -3,7 +3,9 @@
 //!   1. a captured sequence of 10 / 100 / 1000 small kernels: µs per replay against
 //!      µs per direct sequence on a stream (reported);
 //!   2. gpurt_graph_launch against cuGraphLaunch of the same exec: within 5 %;
-//!   3. NVRTC: compiling once against a cached kernel lookup, which must be < 1 µs.
+//!   3. NVRTC: compiling once against a cached kernel lookup, which must be < 1 µs;
+//!   4. an elementwise call on a cached expression against a plain launch of a
+//!      cached kernel, host time per call (reported).
 
 use std::ffi::{c_char, c_void, CString};
 use std::time::Instant;
@@ -23,6 +25,7 @@ struct Graphs {
     instantiate: unsafe extern "C" fn(H, u64, H, *mut H) -> i32,
     graph_launch: unsafe extern "C" fn(H, H) -> i32,
     exec_native: unsafe extern "C" fn(H, *mut H) -> i32,
+    elementwise: unsafe extern "C" fn(*const c_char, *const *const c_char, *const H, usize, i32, usize, H, H) -> i32,
 }
 
 fn load(lib: &libloading::Library) -> Graphs {
@@ -36,6 +39,7 @@ fn load(lib: &libloading::Library) -> Graphs {
             instantiate: sym!(lib, "gpurt_graph_instantiate"),
             graph_launch: sym!(lib, "gpurt_graph_launch"),
             exec_native: sym!(lib, "gpurt_graph_exec_native"),
+            elementwise: sym!(lib, "gpurt_elementwise"),
         }
     }
 }
@@ -105,6 +109,33 @@ fn main() {
     println!("| NVRTC compile, first time (µs) | {:.0} | | info | info |", compile_ns / 1e3);
     let pass = if lookup_ns < 1000.0 { "PASS" } else { "MISS" };
     println!("| cached kernel lookup, gpurt_rtc_get_kernel (ns) | {lookup_ns:.0} | | < 1000 | {pass} |");
+
+    // `out = a * b + c` over 1024 floats: the host's time per call, batches of 100
+    // calls (the stream drained between batches, untimed), against plain launches.
+    let n = 1024;
+    let mut bufs = [std::ptr::null_mut(); 4];
+    bufs.iter_mut().for_each(|p| unsafe { st((b.malloc)(n * 4, stream, p)) });
+    let expression = CString::new("out = a * b + c").unwrap();
+    let names = ["a", "b", "c"].map(|n| CString::new(n).unwrap());
+    let name_ptrs = names.each_ref().map(|n| n.as_ptr());
+    let elementwise = || unsafe {
+        st((g.elementwise)(expression.as_ptr(), name_ptrs.as_ptr(), bufs.as_ptr(), 3, 0, n, bufs[3], stream));
+    };
+    elementwise();
+    let host_ns = |f: &dyn Fn()| {
+        let samples = (0..21)
+            .map(|_| {
+                sync();
+                let t = Instant::now();
+                (0..100).for_each(|_| f());
+                t.elapsed().as_nanos() as f64 / 100.0
+            })
+            .collect();
+        median(samples)
+    };
+    let (ew, plain) = (host_ns(&elementwise), host_ns(&|| launch(1)));
+    println!("| elementwise call, cached expression, vs gpurt_launch_kernel (host ns per call) | {ew:.0} | {plain:.0} | report (+{:.0} ns) | info |", ew - plain);
+    sync();
 }
 
 /// ns per run of `f`, over `reps` runs and the stream sync that ends them (the

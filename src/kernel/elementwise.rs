@@ -123,15 +123,19 @@ pub fn launch(
     if names.len() != inputs.len() {
         return Err(Error::invalid_argument("one input pointer per input name"));
     }
-    let src = source(expression, names, dtype)?;
+    // The recipe names the source: the dtype, the expression and the input names,
+    // each ended by a NUL (which none of them can hold).
+    let mut recipe = format!("{}\0{expression}\0", dtype as i32);
+    names.iter().for_each(|n| recipe.extend([n, "\0"]));
     let s = crate::stream::get(stream)?;
     if count == 0 {
-        return Ok(());
+        return source(expression, names, dtype).map(drop);
     }
     if output == 0 || inputs.contains(&0) {
         return Err(Error::invalid_argument("an input or the output pointer is NULL"));
     }
-    let kernel = crate::device::with_device(s.device(), || super::rtc::get_kernel(&src, &[], KERNEL_NAME))?;
+    let generate = || source(expression, names, dtype);
+    let kernel = crate::device::with_device(s.device(), || super::rtc::get_kernel_by_recipe(&recipe, KERNEL_NAME, generate))?;
     let mut values: Vec<u64> = inputs.to_vec();
     values.push(output);
     values.push(count);

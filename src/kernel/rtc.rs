@@ -299,9 +299,13 @@ struct KernelEntry {
 }
 
 /// Kernels by hash; each cached module stays loaded until `clear_cache`.
+#[derive(Default)]
 struct KernelCache {
     entries: HashMap<u64, Vec<KernelEntry>>,
     modules: Vec<Handle>,
+    /// Kernels by a caller's recipe (what it generates its source from) and device,
+    /// so that a repeated request skips generating and hashing the source.
+    recipes: HashMap<String, Vec<(i32, Handle)>>,
 }
 
 static KERNEL_CACHE: Mutex<Option<KernelCache>> = Mutex::new(None);
@@ -338,7 +342,7 @@ pub fn get_kernel(source: &str, options: &[&str], name: &str) -> Result<Handle> 
         }
     };
     let mut cache = lock(&KERNEL_CACHE);
-    let cache = cache.get_or_insert_with(|| KernelCache { entries: HashMap::new(), modules: Vec::new() });
+    let cache = cache.get_or_insert_with(KernelCache::default);
     if let Some(k) = found(cache) {
         // Another thread got there first: keep its module, drop ours.
         let _ = super::unload(module);
@@ -347,6 +351,24 @@ pub fn get_kernel(source: &str, options: &[&str], name: &str) -> Result<Handle> 
     cache.modules.push(module);
     let entry = KernelEntry { source: source.to_string(), options: owned, name: name.to_string(), device, kernel };
     cache.entries.entry(hash).or_default().push(entry);
+    Ok(kernel)
+}
+
+/// The kernel `name` of the source that `recipe` stands for (`source` generates it,
+/// on a miss only), compiled without options for the current device: `get_kernel`,
+/// keyed by the short recipe instead of the whole source. Cleared with the caches.
+pub fn get_kernel_by_recipe(recipe: &str, name: &str, source: impl FnOnce() -> Result<String>) -> Result<Handle> {
+    let device = crate::device::current()?;
+    let found = |cache: &KernelCache| cache.recipes.get(recipe)?.iter().find(|(d, _)| *d == device).map(|&(_, k)| k);
+    if let Some(k) = lock(&KERNEL_CACHE).as_ref().and_then(found) {
+        return Ok(k);
+    }
+    let kernel = get_kernel(&source()?, &[], name)?;
+    let mut cache = lock(&KERNEL_CACHE);
+    let cache = cache.get_or_insert_with(KernelCache::default);
+    if found(cache).is_none() {
+        cache.recipes.entry(recipe.to_string()).or_default().push((device, kernel));
+    }
     Ok(kernel)
 }
 

@@ -1,6 +1,7 @@
 //! Kernels on the GPU: NVRTC compile, load and launch with exact results, compile
 //! errors with their log, the kernel caches (memory and disk), cluster launches, and
-//! elementwise kernels against a CPU reference for every dtype.
+//! elementwise kernels against a CPU reference for every dtype, and their kernels kept
+//! apart by expression and input names across a cache clear.
 
 use gpurt::kernel::elementwise::gpurt_dtype_t::{self, *};
 use gpurt::kernel::ffi::*;
@@ -15,6 +16,7 @@ pub const TESTS: &[crate::support::Test] = &[
     ("kernel_cache_serves_repeats_and_survives_a_clear_through_disk", kernel_cache_serves_repeats_and_survives_a_clear_through_disk),
     ("cluster_launch_runs_every_block", cluster_launch_runs_every_block),
     ("elementwise_matches_the_cpu_for_every_dtype", elementwise_matches_the_cpu_for_every_dtype),
+    ("elementwise_kernels_are_told_apart_and_survive_a_cache_clear", elementwise_kernels_are_told_apart_and_survive_a_cache_clear),
 ];
 
 /// Kernels the GPU tests and the graph tests share.
@@ -232,4 +234,44 @@ fn elementwise_matches_the_cpu_for_every_dtype() {
         inputs.into_iter().chain([out]).for_each(free);
     }
     expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
+}
+
+/// Calls that share names or an expression get their own kernels: a changed
+/// expression, the same names in another order, and a repeat after
+/// `gpurt_rtc_clear_cache` (which invalidates cached kernels) all compute exactly.
+fn elementwise_kernels_are_told_apart_and_survive_a_cache_clear() {
+    let s = stream();
+    let n = 4099usize;
+    let values = |seed: usize| -> Vec<f32> { random_words(n + seed).iter().skip(seed).map(|w| ((*w % 1024) as f32 - 512.0) / 16.0).collect() };
+    let host = [values(0), values(1), values(2)];
+    let inputs: Vec<u64> = host
+        .iter()
+        .map(|v| {
+            let d = malloc(n * 4, s);
+            expect_status!(gpurt::copy::ffi::gpurt_memcpy(d as *mut _, v.as_ptr().cast(), n * 4, s), GPURT_SUCCESS);
+            d
+        })
+        .collect();
+    let out = malloc(n * 4, s);
+    let run = |expression: &str, names: [&str; 3]| -> Vec<f32> {
+        let (expr, names) = (cstr(expression), names.map(cstr));
+        let name_ptrs = names.each_ref().map(|c| c.as_ptr());
+        let in_ptrs: Vec<*const libc::c_void> = inputs.iter().map(|&p| p as *const _).collect();
+        expect_status!(gpurt_elementwise(expr.as_ptr(), name_ptrs.as_ptr(), in_ptrs.as_ptr(), 3, GPURT_DTYPE_F32 as i32, n, out as *mut _, s), GPURT_SUCCESS);
+        let mut got = vec![0f32; n];
+        expect_status!(gpurt::copy::ffi::gpurt_memcpy(got.as_mut_ptr().cast(), out as *const _, n * 4, s), GPURT_SUCCESS);
+        got
+    };
+    let [x, y, z] = &host;
+    let fma: Vec<f32> = (0..n).map(|i| x[i].mul_add(y[i], z[i])).collect();
+    let fms: Vec<f32> = (0..n).map(|i| (-y[i]).mul_add(z[i], x[i])).collect();
+    // With the names reordered, `a` is the second input and `b` the first.
+    let swapped: Vec<f32> = (0..n).map(|i| y[i].mul_add(x[i], z[i]) - y[i]).collect();
+    assert_eq!(run("out = a * b + c", ["a", "b", "c"]), fma);
+    assert_eq!(run("out = a - b * c", ["a", "b", "c"]), fms);
+    assert_eq!(run("out = a * b + c - a", ["b", "a", "c"]), swapped);
+    assert_eq!(run("out = a * b + c", ["a", "b", "c"]), fma, "a repeat");
+    expect_status!(gpurt_rtc_clear_cache(), GPURT_SUCCESS);
+    assert_eq!(run("out = a * b + c", ["a", "b", "c"]), fma, "after the cache was cleared");
+    inputs.into_iter().chain([out]).for_each(free);
 }
