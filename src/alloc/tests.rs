@@ -249,6 +249,47 @@ fn random_operations(config: AllocConfig) {
     assert_eq!((p.source().live_segments(), p.source().mapped_bytes()), (0, 0));
 }
 
+/// Options changed between operations (`gpurt_alloc_set_config` at any time),
+/// expandable segments switched on and off included, under a memory cap that some
+/// requests hit: every invariant holds throughout, and everything is given back at
+/// the end.
+#[test]
+fn options_changed_midway_keep_every_invariant() {
+    let configs = ["", "max_split_size_mb:40", "roundup_power2_divisions:4", "expandable_segments:True", "garbage_collection_threshold:0.5"]
+        .map(|text| AllocConfig::parse(text).unwrap());
+    let mut rng = Rng(0x2f0b_7a1c_55d3_9e61);
+    let p = Allocator::new(HostSource::new(2 * GIB), AllocConfig::default());
+    p.set_memory_fraction(0.75).unwrap();
+    let mut live: Vec<u64> = Vec::new();
+    for i in 0..30_000 {
+        if i % 1_000 == 0 {
+            p.set_config(configs[rng.below(configs.len() as u64) as usize].clone());
+            check(&p);
+        }
+        if (rng.below(2) == 0 && live.len() < 300) || live.is_empty() {
+            match p.malloc(rng.log_uniform(256, 64 * MIB), 1 + rng.below(2)) {
+                Ok(addr) => live.push(addr),
+                Err(e) => assert_eq!(e.status, Status::GPURT_ERROR_OUT_OF_MEMORY),
+            }
+        } else {
+            p.free(live.swap_remove(rng.below(live.len() as u64) as usize)).unwrap();
+        }
+        if i % 97 == 0 {
+            check(&p);
+        }
+        if i % 5_000 == 4_999 {
+            p.empty_cache();
+            check(&p);
+        }
+    }
+    let s = p.stats();
+    assert!(s.num_device_alloc > 100 && s.num_ooms > 0, "the run should take many segments and hit its cap");
+    live.drain(..).for_each(|addr| p.free(addr).unwrap());
+    p.empty_cache();
+    check(&p);
+    assert_eq!((p.stats().reserved_bytes.all.current, p.source().live_segments(), p.source().mapped_bytes()), (0, 0, 0));
+}
+
 fn expandable(capacity: u64) -> Allocator {
     Allocator::new(HostSource::new(capacity), AllocConfig { expandable_segments: true, ..AllocConfig::default() })
 }
