@@ -143,8 +143,8 @@ fn class_of(size: u64) -> (usize, usize) {
 
 /// The free blocks of one stream and pool kind, by size class.
 pub struct FreeLists {
-    pub stream: u64,
-    pub pool: PoolKind,
+    stream: u64,
+    pool: PoolKind,
     /// Bit l: level l has a non-empty class.
     levels: u64,
     /// Per level, bit s: class (l, s) is non-empty.
@@ -160,6 +160,11 @@ impl FreeLists {
 
     pub fn is_empty(&self) -> bool {
         self.levels == 0
+    }
+
+    /// Whether these are the lists of `stream`'s `pool`.
+    pub fn hold(&self, stream: u64, pool: PoolKind) -> bool {
+        self.stream == stream && self.pool == pool
     }
 
     pub fn insert(&mut self, arena: &mut Arena, id: BlockId) {

@@ -209,7 +209,8 @@ pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// A freed block parked uncoalesced for the next request of its exact size on its
-/// stream.
+/// stream. Its size and stream are copied from the block, so that the search for a
+/// match reads this one small array and not the arena.
 #[derive(Debug, Clone, Copy)]
 struct Parked {
     stream: u64,
@@ -308,7 +309,7 @@ fn count_inactive_split(stats: &mut gpurt_memory_stats_t, b: &Block, sign: i64) 
 
 /// The free lists of `stream`'s `pool`, created on first use.
 fn lists_of(free: &mut Vec<FreeLists>, stream: u64, pool: PoolKind) -> &mut FreeLists {
-    match free.iter().position(|f| f.stream == stream && f.pool == pool) {
+    match free.iter().position(|f| f.hold(stream, pool)) {
         Some(i) => &mut free[i],
         None => {
             free.push(FreeLists::new(stream, pool));
@@ -413,7 +414,7 @@ impl<S: SegmentSource> Pool<S> {
     fn find_free(&self, pool: PoolKind, stream: u64, size: u64) -> Option<BlockId> {
         let max_split = self.config.max_split_size;
         let limit = if size < max_split { max_split } else { size.saturating_add(LARGE_BUFFER) };
-        let lists = self.free.iter().find(|f| f.stream == stream && f.pool == pool)?;
+        let lists = self.free.iter().find(|f| f.hold(stream, pool))?;
         lists.best_fit(&self.blocks, size, limit)
     }
 
@@ -769,7 +770,7 @@ impl<S: SegmentSource> Pool<S> {
         for lists in &self.free {
             for (id, ok) in lists.entries(&self.blocks) {
                 let b = &self.blocks[id];
-                if !ok || b.stream != lists.stream || b.pool != lists.pool || !listed.insert(id) {
+                if !ok || !lists.hold(b.stream, b.pool) || !listed.insert(id) {
                     return Err(format!("free block {:#x} is misfiled in the free lists", b.addr));
                 }
             }
