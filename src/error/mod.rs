@@ -114,20 +114,37 @@ impl Status {
 }
 
 /// An error: a status, a message for a person, and the raw CUresult when the
-/// driver produced it.
+/// driver produced it. Boxed, so that a `Result` of a word or less is returned in
+/// registers: every hot call passes its `Result` up through several layers.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
-pub struct Error {
+#[error("{}", .0.message)]
+pub struct Error(Box<ErrorDetail>);
+
+#[derive(Debug, Clone)]
+pub struct ErrorDetail {
     pub status: Status,
     pub message: String,
     pub cuda_code: Option<i32>,
+}
+
+impl std::ops::Deref for Error {
+    type Target = ErrorDetail;
+    fn deref(&self) -> &ErrorDetail {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Error {
+    fn deref_mut(&mut self) -> &mut ErrorDetail {
+        &mut self.0
+    }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub fn new(status: Status, message: impl Into<String>) -> Error {
-        Error { status, message: message.into(), cuda_code: None }
+        Error(Box::new(ErrorDetail { status, message: message.into(), cuda_code: None }))
     }
     pub fn invalid_argument(message: impl Into<String>) -> Error {
         Error::new(Status::GPURT_ERROR_INVALID_ARGUMENT, message)
@@ -142,11 +159,11 @@ impl Error {
     pub fn cuda(call: &str, code: CUresult) -> Error {
         let raw = code as i32;
         let (name, text) = crate::driver::error_name_and_text(code);
-        Error {
+        Error(Box::new(ErrorDetail {
             status: Status::from_cuda(raw),
             message: format!("{call} failed: {name} ({raw}): {text}"),
             cuda_code: Some(raw),
-        }
+        }))
     }
     /// Prefix the message with the context of the caller (the C function, an argument).
     pub fn context(mut self, what: &str) -> Error {
