@@ -55,17 +55,25 @@ struct ShardState<S: SegmentSource> {
 
 impl<S: SegmentSource> ShardState<S> {
     fn flush(&mut self, totals: &Mutex<gpurt_memory_stats_t>) {
-        lock(totals).absorb(self.pool.stats(), &self.flushed);
+        // Parked blocks go back first: their counts change as they coalesce.
+        self.pool.flush_parked();
+        let now = self.pool.stats();
+        lock(totals).absorb(&now, &self.flushed);
         self.pool.restart_peaks();
-        self.flushed = *self.pool.stats();
+        self.flushed = now;
     }
 
     /// Flushes when the totals would otherwise drift too far (see the module notes).
+    /// The allocated bytes read first count parked blocks (see `Pool::stats`), so a
+    /// large move is confirmed on the settled figure before flushing.
+    #[inline]
     fn flush_if_due(&mut self, totals: &Mutex<gpurt_memory_stats_t>) {
-        let (now, last) = (self.pool.stats(), &self.flushed);
-        if (now.allocated_bytes.all.current - last.allocated_bytes.all.current).abs() >= FLUSH_BYTES
-            || now.num_device_alloc != last.num_device_alloc
-            || now.num_device_free != last.num_device_free
+        let last = &self.flushed;
+        let drifted = |allocated: i64| (allocated - last.allocated_bytes.all.current).abs() >= FLUSH_BYTES;
+        let (allocated, device_allocs, device_frees) = self.pool.flush_signals();
+        if device_allocs != last.num_device_alloc
+            || device_frees != last.num_device_free
+            || (drifted(allocated) && drifted(self.pool.stats().allocated_bytes.all.current))
         {
             self.flush(totals);
         }
@@ -121,7 +129,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         let index = *streams.entry(stream).or_insert((count % MAX_SHARDS) as u32);
         self.shards[index as usize].get_or_init(|| {
             let pool = Pool::new(self.shared.clone(), index, lock(&self.config).clone());
-            Shard { state: Mutex::new(ShardState { flushed: *pool.stats(), pool }) }
+            Shard { state: Mutex::new(ShardState { flushed: pool.stats(), pool }) }
         });
         drop(streams);
         LAST_SHARD.set((self.id, stream, index));
@@ -294,7 +302,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
                 }
             }
             segments += state.pool.stats().segment.all.current;
-            sum.absorb(state.pool.stats(), &gpurt_memory_stats_t::new());
+            sum.absorb(&state.pool.stats(), &gpurt_memory_stats_t::new());
         }
         let reserved = sum.reserved_bytes.all.current as u64;
         if owners.len() as i64 != segments || reserved != self.shared.reserved() {

@@ -250,8 +250,18 @@ pub struct Pool<S: SegmentSource> {
     /// first request that none of them serves returns them all to the free lists, so
     /// they never keep memory from a best fit.
     parked: Vec<Parked>,
-    /// This shard's statistics (exact for its blocks); the allocator sums shards.
+    /// This shard's statistics (exact for its blocks, once `stats` settles them);
+    /// the allocator sums shards.
+    ///
+    /// A parked block is still counted as allocated and active here, until it leaves
+    /// the parked list: a free and a reuse of a parked block then cost no update of
+    /// those four statistics (`parked_reuses` counts them for the totals). That keeps
+    /// every peak exact: only reuses raise these counts while blocks are parked, and
+    /// each only brings back what its block counted before, because any other request
+    /// returns the parked blocks first, and so does every restart of the peaks.
     stats: gpurt_memory_stats_t,
+    /// Per pool kind (`pool_index`): parked blocks reused, and their bytes.
+    parked_reuses: [(i64, i64); 2],
     /// Expandable segments, one per (stream, pool index).
     expandable: HashMap<(u64, usize), Expandable>,
     /// Segments taken so far: the next segment's number in its blocks' ranks.
@@ -284,11 +294,13 @@ fn count_handed_out(stats: &mut gpurt_memory_stats_t, block: &mut Block, request
     stats.requested_bytes.add(pool, requested as i64);
 }
 
-/// Uncounts a block's allocation (its active use ends when it is parked).
-fn count_freed(stats: &mut gpurt_memory_stats_t, block: &Block) {
-    stats.allocation.sub(block.pool, 1);
-    stats.allocated_bytes.sub(block.pool, block.size as i64);
-    stats.requested_bytes.sub(block.pool, block.requested as i64);
+/// Uncounts `blocks` allocations of `bytes` in all that leave use: freed, and not
+/// active.
+fn uncount_use(stats: &mut gpurt_memory_stats_t, pool: PoolKind, blocks: i64, bytes: i64) {
+    stats.allocation.sub(pool, blocks);
+    stats.allocated_bytes.sub(pool, bytes);
+    stats.active.sub(pool, blocks);
+    stats.active_bytes.sub(pool, bytes);
 }
 
 /// Counts a block entering (`+1`) or leaving (`-1`) the free blocks of a split
@@ -342,6 +354,7 @@ impl<S: SegmentSource> Pool<S> {
             pending: Vec::new(),
             parked: Vec::new(),
             stats: gpurt_memory_stats_t::new(),
+            parked_reuses: [(0, 0); 2],
             expandable: HashMap::default(),
             segments_taken: 0,
         }
@@ -356,12 +369,34 @@ impl<S: SegmentSource> Pool<S> {
         self.segments.contains_key(&start)
     }
 
-    pub fn stats(&self) -> &gpurt_memory_stats_t {
-        &self.stats
+    /// The statistics, with parked blocks counted as freed and their reuses as
+    /// allocations and frees (see `stats`).
+    pub fn stats(&self) -> gpurt_memory_stats_t {
+        let mut s = self.stats;
+        for p in &self.parked {
+            let pool = self.blocks[p.id].pool;
+            uncount_use(&mut s, pool, 1, p.size as i64);
+        }
+        for (pool, (reuses, bytes)) in [PoolKind::Small, PoolKind::Large].into_iter().zip(self.parked_reuses) {
+            for (array, amount) in [(&mut s.allocation, reuses), (&mut s.active, reuses), (&mut s.allocated_bytes, bytes), (&mut s.active_bytes, bytes)] {
+                array.add_total(pool, amount);
+            }
+        }
+        s
     }
+
+    /// The allocated bytes, counting parked blocks, and the driver allocations and
+    /// frees so far: what tells the allocator to fold this shard's statistics into
+    /// its totals, read at every operation without settling (`stats`).
+    pub fn flush_signals(&self) -> (i64, i64, i64) {
+        (self.stats.allocated_bytes.all.current, self.stats.num_device_alloc, self.stats.num_device_free)
+    }
+
     /// Peaks restart from the current values: the allocator folds each shard's peak
-    /// since its last flush into the totals.
+    /// since its last flush into the totals. Only with no block parked, as the
+    /// counts parked blocks keep (see `stats`) must not enter the peaks.
     pub fn restart_peaks(&mut self) {
+        debug_assert!(self.parked.is_empty(), "peaks restart with parked blocks counted");
         self.stats.reset_peak();
     }
 
@@ -397,14 +432,22 @@ impl<S: SegmentSource> Pool<S> {
         let id = if i + 1 == self.parked.len() { self.parked.pop() } else { Some(self.parked.remove(i)) }?.id;
         let block = &mut self.blocks[id];
         count_inactive_split(&mut self.stats, block, -1);
-        count_handed_out(&mut self.stats, block, requested);
+        // Still counted as allocated and active (see `stats`): only the request is new.
+        block.state = State::Allocated;
+        block.requested = requested;
+        self.stats.requested_bytes.add(block.pool, requested as i64);
+        let reuses = &mut self.parked_reuses[pool_index(block.pool)];
+        *reuses = (reuses.0 + 1, reuses.1 + block.size as i64);
         Some(block.addr)
     }
 
-    /// Returns every parked block to the free lists, coalesced.
-    fn flush_parked(&mut self) {
-        while let Some(Parked { id, .. }) = self.parked.pop() {
-            count_inactive_split(&mut self.stats, &self.blocks[id], -1);
+    /// Returns every parked block to the free lists, coalesced, and uncounts its use
+    /// (see `stats`).
+    pub fn flush_parked(&mut self) {
+        while let Some(Parked { id, size, .. }) = self.parked.pop() {
+            let block = &self.blocks[id];
+            uncount_use(&mut self.stats, block.pool, 1, size as i64);
+            count_inactive_split(&mut self.stats, block, -1);
             self.coalesce_into_free(id);
         }
     }
@@ -433,7 +476,10 @@ impl<S: SegmentSource> Pool<S> {
         while i < self.pending.len() {
             if self.shared.source.settle(&mut self.pending[i].1, wait) {
                 let (id, _) = self.pending.swap_remove(i);
-                self.park(id);
+                let block = &self.blocks[id];
+                self.stats.active.sub(block.pool, 1);
+                self.stats.active_bytes.sub(block.pool, block.size as i64);
+                self.coalesce_into_free(id);
             } else {
                 i += 1;
             }
@@ -543,7 +589,6 @@ impl<S: SegmentSource> Pool<S> {
         if !self.blocks[id].used_on.is_empty() {
             return Some(self.free_after_other_streams(id));
         }
-        count_freed(&mut self.stats, &self.blocks[id]);
         self.park(id);
         Some(Ok(()))
     }
@@ -556,23 +601,26 @@ impl<S: SegmentSource> Pool<S> {
         let block = &mut self.blocks[id];
         block.used_on.clear();
         block.state = State::PendingFree;
-        count_freed(&mut self.stats, block);
+        let (pool, size, requested) = (block.pool, block.size as i64, block.requested as i64);
+        block.requested = 0;
+        self.stats.allocation.sub(pool, 1);
+        self.stats.allocated_bytes.sub(pool, size);
+        self.stats.requested_bytes.sub(pool, requested);
         self.pending.push((id, markers));
         Ok(())
     }
 
-    /// Parks a block no longer in use (freed, or its deferred free completed); past
-    /// `MAX_PARKED`, the others are returned to the free lists first.
+    /// Parks a freed block, still counted as allocated and active (see `stats`);
+    /// past `MAX_PARKED`, the others are returned to the free lists first.
     fn park(&mut self, id: BlockId) {
         if self.parked.len() == MAX_PARKED {
             self.flush_parked();
         }
         let block = &mut self.blocks[id];
         block.state = State::Parked;
+        let (pool, size, stream, requested) = (block.pool, block.size, block.stream, block.requested);
         block.requested = 0;
-        let (pool, size, stream) = (block.pool, block.size, block.stream);
-        self.stats.active.sub(pool, 1);
-        self.stats.active_bytes.sub(pool, size as i64);
+        self.stats.requested_bytes.sub(pool, requested as i64);
         count_inactive_split(&mut self.stats, block, 1);
         self.parked.push(Parked { stream, size, id });
     }
@@ -829,7 +877,7 @@ impl<S: SegmentSource> Pool<S> {
         if blocks_seen != self.blocks.len() || listed.len() + in_use != self.blocks.len() || in_use != self.by_addr.len() {
             return Err("blocks outside any segment, stale free-list entries or stale addresses".into());
         }
-        let s = &self.stats;
+        let s = &self.stats();
         let reserved: u64 = self.segments.values().map(|seg| seg.size).sum();
         let checks = [
             ("allocated_bytes", s.allocated_bytes.all.current, allocated),

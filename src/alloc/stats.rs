@@ -65,6 +65,15 @@ impl gpurt_stat_array_t {
         self.all.sub(amount);
         self.pool(pool).sub(amount);
     }
+    /// Counts `amount` as both added and removed (uses that began and ended between
+    /// two reads): the totals move, the current value does not.
+    pub(crate) fn add_total(&mut self, pool: PoolKind, amount: i64) {
+        self.all.allocated += amount;
+        self.all.freed += amount;
+        let row = self.pool(pool);
+        row.allocated += amount;
+        row.freed += amount;
+    }
     fn pool(&mut self, pool: PoolKind) -> &mut gpurt_stat_t {
         match pool {
             PoolKind::Small => &mut self.small_pool,

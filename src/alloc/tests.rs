@@ -469,6 +469,70 @@ fn statistics_across_shards() {
     check(&p);
 }
 
+/// Statistics on one stream against a model, at random reads: every current value,
+/// peak and total of the allocations, allocated, active and requested bytes is exact,
+/// with many frees and reuses served by parked blocks (a few repeated sizes), and
+/// with peaks and totals reset in between.
+#[test]
+fn statistics_are_exact_on_one_stream() {
+    #[derive(Default, Debug, PartialEq, Eq, Clone, Copy)]
+    struct Model {
+        count: [i64; 4],
+        bytes: [i64; 4],
+        requested: [i64; 2],
+    }
+    let p = pool(1 << 50);
+    let mut rng = Rng(0x0dd5_eed5);
+    let mut live: Vec<(u64, u64)> = Vec::new();
+    let mut m = Model::default(); // [current, peak, allocated, freed]; requested [current, peak]
+    let (mut reuse_sizes, mut reads) = ([0u64; 4], 0);
+    for slot in &mut reuse_sizes {
+        *slot = rng.log_uniform(256, 64 * MIB);
+    }
+    for i in 0..30_000 {
+        if rng.below(2) == 0 || live.is_empty() {
+            let size = if rng.below(3) == 0 { rng.log_uniform(256, 64 * MIB) } else { reuse_sizes[rng.below(4) as usize] };
+            live.push((p.malloc(size, 7).unwrap(), size));
+            let block = size.div_ceil(512) as i64 * 512;
+            m.count = [m.count[0] + 1, m.count[1].max(m.count[0] + 1), m.count[2] + 1, m.count[3]];
+            m.bytes = [m.bytes[0] + block, m.bytes[1].max(m.bytes[0] + block), m.bytes[2] + block, m.bytes[3]];
+            m.requested = [m.requested[0] + size as i64, m.requested[1].max(m.requested[0] + size as i64)];
+        } else {
+            let (addr, size) = live.swap_remove(rng.below(live.len() as u64) as usize);
+            p.free(addr).unwrap();
+            let block = size.div_ceil(512) as i64 * 512;
+            m.count = [m.count[0] - 1, m.count[1], m.count[2], m.count[3] + 1];
+            m.bytes = [m.bytes[0] - block, m.bytes[1], m.bytes[2], m.bytes[3] + block];
+            m.requested[0] -= size as i64;
+        }
+        match rng.below(100) {
+            0 => {
+                p.reset_peak();
+                (m.count[1], m.bytes[1], m.requested[1]) = (m.count[0], m.bytes[0], m.requested[0]);
+            }
+            1 => {
+                p.reset_accumulated();
+                (m.count[2], m.count[3], m.bytes[2], m.bytes[3]) = (0, 0, 0, 0);
+            }
+            2..=11 => {
+                let s = p.stats();
+                let four = |a: &super::stats::gpurt_stat_array_t| [a.all.current, a.all.peak, a.all.allocated, a.all.freed];
+                let got = Model {
+                    count: four(&s.allocation),
+                    bytes: four(&s.allocated_bytes),
+                    requested: [s.requested_bytes.all.current, s.requested_bytes.all.peak],
+                };
+                assert_eq!(got, m, "after operation {i}");
+                assert_eq!((four(&s.active), four(&s.active_bytes)), (m.count, m.bytes), "active after operation {i}");
+                reads += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(reads > 2000);
+    check(&p);
+}
+
 /// More streams than shards: streams share shards, each stream's blocks stay its own.
 #[test]
 fn more_streams_than_shards() {
