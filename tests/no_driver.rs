@@ -78,5 +78,6 @@ fn main() {
             ("stream_and_event_creation_say_no_driver", stream_and_event_creation_say_no_driver),
             ("sync_debug_mode_round_trips_and_bad_devices_still_fail_first", sync_debug_mode_round_trips_and_bad_devices_still_fail_first),
         ],
+        &[],
     )
 }

@@ -8,6 +8,7 @@ mod alloc;
 mod device;
 mod graphs;
 mod kernels;
+mod multi;
 mod pinned;
 mod stream;
 mod util;
@@ -23,5 +24,5 @@ fn main() {
     tests.extend_from_slice(pinned::TESTS);
     tests.extend_from_slice(kernels::TESTS);
     tests.extend_from_slice(graphs::TESTS);
-    support::run("gpu", support::Needs::Gpu, &tests)
+    support::run("gpu", support::Needs::Gpu, &tests, multi::TESTS)
 }

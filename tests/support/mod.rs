@@ -35,7 +35,19 @@ pub enum Needs {
     NoGpu,
 }
 
-pub fn run(suite: &str, needs: Needs, tests: &[Test]) -> ! {
+/// Why this machine cannot run the tests that need two GPUs, or None when it can.
+fn fewer_than_two_gpus() -> Option<String> {
+    let mut count = 0;
+    match gpurt::device::ffi::gpurt_device_count(&mut count) {
+        gpurt::Status::GPURT_SUCCESS if count >= 2 => None,
+        gpurt::Status::GPURT_SUCCESS => Some(format!("they need two GPUs, and this machine has {count}")),
+        _ => Some(format!("they need two GPUs: {}", last_message())),
+    }
+}
+
+/// Runs `tests`, and `two_gpu_tests` where there are two GPUs (reported as ignored,
+/// with the reason, where there are fewer).
+pub fn run(suite: &str, needs: Needs, tests: &[Test], two_gpu_tests: &[Test]) -> ! {
     let args = Arguments::from_args();
     let reason = no_gpu_reason();
     let skip_reason = match (&needs, &reason) {
@@ -50,11 +62,18 @@ pub fn run(suite: &str, needs: Needs, tests: &[Test]) -> ! {
         _ => None,
     };
     if let Some(why) = &skip_reason {
-        println!("{suite}: {} tests SKIPPED: {why}", tests.len());
+        println!("{suite}: {} tests SKIPPED: {why}", tests.len() + two_gpu_tests.len());
     }
+    let two_gpu_skip = skip_reason.clone().or_else(|| two_gpu_tests.first().and_then(|_| fewer_than_two_gpus()));
+    if let (None, Some(why)) = (&skip_reason, &two_gpu_skip) {
+        println!("{suite}: {} tests SKIPPED: {why}", two_gpu_tests.len());
+    }
+    let skipped = |two_gpu: bool| if two_gpu { two_gpu_skip.is_some() } else { skip_reason.is_some() };
     let trials = tests
         .iter()
-        .map(|&(name, body)| {
+        .map(|test| (test, false))
+        .chain(two_gpu_tests.iter().map(|test| (test, true)))
+        .map(|(&(name, body), two_gpu)| {
             Trial::test(name, move || {
                 // Tests share process-wide state (current device, sync debug mode): one at a time.
                 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -67,7 +86,7 @@ pub fn run(suite: &str, needs: Needs, tests: &[Test]) -> ! {
                         .into()
                 })
             })
-            .with_ignored_flag(skip_reason.is_some())
+            .with_ignored_flag(skipped(two_gpu))
         })
         .collect();
     libtest_mimic::run(&args, trials).exit()
