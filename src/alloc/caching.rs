@@ -230,6 +230,12 @@ impl<S: SegmentSource> CachingAllocator<S> {
         self.shared.owner_of(addr).is_some()
     }
 
+    /// Whether `addr` may lie in one of this allocator's segments (`false`: surely
+    /// not), read without a lock.
+    pub fn may_hold(&self, addr: u64) -> bool {
+        self.shared.may_hold(addr)
+    }
+
     /// Frees a live allocation (0 is a no-op), found from its address alone.
     pub fn free(&self, addr: u64) -> Result<()> {
         if addr == 0 {

@@ -104,11 +104,20 @@ pub struct Segments<S> {
     limit: AtomicU64,
     /// Segment start -> (end, owning shard).
     owners: Mutex<BTreeMap<u64, (u64, u32)>>,
+    /// The lowest start and highest end of any segment so far (never narrowed): lets
+    /// a pointer-only free pass over other devices' allocators without a lock.
+    span: (AtomicU64, AtomicU64),
 }
 
 impl<S: SegmentSource> Segments<S> {
     pub fn new(source: S) -> Arc<Self> {
-        Arc::new(Segments { source, reserved: AtomicU64::new(0), limit: AtomicU64::new(u64::MAX), owners: Mutex::default() })
+        Arc::new(Segments {
+            source,
+            reserved: AtomicU64::new(0),
+            limit: AtomicU64::new(u64::MAX),
+            owners: Mutex::default(),
+            span: (AtomicU64::new(u64::MAX), AtomicU64::new(0)),
+        })
     }
 
     pub fn reserved(&self) -> u64 {
@@ -149,7 +158,7 @@ impl<S: SegmentSource> Segments<S> {
         self.within_cap(size)?;
         match self.source.allocate(size, stream) {
             Ok(addr) => {
-                lock(&self.owners).insert(addr, (addr + size, shard));
+                self.own(addr, size, shard);
                 Ok(addr)
             }
             Err(e) => {
@@ -168,7 +177,7 @@ impl<S: SegmentSource> Segments<S> {
     /// Reserves the addresses of an expandable segment for `shard`.
     fn reserve_expandable(&self, size: u64, shard: u32) -> Result<u64> {
         let addr = self.source.reserve_addresses(size)?;
-        lock(&self.owners).insert(addr, (addr + size, shard));
+        self.own(addr, size, shard);
         Ok(addr)
     }
 
@@ -188,6 +197,19 @@ impl<S: SegmentSource> Segments<S> {
     fn free_expandable(&self, addr: u64, size: u64) {
         lock(&self.owners).remove(&addr);
         self.source.free_addresses(addr, size);
+    }
+
+    /// Records `shard` as the owner of the segment `[addr, addr + size)`.
+    fn own(&self, addr: u64, size: u64, shard: u32) {
+        lock(&self.owners).insert(addr, (addr + size, shard));
+        self.span.0.fetch_min(addr, Ordering::Relaxed);
+        self.span.1.fetch_max(addr + size, Ordering::Relaxed);
+    }
+
+    /// Whether `addr` lies within the span of every segment so far: false means it
+    /// is surely not this allocator's, without taking a lock.
+    pub fn may_hold(&self, addr: u64) -> bool {
+        self.span.0.load(Ordering::Relaxed) <= addr && addr < self.span.1.load(Ordering::Relaxed)
     }
 
     /// The shard whose segment contains `addr`.

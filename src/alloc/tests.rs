@@ -533,6 +533,29 @@ fn statistics_are_exact_on_one_stream() {
     check(&p);
 }
 
+/// The lock-free span check that picks a device's allocator for a pointer-only free:
+/// true for every live block, false for another allocator's blocks (as on two
+/// devices), expandable segments included, and before any segment.
+#[test]
+fn span_check_tells_allocators_apart() {
+    let (a, b) = (pool(64 * GIB), expandable(64 * GIB));
+    assert!(!a.may_hold(1 << 40) && !b.may_hold(1 << 40), "no segment yet");
+    let mut rng = Rng(0x5a5a);
+    let blocks: Vec<(u64, bool)> = (0..400)
+        .map(|i| {
+            let size = rng.log_uniform(256, 64 * MIB);
+            if i % 2 == 0 { (a.malloc(size, 1).unwrap(), true) } else { (b.malloc(size, 1).unwrap(), false) }
+        })
+        .collect();
+    for &(addr, in_a) in &blocks {
+        assert_eq!((a.may_hold(addr), b.may_hold(addr)), (in_a, !in_a), "{addr:#x}");
+        assert_eq!((a.holds(addr), b.holds(addr)), (in_a, !in_a), "{addr:#x}");
+    }
+    for (addr, in_a) in blocks {
+        if in_a { a.free(addr) } else { b.free(addr) }.unwrap();
+    }
+}
+
 /// More streams than shards: streams share shards, each stream's blocks stay its own.
 #[test]
 fn more_streams_than_shards() {

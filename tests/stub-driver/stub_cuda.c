@@ -1,5 +1,6 @@
 /* A stand-in libcuda.so.1 for machines without a GPU: every entry point gpurt
- * needs answers at once, as a driver with one idle device would. It is no
+ * needs answers at once, as a driver with one idle device would
+ * (STUB_CUDA_DEVICES=N: N devices, to measure gpurt's multi-device paths). It is no
  * simulator (work "completes" when queued); it lets CI run the GPU-present code
  * paths of the C ABI test, and measures gpurt's own CPU cost per call in the
  * benchmarks (the driver's share here is a few ns). */
@@ -11,7 +12,7 @@ CUresult cuInit(unsigned f) { (void)f; return 0; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 CUresult cuGetErrorName(int c, const char **s) { (void)c; *s = "FAKE"; return 0; }
 CUresult cuGetErrorString(int c, const char **s) { (void)c; *s = "fake"; return 0; }
-CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
+CUresult cuDeviceGetCount(int *n) { const char *e = getenv("STUB_CUDA_DEVICES"); *n = e ? atoi(e) : 1; return 0; }
 CUresult cuDeviceGet(int *d, int o) { *d = o; return 0; }
 CUresult cuDeviceGetName(char *n, int l, int d) { (void)d; strncpy(n, "Fake GPU", l); return 0; }
 CUresult cuDeviceGetUuid(char *u, int d) { (void)d; memset(u, 1, 16); return 0; }
