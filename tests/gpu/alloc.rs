@@ -1,6 +1,7 @@
 use cudarc::driver::sys;
 use gpurt::alloc::ffi::*;
 use gpurt::alloc::stats::gpurt_memory_stats_t;
+use gpurt::copy::ffi::{gpurt_memcpy, gpurt_memcpy_async, gpurt_memset_async};
 use gpurt::stream::ffi::*;
 
 use crate::expect_status;
@@ -15,6 +16,7 @@ pub const TESTS: &[crate::support::Test] = &[
     ("allocator_misuse_is_reported", allocator_misuse_is_reported),
     ("allocation_during_capture_never_invalidates_it", allocation_during_capture_never_invalidates_it),
     ("expandable_segments_grow_keep_data_and_give_memory_back", expandable_segments_grow_keep_data_and_give_memory_back),
+    ("eight_threads_reuse_and_free_across_threads_without_clobbering", eight_threads_reuse_and_free_across_threads_without_clobbering),
 ];
 
 
@@ -203,4 +205,64 @@ fn expandable_segments_grow_keep_data_and_give_memory_back() {
     assert!(free_bytes() + (8 << 20) >= before, "empty_cache unmapped the segment");
     expect_status!(gpurt_alloc_set_config(c"".as_ptr()), GPURT_SUCCESS);
     expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
+}
+
+/// Eight threads, each on its own stream, 150 rounds each: fresh random words go into
+/// a block, are copied asynchronously into a second block, and the first is freed at
+/// once and its memory (usually the same block, reused on the same stream) is
+/// overwritten asynchronously. Every second block must still hold its words when read
+/// back later. Half the overwritten blocks are freed by a different thread than the
+/// one that allocated them (pointer-only frees into another stream's pool). At the
+/// end every byte is given back.
+fn eight_threads_reuse_and_free_across_threads_without_clobbering() {
+    let base = stats().allocated_bytes.all.current;
+    let (to_free, freed_elsewhere) = std::sync::mpsc::channel::<u64>();
+    let freer = std::thread::spawn(move || {
+        for p in freed_elsewhere {
+            expect_status!(gpurt_free(p as *mut _), GPURT_SUCCESS);
+        }
+    });
+    let workers: Vec<_> = (0..8)
+        .map(|t| {
+            let to_free = to_free.clone();
+            std::thread::spawn(move || {
+                let s = stream();
+                let sizes = random_words(150);
+                let mut live: Vec<(u64, Vec<u32>)> = Vec::new();
+                for (round, size) in sizes.iter().enumerate() {
+                    let n = 64 + (*size as usize % (1 << 18)); // 256 B to 1 MiB of words
+                    let words = random_words(n);
+                    let a = malloc(n * 4, s);
+                    expect_status!(gpurt_memcpy(a as *mut _, words.as_ptr().cast(), n * 4, s), GPURT_SUCCESS);
+                    let b = malloc(n * 4, s);
+                    expect_status!(gpurt_memcpy_async(b as *mut _, a as *const _, n * 4, s), GPURT_SUCCESS);
+                    expect_status!(gpurt_free(a as *mut _), GPURT_SUCCESS);
+                    let c = malloc(n * 4, s);
+                    expect_status!(gpurt_memset_async(c as *mut _, 0xdead_beef, 4, n, s), GPURT_SUCCESS);
+                    if round % 2 == t % 2 {
+                        to_free.send(c).unwrap();
+                    } else {
+                        expect_status!(gpurt_free(c as *mut _), GPURT_SUCCESS);
+                    }
+                    live.push((b, words));
+                    if live.len() > 8 || round + 1 == sizes.len() {
+                        for (b, words) in live.drain(..) {
+                            let mut back = vec![0u32; words.len()];
+                            expect_status!(gpurt_memcpy(back.as_mut_ptr().cast(), b as *const _, words.len() * 4, s), GPURT_SUCCESS);
+                            assert!(back == words, "thread {t}, round {round}: a block was clobbered by a reuse");
+                            expect_status!(gpurt_free(b as *mut _), GPURT_SUCCESS);
+                        }
+                    }
+                }
+                expect_status!(gpurt_stream_synchronize(s), GPURT_SUCCESS);
+                expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
+            })
+        })
+        .collect();
+    drop(to_free);
+    for w in workers {
+        w.join().expect("a worker failed");
+    }
+    freer.join().expect("the freeing thread failed");
+    assert_eq!(stats().allocated_bytes.all.current, base, "every allocation is given back");
 }
