@@ -1090,9 +1090,12 @@ gpurt_status_t gpurt_stream_create(int device,
                                    gpurt_stream_t *stream);
 
 /**
- * Destroys a created stream. Work already queued still runs; the driver frees the
- * stream when it is done and this call does not wait. Pooled and default streams are
- * left alone (success); a wrapped native stream is released, never destroyed.
+ * Destroys a created stream's handle. Work already queued still runs and this call
+ * does not wait. The driver stream is kept for a later `gpurt_stream_create` of the
+ * same device, flags and priority, so that memory cached for it is never handed to a
+ * new stream while that work runs (the driver would reuse the stream's value).
+ * Pooled and default streams are left alone (success); a wrapped native stream is
+ * released, never destroyed.
  */
 gpurt_status_t gpurt_stream_destroy(gpurt_stream_t stream);
 

@@ -6,7 +6,7 @@ pub mod ffi;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys::{self, CUstream, CUstreamCaptureStatus};
 
@@ -146,29 +146,53 @@ fn create_raw(d: i32, flags: u32, priority: i32) -> Result<Stream> {
     })
 }
 
-/// A new stream on `ordinal` with `flags` (0 or `GPURT_STREAM_NON_BLOCKING`) and `priority`.
+/// Owned streams that callers destroyed, kept for the next `create` with the same
+/// device, flags and priority rather than destroyed. The driver hands a destroyed
+/// stream's value to the next new stream at once, and anything keyed by stream, the
+/// caching allocator first, would then give the new stream memory that the old
+/// stream's queued work still uses (a GPU test saw the data change). A kept stream
+/// runs its queued work before anything its next owner queues, so stream order
+/// protects that memory. At most as many as were ever alive at once are kept.
+static RETIRED: Mutex<Vec<Stream>> = Mutex::new(Vec::new());
+
+fn take_retired(d: i32, flags: u32, priority: i32) -> Option<Stream> {
+    let mut retired = RETIRED.lock().unwrap_or_else(|e| e.into_inner());
+    let i = retired.iter().position(|s| (s.device(), s.flags(), s.priority()) == (d, flags, priority))?;
+    Some(retired.swap_remove(i))
+}
+
+/// A new stream on `ordinal` with `flags` (0 or `GPURT_STREAM_NON_BLOCKING`) and
+/// `priority`: a destroyed one of the same kind if there is one (see `RETIRED`).
 pub fn create(ordinal: i32, flags: u32, priority: i32) -> Result<Handle> {
     let d = device::resolve(ordinal)?;
     validate(flags, priority, priority_range(d)?)?;
-    let stream = create_raw(d, flags, priority)?;
-    STREAMS.insert(stream).inspect_err(|_| unsafe {
-        sys::cuStreamDestroy_v2(stream.cu());
-    })
+    let stream = match take_retired(d, flags, priority) {
+        Some(kept) => kept,
+        None => create_raw(d, flags, priority)?,
+    };
+    STREAMS.insert(stream).inspect_err(|_| drop(retire(stream)))
 }
 
-/// Destroys a stream. Work already queued on it still runs to completion: the
-/// driver releases the stream's resources once that work is done, and the call does
-/// not wait. Pooled and default streams are not destroyed (a no-op); for a wrapped
+/// Keeps an owned stream for reuse (see `RETIRED`). One that is capturing a graph
+/// is destroyed instead, with the driver's answer, as before there was reuse.
+fn retire(stream: Stream) -> Result<()> {
+    if stream.run(native_capture_status)? == CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        RETIRED.lock().unwrap_or_else(|e| e.into_inner()).push(stream);
+        return Ok(());
+    }
+    check(unsafe { sys::cuStreamDestroy_v2(stream.cu()) }, "cuStreamDestroy")
+}
+
+/// Destroys a stream's handle. Work already queued on it still runs to completion,
+/// and the call does not wait. An owned stream is kept for a later `create` (see
+/// `RETIRED`); pooled and default streams are not destroyed (a no-op); for a wrapped
 /// external stream only the handle is released.
 pub fn destroy(handle: Handle) -> Result<()> {
     let stream = get(handle)?;
     match stream.origin() {
         Origin::Pooled | Origin::LegacyDefault | Origin::PerThreadDefault => Ok(()),
         Origin::External => STREAMS.remove(handle).map(drop),
-        Origin::Owned => {
-            let stream = STREAMS.remove(handle)?;
-            check(unsafe { sys::cuStreamDestroy_v2(stream.cu()) }, "cuStreamDestroy")
-        }
+        Origin::Owned => retire(STREAMS.remove(handle)?),
     }
 }
 

@@ -17,6 +17,7 @@ pub const TESTS: &[crate::support::Test] = &[
     ("allocation_during_capture_never_invalidates_it", allocation_during_capture_never_invalidates_it),
     ("expandable_segments_grow_keep_data_and_give_memory_back", expandable_segments_grow_keep_data_and_give_memory_back),
     ("eight_threads_reuse_and_free_across_threads_without_clobbering", eight_threads_reuse_and_free_across_threads_without_clobbering),
+    ("a_destroyed_streams_blocks_wait_for_its_queued_work", a_destroyed_streams_blocks_wait_for_its_queued_work),
 ];
 
 
@@ -265,4 +266,39 @@ fn eight_threads_reuse_and_free_across_threads_without_clobbering() {
     }
     freer.join().expect("the freeing thread failed");
     assert_eq!(stats().allocated_bytes.all.current, base, "every allocation is given back");
+}
+
+/// A stream is destroyed while its queued work still reads a block freed on it; the
+/// next streams created (the driver may hand out the same stream value again) take
+/// blocks of that size at once and overwrite them. The queued read must still see
+/// the block's original words.
+fn a_destroyed_streams_blocks_wait_for_its_queued_work() {
+    expect_status!(gpurt::device::ffi::gpurt_set_device(0), GPURT_SUCCESS); // for the raw driver calls
+    let keeper = stream();
+    let words = random_words(WORDS);
+    for round in 0..4 {
+        let old = stream();
+        let x = malloc(WORDS * 4, old);
+        let y = malloc(WORDS * 4, keeper);
+        expect_status!(gpurt_memcpy(x as *mut _, words.as_ptr().cast(), WORDS * 4, old), GPURT_SUCCESS);
+        block_stream(old, 100);
+        unsafe { ok(sys::cuMemcpyDtoDAsync_v2(y, x, WORDS * 4, native(old))) };
+        let old_native = native(old);
+        expect_status!(gpurt_free(x as *mut _), GPURT_SUCCESS);
+        expect_status!(gpurt_stream_destroy(old), GPURT_SUCCESS);
+        let new = stream();
+        let z = malloc(WORDS * 4, new);
+        eprintln!("round {round}: new stream is the old one's value: {}; block reused: {}", native(new) == old_native, z == x);
+        unsafe { ok(sys::cuMemsetD32Async(z, 0xdead_beef, WORDS, native(new))) };
+        expect_status!(gpurt_stream_synchronize(new), GPURT_SUCCESS);
+        expect_status!(gpurt::device::ffi::gpurt_device_synchronize(0), GPURT_SUCCESS);
+        let mut back = vec![0u32; WORDS];
+        unsafe { ok(sys::cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), y, WORDS * 4)) };
+        assert!(back == words, "round {round}: the destroyed stream's queued copy read a block already reused");
+        for p in [y, z] {
+            expect_status!(gpurt_free(p as *mut _), GPURT_SUCCESS);
+        }
+        expect_status!(gpurt_stream_destroy(new), GPURT_SUCCESS);
+    }
+    expect_status!(gpurt_stream_destroy(keeper), GPURT_SUCCESS);
 }
