@@ -1,6 +1,7 @@
 //! The device allocator: one caching allocator per device over driver segments
 //! (`cuMemAlloc`), with stream-ordered deferred frees on pooled events.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys;
@@ -51,7 +52,8 @@ impl SegmentSource for DriverSource {
     fn allocate(&self, size: u64, stream: u64) -> Result<u64> {
         // Only here, on the slow path: a capture begun outside gpurt has no private
         // pool, and cuMemAlloc during it would invalidate it.
-        let capture = device::with_device(self.device, || crate::stream::native_capture_status(stream as sys::CUstream))?;
+        let native = native_stream_of(stream) as sys::CUstream;
+        let capture = device::with_device(self.device, || crate::stream::native_capture_status(native))?;
         if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             return Err(Error::new(
                 Status::GPURT_ERROR_STREAM_CAPTURE,
@@ -68,7 +70,7 @@ impl SegmentSource for DriverSource {
         }
     }
     fn record(&self, stream: u64) -> Result<u64> {
-        crate::event::marker_record(self.device, stream)
+        crate::event::marker_record(self.device, native_stream_of(stream))
     }
     fn is_done(&self, marker: u64) -> bool {
         crate::event::marker_done(marker)
@@ -170,13 +172,42 @@ fn created() -> impl Iterator<Item = &'static CachingAllocator<DriverSource>> {
     ALLOCATORS.get().into_iter().flat_map(|a| a.iter().filter_map(OnceLock::get))
 }
 
-/// The allocator's key for a native stream: the legacy default stream is 0 to the
-/// runtime and `CU_STREAM_LEGACY` to the driver; both name the same stream.
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
+const LEGACY: u64 = 1;
+const PER_THREAD: u64 = 2;
+
+static NEXT_PER_THREAD_KEY: AtomicU64 = AtomicU64::new(3);
+
+thread_local! {
+    /// This thread's key for its per-thread default stream (see `stream_key`).
+    static PER_THREAD_KEY: u64 = NEXT_PER_THREAD_KEY.fetch_add(2, Ordering::Relaxed);
+}
+
+/// The allocator's key for a native stream. The legacy default stream is 0 to the
+/// runtime and `CU_STREAM_LEGACY` to the driver: both are key 1. The per-thread
+/// default stream is one value but a different stream on every thread, so each
+/// thread has its own key for it: an odd number above 1, which no stream handle (an
+/// aligned pointer) can be. Without this, a block freed on one thread's per-thread
+/// stream went at once to another's while work queued on the first still used it.
 fn stream_key(native: u64) -> u64 {
-    if native == 0 {
-        1
+    match native {
+        0 => LEGACY,
+        PER_THREAD => PER_THREAD_KEY.with(|key| *key),
+        _ => native,
+    }
+}
+
+/// The native stream to ask about or record on for a stream key, from this thread:
+/// this thread's per-thread stream for its own key; for another thread's, the legacy
+/// default stream, which is ordered after all work queued so far on every blocking
+/// stream (per-thread default streams included), so a marker there covers it.
+pub(crate) fn native_stream_of(key: u64) -> u64 {
+    if key & 1 == 0 || key == LEGACY {
+        key
+    } else if PER_THREAD_KEY.with(|own| *own == key) {
+        PER_THREAD
     } else {
-        native
+        LEGACY
     }
 }
 
@@ -251,4 +282,23 @@ pub fn reset_accumulated(ordinal: i32) -> Result<()> {
 
 pub fn set_memory_fraction(fraction: f64, ordinal: i32) -> Result<()> {
     allocator(ordinal)?.set_memory_fraction(fraction)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_thread_has_its_own_key_for_its_per_thread_stream() {
+        assert_eq!((stream_key(0), stream_key(LEGACY)), (LEGACY, LEGACY));
+        let created = 0x7f00_1234_5670;
+        assert_eq!((stream_key(created), native_stream_of(created)), (created, created));
+        let mine = stream_key(PER_THREAD);
+        assert!(mine % 2 == 1 && mine > LEGACY && stream_key(PER_THREAD) == mine);
+        assert_eq!(native_stream_of(mine), PER_THREAD);
+        let (theirs, mine_seen_there) = std::thread::spawn(move || (stream_key(PER_THREAD), native_stream_of(mine))).join().unwrap();
+        assert_ne!(theirs, mine);
+        assert_eq!(mine_seen_there, LEGACY, "another thread's per-thread stream is covered by the legacy stream");
+        assert_eq!(native_stream_of(theirs), LEGACY);
+    }
 }

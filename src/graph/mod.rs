@@ -73,7 +73,8 @@ impl SegmentSource for CaptureSource {
         self.driver.release(addr, size)
     }
     fn record(&self, stream: u64) -> Result<u64> {
-        let capture = device::with_device(self.device(), || crate::stream::native_capture_status(stream as sys::CUstream))?;
+        let native = crate::alloc::device::native_stream_of(stream) as sys::CUstream;
+        let capture = device::with_device(self.device(), || crate::stream::native_capture_status(native))?;
         if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             return Ok(AFTER_RELEASE);
         }

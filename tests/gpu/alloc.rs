@@ -18,6 +18,7 @@ pub const TESTS: &[crate::support::Test] = &[
     ("expandable_segments_grow_keep_data_and_give_memory_back", expandable_segments_grow_keep_data_and_give_memory_back),
     ("eight_threads_reuse_and_free_across_threads_without_clobbering", eight_threads_reuse_and_free_across_threads_without_clobbering),
     ("a_destroyed_streams_blocks_wait_for_its_queued_work", a_destroyed_streams_blocks_wait_for_its_queued_work),
+    ("per_thread_default_streams_of_two_threads_share_no_block", per_thread_default_streams_of_two_threads_share_no_block),
 ];
 
 
@@ -300,5 +301,49 @@ fn a_destroyed_streams_blocks_wait_for_its_queued_work() {
         }
         expect_status!(gpurt_stream_destroy(new), GPURT_SUCCESS);
     }
+    expect_status!(gpurt_stream_destroy(keeper), GPURT_SUCCESS);
+}
+
+/// `cudaStreamPerThread` is one value but a different stream on every thread: a block
+/// freed on one thread's per-thread stream, whose queued work still reads it, must
+/// not go to another thread's per-thread stream, which would overwrite it at once.
+fn per_thread_default_streams_of_two_threads_share_no_block() {
+    let words = random_words(WORDS);
+    let keeper = stream();
+    let y = malloc(WORDS * 4, keeper);
+    let (freed, wait_freed) = std::sync::mpsc::channel::<u64>();
+    let (reused, wait_reused) = std::sync::mpsc::channel::<()>();
+    let words_a = words.clone();
+    let a = std::thread::spawn(move || {
+        expect_status!(gpurt::device::ffi::gpurt_set_device(0), GPURT_SUCCESS);
+        let mut s = std::ptr::null_mut();
+        expect_status!(gpurt_stream_per_thread(0, &mut s), GPURT_SUCCESS);
+        let x = malloc(WORDS * 4, s);
+        expect_status!(gpurt::copy::ffi::gpurt_memcpy(x as *mut _, words_a.as_ptr().cast(), WORDS * 4, s), GPURT_SUCCESS);
+        block_stream(s, 100);
+        expect_status!(gpurt::copy::ffi::gpurt_memcpy_async(y as *mut _, x as *const _, WORDS * 4, s), GPURT_SUCCESS);
+        expect_status!(gpurt_free(x as *mut _), GPURT_SUCCESS);
+        freed.send(x).unwrap();
+        wait_reused.recv().unwrap();
+        expect_status!(gpurt_stream_synchronize(s), GPURT_SUCCESS);
+    });
+    let x = wait_freed.recv().unwrap();
+    let b = std::thread::spawn(move || {
+        expect_status!(gpurt::device::ffi::gpurt_set_device(0), GPURT_SUCCESS);
+        let mut s = std::ptr::null_mut();
+        expect_status!(gpurt_stream_per_thread(0, &mut s), GPURT_SUCCESS);
+        let z = malloc(WORDS * 4, s);
+        eprintln!("another thread's per-thread stream got the freed block: {}", z == x);
+        expect_status!(gpurt_memset_async(z as *mut _, 0xdead_beef, 4, WORDS, s), GPURT_SUCCESS);
+        expect_status!(gpurt_stream_synchronize(s), GPURT_SUCCESS);
+        expect_status!(gpurt_free(z as *mut _), GPURT_SUCCESS);
+        reused.send(()).unwrap();
+    });
+    b.join().expect("thread B failed");
+    a.join().expect("thread A failed");
+    let mut back = vec![0u32; WORDS];
+    expect_status!(gpurt::copy::ffi::gpurt_memcpy(back.as_mut_ptr().cast(), y as *const _, WORDS * 4, keeper), GPURT_SUCCESS);
+    assert!(back == words, "thread A's queued copy read a block that thread B's per-thread stream had reused");
+    expect_status!(gpurt_free(y as *mut _), GPURT_SUCCESS);
     expect_status!(gpurt_stream_destroy(keeper), GPURT_SUCCESS);
 }
