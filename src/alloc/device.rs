@@ -13,6 +13,7 @@ use super::stats::gpurt_memory_stats_t;
 use crate::device::{self, per_device};
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
+use crate::stream::{NATIVE_LEGACY as LEGACY, NATIVE_PER_THREAD as PER_THREAD};
 
 /// Segments from `cuMemAlloc` on one device; markers are pooled events.
 pub struct DriverSource {
@@ -171,10 +172,6 @@ fn allocator(ordinal: i32) -> Result<&'static CachingAllocator<DriverSource>> {
 fn created() -> impl Iterator<Item = &'static CachingAllocator<DriverSource>> {
     ALLOCATORS.get().into_iter().flat_map(|a| a.iter().filter_map(OnceLock::get))
 }
-
-/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
-const LEGACY: u64 = 1;
-const PER_THREAD: u64 = 2;
 
 static NEXT_PER_THREAD_KEY: AtomicU64 = AtomicU64::new(3);
 

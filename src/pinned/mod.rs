@@ -41,9 +41,17 @@ impl SegmentSource for PinnedSource {
             crate::log::log(crate::log::Level::Error, &format!("releasing a cached pinned block: {e}"));
         }
     }
+    /// A use on the per-thread default stream is marked on the legacy default stream:
+    /// its handle is one for every thread, the marker is recorded by whichever thread
+    /// frees the block, and only the legacy stream follows the work queued so far on
+    /// every thread's per-thread stream.
     fn record(&self, stream: u64) -> Result<u64> {
         let s = crate::stream::get(Handle(stream))?;
-        crate::event::marker_record(s.device(), s.raw as u64)
+        let raw = match s.origin() {
+            crate::stream::Origin::PerThreadDefault => crate::stream::NATIVE_LEGACY,
+            _ => s.raw as u64,
+        };
+        crate::event::marker_record(s.device(), raw)
     }
     fn is_done(&self, marker: u64) -> bool {
         crate::event::marker_done(marker)

@@ -20,6 +20,11 @@ pub const GPURT_STREAM_NON_BLOCKING: u32 = 1;
 /// Streams each pool holds per device and priority, handed out round-robin (as PyTorch).
 pub const GPURT_STREAM_POOL_SIZE: usize = 32;
 
+/// The driver's values for the legacy and the per-thread default stream
+/// (`CU_STREAM_LEGACY`, `CU_STREAM_PER_THREAD`).
+pub(crate) const NATIVE_LEGACY: u64 = 1;
+pub(crate) const NATIVE_PER_THREAD: u64 = 2;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
     /// Created by `create`; destroyed by `destroy`.

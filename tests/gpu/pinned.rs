@@ -13,6 +13,7 @@ use crate::util::{block_stream, malloc, random_words, stream};
 
 pub const TESTS: &[crate::support::Test] = &[
     ("pinned_block_is_not_reused_while_its_copy_runs", pinned_block_is_not_reused_while_its_copy_runs),
+    ("pinned_block_freed_on_another_thread_waits_for_a_per_thread_stream_copy", pinned_block_freed_on_another_thread_waits_for_a_per_thread_stream_copy),
     ("device_mapped_pinned_memory_is_usable_by_the_device", device_mapped_pinned_memory_is_usable_by_the_device),
     ("registered_memory_round_trips", registered_memory_round_trips),
     ("copies_2d_are_byte_exact_and_leave_padding_alone", copies_2d_are_byte_exact_and_leave_padding_alone),
@@ -80,6 +81,46 @@ fn pinned_block_is_not_reused_while_its_copy_runs() {
     }
     expect_status!(gpurt_free(d), GPURT_SUCCESS);
     expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
+}
+
+/// The same on a thread's per-thread default stream, with the block freed by another
+/// thread: the free's marker must cover the first thread's stream, not the freeing
+/// thread's own per-thread stream (the handle is one for every thread).
+fn pinned_block_freed_on_another_thread_waits_for_a_per_thread_stream_copy() {
+    let pool = default_pool() as usize;
+    let bytes = WORDS * 4;
+    let original = random_words(WORDS);
+    let (to_freer, freer_gets) = std::sync::mpsc::channel::<usize>();
+    let (reused, wait_reused) = std::sync::mpsc::channel::<usize>();
+    let copier = std::thread::spawn(move || {
+        expect_status!(gpurt::device::ffi::gpurt_set_device(0), GPURT_SUCCESS);
+        let mut s = std::ptr::null_mut();
+        expect_status!(gpurt_stream_per_thread(0, &mut s), GPURT_SUCCESS);
+        let a = pinned(pool as gpurt_pinned_pool_t, bytes);
+        fill(a, &original);
+        let d = device(bytes, s);
+        block_stream(s, 300);
+        expect_status!(gpurt_memcpy_async(d, a.cast(), bytes, s), GPURT_SUCCESS);
+        to_freer.send(a as usize).unwrap();
+        let b = wait_reused.recv().unwrap();
+        assert_ne!(a as usize, b, "a block whose copy is still queued on another thread was handed out again");
+        sync(s);
+        let mut back = vec![0u32; WORDS];
+        expect_status!(gpurt_memcpy(back.as_mut_ptr().cast(), d, bytes, s), GPURT_SUCCESS);
+        assert!(back == original, "the device did not receive the original bytes");
+        expect_status!(gpurt_free(d), GPURT_SUCCESS);
+    });
+    let freer = std::thread::spawn(move || {
+        let a = freer_gets.recv().unwrap();
+        expect_status!(gpurt_pinned_free(a as *mut _), GPURT_SUCCESS);
+        let b = pinned(pool as gpurt_pinned_pool_t, bytes);
+        fill(b, &random_words(WORDS)); // would clobber the copy's source if b were a
+        reused.send(b as usize).unwrap();
+        b as usize
+    });
+    let b = freer.join().expect("the freeing thread failed");
+    copier.join().expect("the copying thread failed");
+    expect_status!(gpurt_pinned_free(b as *mut _), GPURT_SUCCESS);
 }
 
 fn device_mapped_pinned_memory_is_usable_by_the_device() {
