@@ -14,7 +14,7 @@ use crate::handle::Handle;
 use crate::stream::Stream;
 use staged::{ChunkTransfer, STAGING_BUFFERS, STAGING_CHUNK};
 
-fn note_uses(stream: Handle, pointers: &[u64]) {
+fn note_uses(stream: Stream, pointers: &[u64]) {
     pointers.iter().for_each(|&p| crate::pinned::note_use(p, stream));
 }
 
@@ -38,7 +38,7 @@ fn enqueue_copy(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<Stream
     }
     require_pointers(dst, src)?;
     s.run(|cu| check(unsafe { sys::cuMemcpyAsync(dst, src, bytes as usize, cu) }, "cuMemcpyAsync"))?;
-    note_uses(stream, &[dst, src]);
+    note_uses(s, &[dst, src]);
     Ok(s)
 }
 
@@ -118,7 +118,7 @@ pub fn copy_2d_async(dst: u64, dst_pitch: u64, src: u64, src_pitch: u64, width: 
         Height: height as usize,
     };
     s.run(|cu| check(unsafe { sys::cuMemcpy2DAsync_v2(&params, cu) }, "cuMemcpy2DAsync"))?;
-    note_uses(stream, &[dst, src]);
+    note_uses(s, &[dst, src]);
     Ok(())
 }
 

@@ -16,14 +16,15 @@ use crate::device;
 use crate::driver::check;
 use crate::error::{Error, Result};
 use crate::handle::{Handle, HandleTable, Kind};
+use crate::stream::{Origin, Stream, NATIVE_LEGACY};
 use pool::PinnedPool;
 
 pub const GPURT_PINNED_PORTABLE: u32 = 1;
 pub const GPURT_PINNED_DEVICE_MAPPED: u32 = 2;
 pub const GPURT_PINNED_WRITE_COMBINED: u32 = 4;
 
-/// Page-locked host memory from the driver. Markers are recorded on gpurt streams,
-/// keyed by their handle values (a pinned block has no device of its own).
+/// Page-locked host memory from the driver. A pinned block has no device of its own:
+/// the streams that used it are remembered by `stream_id`, device and driver stream.
 pub struct PinnedSource {
     flags: u32,
 }
@@ -41,17 +42,8 @@ impl SegmentSource for PinnedSource {
             crate::log::log(crate::log::Level::Error, &format!("releasing a cached pinned block: {e}"));
         }
     }
-    /// A use on the per-thread default stream is marked on the legacy default stream:
-    /// its handle is one for every thread, the marker is recorded by whichever thread
-    /// frees the block, and only the legacy stream follows the work queued so far on
-    /// every thread's per-thread stream.
     fn record(&self, stream: u64) -> Result<u64> {
-        let s = crate::stream::get(Handle(stream))?;
-        let raw = match s.origin() {
-            crate::stream::Origin::PerThreadDefault => crate::stream::NATIVE_LEGACY,
-            _ => s.raw as u64,
-        };
-        crate::event::marker_record(s.device(), raw)
+        crate::event::marker_record((stream >> DEVICE_SHIFT) as i32, stream & ((1 << DEVICE_SHIFT) - 1))
     }
     fn is_done(&self, marker: u64) -> bool {
         crate::event::marker_done(marker)
@@ -62,6 +54,24 @@ impl SegmentSource for PinnedSource {
     fn memory_info(&self) -> (u64, u64) {
         (0, 0)
     }
+}
+
+/// Where a stream id keeps the device; a driver stream is a pointer below it.
+const DEVICE_SHIFT: u32 = 56;
+
+/// How pinned blocks remember a stream that used them: its device and driver stream,
+/// not its handle, so that a block used on a stream destroyed since still frees
+/// after that stream's queued work (gpurt keeps destroyed streams' driver streams).
+/// The per-thread default stream is remembered as the legacy default stream: its
+/// handle is one for every thread, the marker is recorded by whichever thread frees
+/// the block, and the legacy stream follows the work queued so far on every thread's
+/// per-thread stream.
+fn stream_id(s: Stream) -> u64 {
+    let raw = match s.origin() {
+        Origin::PerThreadDefault => NATIVE_LEGACY,
+        _ => s.raw as u64,
+    };
+    (s.device() as u64) << DEVICE_SHIFT | raw
 }
 
 type SharedPool = Arc<Mutex<PinnedPool<PinnedSource>>>;
@@ -161,14 +171,14 @@ pub fn free(ptr: u64) -> Result<()> {
 
 /// Declares that `stream`'s work uses the pinned block containing `ptr`.
 pub fn record_stream(ptr: u64, stream: Handle) -> Result<()> {
-    crate::stream::get(stream)?;
-    on_owner(|p| p.record_stream(ptr, stream.0)).ok_or_else(|| not_pinned(ptr))
+    let id = stream_id(crate::stream::get(stream)?);
+    on_owner(|p| p.record_stream(ptr, id)).ok_or_else(|| not_pinned(ptr))
 }
 
 /// Records `stream` on the pinned block containing `ptr`, if there is one: what
 /// gpurt's own copies do for every host pointer they touch.
-pub fn note_use(ptr: u64, stream: Handle) {
-    on_owner(|p| p.record_stream(ptr, stream.0));
+pub fn note_use(ptr: u64, stream: Stream) {
+    on_owner(|p| p.record_stream(ptr, stream_id(stream)));
 }
 
 /// The device address of a block from a device-mapped pool.

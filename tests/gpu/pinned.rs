@@ -14,6 +14,7 @@ use crate::util::{block_stream, malloc, random_words, stream};
 pub const TESTS: &[crate::support::Test] = &[
     ("pinned_block_is_not_reused_while_its_copy_runs", pinned_block_is_not_reused_while_its_copy_runs),
     ("pinned_block_freed_on_another_thread_waits_for_a_per_thread_stream_copy", pinned_block_freed_on_another_thread_waits_for_a_per_thread_stream_copy),
+    ("pinned_block_used_on_a_destroyed_stream_frees_after_its_copy", pinned_block_used_on_a_destroyed_stream_frees_after_its_copy),
     ("device_mapped_pinned_memory_is_usable_by_the_device", device_mapped_pinned_memory_is_usable_by_the_device),
     ("registered_memory_round_trips", registered_memory_round_trips),
     ("copies_2d_are_byte_exact_and_leave_padding_alone", copies_2d_are_byte_exact_and_leave_padding_alone),
@@ -54,18 +55,26 @@ fn sync(s: gpurt_stream_t) {
 
 const WORDS: usize = 4 << 20; // 16 MiB
 
+/// Fresh random words in a new block of `pool`, and a copy of them into a new device
+/// buffer (for use on `d_stream`), queued on `s` behind a 300 ms host function:
+/// (block, buffer, words).
+fn copy_behind_a_delay(pool: gpurt_pinned_pool_t, s: gpurt_stream_t, d_stream: gpurt_stream_t) -> (*mut u32, *mut libc::c_void, Vec<u32>) {
+    let original = random_words(WORDS);
+    let a = pinned(pool, WORDS * 4);
+    fill(a, &original);
+    let d = device(WORDS * 4, d_stream);
+    block_stream(s, 300);
+    expect_status!(gpurt_memcpy_async(d, a.cast(), WORDS * 4, s), GPURT_SUCCESS);
+    (a, d, original)
+}
+
 /// A host-to-device copy waits behind a 300 ms host function; its pinned source is
 /// freed at once. The next allocation of that size must not get the block (the copy
 /// has not read it yet); the device must receive the original bytes.
 fn pinned_block_is_not_reused_while_its_copy_runs() {
     let (pool, s) = (default_pool(), stream());
     let bytes = WORDS * 4;
-    let original = random_words(WORDS);
-    let a = pinned(pool, bytes);
-    fill(a, &original);
-    let d = device(bytes, s);
-    block_stream(s, 300);
-    expect_status!(gpurt_memcpy_async(d, a.cast(), bytes, s), GPURT_SUCCESS);
+    let (a, d, original) = copy_behind_a_delay(pool, s, s);
     expect_status!(gpurt_pinned_free(a.cast()), GPURT_SUCCESS);
     let b = pinned(pool, bytes);
     assert_ne!(a, b, "a block whose copy is still queued was handed out again");
@@ -89,18 +98,13 @@ fn pinned_block_is_not_reused_while_its_copy_runs() {
 fn pinned_block_freed_on_another_thread_waits_for_a_per_thread_stream_copy() {
     let pool = default_pool() as usize;
     let bytes = WORDS * 4;
-    let original = random_words(WORDS);
     let (to_freer, freer_gets) = std::sync::mpsc::channel::<usize>();
     let (reused, wait_reused) = std::sync::mpsc::channel::<usize>();
     let copier = std::thread::spawn(move || {
         expect_status!(gpurt::device::ffi::gpurt_set_device(0), GPURT_SUCCESS);
         let mut s = std::ptr::null_mut();
         expect_status!(gpurt_stream_per_thread(0, &mut s), GPURT_SUCCESS);
-        let a = pinned(pool as gpurt_pinned_pool_t, bytes);
-        fill(a, &original);
-        let d = device(bytes, s);
-        block_stream(s, 300);
-        expect_status!(gpurt_memcpy_async(d, a.cast(), bytes, s), GPURT_SUCCESS);
+        let (a, d, original) = copy_behind_a_delay(pool as gpurt_pinned_pool_t, s, s);
         to_freer.send(a as usize).unwrap();
         let b = wait_reused.recv().unwrap();
         assert_ne!(a as usize, b, "a block whose copy is still queued on another thread was handed out again");
@@ -121,6 +125,25 @@ fn pinned_block_freed_on_another_thread_waits_for_a_per_thread_stream_copy() {
     let b = freer.join().expect("the freeing thread failed");
     copier.join().expect("the copying thread failed");
     expect_status!(gpurt_pinned_free(b as *mut _), GPURT_SUCCESS);
+}
+
+/// A block whose copy is still queued on a stream that has been destroyed since: its
+/// free succeeds, and the block is not handed out again before the copy read it.
+fn pinned_block_used_on_a_destroyed_stream_frees_after_its_copy() {
+    let (pool, s, keeper) = (default_pool(), stream(), stream());
+    let bytes = WORDS * 4;
+    let (a, d, original) = copy_behind_a_delay(pool, s, keeper);
+    expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
+    expect_status!(gpurt_pinned_free(a.cast()), GPURT_SUCCESS);
+    let b = pinned(pool, bytes);
+    fill(b, &random_words(WORDS)); // would clobber the copy's source if b were a
+    expect_status!(gpurt::device::ffi::gpurt_device_synchronize(0), GPURT_SUCCESS);
+    let mut back = vec![0u32; WORDS];
+    expect_status!(gpurt_memcpy(back.as_mut_ptr().cast(), d, bytes, keeper), GPURT_SUCCESS);
+    assert!(back == original, "the device did not receive the original bytes");
+    expect_status!(gpurt_pinned_free(b.cast()), GPURT_SUCCESS);
+    expect_status!(gpurt_free(d), GPURT_SUCCESS);
+    expect_status!(gpurt_stream_destroy(keeper), GPURT_SUCCESS);
 }
 
 fn device_mapped_pinned_memory_is_usable_by_the_device() {
