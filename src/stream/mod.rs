@@ -27,7 +27,7 @@ pub(crate) const NATIVE_PER_THREAD: u64 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
-    /// Created by `create`; destroyed by `destroy`.
+    /// Created by `create`; kept for a later `create` by `destroy` (see `RETIRED`).
     Owned = 0,
     /// Owned by the stream pool; `destroy` is a no-op.
     Pooled = 1,
