@@ -297,7 +297,6 @@ impl<S: SegmentSource> CachingAllocator<S> {
         let totals = self.stats();
         let owners = self.shared.owners();
         let mut sum = gpurt_memory_stats_t::new();
-        let mut segments = 0;
         for (index, shard) in self.shards.iter().enumerate() {
             let Some(shard) = shard.get() else { continue };
             let state = lock(&shard.state);
@@ -307,10 +306,9 @@ impl<S: SegmentSource> CachingAllocator<S> {
                     return Err(format!("segment {start:#x} is mapped to shard {owner}, held by another"));
                 }
             }
-            segments += state.pool.stats().segment.all.current;
             sum.absorb(&state.pool.stats(), &gpurt_memory_stats_t::new());
         }
-        let reserved = sum.reserved_bytes.all.current as u64;
+        let (segments, reserved) = (sum.segment.all.current, sum.reserved_bytes.all.current as u64);
         if owners.len() as i64 != segments || reserved != self.shared.reserved() {
             return Err(format!("{} mapped segments ({} bytes) for {segments} held ({reserved} bytes)", owners.len(), self.shared.reserved()));
         }
