@@ -2,10 +2,11 @@
 //!
 //! A segment and every block split from it belong to one stream (as in PyTorch), so
 //! each stream's blocks can live in their own shard with its own lock: threads that
-//! allocate on different streams share no lock and no written cache line. Pointer-only
-//! frees find the shard from a per-thread hint (the shard the thread last allocated
-//! from) or, failing that, from the shared segment map. Out of memory releases every
-//! shard's cache before the one retry.
+//! allocate on different streams share no lock and no written cache line. Each thread
+//! remembers the shards of the last few streams it allocated on. Pointer-only frees
+//! try the shard the thread last allocated from, then the one the shared segment map
+//! names (read without a lock). Out of memory releases every shard's cache before the
+//! one retry.
 //!
 //! Statistics: each shard counts its own blocks exactly; the totals are the shards'
 //! changes folded in ("flushed") when a segment is taken or released, when a shard's
@@ -24,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::config::AllocConfig;
-use super::pool::{lock, Pool, SegmentSource, Segments};
+use super::pool::{lock, Pool, SegmentOwner, SegmentSource, Segments};
 use super::stats::{format_bytes, gpurt_memory_stats_t};
 use crate::error::{Error, Result, Status};
 
@@ -36,9 +37,16 @@ pub(crate) const FLUSH_BYTES: i64 = 256 << 20;
 
 static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Streams a thread remembers the shards of (`RECENT_SHARDS`).
+const RECENT: usize = 4;
+
 thread_local! {
-    /// (allocator id, stream, shard) of this thread's last allocation.
-    static LAST_SHARD: Cell<(u64, u64, u32)> = const { Cell::new((0, 0, 0)) };
+    /// (allocator id, stream, shard) of the streams this thread allocated on last,
+    /// the last first. A stream keeps its shard for good, so an entry never goes
+    /// stale, and a thread that takes turns on a few streams does not lock the
+    /// stream map, which all threads share, at every allocation (as it did when the
+    /// thread remembered one stream).
+    static RECENT_SHARDS: [Cell<(u64, u64, u32)>; RECENT] = const { [const { Cell::new((0, 0, 0)) }; RECENT] };
 }
 
 /// A pool and the statistics last folded into the totals. Aligned so that shards
@@ -80,6 +88,9 @@ impl<S: SegmentSource> ShardState<S> {
     }
 }
 
+/// Read at every operation by every thread: aligned, as `Segments` is, so that no
+/// data written elsewhere shares its cache lines.
+#[repr(align(128))]
 pub struct CachingAllocator<S: SegmentSource> {
     id: u64,
     shared: Arc<Segments<S>>,
@@ -118,12 +129,32 @@ impl<S: SegmentSource> CachingAllocator<S> {
         lock(&self.shards[index as usize].get().expect("shard indices come from created shards").state)
     }
 
-    /// The shard of `stream`, created on first use.
+    /// The shard of `stream`, created on first use, and now this thread's most
+    /// recent one.
+    #[inline]
     fn shard_of_stream(&self, stream: u64) -> u32 {
-        let (id, last_stream, index) = LAST_SHARD.get();
-        if id == self.id && last_stream == stream {
-            return index;
-        }
+        RECENT_SHARDS.with(|recent| {
+            let (id, last_stream, index) = recent[0].get();
+            if id == self.id && last_stream == stream {
+                return index;
+            }
+            let seen = recent.iter().position(|r| r.get().0 == self.id && r.get().1 == stream);
+            let entry = match seen {
+                Some(i) => recent[i].get(),
+                None => (self.id, stream, self.shard_in_map(stream)),
+            };
+            // The entries before it (or all but the oldest) move down one.
+            for i in (1..=seen.unwrap_or(RECENT - 1)).rev() {
+                recent[i].set(recent[i - 1].get());
+            }
+            recent[0].set(entry);
+            entry.2
+        })
+    }
+
+    /// The shard that the stream map gives `stream`, created on first use.
+    #[cold]
+    fn shard_in_map(&self, stream: u64) -> u32 {
         let mut streams = lock(&self.streams);
         let count = streams.len();
         let index = *streams.entry(stream).or_insert((count % MAX_SHARDS) as u32);
@@ -131,8 +162,6 @@ impl<S: SegmentSource> CachingAllocator<S> {
             let pool = Pool::new(self.shared.clone(), index, lock(&self.config).clone());
             Shard { state: Mutex::new(ShardState { flushed: pool.stats(), pool }) }
         });
-        drop(streams);
-        LAST_SHARD.set((self.id, stream, index));
         index
     }
 
@@ -140,7 +169,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// pool has no such block): first the shard this thread last allocated from, then
     /// the shard that the segment map names.
     fn on_owner<T>(&self, addr: u64, f: impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> Result<T> {
-        let (id, _, hinted) = LAST_SHARD.get();
+        let (id, _, hinted) = RECENT_SHARDS.with(|recent| recent[0].get());
         if id == self.id {
             let mut state = self.shard(hinted);
             if let Some(result) = f(&mut state.pool) {
@@ -225,6 +254,11 @@ impl<S: SegmentSource> CachingAllocator<S> {
         )
     }
 
+    /// Every segment and the shard that owns it.
+    pub fn segment_owners(&self) -> Vec<SegmentOwner> {
+        self.shared.owners()
+    }
+
     /// Whether `addr` lies in one of this allocator's segments.
     pub fn holds(&self, addr: u64) -> bool {
         self.shared.owner_of(addr).is_some()
@@ -295,13 +329,13 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// the totals against the sum of the shards; for tests.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let totals = self.stats();
-        let owners = self.shared.owners();
+        let owners = self.segment_owners();
         let mut sum = gpurt_memory_stats_t::new();
         for (index, shard) in self.shards.iter().enumerate() {
             let Some(shard) = shard.get() else { continue };
             let state = lock(&shard.state);
             state.pool.check_invariants().map_err(|e| format!("shard {index}: {e}"))?;
-            for &(start, _, owner) in &owners {
+            for &SegmentOwner { start, shard: owner, .. } in &owners {
                 if (owner as usize == index) != state.pool.owns_segment(start) {
                     return Err(format!("segment {start:#x} is mapped to shard {owner}, held by another"));
                 }

@@ -567,3 +567,31 @@ fn more_streams_than_shards() {
     }
     check(&p);
 }
+
+/// A thread that takes turns on a few streams, or on more than it remembers
+/// (`RECENT`), finds each stream's own shard: every stream's segment sits in a shard
+/// of its own, and frees of blocks from streams other than the last one find theirs.
+#[test]
+fn streams_taken_in_turns_keep_their_own_shards() {
+    let p = pool(64 * GIB);
+    let streams: Vec<u64> = (1..=6).map(|s| s * 16).collect();
+    let mut live = Vec::new();
+    for round in 0..60 {
+        let taken = if round % 3 == 0 { &streams[..] } else { &streams[..3] };
+        for &stream in taken {
+            live.push(p.malloc(4 * KIB, stream).unwrap());
+        }
+        // Every other round, free all but the newest block: most are of other streams.
+        if round % 2 == 1 {
+            let newest = live.pop().unwrap();
+            live.drain(..).for_each(|a| p.free(a).unwrap());
+            live.push(newest);
+        }
+    }
+    let mut shards: Vec<u32> = p.segment_owners().iter().map(|o| o.shard).collect();
+    shards.sort();
+    shards.dedup();
+    assert_eq!((p.segment_owners().len(), shards.len()), (streams.len(), streams.len()), "one segment and one shard per stream");
+    live.into_iter().for_each(|a| p.free(a).unwrap());
+    check(&p);
+}
