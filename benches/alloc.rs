@@ -8,7 +8,8 @@
 //!      ≤ 150 ns/op, fragmentation (peak reserved / peak live bytes) ≤ 1.15;
 //!   3. 1, 4, 8 threads on their own streams, 4 × 64 KiB alloc then free:
 //!      8 threads ≥ 6 × the 1-thread aggregate pairs/s; and (informational) 1 and 8
-//!      threads on two streams each, allocating on them in turns.
+//!      threads on two streams each, allocating on them in turns, and 8 threads on
+//!      one shared stream.
 
 use std::sync::Barrier;
 use std::time::Instant;
@@ -205,18 +206,29 @@ fn random_rounds<const N: usize>(sides: [&dyn Allocator; N]) -> [[(f64, f64); 2]
     samples.map(|passes| passes.map(|(ns, frag)| (median(ns), median(frag))))
 }
 
-/// Aggregate alloc+free pairs per second with `threads` threads, each on streams of
-/// its own (`streams` of them, taken in turns: with two, every other free is of a
-/// block of the stream the thread did not allocate on last), timed from a barrier
+/// How the threads of a scaling run use streams.
+#[derive(Clone, Copy, PartialEq)]
+enum Streams {
+    /// Each thread has this many of its own, taken in turns: with two, every other
+    /// free is of a block of the stream the thread did not allocate on last.
+    Own(usize),
+    /// All threads allocate on one stream.
+    Shared,
+}
+
+/// Aggregate alloc+free pairs per second with `threads` threads, timed from a barrier
 /// that every thread reaches after its setup (context, first allocations) to the
 /// last thread's end.
-fn threaded_pairs_per_s(a: &dyn Allocator, threads: usize, streams: usize, iters: usize) -> f64 {
+fn threaded_pairs_per_s(a: &dyn Allocator, threads: usize, streams: Streams, iters: usize) -> f64 {
     let thread_work = |i: usize, barrier: &Barrier| {
         unsafe { ok(sys::cuCtxSetCurrent(primary())) };
         let mut ptrs = [(0usize, 0usize); 4];
         let mut round = || {
             for (k, p) in ptrs.iter_mut().enumerate() {
-                let stream = i * streams + k % streams;
+                let stream = match streams {
+                    Streams::Own(n) => i * n + k % n,
+                    Streams::Shared => 0,
+                };
                 *p = (a.alloc(64 << 10, stream), stream);
             }
             for (p, stream) in ptrs {
@@ -338,11 +350,12 @@ fn main() {
         reference[1] / reference[0],
         reference[2] / reference[0]
     );
-    // Seven rounds over every (threads, streams per thread) and side, medians per
-    // configuration and side: the one-thread figure is the ratio's denominator, so a
-    // slow spell must not fall on it alone. Two streams per thread (informational)
-    // make half the frees miss the thread's last-used shard.
-    let configs = [(1, 1), (4, 1), (8, 1), (1, 2), (8, 2)];
+    // Seven rounds over every configuration and side, medians per configuration and
+    // side: the one-thread figure is the ratio's denominator, so a slow spell must not
+    // fall on it alone. Informational: two streams per thread (half the frees miss
+    // the thread's last-used shard), and one stream for all threads.
+    use Streams::{Own, Shared};
+    let configs = [(1, Own(1)), (4, Own(1)), (8, Own(1)), (1, Own(2)), (8, Own(2)), (8, Shared)];
     let mut runs = vec![[Vec::new(), Vec::new()]; configs.len()];
     for _ in 0..7 {
         for (k, &(threads, streams)) in configs.iter().enumerate() {
@@ -356,11 +369,13 @@ fn main() {
     }
     let rates: Vec<[f64; 2]> = runs.into_iter().map(|r| r.map(median)).collect();
     for (k, &(threads, streams)) in configs.iter().enumerate() {
-        let one_thread = configs.iter().position(|&c| c == (1, streams)).expect("a one-thread configuration");
+        let alone = if streams == Own(2) { (1, Own(2)) } else { (1, Own(1)) };
+        let one_thread = configs.iter().position(|&c| c == alone).expect("a one-thread configuration");
         let ([a, b], [one, driver_one]) = (rates[k], rates[one_thread]);
         let (label, scored) = match streams {
-            1 => (format!("{threads} threads"), threads == 8),
-            _ => (format!("{threads} threads, {streams} streams each"), false),
+            Own(1) => (format!("{threads} threads"), threads == 8),
+            Own(n) => (format!("{threads} threads, {n} streams each"), false),
+            Shared => (format!("{threads} threads on one shared stream"), false),
         };
         let (target, result) = match scored {
             true => (format!(">= 6x 1-thread ({:.2}x)", a / one), if a >= 6.0 * one { "PASS" } else { "MISS" }),

@@ -2,25 +2,27 @@
 //!
 //! A segment and every block split from it belong to one stream (as in PyTorch), so
 //! each stream's blocks can live in their own shard with its own lock: threads that
-//! allocate on different streams share no lock and no written cache line. Each thread
-//! remembers the shards of the last few streams it allocated on. Pointer-only frees
-//! try the shard the thread last allocated from, then the one the shared segment map
-//! names (read without a lock). Out of memory releases every shard's cache before the
-//! one retry.
+//! allocate on different streams share no lock and no written cache line. Threads
+//! that allocate on one stream at once would all meet on its shard's lock, so a
+//! thread that keeps finding it taken gets a shard of its own for that stream
+//! (`SPLIT_AFTER`). Each thread remembers its shards for the last few streams it
+//! allocated on. Pointer-only frees try the shard the thread last allocated from,
+//! then the one the shared segment map names (read without a lock). Out of memory
+//! releases every shard's cache before the one retry.
 //!
 //! Statistics: each shard counts its own blocks exactly; the totals are the shards'
 //! changes folded in ("flushed") when a segment is taken or released, when a shard's
 //! allocated bytes have moved by `FLUSH_BYTES`, and on every read. Current values and
 //! totals are therefore exact whenever they are read. Peaks are exact when one shard
-//! at a time allocates; with several streams allocating at once, a shard's peak since
+//! at a time allocates; with several shards allocating at once, a shard's peak since
 //! its last flush is added to the totals as they are when it flushes, so a peak can be
-//! off by up to (active streams + 1) × `FLUSH_BYTES`. An exact peak of a sum would
+//! off by up to (active shards + 1) × `FLUSH_BYTES`. An exact peak of a sum would
 //! need one shared counter written by every operation, which is what stops other
 //! allocators from scaling.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -39,14 +41,61 @@ static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Streams a thread remembers the shards of (`RECENT_SHARDS`).
 const RECENT: usize = 4;
+/// Allocations of a thread that found its stream's shared shard locked by another
+/// thread, after which the thread allocates on that stream from a shard of its own.
+pub(crate) const SPLIT_AFTER: u32 = 32;
+
+/// A thread's shard for a stream it allocated on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Recent {
+    allocator: u64,
+    stream: u64,
+    shard: u32,
+    /// Allocations that found the shard locked; `PRIVATE` once the shard is the
+    /// thread's own.
+    contended: u32,
+}
+
+const PRIVATE: u32 = u32::MAX;
+const NO_RECENT: Recent = Recent { allocator: 0, stream: 0, shard: 0, contended: 0 };
 
 thread_local! {
-    /// (allocator id, stream, shard) of the streams this thread allocated on last,
-    /// the last first. A stream keeps its shard for good, so an entry never goes
-    /// stale, and a thread that takes turns on a few streams does not lock the
+    /// The streams this thread allocated on last, the last first. A thread's shard
+    /// for a stream changes only when this thread gets its own, so an entry never
+    /// goes stale, and a thread that takes turns on a few streams does not lock the
     /// stream map, which all threads share, at every allocation (as it did when the
     /// thread remembered one stream).
-    static RECENT_SHARDS: [Cell<(u64, u64, u32)>; RECENT] = const { [const { Cell::new((0, 0, 0)) }; RECENT] };
+    static RECENT_SHARDS: [Cell<Recent>; RECENT] = const { [const { Cell::new(NO_RECENT) }; RECENT] };
+    static THREAD_NUMBER: ThreadNumber = ThreadNumber::take();
+}
+
+/// Threads' numbers in the stream map's keys (0 keys a stream's shared shard); a
+/// number goes back for reuse when its thread exits, so that the map holds no more
+/// private shards per stream than threads were ever alive at once.
+static THREAD_NUMBERS: Mutex<(Vec<u32>, u32)> = Mutex::new((Vec::new(), 0));
+
+struct ThreadNumber(u32);
+
+impl ThreadNumber {
+    fn take() -> ThreadNumber {
+        let mut numbers = lock(&THREAD_NUMBERS);
+        let number = numbers.0.pop().unwrap_or_else(|| {
+            numbers.1 += 1;
+            numbers.1
+        });
+        ThreadNumber(number)
+    }
+}
+
+impl Drop for ThreadNumber {
+    fn drop(&mut self) {
+        lock(&THREAD_NUMBERS).0.push(self.0);
+    }
+}
+
+/// This thread's number; `None` while the thread exits.
+fn thread_number() -> Option<u32> {
+    THREAD_NUMBER.try_with(|n| n.0).ok()
 }
 
 /// A pool and the statistics last folded into the totals. Aligned so that shards
@@ -96,8 +145,9 @@ pub struct CachingAllocator<S: SegmentSource> {
     shared: Arc<Segments<S>>,
     config: Mutex<AllocConfig>,
     shards: Box<[OnceLock<Shard<S>>]>,
-    /// Stream -> shard.
-    streams: Mutex<HashMap<u64, u32>>,
+    /// (stream, 0) -> the stream's shared shard; (stream, thread number) -> the shard
+    /// of a thread that met contention on the shared one (`SPLIT_AFTER`).
+    streams: Mutex<HashMap<(u64, u32), u32>>,
     totals: Mutex<gpurt_memory_stats_t>,
 }
 
@@ -125,39 +175,55 @@ impl<S: SegmentSource> CachingAllocator<S> {
         self.shards.iter().filter_map(OnceLock::get)
     }
 
-    fn shard(&self, index: u32) -> MutexGuard<'_, ShardState<S>> {
-        lock(&self.shards[index as usize].get().expect("shard indices come from created shards").state)
+    fn shard_mutex(&self, index: u32) -> &Mutex<ShardState<S>> {
+        &self.shards[index as usize].get().expect("shard indices come from created shards").state
     }
 
-    /// The shard of `stream`, created on first use, and now this thread's most
-    /// recent one.
+    fn shard(&self, index: u32) -> MutexGuard<'_, ShardState<S>> {
+        lock(self.shard_mutex(index))
+    }
+
+    /// This thread's shard for `stream`, created on first use; the stream becomes
+    /// this thread's most recent one.
     #[inline]
     fn shard_of_stream(&self, stream: u64) -> u32 {
         RECENT_SHARDS.with(|recent| {
-            let (id, last_stream, index) = recent[0].get();
-            if id == self.id && last_stream == stream {
-                return index;
+            let first = recent[0].get();
+            if first.allocator == self.id && first.stream == stream {
+                return first.shard;
             }
-            let seen = recent.iter().position(|r| r.get().0 == self.id && r.get().1 == stream);
+            let seen = recent.iter().position(|r| r.get().allocator == self.id && r.get().stream == stream);
             let entry = match seen {
                 Some(i) => recent[i].get(),
-                None => (self.id, stream, self.shard_in_map(stream)),
+                None => self.shard_in_map(stream),
             };
             // The entries before it (or all but the oldest) move down one.
             for i in (1..=seen.unwrap_or(RECENT - 1)).rev() {
                 recent[i].set(recent[i - 1].get());
             }
             recent[0].set(entry);
-            entry.2
+            entry.shard
         })
     }
 
-    /// The shard that the stream map gives `stream`, created on first use.
+    /// This thread's shard for `stream` in the stream map: its own if it has one,
+    /// else the stream's shared one, created on first use.
     #[cold]
-    fn shard_in_map(&self, stream: u64) -> u32 {
+    fn shard_in_map(&self, stream: u64) -> Recent {
         let mut streams = lock(&self.streams);
+        let own = thread_number().and_then(|n| streams.get(&(stream, n)).copied());
+        let (shard, contended) = match own {
+            Some(shard) => (shard, PRIVATE),
+            None => (self.shard_for(&mut streams, (stream, 0)), 0),
+        };
+        Recent { allocator: self.id, stream, shard, contended }
+    }
+
+    /// The shard of a stream map key, created on first use. Past `MAX_SHARDS`, keys
+    /// share shards (a pool keeps each stream's blocks apart in any case).
+    fn shard_for(&self, streams: &mut HashMap<(u64, u32), u32>, key: (u64, u32)) -> u32 {
         let count = streams.len();
-        let index = *streams.entry(stream).or_insert((count % MAX_SHARDS) as u32);
+        let index = *streams.entry(key).or_insert((count % MAX_SHARDS) as u32);
         self.shards[index as usize].get_or_init(|| {
             let pool = Pool::new(self.shared.clone(), index, lock(&self.config).clone());
             Shard { state: Mutex::new(ShardState { flushed: pool.stats(), pool }) }
@@ -165,13 +231,52 @@ impl<S: SegmentSource> CachingAllocator<S> {
         index
     }
 
+    /// Shard `index`, locked for an allocation on `stream`: a wait for another
+    /// thread is noted against this thread's entry for the stream, which
+    /// `shard_of_stream` has just put first.
+    #[inline]
+    fn shard_to_allocate(&self, index: u32, stream: u64) -> MutexGuard<'_, ShardState<S>> {
+        let state = self.shard_mutex(index);
+        match state.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                self.note_contention(stream);
+                lock(state)
+            }
+        }
+    }
+
+    /// Counts a wait on `stream`'s shared shard; at `SPLIT_AFTER`, this thread's
+    /// later allocations on the stream go to a shard of its own (PyTorch's one lock
+    /// per device is what stops its allocator from scaling). Blocks freed there are
+    /// reused by this thread only, so a split stream may cache more memory: only
+    /// threads that met contention pay that.
+    #[cold]
+    fn note_contention(&self, stream: u64) {
+        RECENT_SHARDS.with(|recent| {
+            let mut entry = recent[0].get();
+            if entry.allocator != self.id || entry.stream != stream || entry.contended == PRIVATE {
+                return;
+            }
+            entry.contended += 1;
+            if entry.contended >= SPLIT_AFTER {
+                if let Some(n) = thread_number() {
+                    entry.shard = self.shard_for(&mut lock(&self.streams), (stream, n));
+                    entry.contended = PRIVATE;
+                }
+            }
+            recent[0].set(entry);
+        })
+    }
+
     /// Runs `f` on the pool holding the block at `addr` (`f` answers `None` when its
     /// pool has no such block): first the shard this thread last allocated from, then
     /// the shard that the segment map names.
     fn on_owner<T>(&self, addr: u64, f: impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> Result<T> {
-        let (id, _, hinted) = RECENT_SHARDS.with(|recent| recent[0].get());
-        if id == self.id {
-            let mut state = self.shard(hinted);
+        let hint = RECENT_SHARDS.with(|recent| recent[0].get());
+        if hint.allocator == self.id {
+            let mut state = self.shard(hint.shard);
             if let Some(result) = f(&mut state.pool) {
                 state.flush_if_due(&self.totals);
                 return result;
@@ -190,16 +295,15 @@ impl<S: SegmentSource> CachingAllocator<S> {
     #[inline]
     pub fn malloc(&self, size: u64, stream: u64) -> Result<u64> {
         let index = self.shard_of_stream(stream);
-        match self.attempt(index, size, stream, false) {
+        match self.attempt(self.shard_to_allocate(index, stream), size, stream, false) {
             Ok(Some(addr)) => Ok(addr),
             first => self.collect_and_retry(index, size, stream, first),
         }
     }
 
-    /// One allocation from shard `index` (see `Pool::malloc`).
+    /// One allocation from a locked shard (see `Pool::malloc`).
     #[inline]
-    fn attempt(&self, index: u32, size: u64, stream: u64, collected: bool) -> Result<Option<u64>> {
-        let mut state = self.shard(index);
+    fn attempt(&self, mut state: MutexGuard<'_, ShardState<S>>, size: u64, stream: u64, collected: bool) -> Result<Option<u64>> {
         let result = state.pool.malloc(size, stream, collected);
         state.flush_if_due(&self.totals);
         result
@@ -215,7 +319,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
             Ok(Some(addr)) => return Ok(addr),
             Ok(None) => {
                 self.for_each_shard(Pool::release_free_segments);
-                served(self.attempt(index, size, stream, true))
+                served(self.attempt(self.shard(index), size, stream, true))
             }
             Err(e) => Err(e),
         };
@@ -225,7 +329,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
         lock(&self.totals).num_alloc_retries += 1;
         self.empty_cache();
-        match served(self.attempt(index, size, stream, true)) {
+        match served(self.attempt(self.shard(index), size, stream, true)) {
             Err(cause) if is_oom(&cause) => Err(self.out_of_memory(size, cause)),
             done => done,
         }
@@ -252,6 +356,14 @@ impl<S: SegmentSource> CachingAllocator<S> {
                 format_bytes(reserved - allocated)
             ),
         )
+    }
+
+    /// Holds the lock of `stream`'s shared shard until the result is dropped; for
+    /// tests of contention.
+    #[cfg(test)]
+    pub(crate) fn hold_shared_shard(&self, stream: u64) -> impl Sized + '_ {
+        let index = lock(&self.streams)[&(stream, 0)];
+        self.shard(index)
     }
 
     /// Every segment and the shard that owns it.

@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::caching::CachingAllocator;
+use super::caching::{CachingAllocator, SPLIT_AFTER};
 use super::config::AllocConfig;
 use super::host::{HostSource, XorShift as Rng};
 use crate::error::Status;
@@ -593,5 +593,51 @@ fn streams_taken_in_turns_keep_their_own_shards() {
     shards.dedup();
     assert_eq!((p.segment_owners().len(), shards.len()), (streams.len(), streams.len()), "one segment and one shard per stream");
     live.into_iter().for_each(|a| p.free(a).unwrap());
+    check(&p);
+}
+
+/// Threads that allocate on one stream at once: a thread that keeps finding the
+/// stream's shard locked by another moves to a shard of its own, and frees from any
+/// thread still find each block's shard.
+#[test]
+fn a_thread_that_waits_on_a_shared_stream_gets_its_own_shard() {
+    use std::sync::mpsc::channel;
+    let p = pool(64 * GIB);
+    let stream = 7;
+    let mut blocks = vec![p.malloc(4 * KIB, stream).unwrap()];
+    let shards = |p: &Allocator| {
+        let mut owners: Vec<u32> = p.segment_owners().iter().map(|o| o.shard).collect();
+        owners.sort();
+        owners.dedup();
+        owners.len()
+    };
+    let ((held_tx, held_rx), (done_tx, done_rx)) = (channel::<bool>(), channel::<u64>());
+    std::thread::scope(|scope| {
+        let p = &p;
+        scope.spawn(move || {
+            // Each allocation starts while the main thread holds the shared shard.
+            while held_rx.recv() == Ok(true) {
+                done_tx.send(p.malloc(4 * KIB, stream).unwrap()).unwrap();
+            }
+        });
+        let mut rounds = 0;
+        while shards(p) == 1 && rounds < 4 * SPLIT_AFTER {
+            let held = p.hold_shared_shard(stream);
+            held_tx.send(true).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            drop(held);
+            blocks.push(done_rx.recv().unwrap());
+            rounds += 1;
+        }
+        held_tx.send(false).unwrap();
+        assert_eq!(shards(p), 2, "after {rounds} contended allocations, the waiting thread has a shard of its own");
+        assert!(rounds >= SPLIT_AFTER, "split after {rounds} waits, before {SPLIT_AFTER}");
+    });
+    // The main thread's allocations stay in the shared shard's segment.
+    blocks.push(p.malloc(4 * KIB, stream).unwrap());
+    assert_eq!(shards(&p), 2);
+    check(&p);
+    blocks.into_iter().for_each(|a| p.free(a).unwrap());
+    assert_eq!(p.stats().allocated_bytes.all.current, 0);
     check(&p);
 }
