@@ -17,6 +17,7 @@ pub const TESTS: &[crate::support::Test] = &[
     ("allocation_during_capture_never_invalidates_it", allocation_during_capture_never_invalidates_it),
     ("expandable_segments_grow_keep_data_and_give_memory_back", expandable_segments_grow_keep_data_and_give_memory_back),
     ("eight_threads_reuse_and_free_across_threads_without_clobbering", eight_threads_reuse_and_free_across_threads_without_clobbering),
+    ("eight_threads_on_one_stream_reuse_and_free_without_clobbering", eight_threads_on_one_stream_reuse_and_free_without_clobbering),
     ("a_destroyed_streams_blocks_wait_for_its_queued_work", a_destroyed_streams_blocks_wait_for_its_queued_work),
     ("per_thread_default_streams_of_two_threads_share_no_block", per_thread_default_streams_of_two_threads_share_no_block),
 ];
@@ -209,14 +210,29 @@ fn expandable_segments_grow_keep_data_and_give_memory_back() {
     expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
 }
 
-/// Eight threads, each on its own stream, 150 rounds each: fresh random words go into
-/// a block, are copied asynchronously into a second block, and the first is freed at
-/// once and its memory (usually the same block, reused on the same stream) is
-/// overwritten asynchronously. Every second block must still hold its words when read
-/// back later. Half the overwritten blocks are freed by a different thread than the
-/// one that allocated them (pointer-only frees into another stream's pool). At the
-/// end every byte is given back.
+/// Eight threads, each on its own stream: see `reuse_and_free_across_threads`.
 fn eight_threads_reuse_and_free_across_threads_without_clobbering() {
+    reuse_and_free_across_threads(None);
+}
+
+/// Eight threads on one stream, with bursts of small pairs between the copies so
+/// that they contend for the stream's shard and move to shards of their own: see
+/// `reuse_and_free_across_threads`.
+fn eight_threads_on_one_stream_reuse_and_free_without_clobbering() {
+    let shared = stream();
+    reuse_and_free_across_threads(Some(shared));
+    expect_status!(gpurt_stream_destroy(shared), GPURT_SUCCESS);
+}
+
+/// Eight threads (each on its own stream, or all on `shared`), 150 rounds each: fresh
+/// random words go into a block, are copied asynchronously into a second block, and
+/// the first is freed at once and its memory (usually the same block, reused on the
+/// same stream) is overwritten asynchronously. Every second block must still hold its
+/// words when read back later. Half the overwritten blocks are freed by a different
+/// thread than the one that allocated them (pointer-only frees into another shard).
+/// At the end every byte is given back.
+fn reuse_and_free_across_threads(shared: Option<gpurt_stream_t>) {
+    let shared = shared.map(|s| s as usize);
     let base = stats().allocated_bytes.all.current;
     let (to_free, freed_elsewhere) = std::sync::mpsc::channel::<u64>();
     let freer = std::thread::spawn(move || {
@@ -228,7 +244,7 @@ fn eight_threads_reuse_and_free_across_threads_without_clobbering() {
         .map(|t| {
             let to_free = to_free.clone();
             std::thread::spawn(move || {
-                let s = stream();
+                let s = shared.map_or_else(stream, |s| s as gpurt_stream_t);
                 let sizes = random_words(150);
                 let mut live: Vec<(u64, Vec<u32>)> = Vec::new();
                 for (round, size) in sizes.iter().enumerate() {
@@ -241,6 +257,11 @@ fn eight_threads_reuse_and_free_across_threads_without_clobbering() {
                     expect_status!(gpurt_free(a as *mut _), GPURT_SUCCESS);
                     let c = malloc(n * 4, s);
                     expect_status!(gpurt_memset_async(c as *mut _, 0xdead_beef, 4, n, s), GPURT_SUCCESS);
+                    if shared.is_some() {
+                        for _ in 0..200 {
+                            expect_status!(gpurt_free(malloc(512, s) as *mut _), GPURT_SUCCESS);
+                        }
+                    }
                     if round % 2 == t % 2 {
                         to_free.send(c).unwrap();
                     } else {
@@ -257,7 +278,9 @@ fn eight_threads_reuse_and_free_across_threads_without_clobbering() {
                     }
                 }
                 expect_status!(gpurt_stream_synchronize(s), GPURT_SUCCESS);
-                expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
+                if shared.is_none() {
+                    expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
+                }
             })
         })
         .collect();
