@@ -27,7 +27,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::config::AllocConfig;
-use super::pool::{lock, Pool, SegmentOwner, SegmentSource, Segments};
+use super::owners::SegmentOwner;
+use super::pool::{lock, Pool, SegmentSource, Segments};
 use super::stats::{format_bytes, gpurt_memory_stats_t};
 use crate::error::{Error, Result, Status};
 

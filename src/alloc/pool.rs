@@ -13,12 +13,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arc_swap::ArcSwap;
-
 use rustc_hash::FxHashMap as HashMap;
 
 use super::blocks::{Arena, Block, BlockId, FreeLists, State, MIN_BLOCK, NO_BLOCK};
 use super::config::AllocConfig;
+use super::owners::{SegmentOwner, SegmentOwners};
 use super::stats::{gpurt_memory_stats_t, PoolKind};
 use crate::error::{Error, Result, Status};
 
@@ -100,20 +99,14 @@ pub trait SegmentSource: Send + Sync {
 /// they reserve together, and which shard owns each segment (for pointer-only frees).
 ///
 /// Every free on every thread reads it, so it is aligned to keep other data off its
-/// cache lines, as is the owner table it points to: a heap neighbour that one thread
-/// writes at every operation, while others read here, cost two threads 15 % of
-/// their rate.
+/// cache lines (see `owners`).
 #[repr(align(128))]
 pub struct Segments<S> {
     pub source: S,
     reserved: AtomicU64,
     /// Reserved bytes may not exceed this (`set_per_process_memory_fraction`).
     limit: AtomicU64,
-    /// Every segment's owner, sorted by start: read without a lock by pointer-only
-    /// frees (`owner_of`), replaced whole under `owners_update` when a segment comes
-    /// or goes.
-    owners: ArcSwap<OwnerTable>,
-    owners_update: Mutex<()>,
+    owners: SegmentOwners,
     /// The lowest start and highest end of any segment so far (never narrowed): lets
     /// a pointer-only free pass over other devices' allocators without a lock.
     span: (AtomicU64, AtomicU64),
@@ -125,8 +118,7 @@ impl<S: SegmentSource> Segments<S> {
             source,
             reserved: AtomicU64::new(0),
             limit: AtomicU64::new(u64::MAX),
-            owners: ArcSwap::default(),
-            owners_update: Mutex::new(()),
+            owners: SegmentOwners::default(),
             span: (AtomicU64::new(u64::MAX), AtomicU64::new(0)),
         })
     }
@@ -179,10 +171,13 @@ impl<S: SegmentSource> Segments<S> {
         }
     }
 
-    fn give_back(&self, addr: u64, size: u64) {
-        self.disown(addr);
-        self.source.release(addr, size);
-        self.reserved.fetch_sub(size, Ordering::Relaxed);
+    /// Returns segments, given as (start, size), to the source.
+    fn give_back(&self, segments: &[(u64, u64)]) {
+        self.owners.remove(segments.iter().map(|&(start, _)| start).collect());
+        for &(addr, size) in segments {
+            self.source.release(addr, size);
+            self.reserved.fetch_sub(size, Ordering::Relaxed);
+        }
     }
 
     /// Reserves the addresses of an expandable segment for `shard`.
@@ -206,31 +201,15 @@ impl<S: SegmentSource> Segments<S> {
     }
 
     fn free_expandable(&self, addr: u64, size: u64) {
-        self.disown(addr);
+        self.owners.remove(vec![addr]);
         self.source.free_addresses(addr, size);
     }
 
     /// Records `shard` as the owner of the segment `[addr, addr + size)`.
     fn own(&self, addr: u64, size: u64, shard: u32) {
-        self.update_owners(|owners| {
-            let at = owners.partition_point(|o| o.0.start < addr);
-            owners.insert(at, Line(SegmentOwner { start: addr, end: addr + size, shard }));
-        });
+        self.owners.insert(SegmentOwner { start: addr, end: addr + size, shard });
         self.span.0.fetch_min(addr, Ordering::Relaxed);
         self.span.1.fetch_max(addr + size, Ordering::Relaxed);
-    }
-
-    /// Forgets the segment starting at `addr`.
-    fn disown(&self, addr: u64) {
-        self.update_owners(|owners| owners.retain(|o| o.0.start != addr));
-    }
-
-    /// Publishes a changed copy of the owner table; writers take turns.
-    fn update_owners(&self, change: impl FnOnce(&mut Vec<Line<SegmentOwner>>)) {
-        let _turn = lock(&self.owners_update);
-        let mut owners = self.owners.load().0.clone();
-        change(&mut owners);
-        self.owners.store(Arc::new(OwnerTable(owners)));
     }
 
     /// Whether `addr` lies within the span of every segment so far: false means it
@@ -241,36 +220,14 @@ impl<S: SegmentSource> Segments<S> {
 
     /// The shard whose segment contains `addr`.
     pub fn owner_of(&self, addr: u64) -> Option<u32> {
-        let owners = self.owners.load();
-        let after = owners.0.partition_point(|o| o.0.start <= addr);
-        let owner = owners.0[..after].last()?.0;
-        (addr < owner.end).then_some(owner.shard)
+        self.owners.owner_of(addr)
     }
 
     /// Segments and their owners, for invariant checks.
     pub fn owners(&self) -> Vec<SegmentOwner> {
-        self.owners.load().0.iter().map(|o| o.0).collect()
+        self.owners.all()
     }
 }
-
-/// A segment and the shard that owns it.
-#[derive(Debug, Clone, Copy)]
-pub struct SegmentOwner {
-    pub start: u64,
-    pub end: u64,
-    pub shard: u32,
-}
-
-/// The segments' owners, sorted by start; header and entries on cache lines of their
-/// own (see `Segments`).
-#[repr(align(128))]
-#[derive(Default)]
-struct OwnerTable(Vec<Line<SegmentOwner>>);
-
-/// A value alone on its cache line.
-#[repr(align(64))]
-#[derive(Clone, Copy)]
-struct Line<T>(T);
 
 /// Locks a mutex; a panic elsewhere (caught at the C boundary) does not poison gpurt.
 pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -861,15 +818,17 @@ impl<S: SegmentSource> Pool<S> {
             })
             .map(|(&start, seg)| (start, seg.first))
             .collect();
+        let mut released = Vec::with_capacity(whole.len());
         for (start, id) in whole {
             let Block { size, pool, .. } = self.blocks[id];
             self.remove_free(id);
             self.blocks.remove(id);
             self.segments.remove(&start);
-            self.shared.give_back(start, size);
+            released.push((start, size));
             self.stats.segment.sub(pool, 1);
             self.count_device_memory(pool, -(size as i64));
         }
+        self.shared.give_back(&released);
         // Streams come and go: their emptied lists go with their segments.
         self.free.retain(|lists| !lists.is_empty());
     }
