@@ -177,7 +177,9 @@ mod tests {
             } else {
                 let keys: Vec<u64> = model.keys().copied().collect();
                 let gone: Vec<u64> = (0..1 + rng.below(4)).map(|_| keys[rng.below(keys.len() as u64) as usize]).collect();
-                gone.iter().for_each(|s| drop(model.remove(s)));
+                for start in &gone {
+                    model.remove(start);
+                }
                 owners.remove(gone);
             }
             for _ in 0..8 {
