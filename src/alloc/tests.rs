@@ -641,3 +641,32 @@ fn a_thread_that_waits_on_a_shared_stream_gets_its_own_shard() {
     assert_eq!(p.stats().allocated_bytes.all.current, 0);
     check(&p);
 }
+
+/// A free does not wait for a shard that it only guessed (one of the thread's recent
+/// streams) while another thread holds it: it looks elsewhere, and completes.
+#[test]
+fn a_free_passes_over_a_guessed_shard_that_another_thread_holds() {
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+    let p = pool(64 * GIB);
+    let (x, y) = (16, 32);
+    let mine = p.malloc(4 * KIB, y).unwrap();
+    let theirs = p.malloc(4 * KIB, x).unwrap(); // stream x's shard is now this thread's first guess
+    let ((held_tx, held_rx), (freed_tx, freed_rx)) = (channel(), channel());
+    std::thread::scope(|scope| {
+        let p = &p;
+        let holder = scope.spawn(move || {
+            let held = p.hold_shared_shard(x);
+            held_tx.send(()).unwrap();
+            let freed_in_time = freed_rx.recv_timeout(Duration::from_secs(5)).is_ok();
+            drop(held);
+            freed_in_time
+        });
+        held_rx.recv().unwrap();
+        p.free(mine).unwrap();
+        freed_tx.send(()).unwrap();
+        assert!(holder.join().unwrap(), "the free waited for the shard another thread held");
+    });
+    p.free(theirs).unwrap();
+    check(&p);
+}
