@@ -272,12 +272,13 @@ impl<S: SegmentSource> CachingAllocator<S> {
     }
 
     /// Runs `f` on the pool holding the block at `addr` (`f` answers `None` when its
-    /// pool has no such block): first the shards of the two streams this thread last
-    /// allocated on (a thread taking turns on two streams frees blocks of both), each
-    /// only if no other thread holds it, then the shard that the segment map names.
+    /// pool has no such block): first this allocator's shards among the two streams
+    /// this thread last allocated on (a thread taking turns on two streams, or on two
+    /// devices, frees blocks of both), each only if no other thread holds it, then
+    /// the shard that the segment map names.
     fn on_owner<T>(&self, addr: u64, f: impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> Result<T> {
         let hints = RECENT_SHARDS.with(|recent| [recent[0].get(), recent[1].get()]);
-        for hint in hints.into_iter().take_while(|h| h.allocator == self.id) {
+        for hint in hints.into_iter().filter(|h| h.allocator == self.id) {
             let Ok(mut state) = self.shard_mutex(hint.shard).try_lock() else { continue };
             if let Some(result) = f(&mut state.pool) {
                 state.flush_if_due(&self.totals);
