@@ -377,9 +377,10 @@ fn main() {
             Own(n) => (format!("{threads} threads, {n} streams each"), false),
             Shared => (format!("{threads} threads on one shared stream"), false),
         };
-        let (target, result) = match scored {
-            true => (format!(">= 6x 1-thread ({:.2}x)", a / one), if a >= 6.0 * one { "PASS" } else { "MISS" }),
-            false => (format!("{:.2}x 1-thread", a / one), "info"),
+        let (target, result) = if scored {
+            (format!(">= 6x 1-thread ({:.2}x)", a / one), if a >= 6.0 * one { "PASS" } else { "MISS" })
+        } else {
+            (format!("{:.2}x 1-thread", a / one), "info")
         };
         println!("| {label}, Mpairs/s | {:.2} | {:.2} ({:.2}x) | {target} | {result} |", a / 1e6, b / 1e6, b / driver_one);
     }

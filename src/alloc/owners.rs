@@ -144,7 +144,7 @@ impl SegmentOwners {
             let left: Vec<SegmentOwner> = owners.iter().filter(|o| starts[from..to].binary_search(&o.start).is_err()).copied().collect();
             (!left.is_empty()).then(|| ChunkRef::new(left))
         });
-        self.publish(kept.collect::<Vec<_>>());
+        self.publish(kept);
     }
 
     fn publish(&self, chunks: impl IntoIterator<Item = ChunkRef>) {

@@ -8,6 +8,7 @@ use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys::{self, CUevent, CUresult};
 
+use crate::alloc::pool::lock;
 use crate::device::{self, per_device};
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
@@ -76,9 +77,7 @@ const THREAD_CACHE: usize = 64;
 static SHARED_POOL: OnceLock<Box<[Mutex<Vec<u32>>]>> = OnceLock::new();
 
 fn shared_pool(d: i32) -> std::sync::MutexGuard<'static, Vec<u32>> {
-    SHARED_POOL.get_or_init(|| per_device(|| Mutex::new(Vec::new())))[d as usize]
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    lock(&SHARED_POOL.get_or_init(|| per_device(|| Mutex::new(Vec::new())))[d as usize])
 }
 
 /// This thread's cached (device, slot) pairs; handed to the shared pool on exit.

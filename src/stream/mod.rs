@@ -10,6 +10,7 @@ use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys::{self, CUstream, CUstreamCaptureStatus};
 
+use crate::alloc::pool::lock;
 use crate::device::{self, per_device};
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
@@ -161,7 +162,7 @@ fn create_raw(d: i32, flags: u32, priority: i32) -> Result<Stream> {
 static RETIRED: Mutex<Vec<Stream>> = Mutex::new(Vec::new());
 
 fn take_retired(d: i32, flags: u32, priority: i32) -> Option<Stream> {
-    let mut retired = RETIRED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut retired = lock(&RETIRED);
     let i = retired.iter().position(|s| (s.device(), s.flags(), s.priority()) == (d, flags, priority))?;
     Some(retired.swap_remove(i))
 }
@@ -182,7 +183,7 @@ pub fn create(ordinal: i32, flags: u32, priority: i32) -> Result<Handle> {
 /// is destroyed instead, with the driver's answer, as before there was reuse.
 fn retire(stream: Stream) -> Result<()> {
     if stream.run(native_capture_status)? == CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-        RETIRED.lock().unwrap_or_else(|e| e.into_inner()).push(stream);
+        lock(&RETIRED).push(stream);
         return Ok(());
     }
     check(unsafe { sys::cuStreamDestroy_v2(stream.cu()) }, "cuStreamDestroy")
@@ -262,7 +263,7 @@ pub fn from_pool(ordinal: i32, high_priority: bool) -> Result<Handle> {
         Some(pool) => pool,
         None => {
             static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-            let _one_builder = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+            let _one_builder = lock(&BUILDING);
             match cell.get() {
                 Some(pool) => pool,
                 None => {
