@@ -18,6 +18,12 @@ pub(crate) fn call(function: &'static str, body: impl FnOnce() -> Result<()>) ->
     }
 }
 
+/// Locks a mutex, poisoned or not: a panic is caught at this boundary and reported,
+/// so one panicking call must not fail every later call that takes the same lock.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[cold]
 #[inline(never)]
 fn record(function: &'static str, err: Error) -> Status {

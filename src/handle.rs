@@ -11,6 +11,7 @@
 use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::boundary::lock;
 use crate::error::{Error, Result};
 
 const INDEX_BITS: u32 = 24;
@@ -196,7 +197,7 @@ impl<T: Packed> HandleTable<T> {
 
     /// Stores `value` and returns its new handle.
     pub fn insert(&self, value: T) -> Result<Handle> {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = lock(&self.free);
         let index = match free.indices.pop() {
             Some(i) => i,
             None if (free.next_unused as usize) < MAX_CHUNKS * CHUNK_LEN => {
@@ -240,7 +241,7 @@ impl<T: Packed> HandleTable<T> {
     /// Removes a live handle and returns its value; a second remove is an error.
     pub fn remove(&self, handle: Handle) -> Result<T> {
         let handle = handle.expect_kind(self.kind)?;
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = lock(&self.free);
         let slot = self.slot(handle.index()).ok_or_else(|| self.stale(handle))?;
         let generation = slot.generation.load(Ordering::Relaxed);
         if generation != handle.generation() {
@@ -282,7 +283,7 @@ impl<T: Packed> HandleTable<T> {
 
     /// Number of live handles (for tests and statistics).
     pub fn live_count(&self) -> usize {
-        let free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let free = lock(&self.free);
         free.next_unused as usize - free.indices.len()
     }
 

@@ -28,8 +28,9 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::config::AllocConfig;
 use super::owners::SegmentOwner;
-use super::pool::{lock, Pool, SegmentSource, Segments};
+use super::pool::{Pool, SegmentSource, Segments};
 use super::stats::{format_bytes, gpurt_memory_stats_t};
+use crate::boundary::lock;
 use crate::error::{Error, Result, Status};
 
 /// Shards per allocator; streams beyond this share shards (a pool keeps each
@@ -275,17 +276,23 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// pool has no such block): first this allocator's shards among the two streams
     /// this thread last allocated on (a thread taking turns on two streams, or on two
     /// devices, frees blocks of both), each only if no other thread holds it, then
-    /// the shard that the segment map names.
+    /// the shard that the segment map names. A shard that has answered is not asked
+    /// again: its answer stands.
     fn on_owner<T>(&self, addr: u64, f: impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> Result<T> {
         let hints = RECENT_SHARDS.with(|recent| [recent[0].get(), recent[1].get()]);
-        for hint in hints.into_iter().filter(|h| h.allocator == self.id) {
+        let mut asked = [None; 2];
+        for (k, hint) in hints.into_iter().enumerate() {
+            if hint.allocator != self.id || asked.contains(&Some(hint.shard)) {
+                continue;
+            }
             let Ok(mut state) = self.shard_mutex(hint.shard).try_lock() else { continue };
             if let Some(result) = f(&mut state.pool) {
                 state.flush_if_due(&self.totals);
                 return result;
             }
+            asked[k] = Some(hint.shard);
         }
-        let index = self.shared.owner_of(addr).ok_or_else(|| not_live(addr))?;
+        let index = self.shared.owner_of(addr).filter(|i| !asked.contains(&Some(*i))).ok_or_else(|| not_live(addr))?;
         let mut state = self.shard(index);
         let result = f(&mut state.pool).unwrap_or_else(|| Err(not_live(addr)));
         state.flush_if_due(&self.totals);

@@ -8,8 +8,9 @@ use cudarc::driver::sys;
 
 use super::config::AllocConfig;
 use super::caching::{not_live, CachingAllocator};
-use super::pool::{lock, SegmentSource};
+use super::pool::SegmentSource;
 use super::stats::gpurt_memory_stats_t;
+use crate::boundary::lock;
 use crate::device::{self, per_device};
 use crate::driver::check;
 use crate::error::{Error, Result, Status};

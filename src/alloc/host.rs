@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::pool::{lock, SegmentSource};
+use super::pool::SegmentSource;
+use crate::boundary::lock;
 use crate::error::{Error, Result, Status};
 
 pub struct HostSource(Mutex<HostState>);

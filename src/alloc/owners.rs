@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use super::pool::lock;
+use crate::boundary::lock;
 
 /// A segment and the shard that owns it: 32 bytes, two to a cache line.
 #[repr(align(32))]

@@ -11,7 +11,7 @@
 //! pool places blocks alike whatever addresses the driver returns.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -229,10 +229,6 @@ impl<S: SegmentSource> Segments<S> {
     }
 }
 
-/// Locks a mutex; a panic elsewhere (caught at the C boundary) does not poison gpurt.
-pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A freed block parked uncoalesced for the next request of its exact size on its
 /// stream. Its size and stream are copied from the block, so that the search for a

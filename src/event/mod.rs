@@ -8,7 +8,7 @@ use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys::{self, CUevent, CUresult};
 
-use crate::alloc::pool::lock;
+use crate::boundary::lock;
 use crate::device::{self, per_device};
 use crate::driver::check;
 use crate::error::{Error, Result, Status};

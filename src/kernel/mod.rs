@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys;
 
-use crate::alloc::pool::lock;
+use crate::boundary::lock;
 use crate::device;
 use crate::driver::{check, has_symbol};
 use crate::error::{Error, Result, Status};

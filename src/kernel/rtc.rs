@@ -10,7 +10,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::alloc::pool::lock;
+use crate::boundary::lock;
 use crate::error::{Error, Result, Status};
 use crate::handle::{Handle, HandleTable, Kind};
 

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
-use crate::alloc::pool::{lock, SegmentSource};
+use crate::alloc::pool::SegmentSource;
+use crate::boundary::lock;
 use crate::device;
 use crate::driver::check;
 use crate::error::{Error, Result};
