@@ -109,6 +109,16 @@ pub(crate) fn write_sized<T: Copy>(out: *mut T, value: &T, minimum: usize, name:
     Ok(())
 }
 
+/// Writes each value through its out-parameter; NULL ones are skipped (outputs the
+/// caller may not want).
+pub(crate) fn write_optional<const N: usize>(values: [(*mut u64, u64); N]) {
+    for (out, value) in values {
+        if let Ok(out) = Out::new(out, "") {
+            out.write(value);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,15 +166,5 @@ mod tests {
             write_sized(&mut bad, &value, 12, "props").unwrap_err().status,
             Status::GPURT_ERROR_INVALID_ARGUMENT
         );
-    }
-}
-
-/// Writes each value through its out-parameter; NULL ones are skipped (outputs the
-/// caller may not want).
-pub(crate) fn write_optional<const N: usize>(values: [(*mut u64, u64); N]) {
-    for (out, value) in values {
-        if let Ok(out) = Out::new(out, "") {
-            out.write(value);
-        }
     }
 }

@@ -2,7 +2,9 @@
 # Runs every test that runs without a GPU (the GPU tests report themselves skipped,
 # with the reason, unless GPURT_REQUIRE_GPU=1):
 #   1. cargo test: unit tests, C-ABI misuse, no-driver behaviour, the stale-header
-#      check and the C99 / C++17 header compile, the GPU suite (skipped here);
+#      check and the C99 / C++17 header compile, the GPU suite (skipped here); then
+#      clippy on every target, warnings as errors (skipped, saying so, where the
+#      toolchain has no clippy);
 #   2. CMake: build + install to a prefix, then a find_package consumer building the
 #      C ABI test as C and C++ against gpurt::gpurt and gpurt::gpurt_static;
 #   3. add_subdirectory(gpurt) consumer;
@@ -23,6 +25,12 @@ fi
 
 echo "== cargo test"
 cargo test
+echo "== clippy"
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --all-targets -- -D warnings
+else
+  echo "clippy: skipped (this toolchain has no clippy: rustup component add clippy)"
+fi
 echo "== benchmarks build (they run on the GPU machine: gpu/bundle.sh)"
 cargo bench --no-run
 

@@ -131,7 +131,7 @@ impl SegmentSource for DriverSource {
 }
 
 static CONFIG: Mutex<Option<AllocConfig>> = Mutex::new(None);
-static ALLOCATORS: OnceLock<Box<[OnceLock<CachingAllocator<DriverSource>>]>> = OnceLock::new();
+static ALLOCATORS: device::PerDeviceOnce<CachingAllocator<DriverSource>> = OnceLock::new();
 
 /// The configuration: set by `set_config`, else read from `GPURT_ALLOC_CONF` once.
 /// A malformed environment string fails every allocation with its message.

@@ -16,7 +16,7 @@ pub type gpurt_device_t = *mut gpurt_device_s;
 /// there is no usable GPU.
 #[no_mangle]
 pub extern "C" fn gpurt_init() -> gpurt_status_t {
-    boundary::call("gpurt_init", || crate::driver::init())
+    boundary::call("gpurt_init", crate::driver::init)
 }
 
 /// Sets `*initialized` to 1 if the driver has been loaded and initialised.

@@ -59,6 +59,10 @@ pub fn resolve(ordinal: i32) -> Result<i32> {
     Ok(ordinal)
 }
 
+/// Per-device state set on first use: a table made once the device count is known,
+/// with one slot per device.
+pub(crate) type PerDeviceOnce<T> = OnceLock<Box<[OnceLock<T>]>>;
+
 /// A table with one entry per device, for lazily filled per-device state.
 pub(crate) fn per_device<T>(make: impl Fn() -> T) -> Box<[T]> {
     (0..count().unwrap_or(0)).map(|_| make()).collect()
@@ -67,7 +71,7 @@ pub(crate) fn per_device<T>(make: impl Fn() -> T) -> Box<[T]> {
 /// The primary context of a (checked) device, retained once for the process's
 /// lifetime, as the CUDA runtime does.
 pub(crate) fn primary_context(ordinal: i32) -> Result<CUcontext> {
-    static PRIMARY: OnceLock<Box<[OnceLock<usize>]>> = OnceLock::new();
+    static PRIMARY: PerDeviceOnce<usize> = OnceLock::new();
     let slots = PRIMARY.get_or_init(|| per_device(OnceLock::new));
     let slot = slots.get(ordinal as usize).ok_or_else(|| Error::invalid_argument(format!("device {ordinal} does not exist")))?;
     if let Some(ctx) = slot.get() {

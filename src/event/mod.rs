@@ -265,29 +265,6 @@ pub fn open_ipc(ordinal: i32, bytes: &[u8; 64]) -> Result<Handle> {
     insert_or_destroy(Event::new(raw, d, GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING, Origin::Ipc))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn event_metadata_packs_losslessly() {
-        for origin in [Origin::Owned, Origin::Pooled, Origin::Ipc] {
-            let e = Event::new(0x5555_0000_1234, 3, GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING, origin);
-            assert_eq!(Event::unpack(e.pack()), e);
-            assert_eq!((e.device(), e.flags(), e.origin()), (3, 6, origin));
-        }
-    }
-
-    #[test]
-    fn flag_validation() {
-        assert!(validate_flags(0).is_ok());
-        assert!(validate_flags(GPURT_EVENT_BLOCKING_SYNC | GPURT_EVENT_DISABLE_TIMING).is_ok());
-        assert!(validate_flags(GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING).is_ok());
-        assert!(validate_flags(GPURT_EVENT_INTERPROCESS).unwrap_err().message.contains("GPURT_EVENT_DISABLE_TIMING"));
-        assert_eq!(validate_flags(0x80).unwrap_err().status, Status::GPURT_ERROR_INVALID_ARGUMENT);
-    }
-}
-
 /// Stream-ordering markers for the caching pools' deferred reuse: a pooled event
 /// recorded on a raw stream of `device`, as its handle's value.
 pub fn marker_record(device: i32, raw_stream: u64) -> Result<u64> {
@@ -329,4 +306,27 @@ pub fn marker_wait(marker: u64) {
 /// a pooled event later is legal while this record is pending).
 pub fn marker_forget(marker: u64) {
     let _ = destroy(Handle(marker));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_metadata_packs_losslessly() {
+        for origin in [Origin::Owned, Origin::Pooled, Origin::Ipc] {
+            let e = Event::new(0x5555_0000_1234, 3, GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING, origin);
+            assert_eq!(Event::unpack(e.pack()), e);
+            assert_eq!((e.device(), e.flags(), e.origin()), (3, 6, origin));
+        }
+    }
+
+    #[test]
+    fn flag_validation() {
+        assert!(validate_flags(0).is_ok());
+        assert!(validate_flags(GPURT_EVENT_BLOCKING_SYNC | GPURT_EVENT_DISABLE_TIMING).is_ok());
+        assert!(validate_flags(GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING).is_ok());
+        assert!(validate_flags(GPURT_EVENT_INTERPROCESS).unwrap_err().message.contains("GPURT_EVENT_DISABLE_TIMING"));
+        assert_eq!(validate_flags(0x80).unwrap_err().status, Status::GPURT_ERROR_INVALID_ARGUMENT);
+    }
 }

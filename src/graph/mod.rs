@@ -123,6 +123,8 @@ impl Registry {
     /// Collects pool `id`; a pool that goes leaves its statistics to its device.
     fn collect(&mut self, id: u64) {
         if let Some(gone) = self.pools.collect(id) {
+            // Not `or_default`: `new` also sets `struct_size`.
+            #[allow(clippy::unwrap_or_default)]
             let retired = self.retired.entry(gone.source().device()).or_insert_with(gpurt_memory_stats_t::new);
             retired.absorb(&gone.stats(), &gpurt_memory_stats_t::new());
             retired.reset_peak();

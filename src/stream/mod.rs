@@ -116,7 +116,7 @@ pub fn live_count() -> usize {
 /// (least, greatest) priority of a device; numerically lower is higher priority.
 pub fn priority_range(ordinal: i32) -> Result<(i32, i32)> {
     let d = device::resolve(ordinal)?;
-    static RANGES: OnceLock<Box<[OnceLock<(i32, i32)>]>> = OnceLock::new();
+    static RANGES: device::PerDeviceOnce<(i32, i32)> = OnceLock::new();
     let ranges = RANGES.get_or_init(|| per_device(OnceLock::new));
     if let Some(r) = ranges[d as usize].get() {
         return Ok(*r);

@@ -89,7 +89,7 @@ fn allocations_during_capture_come_from_a_private_pool_returned_with_the_graph()
         let outside: Vec<u64> = (0..4).map(|_| malloc(scratch_bytes / 2, s)).collect();
         for &o in &outside {
             assert!(o + (scratch_bytes / 2) as u64 <= scratch || o >= scratch + scratch_bytes as u64, "round {round}: an outside allocation overlaps the graph's scratch");
-            expect_status!(gpurt::copy::ffi::gpurt_memset_async(o as *mut _, 0xdeadbeef, 4, (scratch_bytes / 8) as usize, s), GPURT_SUCCESS);
+            expect_status!(gpurt::copy::ffi::gpurt_memset_async(o as *mut _, 0xdeadbeef, 4, scratch_bytes / 8, s), GPURT_SUCCESS);
         }
         let fresh = random_words(N as usize);
         expect_status!(gpurt::copy::ffi::gpurt_memcpy(input as *mut _, fresh.as_ptr().cast(), N as usize * 4, s), GPURT_SUCCESS);

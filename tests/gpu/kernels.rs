@@ -195,8 +195,10 @@ fn elementwise_matches_the_cpu_for_every_dtype() {
     let expr = cstr("out = a * b + c");
     let small = |seed: usize| -> Vec<f32> { random_words(n + seed).iter().skip(seed).map(|w| ((*w % 512) as f32 - 256.0) / 8.0).collect() };
     let (a, b, c) = (small(0), small(1), small(2));
+    // A dtype's element from an f32, as a 32-bit word (the low bytes are used), and back.
+    type Codec = (fn(f32) -> u32, fn(u32) -> f32);
     for dtype in [GPURT_DTYPE_F32, GPURT_DTYPE_F16, GPURT_DTYPE_BF16, GPURT_DTYPE_I32] {
-        let (encode, decode): (fn(f32) -> u32, fn(u32) -> f32) = match dtype {
+        let (encode, decode): Codec = match dtype {
             GPURT_DTYPE_F32 => (|v| v.to_bits(), f32::from_bits),
             GPURT_DTYPE_F16 => (|v| f16_bits(v) as u32, |w| f16_value(w as u16)),
             GPURT_DTYPE_BF16 => (|v| v.to_bits() >> 16, |w| f32::from_bits(w << 16)),
