@@ -9,9 +9,8 @@
 //!   3. 1, 4, 8 threads on their own streams, 4 × 64 KiB alloc then free:
 //!      8 threads ≥ 6 × the 1-thread aggregate pairs/s (the sum of the threads' rates
 //!      over a window in which all run; see `threaded_pairs_per_s`); and
-//!      (informational) 1 and 8
-//!      threads on two streams each, allocating on them in turns, and 8 threads on
-//!      one shared stream.
+//!      (informational) 1 and 8 threads on two streams each, allocating on them in
+//!      turns, and 8 threads on one shared stream.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;

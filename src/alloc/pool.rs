@@ -229,7 +229,6 @@ impl<S: SegmentSource> Segments<S> {
     }
 }
 
-
 /// A freed block parked uncoalesced for the next request of its exact size on its
 /// stream. Its size and stream are copied from the block, so that the search for a
 /// match reads this one small array and not the arena.
