@@ -6,9 +6,9 @@
 //! that allocate on one stream at once would all meet on its shard's lock, so a
 //! thread that keeps finding it taken gets a shard of its own for that stream
 //! (`SPLIT_AFTER`). Each thread remembers its shards for the last few streams it
-//! allocated on. Pointer-only frees try the shard the thread last allocated from,
-//! then the one the shared segment map names (read without a lock). Out of memory
-//! releases every shard's cache before the one retry.
+//! allocated on. Pointer-only frees try the shards of the thread's two last streams
+//! that no other thread holds, then the one the segment map names (read without a
+//! lock). Out of memory releases every shard's cache before the one retry.
 //!
 //! Statistics: each shard counts its own blocks exactly; the totals are the shards'
 //! changes folded in ("flushed") when a segment is taken or released, when a shard's
