@@ -29,12 +29,15 @@ pub enum State {
     Vacant,
 }
 
-#[derive(Debug)]
+/// A block: 64 bytes, one cache line. Its stream is its free lists' (`lists`), and
+/// the streams that used it (`record_stream`) are kept by the pool, so that the
+/// blocks that every operation reads stay small.
+#[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
 pub struct Block {
     pub addr: u64,
     pub size: u64,
     pub requested: u64,
-    pub stream: u64,
     /// Best fit's tie-break among equal sizes: the segment's number (in the order
     /// segments were taken), then the offset in it. Unlike the address, it does not
     /// depend on where the driver put a segment, so the pool makes the same choices
@@ -46,28 +49,34 @@ pub struct Block {
     /// Neighbours in its free list, while free.
     list_prev: BlockId,
     list_next: BlockId,
+    /// The index, in its pool, of the free lists of its stream and pool kind.
+    pub lists: u32,
+    /// Its size class, while in a free list.
+    class: u16,
     pub pool: PoolKind,
     pub state: State,
-    /// Other streams that used the block (`record_stream`).
-    pub used_on: Vec<u64>,
+    /// Whether other streams used it (`record_stream`).
+    pub used_elsewhere: bool,
 }
 
 impl Block {
-    /// A free block of `stream`'s `pool` between `prev` and `next`.
-    pub fn free(addr: u64, size: u64, rank: u64, stream: u64, pool: PoolKind, prev: BlockId, next: BlockId) -> Block {
+    /// A free block in free lists `lists` (of its stream's `pool`), between `prev`
+    /// and `next`.
+    pub fn free(addr: u64, size: u64, rank: u64, lists: u32, pool: PoolKind, prev: BlockId, next: BlockId) -> Block {
         Block {
             addr,
             size,
             requested: 0,
-            stream,
             rank,
             prev,
             next,
             list_prev: NO_BLOCK,
             list_next: NO_BLOCK,
+            lists,
+            class: 0,
             pool,
             state: State::Free,
-            used_on: Vec::new(),
+            used_elsewhere: false,
         }
     }
 
@@ -98,9 +107,7 @@ impl Arena {
     }
 
     pub fn remove(&mut self, id: BlockId) {
-        let block = &mut self.slots[id as usize];
-        block.state = State::Vacant;
-        block.used_on = Vec::new();
+        self.slots[id as usize].state = State::Vacant;
         self.vacant.push(id);
     }
 
@@ -130,6 +137,10 @@ const SUBS: usize = 1 << SUB_BITS;
 /// Only a search that sees no fit at all reads on.
 const SCAN_LIMIT: usize = 32;
 
+/// Levels of size classes: enough for any `u64` size, and a power of two, so that a
+/// level's index needs no bounds check.
+const LEVELS: usize = 64;
+
 /// (level, sub-class) of a size: sizes below 32 units have a class each; above,
 /// each power of two is cut into 32 ranges.
 fn class_of(size: u64) -> (usize, usize) {
@@ -138,24 +149,27 @@ fn class_of(size: u64) -> (usize, usize) {
         return (0, units as usize);
     }
     let top = 63 - units.leading_zeros();
-    ((top - SUB_BITS + 1) as usize, ((units >> (top - SUB_BITS)) as usize) & (SUBS - 1))
+    ((top - SUB_BITS + 1) as usize & (LEVELS - 1), ((units >> (top - SUB_BITS)) as usize) & (SUBS - 1))
 }
 
 /// The free blocks of one stream and pool kind, by size class.
 pub struct FreeLists {
     stream: u64,
     pool: PoolKind,
+    /// Segments of this stream and pool kind: none, and no block refers to these
+    /// lists, so they may be reassigned.
+    pub segments: u32,
     /// Bit l: level l has a non-empty class.
     levels: u64,
     /// Per level, bit s: class (l, s) is non-empty.
-    subs: Vec<u32>,
+    subs: [u32; LEVELS],
     /// Per level, the first block of each class.
-    heads: Vec<[BlockId; SUBS]>,
+    heads: Box<[[BlockId; SUBS]; LEVELS]>,
 }
 
 impl FreeLists {
     pub fn new(stream: u64, pool: PoolKind) -> FreeLists {
-        FreeLists { stream, pool, levels: 0, subs: Vec::new(), heads: Vec::new() }
+        FreeLists { stream, pool, segments: 0, levels: 0, subs: [0; LEVELS], heads: Box::new([[NO_BLOCK; SUBS]; LEVELS]) }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -167,15 +181,21 @@ impl FreeLists {
         self.stream == stream && self.pool == pool
     }
 
+    pub fn stream(&self) -> u64 {
+        self.stream
+    }
+
+    /// Lists with no segment, taken over for another stream or pool kind.
+    pub fn reassign(&mut self, stream: u64, pool: PoolKind) {
+        debug_assert!(self.segments == 0 && self.is_empty(), "lists that blocks refer to are reassigned");
+        (self.stream, self.pool) = (stream, pool);
+    }
+
     pub fn insert(&mut self, arena: &mut Arena, id: BlockId) {
         let (level, sub) = class_of(arena[id].size);
-        if level >= self.heads.len() {
-            self.heads.resize(level + 1, [NO_BLOCK; SUBS]);
-            self.subs.resize(level + 1, 0);
-        }
         let head = self.heads[level][sub];
         let block = &mut arena[id];
-        (block.list_prev, block.list_next) = (NO_BLOCK, head);
+        (block.list_prev, block.list_next, block.class) = (NO_BLOCK, head, (level << SUB_BITS | sub) as u16);
         if head != NO_BLOCK {
             arena[head].list_prev = id;
         }
@@ -185,8 +205,8 @@ impl FreeLists {
     }
 
     pub fn remove(&mut self, arena: &mut Arena, id: BlockId) {
-        let (level, sub) = class_of(arena[id].size);
-        let Block { list_prev: prev, list_next: next, .. } = arena[id];
+        let Block { list_prev: prev, list_next: next, class, .. } = arena[id];
+        let (level, sub) = ((class >> SUB_BITS) as usize & (LEVELS - 1), class as usize & (SUBS - 1));
         match prev {
             NO_BLOCK => self.heads[level][sub] = next,
             prev => arena[prev].list_next = next,
@@ -213,14 +233,14 @@ impl FreeLists {
     fn fit(&self, arena: &Arena, size: u64, limit: u64, max_scan: usize) -> Option<BlockId> {
         let (level, sub) = class_of(size);
         // The request's own class may hold blocks too small for it.
-        if self.subs.get(level).is_some_and(|s| s & (1 << sub) != 0) {
+        if self.subs[level] & (1 << sub) != 0 {
             if let Some(id) = self.scan(arena, self.heads[level][sub], size, limit, max_scan) {
                 return Some(id);
             }
         }
         // Every block of a higher class is large enough: the first non-empty one holds
         // the best fit.
-        let above_in_level = self.subs.get(level).map_or(0, |s| s & (!0u32 << sub << 1));
+        let above_in_level = self.subs[level] & (!0u32 << sub << 1);
         let (level, sub) = if above_in_level != 0 {
             (level, above_in_level.trailing_zeros() as usize)
         } else {
@@ -259,7 +279,8 @@ impl FreeLists {
                 let (mut at, mut prev) = (head, NO_BLOCK);
                 while at != NO_BLOCK {
                     let b = &arena[at];
-                    all.push((at, class_of(b.size) == (level, sub) && b.list_prev == prev && b.state == State::Free));
+                    let filed = class_of(b.size) == (level, sub) && b.class as usize == level << SUB_BITS | sub;
+                    all.push((at, filed && b.list_prev == prev && b.state == State::Free));
                     (prev, at) = (at, b.list_next);
                 }
             }
@@ -295,10 +316,10 @@ mod tests {
         // 200 to 203 units of 512 B: one class. The fitting block goes in first, so it
         // ends last.
         let size = |units: u64| units * MIN_BLOCK;
-        let fitting = arena.insert(Block::free(0, size(203), 0, 1, PoolKind::Large, NO_BLOCK, NO_BLOCK));
+        let fitting = arena.insert(Block::free(0, size(203), 0, 0, PoolKind::Large, NO_BLOCK, NO_BLOCK));
         lists.insert(&mut arena, fitting);
         for i in 1..=3 * SCAN_LIMIT as u64 {
-            let id = arena.insert(Block::free(i << 32, size(200), i, 1, PoolKind::Large, NO_BLOCK, NO_BLOCK));
+            let id = arena.insert(Block::free(i << 32, size(200), i, 0, PoolKind::Large, NO_BLOCK, NO_BLOCK));
             lists.insert(&mut arena, id);
         }
         assert_eq!(class_of(size(200)), class_of(size(203)));
@@ -317,7 +338,7 @@ mod tests {
         for i in 0..20_000u64 {
             if (rng.below(2) == 0 && free.len() < 300) || free.is_empty() {
                 let size = rng.log_uniform(512, 64 << 20).next_multiple_of(MIN_BLOCK);
-                let id = arena.insert(Block::free(i << 32, size, u64::MAX - i, 1, PoolKind::Large, NO_BLOCK, NO_BLOCK));
+                let id = arena.insert(Block::free(i << 32, size, u64::MAX - i, 0, PoolKind::Large, NO_BLOCK, NO_BLOCK));
                 lists.insert(&mut arena, id);
                 free.push(id);
             } else {

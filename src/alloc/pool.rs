@@ -29,6 +29,9 @@ const MIN_LARGE_ALLOC: u64 = 10 * MIB;
 const ROUND_LARGE: u64 = 2 * MIB;
 /// Freed blocks kept parked for a request of their exact size, at most.
 const MAX_PARKED: usize = 64;
+/// Sizes of the last requests that no parked block served, remembered to tell which
+/// freed blocks to park: a block of one of these sizes is likely asked for again.
+const RECENT_SIZES: usize = 4;
 
 /// Where segments come from, and the stream-ordering markers deferred frees wait on.
 /// Shared by every shard of an allocator, so it synchronises itself.
@@ -260,8 +263,12 @@ pub struct Pool<S: SegmentSource> {
     /// neighbours only, so splitting and merging them hashes nothing.
     by_addr: HashMap<u64, BlockId>,
     /// Free blocks for best fit, per (stream, pool kind); a shard rarely has more
-    /// than one stream.
+    /// than one stream. Blocks name theirs by index (`Block::lists`); lists without
+    /// segments are reused for the next stream, never removed, so an index stays valid.
     free: Vec<FreeLists>,
+    /// The streams other than its own that each block listed here used
+    /// (`record_stream`; `Block::used_elsewhere`).
+    used_on: HashMap<BlockId, Vec<u64>>,
     /// Segment start address -> segment.
     segments: HashMap<u64, Segment>,
     /// Blocks freed by the caller, with the markers they wait for.
@@ -271,6 +278,12 @@ pub struct Pool<S: SegmentSource> {
     /// first request that none of them serves returns them all to the free lists, so
     /// they never keep memory from a best fit.
     parked: Vec<Parked>,
+    /// The rounded sizes of the last `RECENT_SIZES` requests past the parked blocks,
+    /// the newest at `recent_sizes_next - 1`: a freed block of another size goes
+    /// straight to the free lists, as its parking would only delay its coalescing to
+    /// the next request (most frees of varied sizes).
+    recent_sizes: [u64; RECENT_SIZES],
+    recent_sizes_next: usize,
     /// This shard's statistics (exact for its blocks, once `stats` settles them);
     /// the allocator sums shards.
     ///
@@ -340,15 +353,24 @@ fn count_inactive_split(stats: &mut gpurt_memory_stats_t, b: &Block, sign: i64) 
     }
 }
 
-/// The free lists of `stream`'s `pool`, created on first use.
-fn lists_of(free: &mut Vec<FreeLists>, stream: u64, pool: PoolKind) -> &mut FreeLists {
-    match free.iter().position(|f| f.hold(stream, pool)) {
-        Some(i) => &mut free[i],
-        None => {
-            free.push(FreeLists::new(stream, pool));
-            free.last_mut().expect("just pushed")
-        }
-    }
+/// The index of the free lists of `stream`'s `pool` for a new segment: created on
+/// first use, in the place of lists that no segment uses any more if there are some.
+fn lists_for_segment(free: &mut Vec<FreeLists>, stream: u64, pool: PoolKind) -> u32 {
+    let index = match free.iter().position(|f| f.hold(stream, pool)) {
+        Some(i) => i,
+        None => match free.iter().position(|f| f.segments == 0) {
+            Some(i) => {
+                free[i].reassign(stream, pool);
+                i
+            }
+            None => {
+                free.push(FreeLists::new(stream, pool));
+                free.len() - 1
+            }
+        },
+    };
+    free[index].segments += 1;
+    index as u32
 }
 
 /// The size of a new segment for a rounded request.
@@ -371,9 +393,12 @@ impl<S: SegmentSource> Pool<S> {
             blocks: Arena::default(),
             by_addr: HashMap::default(),
             free: Vec::new(),
+            used_on: HashMap::default(),
             segments: HashMap::default(),
             pending: Vec::new(),
             parked: Vec::new(),
+            recent_sizes: [0; RECENT_SIZES],
+            recent_sizes_next: 0,
             stats: gpurt_memory_stats_t::new(),
             parked_reuses: [(0, 0); 2],
             expandable: HashMap::default(),
@@ -426,14 +451,19 @@ impl<S: SegmentSource> Pool<S> {
     fn insert_free(&mut self, id: BlockId) {
         let b = &self.blocks[id];
         count_inactive_split(&mut self.stats, b, 1);
-        lists_of(&mut self.free, b.stream, b.pool).insert(&mut self.blocks, id);
+        self.free[b.lists as usize].insert(&mut self.blocks, id);
     }
 
     fn remove_free(&mut self, id: BlockId) {
         let b = &self.blocks[id];
         debug_assert_eq!(b.state, State::Free, "block {:#x} is not free", b.addr);
         count_inactive_split(&mut self.stats, b, -1);
-        lists_of(&mut self.free, b.stream, b.pool).remove(&mut self.blocks, id);
+        self.free[b.lists as usize].remove(&mut self.blocks, id);
+    }
+
+    /// The stream a block belongs to.
+    fn stream_of(&self, b: &Block) -> u64 {
+        self.free[b.lists as usize].stream()
     }
 
     /// The allocated block at `addr`; `None` when no block starts there.
@@ -531,15 +561,17 @@ impl<S: SegmentSource> Pool<S> {
     fn malloc_from_free_lists(&mut self, size: u64, rounded: u64, stream: u64, collected: bool) -> Result<Option<u64>> {
         let pool = if rounded <= SMALL_SIZE { PoolKind::Small } else { PoolKind::Large };
         self.flush_parked();
+        self.recent_sizes[self.recent_sizes_next] = rounded;
+        self.recent_sizes_next = (self.recent_sizes_next + 1) % RECENT_SIZES;
         let id = match self.find_free(pool, stream, rounded) {
             Some(id) => id,
             None if !collected && self.past_collection_threshold(rounded) => return Ok(None),
             None => self.new_segment(pool, stream, rounded)?,
         };
         self.remove_free(id);
-        let Block { addr, size: block_size, rank, next, .. } = self.blocks[id];
+        let Block { addr, size: block_size, rank, next, lists, .. } = self.blocks[id];
         if self.should_split(pool, block_size, rounded) {
-            let rest = self.blocks.insert(Block::free(addr + rounded, block_size - rounded, rank + rounded, stream, pool, id, next));
+            let rest = self.blocks.insert(Block::free(addr + rounded, block_size - rounded, rank + rounded, lists, pool, id, next));
             match next {
                 NO_BLOCK => self.note_tail(rest),
                 next => self.blocks[next].prev = rest,
@@ -578,7 +610,8 @@ impl<S: SegmentSource> Pool<S> {
     fn add_segment(&mut self, pool: PoolKind, stream: u64, addr: u64, size: u64) -> BlockId {
         let rank = self.segments_taken << 40; // segments stay below 1 TiB
         self.segments_taken += 1;
-        let id = self.blocks.insert(Block::free(addr, size, rank, stream, pool, NO_BLOCK, NO_BLOCK));
+        let lists = lists_for_segment(&mut self.free, stream, pool);
+        let id = self.blocks.insert(Block::free(addr, size, rank, lists, pool, NO_BLOCK, NO_BLOCK));
         self.segments.insert(addr, Segment { size, first: id });
         self.stats.segment.add(pool, 1);
         self.count_device_memory(pool, size as i64);
@@ -591,9 +624,13 @@ impl<S: SegmentSource> Pool<S> {
     /// is not a block of this pool.
     pub fn record_stream(&mut self, addr: u64, stream: u64) -> Option<Result<()>> {
         Some(self.allocated_block(addr)?.map(|id| {
-            let block = &mut self.blocks[id];
-            if stream != block.stream && !block.used_on.contains(&stream) {
-                block.used_on.push(stream);
+            if stream == self.stream_of(&self.blocks[id]) {
+                return;
+            }
+            self.blocks[id].used_elsewhere = true;
+            let streams = self.used_on.entry(id).or_default();
+            if !streams.contains(&stream) {
+                streams.push(stream);
             }
         }))
     }
@@ -607,10 +644,18 @@ impl<S: SegmentSource> Pool<S> {
             Ok(id) => id,
             Err(e) => return Some(Err(e)),
         };
-        if !self.blocks[id].used_on.is_empty() {
+        let block = &self.blocks[id];
+        if block.used_elsewhere {
             return Some(self.free_after_other_streams(id));
         }
-        self.park(id);
+        if self.recent_sizes.contains(&block.size) {
+            self.park(id);
+        } else {
+            let (pool, size, requested) = (block.pool, block.size as i64, block.requested as i64);
+            uncount_use(&mut self.stats, pool, 1, size);
+            self.stats.requested_bytes.sub(pool, requested);
+            self.coalesce_into_free(id);
+        }
         Some(Ok(()))
     }
 
@@ -618,9 +663,10 @@ impl<S: SegmentSource> Pool<S> {
     /// there. On failure the block stays allocated and intact, so that the caller may
     /// retry.
     fn free_after_other_streams(&mut self, id: BlockId) -> Result<()> {
-        let markers = self.shared.source.record_all(&self.blocks[id].used_on)?;
+        let markers = self.shared.source.record_all(&self.used_on[&id])?;
+        self.used_on.remove(&id);
         let block = &mut self.blocks[id];
-        block.used_on.clear();
+        block.used_elsewhere = false;
         block.state = State::PendingFree;
         let (pool, size, requested) = (block.pool, block.size as i64, block.requested as i64);
         block.requested = 0;
@@ -637,9 +683,10 @@ impl<S: SegmentSource> Pool<S> {
         if self.parked.len() == MAX_PARKED {
             self.flush_parked();
         }
+        let stream = self.stream_of(&self.blocks[id]);
         let block = &mut self.blocks[id];
         block.state = State::Parked;
-        let (pool, size, stream, requested) = (block.pool, block.size, block.stream, block.requested);
+        let (pool, size, requested) = (block.pool, block.size, block.requested);
         block.requested = 0;
         self.stats.requested_bytes.sub(pool, requested as i64);
         count_inactive_split(&mut self.stats, block, 1);
@@ -686,7 +733,7 @@ impl<S: SegmentSource> Pool<S> {
             return;
         }
         let b = &self.blocks[id];
-        if let Some(seg) = self.expandable.get_mut(&(b.stream, pool_index(b.pool))) {
+        if let Some(seg) = self.expandable.get_mut(&(self.free[b.lists as usize].stream(), pool_index(b.pool))) {
             if (seg.base..seg.base + seg.reserved).contains(&b.addr) {
                 seg.tail = id;
             }
@@ -743,7 +790,7 @@ impl<S: SegmentSource> Pool<S> {
             self.insert_free(seg.tail);
             return Ok(seg.tail);
         }
-        let id = self.blocks.insert(Block::free(end, grow, rank, stream, pool, seg.tail, NO_BLOCK));
+        let id = self.blocks.insert(Block::free(end, grow, rank, self.blocks[seg.tail].lists, pool, seg.tail, NO_BLOCK));
         self.blocks[seg.tail].next = id;
         self.expandable.get_mut(&key).expect("segment").tail = id;
         self.insert_free(id);
@@ -780,11 +827,9 @@ impl<S: SegmentSource> Pool<S> {
                 self.blocks[prev].next = NO_BLOCK;
                 self.expandable.get_mut(&key).expect("segment").tail = prev;
             } else {
-                self.blocks.remove(seg.tail);
-                self.segments.remove(&seg.base);
+                self.forget_segment(seg.base, seg.tail);
                 self.expandable.remove(&key);
                 self.shared.free_expandable(seg.base, seg.reserved);
-                self.stats.segment.sub(pool, 1);
                 continue;
             }
             self.segment_mut(seg.base).size = mapped - release;
@@ -817,15 +862,21 @@ impl<S: SegmentSource> Pool<S> {
         for (start, id) in whole {
             let Block { size, pool, .. } = self.blocks[id];
             self.remove_free(id);
-            self.blocks.remove(id);
-            self.segments.remove(&start);
+            self.forget_segment(start, id);
             released.push((start, size));
-            self.stats.segment.sub(pool, 1);
             self.count_device_memory(pool, -(size as i64));
         }
         self.shared.give_back(&released);
-        // Streams come and go: their emptied lists go with their segments.
-        self.free.retain(|lists| !lists.is_empty());
+    }
+
+    /// Forgets a released segment and its one block, `id`, which is in no free list.
+    fn forget_segment(&mut self, start: u64, id: BlockId) {
+        let Block { pool, lists, .. } = self.blocks[id];
+        self.blocks.remove(id);
+        self.segments.remove(&start);
+        // Lists without segments go to the next new stream: streams come and go.
+        self.free[lists as usize].segments -= 1;
+        self.stats.segment.sub(pool, 1);
     }
 
     /// Checks every structural and statistical invariant; for tests.
@@ -838,23 +889,29 @@ impl<S: SegmentSource> Pool<S> {
             }
         }
         let mut listed = std::collections::HashSet::new();
-        for lists in &self.free {
+        for (index, lists) in self.free.iter().enumerate() {
             for (id, ok) in lists.entries(&self.blocks) {
                 let b = &self.blocks[id];
-                if !ok || !lists.hold(b.stream, b.pool) || !listed.insert(id) {
+                if !ok || b.lists as usize != index || !lists.hold(lists.stream(), b.pool) || !listed.insert(id) {
                     return Err(format!("free block {:#x} is misfiled in the free lists", b.addr));
                 }
             }
         }
         let (mut allocated, mut active, mut inactive_split, mut requested, mut blocks_seen) = (0i64, 0i64, 0i64, 0i64, 0);
         let (mut parked, mut in_use) = (0, 0);
+        let mut segments_per_lists = vec![0; self.free.len()];
         for (&start, seg) in &self.segments {
             let mut at = seg.first;
             let (mut expected_addr, mut prev) = (start, NO_BLOCK);
+            let lists = self.blocks[at].lists;
+            segments_per_lists[lists as usize] += 1;
             while at != NO_BLOCK {
                 let b = &self.blocks[at];
                 if b.state == State::Vacant || b.addr != expected_addr || b.prev != prev {
                     return Err(format!("segment {start:#x}: block {:#x} breaks the chain", b.addr));
+                }
+                if b.lists != lists {
+                    return Err(format!("segment {start:#x}: block {:#x} names another stream's lists", b.addr));
                 }
                 if b.state == State::Free {
                     if !listed.contains(&at) {
@@ -876,7 +933,7 @@ impl<S: SegmentSource> Pool<S> {
                     _ => {}
                 }
                 if b.state == State::Parked {
-                    if !self.parked.iter().any(|p| p.id == at && p.size == b.size && p.stream == b.stream) {
+                    if !self.parked.iter().any(|p| p.id == at && p.size == b.size && p.stream == self.stream_of(b)) {
                         return Err(format!("parked block {:#x} missing from the parked list", b.addr));
                     }
                     parked += 1;
@@ -893,6 +950,12 @@ impl<S: SegmentSource> Pool<S> {
             if expected_addr != start + seg.size {
                 return Err(format!("segment {start:#x}: blocks cover {} of {} bytes", expected_addr - start, seg.size));
             }
+        }
+        if segments_per_lists.iter().zip(&self.free).any(|(&n, lists)| lists.segments != n) {
+            return Err("free lists miscount their segments".into());
+        }
+        if self.used_on.keys().any(|&id| self.blocks[id].state != State::Allocated || !self.blocks[id].used_elsewhere) {
+            return Err("streams recorded for a block that is not allocated".into());
         }
         if parked != self.parked.len() {
             return Err(format!("{} blocks listed as parked for {parked} parked", self.parked.len()));

@@ -568,6 +568,34 @@ fn more_streams_than_shards() {
     check(&p);
 }
 
+/// Streams come and go: a shard hands the free lists of a stream whose segments all
+/// went back to its next new stream, while the streams still alive keep theirs, even
+/// with no free block in them, and every stream gets only its own blocks back.
+#[test]
+fn free_lists_of_departed_streams_serve_new_ones() {
+    let p = pool(64 * GIB);
+    // 12 MiB: a segment of its own, which the block fills.
+    let size = 12 * MIB;
+    let own_blocks_back = |streams: &mut dyn Iterator<Item = u64>, blocks: &[u64]| {
+        for (stream, &a) in streams.zip(blocks) {
+            assert_eq!(p.malloc(size, stream).unwrap(), a, "stream {stream} gets its own block back");
+        }
+    };
+    // 200 streams over 64 shards: each shard holds several streams' lists.
+    let old: Vec<u64> = (1..=200).map(|stream| p.malloc(size, stream).unwrap()).collect();
+    // The even streams leave; the odd ones keep their block, and no free one.
+    (2..=200).step_by(2).for_each(|stream| p.free(old[stream - 1]).unwrap());
+    p.empty_cache();
+    let new: Vec<u64> = (201..=400).map(|stream| p.malloc(size, stream).unwrap()).collect();
+    check(&p);
+    let odd: Vec<u64> = old.iter().step_by(2).copied().collect();
+    new.iter().chain(&odd).for_each(|&a| p.free(a).unwrap());
+    check(&p);
+    own_blocks_back(&mut (201..=400), &new);
+    own_blocks_back(&mut (1..=200).step_by(2), &odd);
+    check(&p);
+}
+
 /// A thread that takes turns on a few streams, or on more than it remembers
 /// (`RECENT`), finds each stream's own shard: every stream's segment sits in a shard
 /// of its own, and frees of blocks from streams other than the last one find theirs.
