@@ -290,6 +290,25 @@ fn threaded_reference_per_s(threads: usize) -> f64 {
     (threads as u64 * iters) as f64 / t.elapsed().as_secs_f64()
 }
 
+/// One thread's steps/s on eight independent xorshift chains, interleaved: bound by
+/// the core's throughput, where the single chain of `threaded_reference_per_s` is
+/// bound by latency. A core whose other hardware thread is busy (another tenant of a
+/// lent machine) loses much of the first and little of the second, as the allocator
+/// (~3 instructions a cycle on a quiet core) loses throughput.
+fn throughput_reference_per_s() -> f64 {
+    let iters = 5_000_000u64;
+    let mut chains: [XorShift; 8] = std::array::from_fn(|i| XorShift(0x9e37_79b9 + i as u64));
+    let t = Instant::now();
+    let mut sum = 0u64;
+    for _ in 0..iters {
+        for c in &mut chains {
+            sum = sum.wrapping_add(c.next_u64());
+        }
+    }
+    std::hint::black_box(sum);
+    (8 * iters) as f64 / t.elapsed().as_secs_f64()
+}
+
 /// (target, result) of a fragmentation row. The target is the workload's own, from
 /// an empty cache; the second pass starts with the first pass's whole cache, shaped
 /// by another history, so its figure is information.
@@ -371,6 +390,12 @@ fn main() {
         reference[0] / 1e6,
         reference[1] / reference[0],
         reference[2] / reference[0]
+    );
+    let throughput = throughput_reference_per_s();
+    println!(
+        "| reference: 8 independent chains on 1 thread (M steps/s), x one chain | {:.0}, {:.2}x | | core's throughput | info |",
+        throughput / 1e6,
+        throughput / reference[0]
     );
     // Seven rounds over every configuration and side, medians per configuration and
     // side: the one-thread figure is the ratio's denominator, so a slow spell must not

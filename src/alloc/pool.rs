@@ -897,7 +897,8 @@ impl<S: SegmentSource> Pool<S> {
                 }
             }
         }
-        let (mut allocated, mut active, mut inactive_split, mut requested, mut blocks_seen) = (0i64, 0i64, 0i64, 0i64, 0);
+        let (mut allocated, mut active, mut requested, mut blocks_seen) = (0i64, 0i64, 0i64, 0);
+        let (mut inactive_split, mut inactive_split_blocks) = (0i64, 0i64);
         let (mut parked, mut in_use) = (0, 0);
         let mut segments_per_lists = vec![0; self.free.len()];
         for (&start, seg) in &self.segments {
@@ -928,7 +929,10 @@ impl<S: SegmentSource> Pool<S> {
                     in_use += 1;
                 }
                 match b.state {
-                    State::Free | State::Parked if b.is_split() => inactive_split += b.size as i64,
+                    State::Free | State::Parked if b.is_split() => {
+                        inactive_split += b.size as i64;
+                        inactive_split_blocks += 1;
+                    }
                     State::Allocated | State::PendingFree => active += b.size as i64,
                     _ => {}
                 }
@@ -969,6 +973,7 @@ impl<S: SegmentSource> Pool<S> {
             ("allocated_bytes", s.allocated_bytes.all.current, allocated),
             ("active_bytes", s.active_bytes.all.current, active),
             ("inactive_split_bytes", s.inactive_split_bytes.all.current, inactive_split),
+            ("inactive_split", s.inactive_split.all.current, inactive_split_blocks),
             ("requested_bytes", s.requested_bytes.all.current, requested),
             ("reserved_bytes", s.reserved_bytes.all.current, reserved as i64),
         ];
