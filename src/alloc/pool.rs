@@ -733,8 +733,9 @@ impl<S: SegmentSource> Pool<S> {
             return;
         }
         let b = &self.blocks[id];
-        if let Some(seg) = self.expandable.get_mut(&(self.free[b.lists as usize].stream(), pool_index(b.pool))) {
-            if (seg.base..seg.base + seg.reserved).contains(&b.addr) {
+        let (key, addr) = ((self.stream_of(b), pool_index(b.pool)), b.addr);
+        if let Some(seg) = self.expandable.get_mut(&key) {
+            if (seg.base..seg.base + seg.reserved).contains(&addr) {
                 seg.tail = id;
             }
         }
