@@ -185,6 +185,10 @@ impl FreeLists {
         self.stream
     }
 
+    pub fn pool(&self) -> PoolKind {
+        self.pool
+    }
+
     /// Lists with no segment, taken over for another stream or pool kind.
     pub fn reassign(&mut self, stream: u64, pool: PoolKind) {
         debug_assert!(self.segments == 0 && self.is_empty(), "lists that blocks refer to are reassigned");

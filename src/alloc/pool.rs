@@ -561,13 +561,15 @@ impl<S: SegmentSource> Pool<S> {
     fn malloc_from_free_lists(&mut self, size: u64, rounded: u64, stream: u64, collected: bool) -> Result<Option<u64>> {
         let pool = if rounded <= SMALL_SIZE { PoolKind::Small } else { PoolKind::Large };
         self.flush_parked();
-        self.recent_sizes[self.recent_sizes_next] = rounded;
-        self.recent_sizes_next = (self.recent_sizes_next + 1) % RECENT_SIZES;
         let id = match self.find_free(pool, stream, rounded) {
             Some(id) => id,
             None if !collected && self.past_collection_threshold(rounded) => return Ok(None),
             None => self.new_segment(pool, stream, rounded)?,
         };
+        // Served: remembered once, though a request may come here again after a
+        // collection or the out-of-memory release.
+        self.recent_sizes[self.recent_sizes_next] = rounded;
+        self.recent_sizes_next = (self.recent_sizes_next + 1) % RECENT_SIZES;
         self.remove_free(id);
         let Block { addr, size: block_size, rank, next, lists, .. } = self.blocks[id];
         if self.should_split(pool, block_size, rounded) {
@@ -893,7 +895,7 @@ impl<S: SegmentSource> Pool<S> {
         for (index, lists) in self.free.iter().enumerate() {
             for (id, ok) in lists.entries(&self.blocks) {
                 let b = &self.blocks[id];
-                if !ok || b.lists as usize != index || !lists.hold(lists.stream(), b.pool) || !listed.insert(id) {
+                if !ok || b.lists as usize != index || b.pool != lists.pool() || !listed.insert(id) {
                     return Err(format!("free block {:#x} is misfiled in the free lists", b.addr));
                 }
             }
