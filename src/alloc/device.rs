@@ -155,6 +155,7 @@ pub fn set_config(text: &str) -> Result<()> {
     Ok(())
 }
 
+#[inline(always)]
 fn allocator(ordinal: i32) -> Result<&'static CachingAllocator<DriverSource>> {
     // An allocator exists only for an ordinal that resolved before.
     if let Some(a) = usize::try_from(ordinal).ok().and_then(|d| ALLOCATORS.get()?.get(d)?.get()) {
@@ -223,6 +224,7 @@ pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
 /// then finds the block itself; the segment maps decide only where spans overlap.
 /// (Asking every device's segment map, under its lock, made every free on a
 /// two-GPU machine contend on one lock: 8 threads ran 0.38x one thread's rate.)
+#[inline(always)]
 fn owner(ptr: u64) -> Result<&'static CachingAllocator<DriverSource>> {
     let mut candidates = created().filter(|a| a.may_hold(ptr));
     match (candidates.next(), candidates.next()) {

@@ -467,6 +467,7 @@ impl<S: SegmentSource> Pool<S> {
     }
 
     /// The allocated block at `addr`; `None` when no block starts there.
+    #[inline(always)]
     fn allocated_block(&self, addr: u64) -> Option<Result<BlockId>> {
         let id = *self.by_addr.get(&addr)?;
         Some(match self.blocks[id].state {
@@ -477,6 +478,7 @@ impl<S: SegmentSource> Pool<S> {
 
     /// Hands out a parked block of exactly `size` for `stream`, if there is one: the
     /// fast path, which hashes nothing.
+    #[inline(always)]
     fn unpark(&mut self, stream: u64, size: u64, requested: u64) -> Option<u64> {
         let i = self.parked.iter().rposition(|p| p.size == size && p.stream == stream)?;
         // Usually the last one: `pop` spares `remove`'s copy call.
@@ -541,7 +543,7 @@ impl<S: SegmentSource> Pool<S> {
     /// no cached block fits and reserved memory is past the garbage-collection
     /// threshold; the caller collects idle segments (of every shard), then calls again
     /// with `collected`.
-    #[inline]
+    #[inline(always)]
     pub fn malloc(&mut self, size: u64, stream: u64, collected: bool) -> Result<Option<u64>> {
         if size == 0 {
             return Ok(Some(0));
@@ -640,7 +642,7 @@ impl<S: SegmentSource> Pool<S> {
     /// Frees the block at `addr`. It is reusable at once on its own stream; if other
     /// streams used it, only once their work queued so far is done. `None`: `addr` is
     /// not a block of this pool.
-    #[inline]
+    #[inline(always)]
     pub fn free(&mut self, addr: u64) -> Option<Result<()>> {
         let id = match self.allocated_block(addr)? {
             Ok(id) => id,
@@ -681,6 +683,7 @@ impl<S: SegmentSource> Pool<S> {
 
     /// Parks a freed block, still counted as allocated and active (see `stats`);
     /// past `MAX_PARKED`, the others are returned to the free lists first.
+    #[inline(always)]
     fn park(&mut self, id: BlockId) {
         if self.parked.len() == MAX_PARKED {
             self.flush_parked();
