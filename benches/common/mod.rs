@@ -75,6 +75,60 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The core's throughput now, in M steps/s: eight independent xorshift chains on this
+/// thread, bound by how many instructions a cycle the core gives it (one chain is
+/// bound by latency). A core whose other hardware thread is busy (another tenant of a
+/// lent host) loses much of this and little of the latency, and CPU-bound code of
+/// high throughput, such as the allocator's, slows alike (benches/NOTES.md, allocator
+/// v11). Every reading is kept for `full_core_rate`.
+pub fn core_rate(iters: u64) -> f64 {
+    let mut chains: [gpurt::alloc::host::XorShift; 8] = std::array::from_fn(|i| gpurt::alloc::host::XorShift(0x9e37_79b9 + i as u64));
+    let t = std::time::Instant::now();
+    let mut sum = 0u64;
+    for _ in 0..iters {
+        for c in &mut chains {
+            sum = sum.wrapping_add(c.next_u64());
+        }
+    }
+    std::hint::black_box(sum);
+    let rate = (8 * iters) as f64 / t.elapsed().as_secs_f64() / 1e6;
+    CORE_RATES.lock().unwrap().push(rate);
+    rate
+}
+
+static CORE_RATES: std::sync::Mutex<Vec<f64>> = std::sync::Mutex::new(Vec::new());
+
+/// The core at full speed: the 90th percentile of this process's readings so far. A
+/// percentile, as a maximum would follow one lucky reading; in a process that rarely
+/// saw its core quiet, it is lower, and judges more timings as at full speed.
+pub fn full_core_rate() -> f64 {
+    let mut rates = CORE_RATES.lock().unwrap().clone();
+    rates.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    rates.get(rates.len() * 9 / 10).copied().unwrap_or(0.0)
+}
+
+/// A timing (ns per operation) and the core's rate measured just before it.
+#[derive(Clone, Copy)]
+pub struct Timed {
+    pub core: f64,
+    pub ns: f64,
+}
+
+/// Times `n` runs of `f` (ns per run) after a short core-rate reading (~0.2 ms).
+pub fn timed(n: usize, mut f: impl FnMut()) -> Timed {
+    let core = core_rate(40_000);
+    let t = std::time::Instant::now();
+    (0..n).for_each(|_| f());
+    Timed { core, ns: t.elapsed().as_nanos() as f64 / n as f64 }
+}
+
+/// The timings taken while the core ran at 90 % of its full speed or more: the
+/// code's own cost, without what another tenant of the core took.
+pub fn at_full_speed(samples: &[Timed]) -> Vec<f64> {
+    let floor = 0.9 * full_core_rate();
+    samples.iter().filter(|s| s.core >= floor).map(|s| s.ns).collect()
+}
+
 /// Median over `samples` of the mean time of `n` runs of `f`, in ns.
 pub fn time_ns(samples: usize, n: usize, mut f: impl FnMut()) -> f64 {
     median(
