@@ -285,18 +285,10 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// line, so that the common case makes no call.
     #[inline(always)]
     fn on_owner<T>(&self, addr: u64, f: impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> Result<T> {
-        let first = RECENT_SHARDS.with(|recent| recent[0].get());
-        let mut asked = None;
-        if first.allocator == self.id {
-            if let Ok(mut state) = self.shard_mutex(first.shard).try_lock() {
-                if let Some(result) = f(&mut state.pool) {
-                    state.flush_if_due(&self.totals);
-                    return result;
-                }
-                asked = Some(first.shard);
-            }
+        match self.ask_recent(RECENT_SHARDS.with(|recent| recent[0].get()), &f) {
+            Ok(result) => result,
+            Err(asked) => self.on_other_owner(addr, asked, &f),
         }
-        self.on_other_owner(addr, asked, &f)
     }
 
     /// `on_owner` past the first shard (`first`, if it was asked).
@@ -304,13 +296,10 @@ impl<S: SegmentSource> CachingAllocator<S> {
     fn on_other_owner<T>(&self, addr: u64, first: Option<u32>, f: &impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> Result<T> {
         let second = RECENT_SHARDS.with(|recent| recent[1].get());
         let mut asked = [first, None];
-        if second.allocator == self.id && first != Some(second.shard) {
-            if let Ok(mut state) = self.shard_mutex(second.shard).try_lock() {
-                if let Some(result) = f(&mut state.pool) {
-                    state.flush_if_due(&self.totals);
-                    return result;
-                }
-                asked[1] = Some(second.shard);
+        if first != Some(second.shard) {
+            match self.ask_recent(second, f) {
+                Ok(result) => return result,
+                Err(shard) => asked[1] = shard,
             }
         }
         let index = self.shared.owner_of(addr).filter(|i| !asked.contains(&Some(*i))).ok_or_else(|| not_live(addr))?;
@@ -318,6 +307,22 @@ impl<S: SegmentSource> CachingAllocator<S> {
         let result = f(&mut state.pool).unwrap_or_else(|| Err(not_live(addr)));
         state.flush_if_due(&self.totals);
         result
+    }
+
+    /// Asks the shard of one of this thread's recent streams, if it is this
+    /// allocator's and no other thread holds it: `f`'s answer where that shard holds
+    /// the block, else the shard if it was asked.
+    #[inline(always)]
+    fn ask_recent<T>(&self, recent: Recent, f: &impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> std::result::Result<Result<T>, Option<u32>> {
+        if recent.allocator != self.id {
+            return Err(None);
+        }
+        let Ok(mut state) = self.shard_mutex(recent.shard).try_lock() else {
+            return Err(None);
+        };
+        let result = f(&mut state.pool).ok_or(Some(recent.shard))?;
+        state.flush_if_due(&self.totals);
+        Ok(result)
     }
 
     /// Allocates `size` bytes for `stream`. Past the garbage-collection threshold,
