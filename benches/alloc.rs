@@ -141,16 +141,18 @@ fn pairs_ns(sides: &[&dyn Allocator; 2], size: usize, n: usize) -> [Vec<Timed>; 
 }
 
 /// A timing judged at full core speed (see the header): `full`, the summary of the
-/// samples taken at full speed where there are enough of them, and `all`, the same
-/// figure over all samples.
+/// `at_full_speed` samples taken at full speed where there are enough of them, and
+/// `all`, the same figure over all samples.
 struct Judged {
     full: Option<f64>,
     all: f64,
+    at_full_speed: usize,
 }
 
 impl Judged {
     fn new(full: Vec<f64>, enough: usize, summary: fn(Vec<f64>) -> f64, all: f64) -> Judged {
-        Judged { full: (full.len() >= enough.max(1)).then(|| summary(full)), all }
+        let at_full_speed = full.len();
+        Judged { full: (at_full_speed >= enough.max(1)).then(|| summary(full)), all, at_full_speed }
     }
 
     /// Medians of `samples`: those at full speed (at least 5), and all.
@@ -413,13 +415,13 @@ fn main() {
     }
     unsafe { ok(sys::cuCtxSynchronize()) };
     let print_random = |label: &str, ours: &[Pass; 2], driver: Option<&[Pass; 2]>| {
-        for (pass, (a, b)) in ["first pass", "second pass"].into_iter().zip(ours.iter().zip([0, 1].map(|k| driver.map(|d| &d[k])))) {
-            let (judged, frag) = (a.judged(), median(a.fragmentation.clone()));
-            let [b_ns, b_frag] = match b {
-                Some(b) => [b.judged().cell(), format!("{:.3}", median(b.fragmentation.clone()))],
+        for (k, pass) in ["first pass", "second pass"].into_iter().enumerate() {
+            let (judged, frag) = (ours[k].judged(), median(ours[k].fragmentation.clone()));
+            let [b_ns, b_frag] = match driver {
+                Some(d) => [d[k].judged().cell(), format!("{:.3}", median(d[k].fragmentation.clone()))],
                 None => [String::new(), String::new()],
             };
-            let slices = format!("{} of {} slices at full speed", at_full_speed(&a.slices).len(), a.slices.len());
+            let slices = format!("{} of {} slices at full speed", judged.at_full_speed, ours[k].slices.len());
             println!("| {label}, {pass} (ns/op), core at full speed ({slices}) / whole passes | {} | {b_ns} | <= 150 | {} |", judged.cell(), judged.verdict(150.0));
             let (target, verdict) = fragmentation_verdict(pass, frag);
             println!("| {label}, {pass}, fragmentation | {frag:.3} | {b_frag} | {target} | {verdict} |");
