@@ -62,6 +62,13 @@
 #define GPURT_VERSION_PATCH 0
 
 /**
+ * The largest allocation served (device or pinned): 256 TiB, past the memory of any
+ * device, and small enough that rounding a request and adding it to an address
+ * cannot wrap. A larger request is out of memory at once, with no statistic changed.
+ */
+#define GPURT_MAX_ALLOCATION_SIZE 281474976710656
+
+/**
  * Bytes per staging buffer: large enough that each DMA runs at the bus limit, small
  * enough that the first DMA starts early.
  */
@@ -105,6 +112,18 @@
 #define GPURT_KERNEL_BINARY_VERSION 6
 
 #define GPURT_KERNEL_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+
+/**
+ * More options than any NVRTC command line needs: a larger count is a bug, refused
+ * before the caller's array is read.
+ */
+#define GPURT_RTC_MAX_OPTIONS 1024
+
+/**
+ * The most inputs of one elementwise kernel: each is a pointer parameter, and a
+ * kernel's parameters must fit 4 KiB on every supported driver.
+ */
+#define GPURT_ELEMENTWISE_MAX_INPUTS 256
 
 #define GPURT_PINNED_PORTABLE 1
 
@@ -195,6 +214,11 @@ typedef enum {
    * node kinds differ); the message says why. Re-instantiate instead.
    */
   GPURT_ERROR_GRAPH_UPDATE = 14,
+  /**
+   * The process is a `fork()` child of a process that had initialised CUDA, which
+   * cannot be used there (start workers with spawn, or fork before using gpurt).
+   */
+  GPURT_ERROR_FORKED = 15,
 } gpurt_status_t;
 
 typedef enum {

@@ -11,6 +11,16 @@ use crate::error::{set_last_error, Error, Result, Status};
 
 #[inline(always)]
 pub(crate) fn call(function: &'static str, body: impl FnOnce() -> Result<()>) -> Status {
+    if crate::process::is_forked_child() {
+        return record(function, crate::process::forked_child_error());
+    }
+    call_anywhere(function, body)
+}
+
+/// `call` for the few functions that never reach the driver or a pool (logging, the
+/// sync debug mode, the last error): they work in a forked child too.
+#[inline(always)]
+pub(crate) fn call_anywhere(function: &'static str, body: impl FnOnce() -> Result<()>) -> Status {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => Status::GPURT_SUCCESS,
         Ok(Err(err)) => record(function, err),
@@ -78,6 +88,62 @@ pub(crate) fn in_str<'a>(ptr: *const libc::c_char, name: &str) -> Result<&'a str
     unsafe { std::ffi::CStr::from_ptr(ptr) }
         .to_str()
         .map_err(|_| Error::invalid_argument(format!("argument `{name}` is not valid UTF-8")))
+}
+
+/// The end of the user address space of any 64-bit Linux process (57 bits, with
+/// five-level page tables). Host memory and unified device addresses lie below it.
+const ADDRESS_SPACE_END: u64 = 1 << 57;
+
+/// Checks that `[ptr, ptr + bytes)` is a range a caller can own: it ends inside the
+/// user address space (so it neither wraps nor exceeds `isize::MAX`, the largest
+/// object C and Rust allow). Sizes from callers reach rounding, pointer arithmetic
+/// and the driver only after this.
+pub(crate) fn check_range(ptr: u64, bytes: u64, name: &str) -> Result<()> {
+    if ptr.checked_add(bytes).map_or(true, |end| end > ADDRESS_SPACE_END) {
+        return Err(Error::invalid_argument(format!(
+            "`{name}` at {ptr:#x} with {bytes} bytes runs past the end of the address space"
+        )));
+    }
+    Ok(())
+}
+
+/// `count` × `size` bytes, refused where the product overflows.
+pub(crate) fn checked_bytes(count: u64, size: u64, name: &str) -> Result<u64> {
+    count
+        .checked_mul(size)
+        .ok_or_else(|| Error::invalid_argument(format!("`{name}`: {count} elements of {size} bytes overflow a size")))
+}
+
+/// The caller's array of `count` items at `ptr`, refused before anything is read when
+/// `count` is past `max`: a count that large is a bug, and trusting it would read far
+/// past the caller's array. `count` 0 gives an empty slice (`ptr` may be NULL).
+pub(crate) fn in_array<'a, T>(ptr: *const T, count: usize, max: usize, name: &str) -> Result<&'a [T]> {
+    if count > max {
+        return Err(Error::invalid_argument(format!("`{name}` has {count} entries; at most {max} are accepted")));
+    }
+    if count == 0 {
+        return Ok(&[]);
+    }
+    in_ref(ptr, name)?;
+    check_range(ptr as u64, checked_bytes(count as u64, std::mem::size_of::<T>() as u64, name)?, name)?;
+    // SAFETY: non-NULL, within the address space; the caller gives `count` items.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, count) })
+}
+
+/// The caller's `size` bytes at `ptr` (non-NULL, a range that fits the address space).
+pub(crate) fn in_bytes<'a>(ptr: *const libc::c_void, size: usize, name: &str) -> Result<&'a [u8]> {
+    in_array(ptr.cast::<u8>(), size, isize::MAX as usize, name)
+}
+
+/// A copy of `bytes` that reports an allocation failure as out of memory instead of
+/// aborting the process (Rust's default for a failed allocation).
+pub(crate) fn try_copy(bytes: &[u8], extra: usize) -> Result<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(bytes.len().saturating_add(extra)).map_err(|_| {
+        Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, format!("out of host memory copying {} bytes", bytes.len()))
+    })?;
+    v.extend_from_slice(bytes);
+    Ok(v)
 }
 
 #[cold]

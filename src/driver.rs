@@ -126,6 +126,7 @@ fn load_and_init() -> Result<()> {
     // SAFETY: symbols checked above.
     let code = unsafe { sys::cuInit(0) };
     check(code, "cuInit")?;
+    crate::process::watch_forks();
     crate::log::log(crate::log::Level::Info, &format!("CUDA driver initialised, version {}", driver_version()?));
     Ok(())
 }
@@ -160,8 +161,15 @@ pub fn check(code: CUresult, call: &str) -> Result<()> {
     if code == CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(Error::cuda(call, code))
+        Err(error(call, code))
     }
+}
+
+/// The error for a failed driver call `call`, with the driver's name and text of `code`.
+#[cold]
+pub fn error(call: &str, code: CUresult) -> Error {
+    let (name, text) = error_name_and_text(code);
+    Error::cuda(call, code, &name, &text)
 }
 
 /// The driver's name and description of `code`; placeholders where it has none.

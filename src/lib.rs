@@ -21,6 +21,7 @@ pub mod boundary;
 pub mod copy;
 pub mod device;
 pub mod driver;
+pub mod dtype;
 pub mod error;
 pub mod event;
 pub mod graph;
@@ -28,6 +29,7 @@ pub mod handle;
 pub mod kernel;
 pub mod log;
 pub mod pinned;
+pub mod process;
 pub mod stream;
 pub mod sync_debug;
 

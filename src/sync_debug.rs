@@ -84,7 +84,7 @@ pub mod ffi {
     /// Sets the process-wide sync debug mode (see `gpurt_sync_debug_mode_t`).
     #[no_mangle]
     pub extern "C" fn gpurt_set_sync_debug_mode(mode: c_int) -> gpurt_status_t {
-        boundary::call("gpurt_set_sync_debug_mode", || {
+        boundary::call_anywhere("gpurt_set_sync_debug_mode", || {
             let mode = Mode::from_raw(mode)
                 .ok_or_else(|| Error::invalid_argument(format!("sync debug mode {mode} is not 0 (off), 1 (warn) or 2 (error)")))?;
             super::set_mode(mode);
@@ -95,7 +95,7 @@ pub mod ffi {
     /// The current sync debug mode.
     #[no_mangle]
     pub extern "C" fn gpurt_get_sync_debug_mode(mode: *mut c_int) -> gpurt_status_t {
-        boundary::call("gpurt_get_sync_debug_mode", || {
+        boundary::call_anywhere("gpurt_get_sync_debug_mode", || {
             Out::new(mode, "mode")?.write(super::mode() as c_int);
             Ok(())
         })

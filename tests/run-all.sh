@@ -9,7 +9,8 @@
 #      C ABI test as C and C++ against gpurt::gpurt and gpurt::gpurt_static;
 #   3. add_subdirectory(gpurt) consumer;
 #   4. pkg-config consumer;
-#   5. the C ABI test and the benchmarks against tests/stub-driver (a stand-in libcuda).
+#   5. the C ABI test, the process-event tests (fork, exit, dlclose) and the
+#      benchmarks against tests/stub-driver (a stand-in libcuda).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -67,6 +68,13 @@ stub=$work/stub-driver
 mkdir -p "$stub"
 cc -O2 -shared -fPIC tests/stub-driver/stub_cuda.c -o "$stub/libcuda.so.1"
 LD_LIBRARY_PATH=$stub "$work/pkg-config/abi_test"
+
+echo "== process events: fork after init, exit with live objects, dlclose (stub driver)"
+cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/process_test.c $(pkg-config --cflags --libs gpurt) \
+   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/process_test"
+cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/dlclose_test.c -ldl -o "$stub/dlclose_test"
+LD_LIBRARY_PATH=$stub "$stub/process_test"
+LD_LIBRARY_PATH=$stub "$stub/dlclose_test" "$(pkg-config --variable=libdir gpurt)/libgpurt.so.0"
 LD_LIBRARY_PATH=$stub GPURT_LIB="$cargo_dir/release/libgpurt.so" cargo bench --bench streams_events --bench alloc
 
 echo "all tests passed"

@@ -37,6 +37,11 @@ use super::stats::{format_bytes, gpurt_memory_stats_t};
 use crate::boundary::lock;
 use crate::error::{Error, Result, Status};
 
+/// The largest allocation served (device or pinned): 256 TiB, past the memory of any
+/// device, and small enough that rounding a request and adding it to an address
+/// cannot wrap. A larger request is out of memory at once, with no statistic changed.
+pub const GPURT_MAX_ALLOCATION_SIZE: u64 = 281_474_976_710_656; // 2^48, spelled out for C
+
 /// Shards per allocator; streams beyond this share shards (a pool keeps each
 /// stream's blocks apart in any case).
 const MAX_SHARDS: usize = 64;
@@ -330,6 +335,9 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// shard's cache (after waiting for deferred frees) and retries once.
     #[inline]
     pub fn malloc(&self, size: u64, stream: u64) -> Result<u64> {
+        if size > GPURT_MAX_ALLOCATION_SIZE {
+            return Err(self.too_large(size));
+        }
         let index = self.shard_of_stream(stream);
         match self.attempt(self.shard_to_allocate(index, stream), size, stream, false) {
             Ok(Some(addr)) => Ok(addr),
@@ -374,6 +382,19 @@ impl<S: SegmentSource> CachingAllocator<S> {
     #[cold]
     fn out_of_memory(&self, requested: u64, cause: Error) -> Error {
         lock(&self.totals).num_ooms += 1;
+        self.out_of_memory_error(requested, &cause.to_string())
+    }
+
+    /// A request past `GPURT_MAX_ALLOCATION_SIZE`: out of memory at once, before any rounding (which
+    /// would wrap) and with no statistic changed: nothing was attempted.
+    #[cold]
+    fn too_large(&self, requested: u64) -> Error {
+        let why = format!("more than any device holds: gpurt refuses requests above {}", format_bytes(GPURT_MAX_ALLOCATION_SIZE));
+        self.out_of_memory_error(requested, &why)
+    }
+
+    /// PyTorch's out-of-memory message: the request, the device, and gpurt's share of it.
+    fn out_of_memory_error(&self, requested: u64, cause: &str) -> Error {
         let stats = self.stats();
         let (free, total) = self.shared.source.memory_info();
         let allocated = stats.allocated_bytes.all.current;
@@ -384,9 +405,9 @@ impl<S: SegmentSource> CachingAllocator<S> {
                 "out of memory: tried to allocate {} ({cause}). Device total {}, driver-reported free {}; \
                  gpurt has allocated {} and reserved {} ({} reserved but unallocated). If reserved but \
                  unallocated memory is large, try GPURT_ALLOC_CONF=max_split_size_mb:N to avoid fragmentation.",
-                format_bytes(requested as i64),
-                format_bytes(total as i64),
-                format_bytes(free as i64),
+                format_bytes(requested),
+                format_bytes(total),
+                format_bytes(free),
                 format_bytes(allocated),
                 format_bytes(reserved),
                 format_bytes(reserved - allocated)

@@ -162,9 +162,10 @@ impl gpurt_memory_stats_t {
 }
 
 /// Bytes for people: "512 B", "40.00 MiB".
-pub fn format_bytes(v: i64) -> String {
+pub fn format_bytes(v: impl Into<i128>) -> String {
+    let v = v.into();
     let (mut value, mut unit) = (v as f64, 0);
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     while value.abs() >= 1024.0 && unit + 1 < UNITS.len() {
         value /= 1024.0;
         unit += 1;

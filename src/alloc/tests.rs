@@ -133,6 +133,28 @@ fn out_of_memory_retries_after_releasing_the_cache_then_reports() {
     check(&p);
 }
 
+/// Requests whose rounding would wrap (up to `u64::MAX`) are out of memory with
+/// PyTorch's message, and change no statistic; the pool goes on working.
+#[test]
+fn requests_past_any_device_are_out_of_memory_and_change_nothing() {
+    use super::caching::GPURT_MAX_ALLOCATION_SIZE;
+    for p in [pool(GIB), expandable(GIB)] {
+        let a = p.malloc(3 * MIB, 1).unwrap();
+        let before = p.stats();
+        for size in [u64::MAX, u64::MAX - 4095, u64::MAX - 2 * MIB, (1 << 63) + 1, GPURT_MAX_ALLOCATION_SIZE + 1] {
+            let err = p.malloc(size, 1).unwrap_err();
+            assert_eq!(err.status, Status::GPURT_ERROR_OUT_OF_MEMORY, "{size}");
+            assert!(err.message.contains("tried to allocate") && !err.message.contains("allocate -"), "{}", err.message);
+            assert_eq!(p.stats(), before, "a refused request of {size} bytes changed a statistic");
+            check(&p);
+        }
+        assert!(p.malloc(u64::MAX, 1).unwrap_err().message.contains("16.00 EiB"));
+        p.free(a).unwrap();
+        assert!(p.malloc(MIB, 1).is_ok());
+        check(&p);
+    }
+}
+
 #[test]
 fn memory_fraction_caps_reserved_memory() {
     let p = pool(100 * MIB);

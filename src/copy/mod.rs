@@ -8,6 +8,7 @@ pub mod staged;
 
 use cudarc::driver::sys;
 
+use crate::boundary::{check_range, checked_bytes};
 use crate::driver::check;
 use crate::error::{Error, Result};
 use crate::handle::Handle;
@@ -37,6 +38,7 @@ fn enqueue_copy(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<Stream
         return Ok(s);
     }
     require_pointers(dst, src)?;
+    require_ranges(dst, bytes, src, bytes)?;
     s.run(|cu| check(unsafe { sys::cuMemcpyAsync(dst, src, bytes as usize, cu) }, "cuMemcpyAsync"))?;
     note_uses(s, &[dst, src]);
     Ok(s)
@@ -49,6 +51,13 @@ fn require_pointers(dst: u64, src: u64) -> Result<()> {
     Ok(())
 }
 
+/// Both sides of a copy, `dst_bytes` at `dst` and `src_bytes` at `src`, must be
+/// ranges that fit the address space: the driver is never handed a wrapped one.
+fn require_ranges(dst: u64, dst_bytes: u64, src: u64, src_bytes: u64) -> Result<()> {
+    check_range(dst, dst_bytes, "dst")?;
+    check_range(src, src_bytes, "src")
+}
+
 /// `bytes` from `src` on `src_device` to `dst` on `dst_device` (device memory of
 /// two GPUs; staged by the driver when peer access is off), queued on `stream`.
 pub fn copy_peer_async(dst: u64, dst_device: i32, src: u64, src_device: i32, bytes: u64, stream: Handle) -> Result<()> {
@@ -59,6 +68,7 @@ pub fn copy_peer_async(dst: u64, dst_device: i32, src: u64, src_device: i32, byt
         return Ok(());
     }
     require_pointers(dst, src)?;
+    require_ranges(dst, bytes, src, bytes)?;
     s.run(|cu| {
         check(unsafe { sys::cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, bytes as usize, cu) }, "cuMemcpyPeerAsync")
     })
@@ -67,6 +77,9 @@ pub fn copy_peer_async(dst: u64, dst_device: i32, src: u64, src_device: i32, byt
 /// Sets `count` elements of `element_size` bytes (1, 2 or 4) at `dst` to `value`.
 pub fn memset_async(dst: u64, value: u32, element_size: u32, count: u64, stream: Handle) -> Result<()> {
     let s = crate::stream::get(stream)?;
+    if ![1, 2, 4].contains(&element_size) {
+        return Err(Error::invalid_argument(format!("element size {element_size} is not 1, 2 or 4")));
+    }
     if element_size < 4 && value >> (8 * element_size) != 0 {
         return Err(Error::invalid_argument(format!("value {value:#x} does not fit {element_size} byte(s)")));
     }
@@ -76,12 +89,12 @@ pub fn memset_async(dst: u64, value: u32, element_size: u32, count: u64, stream:
     if dst == 0 {
         return Err(Error::invalid_argument("memset needs a non-NULL destination"));
     }
+    check_range(dst, checked_bytes(count, element_size.into(), "count")?, "dst")?;
     let n = count as usize;
     s.run(|cu| match element_size {
         1 => check(unsafe { sys::cuMemsetD8Async(dst, value as u8, n, cu) }, "cuMemsetD8Async"),
         2 => check(unsafe { sys::cuMemsetD16Async(dst, value as u16, n, cu) }, "cuMemsetD16Async"),
-        4 => check(unsafe { sys::cuMemsetD32Async(dst, value, n, cu) }, "cuMemsetD32Async"),
-        other => Err(Error::invalid_argument(format!("element size {other} is not 1, 2 or 4"))),
+        _ => check(unsafe { sys::cuMemsetD32Async(dst, value, n, cu) }, "cuMemsetD32Async"),
     })
 }
 
@@ -98,6 +111,9 @@ pub fn copy_2d_async(dst: u64, dst_pitch: u64, src: u64, src_pitch: u64, width: 
         return Ok(());
     }
     require_pointers(dst, src)?;
+    // The last row ends `pitch × (height − 1) + width` bytes past the start.
+    let span = |pitch: u64, name| checked_bytes(pitch, height - 1, name).and_then(|rows| rows.checked_add(width).ok_or_else(|| overflow(name)));
+    require_ranges(dst, span(dst_pitch, "dst_pitch")?, src, span(src_pitch, "src_pitch")?)?;
     let unified = sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
     let params = sys::CUDA_MEMCPY2D_st {
         srcXInBytes: 0,
@@ -120,6 +136,11 @@ pub fn copy_2d_async(dst: u64, dst_pitch: u64, src: u64, src_pitch: u64, width: 
     s.run(|cu| check(unsafe { sys::cuMemcpy2DAsync_v2(&params, cu) }, "cuMemcpy2DAsync"))?;
     note_uses(s, &[dst, src]);
     Ok(())
+}
+
+#[cold]
+fn overflow(name: &str) -> Error {
+    Error::invalid_argument(format!("`{name}` × height overflows a size"))
 }
 
 /// Uploads `bytes` from pageable host memory at `src` to the device at `dst` on
@@ -156,6 +177,7 @@ impl StreamTransfer {
         let stream = crate::stream::get(handle)?;
         if bytes > 0 {
             require_pointers(device_ptr, host_ptr)?;
+            require_ranges(device_ptr, bytes, host_ptr, bytes)?;
             require_host_memory(host_ptr)?;
             crate::stream::ensure_not_capturing(handle, "a staged copy")?;
         }

@@ -103,20 +103,25 @@ pub unsafe fn upload(t: &mut impl ChunkTransfer, buffers: &[*mut u8], src: *cons
 /// # Safety
 /// `dst` must be valid for `bytes` bytes, each buffer for `STAGING_CHUNK` bytes.
 pub unsafe fn download(t: &mut impl ChunkTransfer, buffers: &[*mut u8], dst: *mut u8, bytes: u64) -> Result<()> {
-    let all: Vec<(u64, u64)> = chunks(bytes).collect();
+    let count = bytes.div_ceil(STAGING_CHUNK);
+    let chunk = |k: u64| (k * STAGING_CHUNK, STAGING_CHUNK.min(bytes - k * STAGING_CHUNK));
     let mut pending: Vec<Option<u64>> = vec![None; buffers.len()];
     let result = (|| {
-        for (k, &(offset, len)) in all.iter().enumerate().take(buffers.len()) {
-            t.enqueue(buffers[k], offset, len)?;
+        for (k, &buffer) in buffers.iter().enumerate().take(count as usize) {
+            let (offset, len) = chunk(k as u64);
+            t.enqueue(buffer, offset, len)?;
             pending[k] = Some(t.mark()?);
         }
-        for (k, &(offset, len)) in all.iter().enumerate() {
-            let b = k % buffers.len();
+        for k in 0..count {
+            let b = (k % buffers.len() as u64) as usize;
             if let Some(m) = pending[b].take() {
                 t.wait(m);
             }
+            let (offset, len) = chunk(k);
             copy_host(dst.add(offset as usize), buffers[b], len as usize);
-            if let Some(&(next_offset, next_len)) = all.get(k + buffers.len()) {
+            let next = k + buffers.len() as u64;
+            if next < count {
+                let (next_offset, next_len) = chunk(next);
                 t.enqueue(buffers[b], next_offset, next_len)?;
                 pending[b] = Some(t.mark()?);
             }

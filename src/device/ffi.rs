@@ -22,7 +22,7 @@ pub extern "C" fn gpurt_init() -> gpurt_status_t {
 /// Sets `*initialized` to 1 if the driver has been loaded and initialised.
 #[no_mangle]
 pub extern "C" fn gpurt_is_initialized(initialized: *mut c_int) -> gpurt_status_t {
-    boundary::call("gpurt_is_initialized", || {
+    boundary::call_anywhere("gpurt_is_initialized", || {
         Out::new(initialized, "initialized")?.write(crate::driver::is_initialized() as c_int);
         Ok(())
     })
@@ -107,7 +107,7 @@ pub extern "C" fn gpurt_device_get_ordinal(device: gpurt_device_t, ordinal: *mut
 /// Initialises `props` for this version of the header: sets `struct_size`, zeroes the rest.
 #[no_mangle]
 pub extern "C" fn gpurt_device_properties_init(props: *mut gpurt_device_properties_t) -> gpurt_status_t {
-    boundary::call("gpurt_device_properties_init", || {
+    boundary::call_anywhere("gpurt_device_properties_init", || {
         Out::new(props, "props")?.write(gpurt_device_properties_t::zeroed());
         Ok(())
     })

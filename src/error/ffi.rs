@@ -21,7 +21,7 @@ pub extern "C" fn gpurt_last_error_message() -> *const c_char {
 /// come from the driver.
 #[no_mangle]
 pub extern "C" fn gpurt_last_cuda_error(cuda_result: *mut c_int) -> gpurt_status_t {
-    boundary::call("gpurt_last_cuda_error", || {
+    boundary::call_anywhere("gpurt_last_cuda_error", || {
         Out::new(cuda_result, "cuda_result")?.write(crate::error::last_cuda_code());
         Ok(())
     })

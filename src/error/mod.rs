@@ -45,12 +45,15 @@ pub enum gpurt_status_t {
     /// An instantiated graph could not be updated from the new graph (topology or
     /// node kinds differ); the message says why. Re-instantiate instead.
     GPURT_ERROR_GRAPH_UPDATE = 14,
+    /// The process is a `fork()` child of a process that had initialised CUDA, which
+    /// cannot be used there (start workers with spawn, or fork before using gpurt).
+    GPURT_ERROR_FORKED = 15,
 }
 
 pub use gpurt_status_t as Status;
 
 impl Status {
-    const ALL: [Status; 15] = [
+    const ALL: [Status; 16] = [
         Status::GPURT_SUCCESS,
         Status::GPURT_ERROR_INVALID_ARGUMENT,
         Status::GPURT_ERROR_INVALID_HANDLE,
@@ -66,6 +69,7 @@ impl Status {
         Status::GPURT_ERROR_SYNCHRONIZING_CALL,
         Status::GPURT_ERROR_COMPILATION,
         Status::GPURT_ERROR_GRAPH_UPDATE,
+        Status::GPURT_ERROR_FORKED,
     ];
 
     /// The status with this numeric value, if there is one.
@@ -91,6 +95,7 @@ impl Status {
             Status::GPURT_ERROR_SYNCHRONIZING_CALL => c"synchronizing call refused by sync debug mode",
             Status::GPURT_ERROR_COMPILATION => c"compilation failed",
             Status::GPURT_ERROR_GRAPH_UPDATE => c"graph update not possible",
+            Status::GPURT_ERROR_FORKED => c"CUDA cannot be used in a forked child",
         }
     }
 
@@ -155,10 +160,10 @@ impl Error {
     pub fn not_supported(message: impl Into<String>) -> Error {
         Error::new(Status::GPURT_ERROR_NOT_SUPPORTED, message)
     }
-    /// An error from a driver call: names the call, the CUDA error's name and text.
-    pub fn cuda(call: &str, code: CUresult) -> Error {
+    /// An error from a driver call: names the call, the CUDA error's name and text
+    /// (which `driver::error` asks the driver for).
+    pub fn cuda(call: &str, code: CUresult, name: &str, text: &str) -> Error {
         let raw = code as i32;
-        let (name, text) = crate::driver::error_name_and_text(code);
         Error(Box::new(ErrorDetail {
             status: Status::from_cuda(raw),
             message: format!("{call} failed: {name} ({raw}): {text}"),

@@ -210,7 +210,7 @@ pub fn query(event: Handle) -> Result<bool> {
     match unsafe { sys::cuEventQuery(e.cu()) } {
         CUresult::CUDA_SUCCESS => Ok(true),
         CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-        code => Err(Error::cuda("cuEventQuery", code)),
+        code => Err(crate::driver::error("cuEventQuery", code)),
     }
 }
 
@@ -237,7 +237,7 @@ pub fn elapsed_ms(start: Handle, end: Handle) -> Result<f32> {
             Err(Error::invalid_argument("the start or end event has not been recorded"))
         }
         CUresult::CUDA_ERROR_NOT_READY => Err(Error::new(Status::GPURT_ERROR_NOT_READY, "an event has not completed")),
-        code => Err(Error::cuda("cuEventElapsedTime", code)),
+        code => Err(crate::driver::error("cuEventElapsedTime", code)),
     }
 }
 

@@ -4,35 +4,18 @@
 //! Half and bfloat16 values are computed in float; the generated source includes no
 //! headers, so it compiles wherever NVRTC does.
 
+pub use crate::dtype::gpurt_dtype_t;
 use crate::error::{Error, Result};
 use crate::handle::Handle;
 
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum gpurt_dtype_t {
-    GPURT_DTYPE_F32 = 0,
-    GPURT_DTYPE_F16 = 1,
-    GPURT_DTYPE_BF16 = 2,
-    GPURT_DTYPE_I32 = 3,
-}
-
-impl gpurt_dtype_t {
-    pub fn from_raw(raw: i32) -> Result<Self> {
-        use gpurt_dtype_t::*;
-        [GPURT_DTYPE_F32, GPURT_DTYPE_F16, GPURT_DTYPE_BF16, GPURT_DTYPE_I32]
-            .into_iter()
-            .find(|d| *d as i32 == raw)
-            .ok_or_else(|| Error::invalid_argument(format!("unknown dtype {raw}")))
-    }
-    /// (storage type, compute type, load function, store function)
-    fn c_types(self) -> (&'static str, &'static str, &'static str, &'static str) {
-        use gpurt_dtype_t::*;
-        match self {
-            GPURT_DTYPE_F32 => ("float", "float", "", ""),
-            GPURT_DTYPE_F16 => ("unsigned short", "float", "gpurt_load_f16", "gpurt_store_f16"),
-            GPURT_DTYPE_BF16 => ("unsigned short", "float", "gpurt_load_bf16", "gpurt_store_bf16"),
-            GPURT_DTYPE_I32 => ("int", "int", "", ""),
-        }
+/// An element's C types: (storage type, compute type, load function, store function).
+fn c_types(dtype: gpurt_dtype_t) -> (&'static str, &'static str, &'static str, &'static str) {
+    use gpurt_dtype_t::*;
+    match dtype {
+        GPURT_DTYPE_F32 => ("float", "float", "", ""),
+        GPURT_DTYPE_F16 => ("unsigned short", "float", "gpurt_load_f16", "gpurt_store_f16"),
+        GPURT_DTYPE_BF16 => ("unsigned short", "float", "gpurt_load_bf16", "gpurt_store_bf16"),
+        GPURT_DTYPE_I32 => ("int", "int", "", ""),
     }
 }
 
@@ -90,7 +73,7 @@ pub const KERNEL_NAME: &str = "gpurt_elementwise";
 /// The CUDA C++ source of the kernel.
 pub fn source(expression: &str, inputs: &[&str], dtype: gpurt_dtype_t) -> Result<String> {
     let (out, rhs) = parse(expression, inputs)?;
-    let (storage, compute, load, store) = dtype.c_types();
+    let (storage, compute, load, store) = c_types(dtype);
     let params: Vec<String> = (0..inputs.len()).map(|i| format!("const {storage}* __restrict__ gpurt_in{i}")).collect();
     let loads: String = inputs.iter().enumerate().map(|(i, n)| format!("        const {compute} {n} = {load}(gpurt_in{i}[gpurt_i]);\n")).collect();
     Ok(format!(
@@ -134,6 +117,10 @@ pub fn launch(
     if output == 0 || inputs.contains(&0) {
         return Err(Error::invalid_argument("an input or the output pointer is NULL"));
     }
+    let bytes = crate::boundary::checked_bytes(count, dtype.size(), "count")?;
+    for &p in inputs.iter().chain([&output]) {
+        crate::boundary::check_range(p, bytes, "count")?;
+    }
     let generate = || source(expression, names, dtype);
     let kernel = crate::device::with_device(s.device(), || super::rtc::get_kernel_by_recipe(&recipe, KERNEL_NAME, generate))?;
     let mut values: Vec<u64> = inputs.to_vec();
@@ -174,7 +161,5 @@ mod tests {
         assert!(f16.contains("gpurt_out[gpurt_i] = gpurt_store_f16(out);"));
         let i32 = source("r = x + 1", &["x"], GPURT_DTYPE_I32).unwrap();
         assert!(i32.contains("const int x = (gpurt_in0[gpurt_i]);") && i32.contains("int* __restrict__ gpurt_out"));
-        assert_eq!(gpurt_dtype_t::from_raw(2).unwrap(), GPURT_DTYPE_BF16);
-        assert!(gpurt_dtype_t::from_raw(9).is_err());
     }
 }

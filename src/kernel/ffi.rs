@@ -44,9 +44,7 @@ pub extern "C" fn gpurt_module_load_data(image: *const c_void, size: usize, modu
     boundary::call("gpurt_module_load_data", || {
         let out = Out::new(module, "module")?;
         in_ref(image.cast::<u8>(), "image")?;
-        // SAFETY: the caller gives `size` readable bytes at `image`.
-        let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), size) };
-        out.write(super::load_data(bytes)?.to_ptr());
+        out.write(super::load_data(boundary::in_bytes(image, size, "image")?)?.to_ptr());
         Ok(())
     })
 }
@@ -149,15 +147,13 @@ pub extern "C" fn gpurt_rtc_version(major: *mut c_int, minor: *mut c_int) -> gpu
     })
 }
 
-/// `count` C strings (NULL for none).
-fn strings<'a>(list: *const *const c_char, count: usize, name: &str) -> Result<Vec<&'a str>> {
-    if count == 0 {
-        return Ok(Vec::new());
-    }
-    in_ref(list, name)?;
-    // SAFETY: the caller gives `count` string pointers.
-    let ptrs = unsafe { std::slice::from_raw_parts(list, count) };
-    ptrs.iter().map(|&p| in_str(p, name)).collect()
+/// More options than any NVRTC command line needs: a larger count is a bug, refused
+/// before the caller's array is read.
+pub const GPURT_RTC_MAX_OPTIONS: usize = 1024;
+
+/// `count` C strings (NULL for none), at most `max`.
+fn strings<'a>(list: *const *const c_char, count: usize, max: usize, name: &str) -> Result<Vec<&'a str>> {
+    boundary::in_array(list, count, max, name)?.iter().map(|&p| in_str(p, name)).collect()
 }
 
 /// Compiles CUDA C++ `source` with NVRTC options (the current device's architecture
@@ -172,7 +168,7 @@ pub extern "C" fn gpurt_rtc_compile(
 ) -> gpurt_status_t {
     boundary::call("gpurt_rtc_compile", || {
         let out = Out::new(program, "program")?;
-        let options: Vec<String> = strings(options, num_options, "options")?.iter().map(|s| s.to_string()).collect();
+        let options: Vec<String> = strings(options, num_options, GPURT_RTC_MAX_OPTIONS, "options")?.iter().map(|s| s.to_string()).collect();
         out.write(super::rtc::create_program(in_str(source, "source")?, &options)?.to_ptr());
         Ok(())
     })
@@ -225,7 +221,7 @@ pub extern "C" fn gpurt_rtc_get_kernel(
 ) -> gpurt_status_t {
     boundary::call("gpurt_rtc_get_kernel", || {
         let out = Out::new(kernel, "kernel")?;
-        let options = strings(options, num_options, "options")?;
+        let options = strings(options, num_options, GPURT_RTC_MAX_OPTIONS, "options")?;
         out.write(super::rtc::get_kernel(in_str(source, "source")?, &options, in_str(name, "name")?)?.to_ptr());
         Ok(())
     })
@@ -248,6 +244,10 @@ pub extern "C" fn gpurt_rtc_clear_cache() -> gpurt_status_t {
     boundary::call("gpurt_rtc_clear_cache", super::rtc::clear_cache)
 }
 
+/// The most inputs of one elementwise kernel: each is a pointer parameter, and a
+/// kernel's parameters must fit 4 KiB on every supported driver.
+pub const GPURT_ELEMENTWISE_MAX_INPUTS: usize = 256;
+
 /// Computes `expression` (such as "out = a * b + c") elementwise over `count`
 /// elements: `inputs[i]` is the device array named `input_names[i]`, all of `dtype`
 /// (a gpurt_dtype_t), and the result goes to `output`, on `stream`. Half and
@@ -265,10 +265,9 @@ pub extern "C" fn gpurt_elementwise(
     stream: gpurt_stream_t,
 ) -> gpurt_status_t {
     boundary::call("gpurt_elementwise", || {
-        let names = strings(input_names, num_inputs, "input_names")?;
+        let names = strings(input_names, num_inputs, GPURT_ELEMENTWISE_MAX_INPUTS, "input_names")?;
         in_ref(inputs, "inputs")?;
-        // SAFETY: the caller gives `num_inputs` pointers.
-        let pointers: Vec<u64> = unsafe { std::slice::from_raw_parts(inputs, num_inputs) }.iter().map(|&p| p as u64).collect();
+        let pointers: Vec<u64> = boundary::in_array(inputs, num_inputs, GPURT_ELEMENTWISE_MAX_INPUTS, "inputs")?.iter().map(|&p| p as u64).collect();
         let dtype = gpurt_dtype_t::from_raw(dtype)?;
         let expression = in_str(expression, "expression")?;
         super::elementwise::launch(expression, &names, dtype, count as u64, &pointers, output as u64, Handle::from_ptr(stream))

@@ -57,7 +57,7 @@ fn driver_image(image: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>> {
     if image_kind(image) != ImageKind::Ptx || image.last() == Some(&0) {
         return Ok(image.into());
     }
-    let mut text = image.to_vec();
+    let mut text = crate::boundary::try_copy(image, 1)?;
     text.push(0);
     Ok(text.into())
 }

@@ -7,7 +7,7 @@ use crate::error::{gpurt_status_t, Error};
 /// Sets the log level: 0 off, 1 error, 2 warn, 3 info, 4 debug. Overrides `GPURT_LOG`.
 #[no_mangle]
 pub extern "C" fn gpurt_set_log_level(level: c_int) -> gpurt_status_t {
-    boundary::call("gpurt_set_log_level", || {
+    boundary::call_anywhere("gpurt_set_log_level", || {
         let level = Level::from_raw(level)
             .ok_or_else(|| Error::invalid_argument(format!("log level {level} is not in 0..=4")))?;
         super::set_level(level);
@@ -24,7 +24,7 @@ pub type gpurt_log_callback_t =
 /// logging functions. Messages are still filtered by the log level.
 #[no_mangle]
 pub extern "C" fn gpurt_set_log_callback(callback: gpurt_log_callback_t, user: *mut c_void) -> gpurt_status_t {
-    boundary::call("gpurt_set_log_callback", || {
+    boundary::call_anywhere("gpurt_set_log_callback", || {
         super::set_callback(callback, user);
         Ok(())
     })

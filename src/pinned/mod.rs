@@ -211,6 +211,7 @@ pub fn host_register(ptr: u64, size: u64, flags: u32) -> Result<()> {
     if ptr == 0 || size == 0 {
         return Err(Error::invalid_argument("host_register needs a non-NULL pointer and a non-zero size"));
     }
+    crate::boundary::check_range(ptr, size, "ptr")?;
     device::with_device(device::current()?, || {
         check(unsafe { sys::cuMemHostRegister_v2(ptr as *mut _, size as usize, flags) }, "cuMemHostRegister")
     })

@@ -10,9 +10,10 @@ use std::time::Instant;
 
 use rustc_hash::FxHashMap as HashMap;
 
+use crate::alloc::caching::GPURT_MAX_ALLOCATION_SIZE;
 use crate::alloc::pool::SegmentSource;
 use crate::alloc::stats::gpurt_stat_t;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Status};
 
 /// Smallest class: the driver pins whole pages anyway.
 const MIN_CLASS: u64 = 4096;
@@ -101,6 +102,12 @@ impl<S: SegmentSource> PinnedPool<S> {
     pub fn malloc(&mut self, size: u64) -> Result<u64> {
         if size == 0 {
             return Ok(0);
+        }
+        if size > GPURT_MAX_ALLOCATION_SIZE {
+            return Err(Error::new(
+                Status::GPURT_ERROR_OUT_OF_MEMORY,
+                format!("out of memory: tried to pin {size} bytes; gpurt refuses requests above {GPURT_MAX_ALLOCATION_SIZE} bytes"),
+            ));
         }
         if !self.pending.is_empty() {
             self.process_pending(false);

@@ -305,7 +305,7 @@ pub fn query(handle: Handle) -> Result<bool> {
     get(handle)?.run(|s| match unsafe { sys::cuStreamQuery(s) } {
         sys::CUresult::CUDA_SUCCESS => Ok(true),
         sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-        code => Err(Error::cuda("cuStreamQuery", code)),
+        code => Err(crate::driver::error("cuStreamQuery", code)),
     })
 }
 

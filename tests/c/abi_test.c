@@ -219,6 +219,69 @@ static void check_staged_copies(gpurt_stream_t stream) {
     free(dst);
 }
 
+/* Sizes and counts at the limits of size_t: each is refused with a status and a
+ * message before any rounding wraps, any allocation aborts the process or any array
+ * is read past its end; no statistic changes. */
+static void check_sizes(gpurt_stream_t stream) {
+    static const size_t huge[] = {SIZE_MAX, SIZE_MAX - 4095, ((size_t)1 << 63) + 1, (size_t)1 << 62};
+    static const char ptx[] = ".version 7.0\n.target sm_50\n.address_size 64\n";
+    const char *names[] = {"a"};
+    const char *options[] = {"-default-device"};
+    const void *inputs[1];
+    char host[64];
+    void *p = NULL, *dev = NULL;
+    gpurt_memory_stats_t before = GPURT_MEMORY_STATS_INIT, after = GPURT_MEMORY_STATS_INIT;
+    gpurt_host_memory_stats_t pinned_before = GPURT_HOST_MEMORY_STATS_INIT, pinned_after = GPURT_HOST_MEMORY_STATS_INIT;
+    gpurt_pinned_pool_t def = NULL;
+    gpurt_module_t module = NULL;
+    gpurt_program_t program = NULL;
+    size_t i;
+    int round;
+    inputs[0] = host;
+    EXPECT(gpurt_malloc(4096, stream, &dev), GPURT_SUCCESS);
+    EXPECT(gpurt_pinned_pool_default(&def), GPURT_SUCCESS);
+    for (round = 0; round < 2; round++) { /* separate segments, then expandable ones */
+        EXPECT(gpurt_alloc_set_config(round == 0 ? "expandable_segments:False" : "expandable_segments:True"), GPURT_SUCCESS);
+        EXPECT(gpurt_memory_stats(0, &before), GPURT_SUCCESS);
+        for (i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+            p = NULL;
+            EXPECT(gpurt_malloc_device(0, huge[i], &p), GPURT_ERROR_OUT_OF_MEMORY);
+            EXPECT_TRUE(p == NULL && strstr(gpurt_last_error_message(), "tried to allocate") != NULL);
+            EXPECT_TRUE(strstr(gpurt_last_error_message(), "allocate -") == NULL);
+            EXPECT(gpurt_malloc(huge[i], stream, &p), GPURT_ERROR_OUT_OF_MEMORY);
+            EXPECT_TRUE(gpurt_torch_alloc((ptrdiff_t)(huge[i] >> 1) + 1, 0, NULL) == NULL);
+            EXPECT_TRUE(gpurt_cupy_malloc(0, huge[i], 0) == 0);
+        }
+        EXPECT_TRUE(gpurt_torch_alloc(-1, 0, NULL) == NULL);
+        EXPECT(gpurt_memory_stats(0, &after), GPURT_SUCCESS);
+        EXPECT_TRUE(memcmp(&before, &after, sizeof before) == 0);
+    }
+    EXPECT(gpurt_alloc_set_config(""), GPURT_SUCCESS);
+    EXPECT(gpurt_pinned_stats(def, &pinned_before), GPURT_SUCCESS);
+    for (i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        EXPECT(gpurt_pinned_malloc(def, huge[i], &p), GPURT_ERROR_OUT_OF_MEMORY);
+        EXPECT(gpurt_memcpy_dtoh_staged(host, dev, huge[i], stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_memcpy_htod_staged(dev, host, huge[i], stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_memcpy_async(dev, host, huge[i], stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_memcpy(host, dev, huge[i], stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_memcpy_peer_async(dev, 0, dev, 0, huge[i], stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_memset_async(dev, 0, 4, huge[i] / 2, stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_memcpy_2d_async(dev, huge[i] / 2, host, 64, 8, 4, stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_memcpy_2d_async(dev, 64, host, 64, 8, huge[i], stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_host_register(host, huge[i], 0), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_module_load_data(ptx, huge[i], &module), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_rtc_compile("__global__ void k() {}", options, huge[i], &program), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_rtc_get_kernel("__global__ void k() {}", "k", options, huge[i], NULL), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_elementwise("out = a", names, inputs, huge[i], GPURT_DTYPE_F32, 4, dev, stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_elementwise("out = a", names, inputs, 1, GPURT_DTYPE_F32, huge[i], dev, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    }
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "count") != NULL);
+    EXPECT(gpurt_pinned_stats(def, &pinned_after), GPURT_SUCCESS);
+    EXPECT_TRUE(memcmp(&pinned_before, &pinned_after, sizeof pinned_before) == 0);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_free(dev), GPURT_SUCCESS);
+}
+
 /* Modules, kernels and NVRTC: bad images, unknown names and attributes, bad launch
  * shapes, stale kernel handles after unload. The PTX is real, for the GPU run. */
 static void check_kernels(gpurt_stream_t stream) {
@@ -363,6 +426,7 @@ static void check_pinned_and_copies(void) {
     EXPECT(gpurt_host_register(NULL, 8, 0), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_host_register(host, sizeof host, 0x40), GPURT_ERROR_INVALID_ARGUMENT);
     check_staged_copies(stream);
+    check_sizes(stream);
     check_kernels(stream);
     check_graphs(stream);
     EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);
