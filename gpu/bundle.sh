@@ -12,8 +12,8 @@ cargo build --release --lib
 cp target/release/libgpurt.a "$out/lib/"
 cp target/release/libgpurt.so "$out/lib/libgpurt.so.0"
 ln -s libgpurt.so.0 "$out/lib/libgpurt.so"
-cp include/gpurt.h "$out/include/"
-cp examples-c/gpurt-info.c tests/c/abi_test.c tests/c/process_test.c tests/c/dlclose_test.c gpu/interop.cu gpu/compare_props.py gpu/alloc_frameworks.py "$out/src/"
+cp include/gpurt.h include/gpurt.hpp "$out/include/"
+cp examples-c/gpurt-info.c tests/c/abi_test.c tests/c/process_test.c tests/c/dlclose_test.c tests/cpp/hpp_test.cpp tests/cpp/no_exceptions_test.cpp gpu/interop.cu gpu/compare_props.py gpu/alloc_frameworks.py "$out/src/"
 cp gpu/run.sh "$out/run.sh"
 
 # Test and benchmark executables, as cargo reports them.

@@ -28,12 +28,16 @@ step build-abi-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude sr
 step build-abi-test-static c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude -x c++ src/abi_test.c -x none lib/libgpurt.a -lpthread -ldl -lm -lrt -lutil -lgcc_s -o bin/abi_test_static
 step build-process-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/process_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/process_test
 step build-dlclose-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror src/dlclose_test.c -ldl -o bin/dlclose_test
+step build-hpp-test c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/hpp_test.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/hpp_test
+step build-no-exceptions-test c++ -std=c++20 -fno-exceptions -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/no_exceptions_test.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/no_exceptions_test
 step build-interop nvcc -std=c++17 -O2 -Iinclude src/interop.cu -Llib -lgpurt -Xlinker -rpath -Xlinker "$lib" -o bin/interop
 step gpurt-info bin/gpurt-info
 step abi-test bin/abi_test
 step abi-test-static bin/abi_test_static
 step process-test bin/process_test
 step dlclose-test bin/dlclose_test "$lib/libgpurt.so.0"
+step hpp-test bin/hpp_test
+step no-exceptions-test bin/no_exceptions_test
 step interop bin/interop
 step compare-props python3 src/compare_props.py bin/gpurt-info
 step torch-native python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-native "$logs/torch_ref.pt"

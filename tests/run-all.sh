@@ -6,9 +6,11 @@
 #      clippy on every target, warnings as errors (skipped, saying so, where the
 #      toolchain has no clippy);
 #   2. CMake: build + install to a prefix, then a find_package consumer building the
-#      C ABI test as C and C++ against gpurt::gpurt and gpurt::gpurt_static;
+#      C ABI test as C and C++ against gpurt::gpurt and gpurt::gpurt_static, and the
+#      C++ header's tests;
 #   3. add_subdirectory(gpurt) consumer;
-#   4. pkg-config consumer;
+#   4. pkg-config consumer; the same install moved to a second prefix, used through
+#      pkg-config and find_package from there (the package is relocatable);
 #   5. the C ABI test, the process-event tests (fork, exit, dlclose) and the
 #      benchmarks against tests/stub-driver (a stand-in libcuda).
 set -euo pipefail
@@ -19,6 +21,7 @@ missing=()
 command -v cmake >/dev/null || missing+=(cmake)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v c++ >/dev/null || missing+=(g++)
+command -v clang++ >/dev/null || missing+=(clang)
 if ((${#missing[@]})); then
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}"
@@ -63,11 +66,39 @@ cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/abi_test.c $(pkg-config --cf
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$work/pkg-config/abi_test"
 "$work/pkg-config/abi_test"
 
+echo "== relocated install: cmake --install --prefix elsewhere; pkg-config and find_package from there"
+relocated=$work/relocated
+rm -rf "$relocated" "$work/consumer-relocated"
+cmake --install "$work/gpurt" --prefix "$relocated" >/dev/null
+libdir=$(PKG_CONFIG_PATH="$relocated/lib/pkgconfig" pkg-config --variable=libdir gpurt)
+[ "$(cd "$libdir" && pwd -P)" = "$(cd "$relocated/lib" && pwd -P)" ] || { echo "gpurt.pc names $libdir, not the relocated prefix"; exit 1; }
+# shellcheck disable=SC2046
+cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/abi_test.c $(PKG_CONFIG_PATH="$relocated/lib/pkgconfig" pkg-config --cflags --libs gpurt) \
+   -Wl,-rpath,"$libdir" -o "$relocated/abi_test"
+"$relocated/abi_test"
+cmake -S tests/consumer -B "$work/consumer-relocated" -DCMAKE_PREFIX_PATH="$relocated" >/dev/null
+cmake --build "$work/consumer-relocated"
+grep -q "$relocated/include" "$work/consumer-relocated/CMakeFiles/abi_c_gpurt.dir/flags.make" || { echo "find_package did not use the relocated prefix"; exit 1; }
+(cd "$work/consumer-relocated" && ctest --output-on-failure)
+
 echo "== stub driver: the C ABI test on the GPU-present paths, and gpurt's own cost per call"
 stub=$work/stub-driver
 mkdir -p "$stub"
 cc -O2 -shared -fPIC tests/stub-driver/stub_cuda.c -o "$stub/libcuda.so.1"
 LD_LIBRARY_PATH=$stub "$work/pkg-config/abi_test"
+
+echo "== the C++ header: g++ and clang++, C++17 and C++20, with and without exceptions (stub driver)"
+for cxx in g++ clang++; do
+  for std in 17 20; do
+    for t in hpp_test no_exceptions_test; do
+      flags=""; [ $t = no_exceptions_test ] && flags=-fno-exceptions
+      # shellcheck disable=SC2046
+      $cxx -std=c++$std $flags -Wall -Wextra -pedantic -Werror tests/cpp/$t.cpp $(pkg-config --cflags --libs gpurt) \
+         -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$stub/$t-$cxx-$std"
+      LD_LIBRARY_PATH=$stub "$stub/$t-$cxx-$std"
+    done
+  done
+done
 
 echo "== process events: fork after init, exit with live objects, dlclose (stub driver)"
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/process_test.c $(pkg-config --cflags --libs gpurt) \

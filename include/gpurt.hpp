@@ -1,0 +1,682 @@
+/* gpurt.hpp: C++17 over gpurt's C ABI, header-only.
+ *
+ * Move-only RAII owners for every gpurt handle, owning buffers, scope guards, and
+ * errors as exceptions (gpurt::Error, carrying the status and gpurt's message). Each
+ * call forwards to one C function; nothing here keeps state of its own.
+ *
+ * With GPURT_CPP_NO_EXCEPTIONS defined, nothing throws: every fallible call returns
+ * gpurt::Result<T> (Result<void> for calls with no value), and objects are made
+ * through their static create() functions instead of throwing constructors.
+ *
+ *   gpurt::Stream s;                               // a stream on the current device
+ *   gpurt::DeviceBuffer<float> x(1 << 20);         // on the current stream
+ *   gpurt::Event done;
+ *   done.record(s);
+ *   gpurt::Device(0).synchronize();
+ */
+#ifndef GPURT_HPP
+#define GPURT_HPP
+
+#include "gpurt.h"
+
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+#if !defined(GPURT_CPP_NO_EXCEPTIONS)
+#include <stdexcept>
+#endif
+#if __has_include(<memory_resource>)
+#include <memory_resource>
+#define GPURT_HPP_HAS_PMR 1
+#endif
+
+namespace gpurt {
+
+/* ---- errors ------------------------------------------------------------------ */
+
+/** A failed call: its status and gpurt's message (the call, the argument, the CUDA
+ *  error). With exceptions, thrown by every failing call. */
+#if defined(GPURT_CPP_NO_EXCEPTIONS)
+class Error {
+public:
+    Error(gpurt_status_t status, std::string message) : status_(status), message_(std::move(message)) {}
+    const char *what() const noexcept { return message_.c_str(); }
+#else
+class Error : public std::runtime_error {
+public:
+    Error(gpurt_status_t status, const std::string &message) : std::runtime_error(message), status_(status) {}
+#endif
+    /** The gpurt_status_t the C call returned. */
+    gpurt_status_t status() const noexcept { return status_; }
+    /** The status's short description (gpurt_status_string). */
+    const char *status_string() const noexcept { return gpurt_status_string(status_); }
+
+private:
+    gpurt_status_t status_;
+#if defined(GPURT_CPP_NO_EXCEPTIONS)
+    std::string message_;
+#endif
+};
+
+/** A value or the Error that prevented it: what every fallible call returns with
+ *  GPURT_CPP_NO_EXCEPTIONS. value() on an error prints it and aborts. */
+template <class T>
+class Result {
+public:
+    Result(T value) : value_(std::move(value)), error_(GPURT_SUCCESS, std::string()) {}
+    Result(Error error) : value_(), error_(std::move(error)) {}
+    bool ok() const noexcept { return value_.has_value(); }
+    explicit operator bool() const noexcept { return ok(); }
+    T &value() & { check(); return *value_; }
+    T &&value() && { check(); return std::move(*value_); }
+    const Error &error() const noexcept { return error_; }
+
+private:
+    void check() const {
+        if (!ok()) {
+            std::fprintf(stderr, "gpurt::Result::value() on an error: %s\n", error_.what());
+            std::abort();
+        }
+    }
+    std::optional<T> value_;
+    Error error_;
+};
+
+template <>
+class Result<void> {
+public:
+    Result() : error_(GPURT_SUCCESS, std::string()) {}
+    Result(Error error) : error_(std::move(error)) {}
+    bool ok() const noexcept { return error_.status() == GPURT_SUCCESS; }
+    explicit operator bool() const noexcept { return ok(); }
+    const Error &error() const noexcept { return error_; }
+
+private:
+    Error error_;
+};
+
+#if defined(GPURT_CPP_NO_EXCEPTIONS)
+/** What a fallible call returns: Result<T> without exceptions, T with them. */
+template <class T>
+using Ret = Result<T>;
+#else
+template <class T>
+using Ret = T;
+#endif
+
+namespace detail {
+inline Error error(gpurt_status_t status) { return Error(status, gpurt_last_error_message()); }
+
+/** `value` when `status` is success; otherwise the error, thrown or returned. */
+template <class T>
+Ret<T> finish(gpurt_status_t status, T &&value) {
+#if defined(GPURT_CPP_NO_EXCEPTIONS)
+    if (status != GPURT_SUCCESS) return Result<T>(error(status));
+    return Result<T>(std::forward<T>(value));
+#else
+    if (status != GPURT_SUCCESS) throw error(status);
+    return std::forward<T>(value);
+#endif
+}
+
+inline Ret<void> finish(gpurt_status_t status) {
+#if defined(GPURT_CPP_NO_EXCEPTIONS)
+    if (status != GPURT_SUCCESS) return Result<void>(error(status));
+    return Result<void>();
+#else
+    if (status != GPURT_SUCCESS) throw error(status);
+#endif
+}
+
+/** A failure found by the C++ layer itself (an argument the C call never saw). */
+inline Ret<void> invalid_argument(const char *message) {
+#if defined(GPURT_CPP_NO_EXCEPTIONS)
+    return Result<void>(Error(GPURT_ERROR_INVALID_ARGUMENT, message));
+#else
+    throw Error(GPURT_ERROR_INVALID_ARGUMENT, message);
+#endif
+}
+
+/** Bytes for `n` elements of `size` bytes; a product that overflows becomes
+ *  SIZE_MAX, which gpurt refuses as out of memory with its usual message. */
+inline std::size_t bytes_of(std::size_t n, std::size_t size) noexcept {
+    return n > GPURT_MAX_ALLOCATION_SIZE / size ? static_cast<std::size_t>(-1) : n * size;
+}
+
+/** A query's answer: true when done, false when GPURT_ERROR_NOT_READY. */
+inline Ret<bool> finish_query(gpurt_status_t status) {
+    bool done = status == GPURT_SUCCESS;
+    return finish(status == GPURT_ERROR_NOT_READY ? GPURT_SUCCESS : status, std::move(done));
+}
+
+/** One owner of a gpurt handle: destroys it once, moves, never copies. */
+template <class H, gpurt_status_t (*Destroy)(H)>
+class Owner {
+public:
+    Owner() noexcept = default;
+    explicit Owner(H handle) noexcept : handle_(handle) {}
+    Owner(Owner &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+    Owner &operator=(Owner &&other) noexcept {
+        if (this != &other) {
+            reset();
+            handle_ = std::exchange(other.handle_, nullptr);
+        }
+        return *this;
+    }
+    Owner(const Owner &) = delete;
+    Owner &operator=(const Owner &) = delete;
+    ~Owner() { reset(); }
+    /** The C handle, still owned by this object. */
+    H get() const noexcept { return handle_; }
+    /** Gives up ownership: the caller destroys the C handle. */
+    H release() noexcept { return std::exchange(handle_, nullptr); }
+    explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+protected:
+    void reset() noexcept {
+        if (handle_ != nullptr) (void)Destroy(std::exchange(handle_, nullptr));
+    }
+    H handle_ = nullptr;
+};
+} // namespace detail
+
+/* ---- devices ----------------------------------------------------------------- */
+
+/** Free and total device memory, in bytes. */
+struct MemoryInfo {
+    std::size_t free = 0;
+    std::size_t total = 0;
+};
+
+/** A device by ordinal (a value, not an owner): `gpurt::Device(0).properties()`. */
+class Device {
+public:
+    explicit Device(int ordinal = GPURT_CURRENT_DEVICE) noexcept : ordinal_(ordinal) {}
+    /** Devices visible to this process; 0 where there is no driver. */
+    static Ret<int> count() {
+        int n = 0;
+        return detail::finish(gpurt_device_count(&n), std::move(n));
+    }
+    /** This thread's current device. */
+    static Ret<Device> current() {
+        int d = 0;
+        gpurt_status_t s = gpurt_get_device(&d);
+        return detail::finish(s, Device(d));
+    }
+    /** The ordinal as given (GPURT_CURRENT_DEVICE for "the current one"). */
+    int ordinal() const noexcept { return ordinal_; }
+    Ret<void> make_current() const { return detail::finish(gpurt_set_device(ordinal_)); }
+    Ret<gpurt_device_properties_t> properties() const {
+        gpurt_device_properties_t p = GPURT_DEVICE_PROPERTIES_INIT;
+        gpurt_status_t s = gpurt_device_get_properties(ordinal_, &p);
+        return detail::finish(s, std::move(p));
+    }
+    Ret<MemoryInfo> memory_info() const {
+        MemoryInfo m;
+        gpurt_status_t s = gpurt_mem_get_info(ordinal_, &m.free, &m.total);
+        return detail::finish(s, std::move(m));
+    }
+    Ret<void> synchronize() const { return detail::finish(gpurt_device_synchronize(ordinal_)); }
+    Ret<bool> can_access_peer(Device peer) const {
+        int can = 0;
+        gpurt_status_t s = gpurt_device_can_access_peer(ordinal_, peer.ordinal_, &can);
+        bool b = can != 0;
+        return detail::finish(s, std::move(b));
+    }
+    Ret<void> enable_peer_access(Device peer) const { return detail::finish(gpurt_device_enable_peer_access(ordinal_, peer.ordinal_)); }
+    Ret<void> disable_peer_access(Device peer) const { return detail::finish(gpurt_device_disable_peer_access(ordinal_, peer.ordinal_)); }
+    /** torch.cuda.memory_stats() for this device. */
+    Ret<gpurt_memory_stats_t> memory_stats() const {
+        gpurt_memory_stats_t st = GPURT_MEMORY_STATS_INIT;
+        gpurt_status_t s = gpurt_memory_stats(ordinal_, &st);
+        return detail::finish(s, std::move(st));
+    }
+    /** torch.cuda.memory_summary() for this device. */
+    Ret<std::string> memory_summary() const {
+        std::size_t needed = 0;
+        gpurt_status_t s = gpurt_memory_summary(ordinal_, nullptr, 0, &needed);
+        std::string text(s == GPURT_SUCCESS ? needed : 1, '\0');
+        if (s == GPURT_SUCCESS) s = gpurt_memory_summary(ordinal_, &text[0], text.size(), &needed);
+        text.resize(text.empty() ? 0 : text.size() - 1);
+        return detail::finish(s, std::move(text));
+    }
+    Ret<void> reset_peak_memory_stats() const { return detail::finish(gpurt_reset_peak_memory_stats(ordinal_)); }
+    Ret<void> set_memory_fraction(double fraction) const {
+        return detail::finish(gpurt_set_per_process_memory_fraction(fraction, ordinal_));
+    }
+
+private:
+    int ordinal_;
+};
+
+/** Makes a device current for a scope, and restores the previous one. */
+class DeviceGuard {
+public:
+    explicit DeviceGuard(Device device) : previous_(0) {
+        (void)gpurt_get_device(&previous_);
+        detail::finish(gpurt_set_device(device.ordinal()));
+    }
+    DeviceGuard(const DeviceGuard &) = delete;
+    DeviceGuard &operator=(const DeviceGuard &) = delete;
+    ~DeviceGuard() { (void)gpurt_set_device(previous_); }
+
+private:
+    int previous_;
+};
+
+/* ---- streams and events ------------------------------------------------------ */
+
+class Event;
+
+/** A gpurt stream. Owned streams (created, or from the pool) are released on
+ *  destruction; queued work still runs (gpurt_stream_destroy). */
+class Stream : public detail::Owner<gpurt_stream_t, gpurt_stream_destroy> {
+public:
+    /** Takes ownership of a C handle. */
+    explicit Stream(gpurt_stream_t handle) noexcept : Owner(handle) {}
+    Stream(Stream &&) noexcept = default;
+    Stream &operator=(Stream &&) noexcept = default;
+#if !defined(GPURT_CPP_NO_EXCEPTIONS)
+    /** A new non-blocking stream on the current device. */
+    Stream() : Stream(create().release()) {}
+    /** A new non-blocking stream on `device`. */
+    explicit Stream(int device) : Stream(create(device).release()) {}
+#endif
+    static Ret<Stream> create(int device = GPURT_CURRENT_DEVICE, unsigned flags = GPURT_STREAM_NON_BLOCKING, int priority = 0) {
+        gpurt_stream_t h = nullptr;
+        gpurt_status_t s = gpurt_stream_create(device, flags, priority, &h);
+        return detail::finish(s, Stream(h));
+    }
+    /** One of the device's pooled streams (no driver call; PyTorch's getStreamFromPool). */
+    static Ret<Stream> from_pool(int device = GPURT_CURRENT_DEVICE, bool high_priority = false) {
+        gpurt_stream_t h = nullptr;
+        gpurt_status_t s = gpurt_stream_from_pool(device, high_priority ? 1 : 0, &h);
+        return detail::finish(s, Stream(h));
+    }
+    /** This thread's current stream of `device`. */
+    static Ret<Stream> current(int device = GPURT_CURRENT_DEVICE) {
+        gpurt_stream_t h = nullptr;
+        gpurt_status_t s = gpurt_current_stream(device, &h);
+        return detail::finish(s, Stream(h));
+    }
+    /** The legacy default stream of `device`. */
+    static Ret<Stream> legacy_default(int device = GPURT_CURRENT_DEVICE) {
+        gpurt_stream_t h = nullptr;
+        gpurt_status_t s = gpurt_stream_default(device, &h);
+        return detail::finish(s, Stream(h));
+    }
+    /** Wraps a cudaStream_t / CUstream; gpurt never destroys it. */
+    static Ret<Stream> wrap(void *native, int device = GPURT_CURRENT_DEVICE) {
+        gpurt_stream_t h = nullptr;
+        gpurt_status_t s = gpurt_stream_wrap(device, native, &h);
+        return detail::finish(s, Stream(h));
+    }
+    Ret<void> synchronize() const { return detail::finish(gpurt_stream_synchronize(handle_)); }
+    /** true when all queued work is done. */
+    Ret<bool> query() const { return detail::finish_query(gpurt_stream_query(handle_)); }
+    inline Ret<void> wait(const Event &event) const;
+    Ret<void> wait(const Stream &other) const { return detail::finish(gpurt_stream_wait_stream(handle_, other.handle_)); }
+    Ret<void> launch_host_func(gpurt_host_fn_t fn, void *user) const {
+        return detail::finish(gpurt_stream_launch_host_func(handle_, fn, user));
+    }
+    Ret<Device> device() const {
+        int d = 0;
+        gpurt_status_t s = gpurt_stream_get_device(handle_, &d);
+        return detail::finish(s, Device(d));
+    }
+    /** The cudaStream_t for cuBLAS, cuDNN and your own kernels. */
+    Ret<void *> native() const {
+        void *n = nullptr;
+        gpurt_status_t s = gpurt_stream_native(handle_, &n);
+        return detail::finish(s, std::move(n));
+    }
+    Ret<bool> is_capturing() const {
+        int c = 0;
+        gpurt_status_t s = gpurt_stream_is_capturing(handle_, &c);
+        bool b = c != 0;
+        return detail::finish(s, std::move(b));
+    }
+};
+
+/** `with torch.cuda.stream(s):` — the stream and its device are current for a scope. */
+class StreamGuard {
+public:
+    explicit StreamGuard(const Stream &stream) { detail::finish(gpurt_stream_push(stream.get())); }
+    StreamGuard(const StreamGuard &) = delete;
+    StreamGuard &operator=(const StreamGuard &) = delete;
+    ~StreamGuard() { (void)gpurt_stream_pop(); }
+};
+
+/** A gpurt event. */
+class Event : public detail::Owner<gpurt_event_t, gpurt_event_destroy> {
+public:
+    explicit Event(gpurt_event_t handle) noexcept : Owner(handle) {}
+    Event(Event &&) noexcept = default;
+    Event &operator=(Event &&) noexcept = default;
+#if !defined(GPURT_CPP_NO_EXCEPTIONS)
+    /** A timing event on the current device. */
+    Event() : Event(create().release()) {}
+    Event(int device, unsigned flags) : Event(create(device, flags).release()) {}
+#endif
+    /** flags: GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING, GPURT_EVENT_INTERPROCESS. */
+    static Ret<Event> create(int device = GPURT_CURRENT_DEVICE, unsigned flags = 0) {
+        gpurt_event_t h = nullptr;
+        gpurt_status_t s = gpurt_event_create(device, flags, &h);
+        return detail::finish(s, Event(h));
+    }
+    /** A timing-free event from the device's pool (no driver call when cached). */
+    static Ret<Event> from_pool(int device = GPURT_CURRENT_DEVICE) {
+        gpurt_event_t h = nullptr;
+        gpurt_status_t s = gpurt_event_pool_get(device, &h);
+        return detail::finish(s, Event(h));
+    }
+    Ret<void> record(const Stream &stream) const { return detail::finish(gpurt_event_record(handle_, stream.get())); }
+    /** Records on this thread's current stream of the event's device. */
+    Ret<void> record() const { return detail::finish(gpurt_event_record_current(handle_)); }
+    Ret<void> synchronize() const { return detail::finish(gpurt_event_synchronize(handle_)); }
+    Ret<bool> query() const { return detail::finish_query(gpurt_event_query(handle_)); }
+    /** Milliseconds from `start`'s record to this one's (both timing events). */
+    Ret<float> elapsed_since(const Event &start) const {
+        float ms = 0;
+        gpurt_status_t s = gpurt_event_elapsed_time(start.handle_, handle_, &ms);
+        return detail::finish(s, std::move(ms));
+    }
+};
+
+inline Ret<void> Stream::wait(const Event &event) const { return detail::finish(gpurt_stream_wait_event(handle_, event.get())); }
+
+/* ---- device memory ----------------------------------------------------------- */
+
+/** `n` elements of T from gpurt's caching allocator, for use on a stream; freed
+ *  (stream-ordered) on destruction. */
+template <class T>
+class DeviceBuffer {
+public:
+    DeviceBuffer() noexcept = default;
+#if !defined(GPURT_CPP_NO_EXCEPTIONS)
+    /** On the current device, for its current stream. */
+    explicit DeviceBuffer(std::size_t n) : DeviceBuffer(create(n)) {}
+    DeviceBuffer(std::size_t n, const Stream &stream) : DeviceBuffer(create(n, stream)) {}
+#endif
+    /** On `device`, for this thread's current stream of it. */
+    static Ret<DeviceBuffer> create(std::size_t n, int device = GPURT_CURRENT_DEVICE) {
+        void *p = nullptr;
+        gpurt_status_t s = gpurt_malloc_device(device, detail::bytes_of(n, sizeof(T)), &p);
+        return detail::finish(s, DeviceBuffer(static_cast<T *>(p), s == GPURT_SUCCESS ? n : 0));
+    }
+    /** For use on `stream`. */
+    static Ret<DeviceBuffer> create(std::size_t n, const Stream &stream) {
+        void *p = nullptr;
+        gpurt_status_t s = gpurt_malloc(detail::bytes_of(n, sizeof(T)), stream.get(), &p);
+        return detail::finish(s, DeviceBuffer(static_cast<T *>(p), s == GPURT_SUCCESS ? n : 0));
+    }
+    DeviceBuffer(DeviceBuffer &&o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+    DeviceBuffer &operator=(DeviceBuffer &&o) noexcept {
+        if (this != &o) {
+            reset();
+            data_ = std::exchange(o.data_, nullptr);
+            count_ = std::exchange(o.count_, 0);
+        }
+        return *this;
+    }
+    DeviceBuffer(const DeviceBuffer &) = delete;
+    DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+    ~DeviceBuffer() { reset(); }
+
+    T *data() const noexcept { return data_; }
+    std::size_t size() const noexcept { return count_; }
+    std::size_t size_bytes() const noexcept { return count_ * sizeof(T); }
+    bool empty() const noexcept { return count_ == 0; }
+    /** Its free will also wait for the work queued on `stream` so far. */
+    Ret<void> record_stream(const Stream &stream) const { return detail::finish(gpurt_record_stream(data_, stream.get())); }
+    /** Copies from host memory (any kind) on `stream`. */
+    Ret<void> copy_from(const T *host, std::size_t n, const Stream &stream) {
+        if (n > count_) return detail::invalid_argument("gpurt::DeviceBuffer::copy_from: more elements than the buffer holds");
+        return detail::finish(gpurt_memcpy_async(data_, host, n * sizeof(T), stream.get()));
+    }
+    /** Copies into host memory on `stream` and waits for it. */
+    Ret<void> copy_to(T *host, std::size_t n, const Stream &stream) const {
+        if (n > count_) return detail::invalid_argument("gpurt::DeviceBuffer::copy_to: more elements than the buffer holds");
+        return detail::finish(gpurt_memcpy(host, data_, n * sizeof(T), stream.get()));
+    }
+    Ret<void> copy_from(const std::vector<T> &host, const Stream &stream) { return copy_from(host.data(), host.size(), stream); }
+    Ret<std::vector<T>> to_vector(const Stream &stream) const {
+        std::vector<T> v(count_);
+        gpurt_status_t s = count_ == 0 ? GPURT_SUCCESS : gpurt_memcpy(v.data(), data_, size_bytes(), stream.get());
+        return detail::finish(s, std::move(v));
+    }
+
+private:
+    DeviceBuffer(T *data, std::size_t count) noexcept : data_(data), count_(count) {}
+    void reset() noexcept {
+        if (data_ != nullptr) (void)gpurt_free(std::exchange(data_, nullptr));
+        count_ = 0;
+    }
+    T *data_ = nullptr;
+    std::size_t count_ = 0;
+};
+
+/** gpurt.empty_cache(): every wholly free cached segment goes back to the driver. */
+inline Ret<void> empty_cache() { return detail::finish(gpurt_empty_cache()); }
+
+#if defined(GPURT_HPP_HAS_PMR) && !defined(GPURT_CPP_NO_EXCEPTIONS)
+/** A std::pmr::memory_resource over gpurt's caching allocator, for one stream:
+ *  device memory for containers of trivially copyable types that only the GPU
+ *  touches (their elements must not be constructed on the host). Allocation
+ *  failures throw gpurt::Error (std::bad_alloc's role). */
+class DeviceMemoryResource final : public std::pmr::memory_resource {
+public:
+    explicit DeviceMemoryResource(gpurt_stream_t stream) noexcept : stream_(stream) {}
+    explicit DeviceMemoryResource(const Stream &stream) noexcept : stream_(stream.get()) {}
+    gpurt_stream_t stream() const noexcept { return stream_; }
+
+private:
+    void *do_allocate(std::size_t bytes, std::size_t alignment) override {
+        void *p = nullptr;
+        if (alignment > 512) detail::invalid_argument("gpurt::DeviceMemoryResource: blocks are aligned to 512 bytes at most");
+        detail::finish(gpurt_malloc(bytes, stream_, &p));
+        return p;
+    }
+    void do_deallocate(void *p, std::size_t, std::size_t) override { (void)gpurt_free(p); }
+    bool do_is_equal(const std::pmr::memory_resource &other) const noexcept override {
+        const DeviceMemoryResource *o = dynamic_cast<const DeviceMemoryResource *>(&other);
+        return o != nullptr && o->stream_ == stream_;
+    }
+    gpurt_stream_t stream_;
+};
+#endif
+
+/* ---- pinned host memory ------------------------------------------------------ */
+
+/** A pinned host memory pool (gpurt_pinned_pool_create); the default pool is not owned. */
+class PinnedPool : public detail::Owner<gpurt_pinned_pool_t, gpurt_pinned_pool_destroy> {
+public:
+    explicit PinnedPool(gpurt_pinned_pool_t handle) noexcept : Owner(handle) {}
+    PinnedPool(PinnedPool &&) noexcept = default;
+    PinnedPool &operator=(PinnedPool &&) noexcept = default;
+    /** flags: GPURT_PINNED_PORTABLE | GPURT_PINNED_DEVICE_MAPPED | GPURT_PINNED_WRITE_COMBINED. */
+    static Ret<PinnedPool> create(unsigned flags = 0) {
+        gpurt_pinned_pool_t h = nullptr;
+        gpurt_status_t s = gpurt_pinned_pool_create(flags, &h);
+        return detail::finish(s, PinnedPool(h));
+    }
+    /** The process-wide pool's handle (not owned: never destroyed). */
+    static Ret<gpurt_pinned_pool_t> default_pool() {
+        gpurt_pinned_pool_t h = nullptr;
+        gpurt_status_t s = gpurt_pinned_pool_default(&h);
+        return detail::finish(s, std::move(h));
+    }
+    Ret<gpurt_host_memory_stats_t> stats() const {
+        gpurt_host_memory_stats_t st = GPURT_HOST_MEMORY_STATS_INIT;
+        gpurt_status_t s = gpurt_pinned_stats(handle_, &st);
+        return detail::finish(s, std::move(st));
+    }
+    Ret<void> empty_cache() const { return detail::finish(gpurt_pinned_empty_cache(handle_)); }
+};
+
+/** `n` elements of T in pinned host memory from a pool; host-accessible. */
+template <class T>
+class PinnedBuffer {
+public:
+    PinnedBuffer() noexcept = default;
+#if !defined(GPURT_CPP_NO_EXCEPTIONS)
+    /** From the default pinned pool. */
+    explicit PinnedBuffer(std::size_t n) : PinnedBuffer(create(n)) {}
+#endif
+    /** From `pool` (NULL: the default pool). */
+    static Ret<PinnedBuffer> create(std::size_t n, gpurt_pinned_pool_t pool = nullptr) {
+        gpurt_status_t s = pool == nullptr ? gpurt_pinned_pool_default(&pool) : GPURT_SUCCESS;
+        void *p = nullptr;
+        if (s == GPURT_SUCCESS) s = gpurt_pinned_malloc(pool, detail::bytes_of(n, sizeof(T)), &p);
+        return detail::finish(s, PinnedBuffer(static_cast<T *>(p), s == GPURT_SUCCESS ? n : 0));
+    }
+    PinnedBuffer(PinnedBuffer &&o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+    PinnedBuffer &operator=(PinnedBuffer &&o) noexcept {
+        if (this != &o) {
+            reset();
+            data_ = std::exchange(o.data_, nullptr);
+            count_ = std::exchange(o.count_, 0);
+        }
+        return *this;
+    }
+    PinnedBuffer(const PinnedBuffer &) = delete;
+    PinnedBuffer &operator=(const PinnedBuffer &) = delete;
+    ~PinnedBuffer() { reset(); }
+    T *data() const noexcept { return data_; }
+    std::size_t size() const noexcept { return count_; }
+    T &operator[](std::size_t i) const noexcept { return data_[i]; }
+    T *begin() const noexcept { return data_; }
+    T *end() const noexcept { return data_ + count_; }
+    /** Declares a use on `stream` that gpurt did not see (a kernel of yours). */
+    Ret<void> record_stream(const Stream &stream) const { return detail::finish(gpurt_pinned_record_stream(data_, stream.get())); }
+
+private:
+    PinnedBuffer(T *data, std::size_t count) noexcept : data_(data), count_(count) {}
+    void reset() noexcept {
+        if (data_ != nullptr) (void)gpurt_pinned_free(std::exchange(data_, nullptr));
+        count_ = 0;
+    }
+    T *data_ = nullptr;
+    std::size_t count_ = 0;
+};
+
+/* ---- graphs ------------------------------------------------------------------ */
+
+/** A private memory pool several captures can share (torch.cuda.graph_pool_handle). */
+class GraphPool : public detail::Owner<gpurt_graph_pool_t, gpurt_graph_pool_destroy> {
+public:
+    explicit GraphPool(gpurt_graph_pool_t handle) noexcept : Owner(handle) {}
+    GraphPool(GraphPool &&) noexcept = default;
+    GraphPool &operator=(GraphPool &&) noexcept = default;
+    static Ret<GraphPool> create(int device = GPURT_CURRENT_DEVICE) {
+        gpurt_graph_pool_t h = nullptr;
+        gpurt_status_t s = gpurt_graph_pool_create(device, &h);
+        return detail::finish(s, GraphPool(h));
+    }
+};
+
+class GraphExec;
+
+/** A captured graph. */
+class Graph : public detail::Owner<gpurt_graph_t, gpurt_graph_destroy> {
+public:
+    explicit Graph(gpurt_graph_t handle) noexcept : Owner(handle) {}
+    Graph(Graph &&) noexcept = default;
+    Graph &operator=(Graph &&) noexcept = default;
+    /** Starts capturing `stream` (mode: GPURT_CAPTURE_MODE_*), with allocations from
+     *  `pool` or, when NULL, from a private pool of the graph. */
+    static Ret<void> begin_capture(const Stream &stream, int mode = GPURT_CAPTURE_MODE_THREAD_LOCAL, gpurt_graph_pool_t pool = nullptr) {
+        return detail::finish(gpurt_stream_begin_capture(stream.get(), mode, pool));
+    }
+    static Ret<Graph> end_capture(const Stream &stream) {
+        gpurt_graph_t h = nullptr;
+        gpurt_status_t s = gpurt_stream_end_capture(stream.get(), &h);
+        return detail::finish(s, Graph(h));
+    }
+    inline Ret<GraphExec> instantiate(unsigned long long flags = 0) const;
+    Ret<void> debug_dot_print(const char *path, bool verbose = false) const {
+        return detail::finish(gpurt_graph_debug_dot_print(handle_, path, verbose ? 1 : 0));
+    }
+};
+
+/** An instantiated graph, replayed with launch(). */
+class GraphExec : public detail::Owner<gpurt_graph_exec_t, gpurt_graph_exec_destroy> {
+public:
+    explicit GraphExec(gpurt_graph_exec_t handle) noexcept : Owner(handle) {}
+    GraphExec(GraphExec &&) noexcept = default;
+    GraphExec &operator=(GraphExec &&) noexcept = default;
+    Ret<void> launch(const Stream &stream) const { return detail::finish(gpurt_graph_launch(handle_, stream.get())); }
+    Ret<void> upload(const Stream &stream) const { return detail::finish(gpurt_graph_upload(handle_, stream.get())); }
+    /** New parameters from a graph of the same topology (GPURT_ERROR_GRAPH_UPDATE otherwise). */
+    Ret<void> update(const Graph &graph) const { return detail::finish(gpurt_graph_exec_update(handle_, graph.get())); }
+};
+
+inline Ret<GraphExec> Graph::instantiate(unsigned long long flags) const {
+    gpurt_graph_exec_t h = nullptr;
+    gpurt_status_t s = gpurt_graph_instantiate(handle_, flags, nullptr, &h);
+    return detail::finish(s, GraphExec(h));
+}
+
+/* ---- modules and kernels ----------------------------------------------------- */
+
+/** A kernel of a Module or of the NVRTC cache (not owned: it lives with them). */
+class Kernel {
+public:
+    explicit Kernel(gpurt_kernel_t handle = nullptr) noexcept : handle_(handle) {}
+    gpurt_kernel_t get() const noexcept { return handle_; }
+    /** The kernel `name` of CUDA C++ `source`, compiled for the current device once. */
+    static Ret<Kernel> compile(const char *source, const char *name, const std::vector<const char *> &options = {}) {
+        gpurt_kernel_t h = nullptr;
+        gpurt_status_t s = gpurt_rtc_get_kernel(source, name, options.empty() ? nullptr : options.data(), options.size(), &h);
+        return detail::finish(s, Kernel(h));
+    }
+    /** Launches with the addresses of the kernel's arguments, in order. */
+    Ret<void> launch(unsigned grid, unsigned block, const Stream &stream, void **args, unsigned shared_bytes = 0) const {
+        return detail::finish(gpurt_launch_kernel(handle_, grid, 1, 1, block, 1, 1, shared_bytes, stream.get(), args));
+    }
+    /** Launches with `args` (values, not pointers): `k.launch_with(grid, block, s, x, n)`. */
+    template <class... Args>
+    Ret<void> launch_with(unsigned grid, unsigned block, const Stream &stream, Args... args) const {
+        void *pointers[sizeof...(Args) + 1] = {static_cast<void *>(&args)...};
+        return launch(grid, block, stream, pointers);
+    }
+    Ret<int> attribute(int which) const {
+        int v = 0;
+        gpurt_status_t s = gpurt_kernel_get_attribute(handle_, which, &v);
+        return detail::finish(s, std::move(v));
+    }
+
+private:
+    gpurt_kernel_t handle_;
+};
+
+/** A loaded module (PTX, cubin or fatbin); its kernels die with it. */
+class Module : public detail::Owner<gpurt_module_t, gpurt_module_unload> {
+public:
+    explicit Module(gpurt_module_t handle) noexcept : Owner(handle) {}
+    Module(Module &&) noexcept = default;
+    Module &operator=(Module &&) noexcept = default;
+    static Ret<Module> load_file(const char *path) {
+        gpurt_module_t h = nullptr;
+        gpurt_status_t s = gpurt_module_load_file(path, &h);
+        return detail::finish(s, Module(h));
+    }
+    static Ret<Module> load_data(const void *image, std::size_t size) {
+        gpurt_module_t h = nullptr;
+        gpurt_status_t s = gpurt_module_load_data(image, size, &h);
+        return detail::finish(s, Module(h));
+    }
+    Ret<Kernel> kernel(const char *name) const {
+        gpurt_kernel_t k = nullptr;
+        gpurt_status_t s = gpurt_module_get_kernel(handle_, name, &k);
+        return detail::finish(s, Kernel(k));
+    }
+};
+
+} // namespace gpurt
+
+#endif /* GPURT_HPP */

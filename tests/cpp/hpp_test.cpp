@@ -1,0 +1,212 @@
+// gpurt.hpp exercised through every type. Without a device, every call that needs
+// one must throw gpurt::Error with the C layer's status and message; with one (the
+// stub driver in CI, a GPU on the GPU machine) the full paths run, and on a real GPU
+// the data is checked exactly. Built as C++17 and C++20, warning-free, with g++ and
+// clang++; with -DGPURT_CPP_NO_EXCEPTIONS -fno-exceptions see no_exceptions_test.cpp.
+#include <gpurt.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+static int checks = 0, failures = 0;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        ++checks;                                                                    \
+        if (!(cond)) {                                                               \
+            ++failures;                                                              \
+            std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);              \
+        }                                                                            \
+    } while (0)
+
+// `body` must throw gpurt::Error with `status` and a message naming `function`.
+template <class F>
+static void expect_error(gpurt_status_t status, const char *function, F body) {
+    ++checks;
+    try {
+        body();
+        ++failures;
+        std::printf("FAIL: no error, expected %s from %s\n", gpurt_status_string(status), function);
+    } catch (const gpurt::Error &e) {
+        if (e.status() != status || std::strstr(e.what(), function) == nullptr) {
+            ++failures;
+            std::printf("FAIL: %s (%s), expected %s from %s\n", e.what(), e.status_string(), gpurt_status_string(status), function);
+        }
+    }
+}
+
+static_assert(!std::is_copy_constructible_v<gpurt::Stream> && std::is_nothrow_move_constructible_v<gpurt::Stream>);
+static_assert(!std::is_copy_assignable_v<gpurt::Event> && std::is_nothrow_move_assignable_v<gpurt::Event>);
+static_assert(!std::is_copy_constructible_v<gpurt::DeviceBuffer<float>>);
+static_assert(!std::is_copy_constructible_v<gpurt::PinnedBuffer<int>>);
+static_assert(!std::is_copy_constructible_v<gpurt::Graph> && !std::is_copy_constructible_v<gpurt::GraphExec>);
+static_assert(!std::is_copy_constructible_v<gpurt::Module> && !std::is_copy_constructible_v<gpurt::PinnedPool>);
+static_assert(std::is_base_of_v<std::runtime_error, gpurt::Error>);
+
+static void without_device(gpurt_status_t why) {
+    std::printf("hpp_test: no device (%s): every call that needs one throws\n", gpurt_status_string(why));
+    CHECK(gpurt::Device::count() == 0);
+    expect_error(why, "gpurt_stream_create", [] { gpurt::Stream s; });
+    expect_error(why, "gpurt_stream_create", [] { gpurt::Stream s(0); });
+    expect_error(why, "gpurt_event_create", [] { gpurt::Event e; });
+    expect_error(why, "gpurt_malloc_device", [] { gpurt::DeviceBuffer<float> b(16); });
+    expect_error(why, "gpurt_pinned_pool_default", [] { gpurt::PinnedBuffer<int> b(16); });
+    expect_error(why, "gpurt_device_get_properties", [] { (void)gpurt::Device(0).properties(); });
+    expect_error(why, "gpurt_device_synchronize", [] { gpurt::Device(0).synchronize(); });
+    expect_error(why, "gpurt_set_device", [] { gpurt::DeviceGuard g(gpurt::Device(0)); });
+    expect_error(why, "gpurt_graph_pool_create", [] { (void)gpurt::GraphPool::create(0); });
+    expect_error(why, "gpurt_pinned_pool_create", [] { (void)gpurt::PinnedPool::create(); });
+    expect_error(why, "gpurt_empty_cache", [] { gpurt::empty_cache(); });
+    // Empty owners destroy nothing; moved-from owners are empty.
+    gpurt::Stream empty(nullptr);
+    gpurt::Stream moved(std::move(empty));
+    CHECK(!empty && !moved);
+}
+
+static void with_device(bool real_gpu) {
+    std::printf("hpp_test: %d device(s)%s\n", static_cast<int>(gpurt::Device::count()), real_gpu ? "" : " (stub driver: no data checks)");
+    gpurt::Device dev(0);
+    gpurt::DeviceGuard guard(dev);
+    CHECK(gpurt::Device::current().ordinal() == 0);
+    gpurt_device_properties_t props = dev.properties();
+    CHECK(props.multiprocessor_count > 0);
+    gpurt::MemoryInfo info = dev.memory_info();
+    CHECK(info.total > 0 && info.free <= info.total);
+    CHECK(!dev.can_access_peer(dev) || true);
+
+    gpurt::Stream s;
+    gpurt::Stream other(0);
+    gpurt::Stream pooled = gpurt::Stream::from_pool(0, true);
+    CHECK(s && other && pooled && s.get() != other.get());
+    CHECK(s.device().ordinal() == 0 && s.native() != nullptr);
+    CHECK(!s.is_capturing());
+
+    // Data through a device buffer, exact on a real GPU.
+    std::mt19937 rng(std::random_device{}());
+    std::vector<std::uint32_t> host(100003);
+    for (auto &v : host) v = static_cast<std::uint32_t>(rng());
+    gpurt::DeviceBuffer<std::uint32_t> buf(host.size(), s);
+    CHECK(buf.size() == host.size() && buf.size_bytes() == host.size() * 4 && buf.data() != nullptr);
+    buf.copy_from(host, s);
+    gpurt::Event start, done;
+    start.record(s);
+    done.record(s);
+    std::vector<std::uint32_t> back = buf.to_vector(s);
+    if (real_gpu) CHECK(back == host);
+    done.synchronize();
+    CHECK(done.query());
+    CHECK(done.elapsed_since(start) >= 0.0f);
+    other.wait(done);
+    other.wait(s);
+    buf.record_stream(other);
+    expect_error(GPURT_ERROR_INVALID_ARGUMENT, "copy_from", [&] { buf.copy_from(host.data(), host.size() + 1, s); });
+    expect_error(GPURT_ERROR_OUT_OF_MEMORY, "gpurt_malloc", [&] { gpurt::DeviceBuffer<double> huge(SIZE_MAX / 4, s); });
+
+    // Moving a buffer moves ownership; the moved-from one is empty.
+    gpurt::DeviceBuffer<std::uint32_t> moved_buf(std::move(buf));
+    CHECK(buf.empty() && buf.data() == nullptr && moved_buf.size() == host.size());
+
+    {
+        gpurt::StreamGuard scope(other);
+        gpurt::DeviceBuffer<float> on_current(1000);  // this thread's current stream: `other`
+        CHECK(gpurt::Stream::current(0).get() == other.get());
+    }
+    CHECK(gpurt::Stream::current(0).get() != other.get());
+
+    // Pinned memory.
+    gpurt::PinnedBuffer<int> pinned(4096);
+    for (std::size_t i = 0; i < pinned.size(); i++) pinned[i] = static_cast<int>(i);
+    CHECK(pinned.end() - pinned.begin() == 4096);
+    gpurt::PinnedPool pool = gpurt::PinnedPool::create(GPURT_PINNED_PORTABLE);
+    {
+        gpurt::PinnedBuffer<char> from_pool = gpurt::PinnedBuffer<char>::create(100, pool.get());
+        CHECK(from_pool.data() != nullptr);
+        CHECK(pool.stats().allocations.current == 1);
+        from_pool.record_stream(s);
+    }
+    s.synchronize();
+    CHECK(pool.stats().allocations.current == 0);
+
+    // A captured graph whose allocation comes from a shared graph pool.
+    gpurt::GraphPool gpool = gpurt::GraphPool::create(0);
+    gpurt::Graph::begin_capture(s, GPURT_CAPTURE_MODE_THREAD_LOCAL, gpool.get());
+    CHECK(s.is_capturing());
+    gpurt::DeviceBuffer<std::uint8_t> scratch(4096, s);
+    gpurt_memset_async(scratch.data(), 7, 1, 4096, s.get());
+    gpurt::Graph graph = gpurt::Graph::end_capture(s);
+    gpurt::GraphExec exec = graph.instantiate();
+    exec.launch(s);
+    exec.launch(s);
+    s.synchronize();
+    expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_stream_end_capture", [&] { (void)gpurt::Graph::end_capture(s); });
+
+    // Kernels: NVRTC where it is (a real GPU), a PTX module otherwise.
+    static const char ptx[] = ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry noop()\n{\n\tret;\n}\n";
+    gpurt::Module module = gpurt::Module::load_data(ptx, sizeof ptx - 1);
+    gpurt::Kernel noop = module.kernel("noop");
+    noop.launch(1, 32, s, nullptr);
+    CHECK(noop.attribute(GPURT_KERNEL_MAX_THREADS_PER_BLOCK) > 0);
+    expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_module_get_kernel", [&] { (void)module.kernel("missing"); });
+    int rtc_major = 0, rtc_minor = 0;
+    if (real_gpu && gpurt_rtc_version(&rtc_major, &rtc_minor) == GPURT_SUCCESS) {
+        gpurt::Kernel add = gpurt::Kernel::compile(
+            "extern \"C\" __global__ void add(unsigned *x, unsigned k, unsigned n)"
+            "{ unsigned i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += k; }",
+            "add");
+        std::uint32_t n = static_cast<std::uint32_t>(host.size()), k = 12345;
+        add.launch_with((n + 255) / 256, 256, s, moved_buf.data(), k, n);
+        std::vector<std::uint32_t> added = moved_buf.to_vector(s);
+        bool exact = true;
+        for (std::size_t i = 0; i < host.size(); i++) exact = exact && added[i] == host[i] + k;
+        CHECK(exact);
+    }
+    s.synchronize();
+
+    // Statistics and the summary.
+    gpurt_memory_stats_t st = dev.memory_stats();
+    CHECK(st.allocated_bytes.all.current > 0);
+    std::string summary = dev.memory_summary();
+    CHECK(summary.find("Allocated memory") != std::string::npos);
+    dev.reset_peak_memory_stats();
+
+#if defined(GPURT_HPP_HAS_PMR)
+    gpurt::DeviceMemoryResource resource(s);
+    {
+        std::pmr::vector<float> on_device(&resource);
+        on_device.reserve(1 << 16);  // device memory: reserved, never touched by the host
+        CHECK(on_device.capacity() >= (1u << 16));
+        void *p = resource.allocate(1000, 256);
+        CHECK(p != nullptr);
+        resource.deallocate(p, 1000, 256);
+        expect_error(GPURT_ERROR_INVALID_ARGUMENT, "512 bytes", [&] { (void)resource.allocate(64, 4096); });
+        gpurt::DeviceMemoryResource same(s), different(other);
+        CHECK(resource.is_equal(same) && !resource.is_equal(different));
+    }
+#endif
+    gpurt::empty_cache();
+    dev.synchronize();
+}
+
+int main() {
+    int count = 0;
+    gpurt_status_t init = gpurt_init();
+    if (gpurt_device_count(&count) != GPURT_SUCCESS || count == 0 || init != GPURT_SUCCESS) {
+        without_device(init == GPURT_SUCCESS ? GPURT_ERROR_NO_DEVICE : init);
+    } else {
+        gpurt_device_properties_t props = GPURT_DEVICE_PROPERTIES_INIT;
+        gpurt_device_get_properties(0, &props);
+        try {
+            with_device(std::strcmp(props.name, "Fake GPU") != 0);
+        } catch (const gpurt::Error &e) {
+            ++failures;
+            std::printf("FAIL: unexpected gpurt::Error: %s\n", e.what());
+        }
+    }
+    std::printf("hpp_test: %d checks, %d failed\n", checks, failures);
+    return failures == 0 ? 0 : 1;
+}
