@@ -14,6 +14,7 @@ cp target/release/libgpurt.so "$out/lib/libgpurt.so.0"
 ln -s libgpurt.so.0 "$out/lib/libgpurt.so"
 cp include/gpurt.h include/gpurt.hpp "$out/include/"
 cp examples-c/gpurt-info.c tests/c/abi_test.c tests/c/process_test.c tests/c/dlclose_test.c tests/cpp/hpp_test.cpp tests/cpp/no_exceptions_test.cpp gpu/interop.cu gpu/compare_props.py gpu/alloc_frameworks.py "$out/src/"
+cp examples-c/*.c examples-c/*.h examples-cpp/*.cpp "$out/src/"
 cp gpu/run.sh "$out/run.sh"
 
 # Test and benchmark executables, as cargo reports them.

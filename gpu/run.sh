@@ -43,6 +43,12 @@ step compare-props python3 src/compare_props.py bin/gpurt-info
 step torch-native python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-native "$logs/torch_ref.pt"
 step torch-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-gpurt "$logs/torch_ref.pt"
 step cupy-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" cupy
+for example in stream-overlap allocator-stats pinned-upload graph-replay rtc-kernel; do
+    step "build-example-$example" cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude "src/$example.c" -Llib -lgpurt -Wl,-rpath,"$lib" -lm -o "bin/$example"
+    step "example-$example" "bin/$example"
+done
+step build-example-saxpy c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/saxpy.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/saxpy
+step example-saxpy bin/saxpy
 for t in tests/*; do
     step "rust-$(basename "$t")" "$t" --test-threads=1
 done

@@ -11,8 +11,9 @@
 #   3. add_subdirectory(gpurt) consumer;
 #   4. pkg-config consumer; the same install moved to a second prefix, used through
 #      pkg-config and find_package from there (the package is relocatable);
-#   5. the C ABI test, the process-event tests (fork, exit, dlclose) and the
-#      benchmarks against tests/stub-driver (a stand-in libcuda).
+#   5. the C ABI test, the fault-injection sweep, the C++ header's tests, the
+#      process-event tests (fork, exit, dlclose) and the benchmarks against
+#      tests/stub-driver (a stand-in libcuda).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -47,6 +48,7 @@ cmake -S . -B "$work/gpurt" -DCMAKE_INSTALL_PREFIX="$work/prefix" -DGPURT_CARGO_
 cmake --build "$work/gpurt"
 cmake --install "$work/gpurt" >/dev/null
 "$work/prefix/bin/gpurt-info"
+for example in "$work"/gpurt/example-*; do "$example"; done   # no driver here: each says so and exits 0
 
 echo "== find_package consumer (C and C++, shared and static)"
 cmake -S tests/consumer -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
@@ -86,6 +88,12 @@ stub=$work/stub-driver
 mkdir -p "$stub"
 cc -O2 -shared -fPIC tests/stub-driver/stub_cuda.c -o "$stub/libcuda.so.1"
 LD_LIBRARY_PATH=$stub "$work/pkg-config/abi_test"
+LD_LIBRARY_PATH=$stub "$work/gpurt/example-allocator-stats" >/dev/null   # the stub moves no data: the others check bytes
+
+echo "== fault injection: every driver call of a mixed workload failed in turn (stub driver)"
+cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/fault_test.c $(pkg-config --cflags --libs gpurt) \
+   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -ldl -o "$stub/fault_test"
+LD_LIBRARY_PATH=$stub "$stub/fault_test"
 
 echo "== the C++ header: g++ and clang++, C++17 and C++20, with and without exceptions (stub driver)"
 for cxx in g++ clang++; do

@@ -265,25 +265,38 @@ pub fn open_ipc(ordinal: i32, bytes: &[u8; 64]) -> Result<Handle> {
     insert_or_destroy(Event::new(raw, d, GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING, Origin::Ipc))
 }
 
+/// The marker of work already done: no event (the NULL handle's value).
+pub const DONE_MARKER: u64 = 0;
+
 /// Stream-ordering markers for the caching pools' deferred reuse: a pooled event
-/// recorded on a raw stream of `device`, as its handle's value.
+/// recorded on a raw stream of `device`, as its handle's value. Where no event can
+/// be had or recorded, the stream is synchronised instead and `DONE_MARKER` returned:
+/// a free must not fail, or leak its block, because an event could not be recorded.
+/// Only when that fails too (a broken context, a capturing stream) is it an error.
 pub fn marker_record(device: i32, raw_stream: u64) -> Result<u64> {
-    let event = pool_get(device)?;
-    let raw = get(event)?.cu();
-    let recorded = device::with_device(device, || {
-        check(unsafe { sys::cuEventRecord(raw, raw_stream as sys::CUstream) }, "cuEventRecord")
+    let recorded = pool_get(device).and_then(|event| {
+        let raw = get(event)?.cu();
+        device::with_device(device, || check(unsafe { sys::cuEventRecord(raw, raw_stream as sys::CUstream) }, "cuEventRecord"))
+            .map(|()| event.0)
+            .inspect_err(|_| {
+                let _ = destroy(event);
+            })
     });
-    match recorded {
-        Ok(()) => Ok(event.0),
-        Err(e) => {
-            let _ = destroy(event);
-            Err(e)
-        }
-    }
+    recorded.or_else(|e| {
+        let synced = device::with_device(device, || {
+            check(unsafe { sys::cuStreamSynchronize(raw_stream as sys::CUstream) }, "cuStreamSynchronize")
+        });
+        synced.map_err(|_| e.clone())?;
+        crate::log::log(crate::log::Level::Warn, &format!("no stream-ordering marker ({e}): waited for the stream instead"));
+        Ok(DONE_MARKER)
+    })
 }
 
 /// Whether a marker's work is done; a done marker goes back to the event pool.
 pub fn marker_done(marker: u64) -> bool {
+    if marker == DONE_MARKER {
+        return true;
+    }
     let event = Handle(marker);
     let done = query(event).unwrap_or(true);
     if done {

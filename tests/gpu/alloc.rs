@@ -79,15 +79,22 @@ fn impossible_request_is_out_of_memory_and_the_pool_goes_on() {
     let a = stream();
     let before = stats();
     let mut p = std::ptr::null_mut();
-    expect_status!(gpurt_malloc(1 << 50, a, &mut p), GPURT_ERROR_OUT_OF_MEMORY);
+    // Asked of the driver, which refuses: the retry, then the out-of-memory count.
+    expect_status!(gpurt_malloc(1 << 45, a, &mut p), GPURT_ERROR_OUT_OF_MEMORY);
     let message = crate::support::last_message();
     eprintln!("{message}");
-    for needle in ["tried to allocate 1024.00 TiB", "Device total", "driver-reported free", "reserved"] {
+    for needle in ["tried to allocate 32.00 TiB", "Device total", "driver-reported free", "reserved"] {
         assert!(message.contains(needle), "{needle:?} missing from: {message}");
     }
     let after = stats();
     assert_eq!(after.num_ooms, before.num_ooms + 1);
     assert_eq!(after.allocated_bytes.all.current, before.allocated_bytes.all.current);
+    // Past GPURT_MAX_ALLOCATION_SIZE, up to SIZE_MAX: refused before the driver, no statistic changed.
+    for size in [1usize << 50, usize::MAX - 4095, usize::MAX] {
+        expect_status!(gpurt_malloc(size, a, &mut p), GPURT_ERROR_OUT_OF_MEMORY);
+        assert!(crate::support::last_message().contains("tried to allocate"), "{}", crate::support::last_message());
+        assert_eq!(stats(), after, "a refused request of {size} bytes changed a statistic");
+    }
     let x = malloc(3 << 20, a);
     expect_status!(gpurt_free(x as *mut _), GPURT_SUCCESS);
     expect_status!(gpurt_stream_destroy(a), GPURT_SUCCESS);

@@ -1,13 +1,65 @@
 /* A stand-in libcuda.so.1 for machines without a GPU: every entry point gpurt
- * needs answers at once, as a driver with one idle device would
+ * needs answers at once, as a driver with one idle device would, and can be made to
+ * fail on its n-th call (fault injection, below)
  * (STUB_CUDA_DEVICES=N: N devices, to measure gpurt's multi-device paths). It is no
  * simulator (work "completes" when queued); it lets CI run the GPU-present code
  * paths of the C ABI test, and measures gpurt's own CPU cost per call in the
  * benchmarks (the driver's share here is a few ns). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 typedef int CUresult;
 typedef void *P;
+
+/* ---- fault injection and accounting, for tests/c/fault_test.c ----------------
+ * stub_fail_nth("cuMemAlloc_v2", n) makes the n-th call of that entry point from
+ * now on fail (out of memory for allocations, CUDA_ERROR_UNKNOWN otherwise);
+ * stub_fail_hits() says whether it did. stub_live() counts what gpurt holds of the
+ * driver: device bytes allocated and mapped, pinned host bytes, streams, events. A
+ * disarmed stub pays one load per injectable call. */
+static const char *fail_name;
+static long fail_at, fail_calls, fail_hits;
+static long live_device, live_host, live_streams, live_events;
+void stub_fail_nth(const char *name, long n) { fail_name = name; fail_at = n; fail_calls = 0; fail_hits = 0; }
+long stub_fail_hits(void) { return fail_hits; }
+void stub_live(long *device, long *host, long *streams, long *events) {
+    *device = __atomic_load_n(&live_device, __ATOMIC_RELAXED);
+    *host = __atomic_load_n(&live_host, __ATOMIC_RELAXED);
+    *streams = __atomic_load_n(&live_streams, __ATOMIC_RELAXED);
+    *events = __atomic_load_n(&live_events, __ATOMIC_RELAXED);
+}
+static int injected(const char *name) {
+    if (__builtin_expect(fail_name == NULL, 1) || strcmp(name, fail_name) != 0) return 0;
+    if (__atomic_add_fetch(&fail_calls, 1, __ATOMIC_RELAXED) != fail_at) return 0;
+    __atomic_add_fetch(&fail_hits, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+#define INJECT(name, code) do { if (injected(name)) return (code); } while (0)
+#define OOM 2
+#define UNKNOWN 999
+static void count(long *counter, long delta) { __atomic_add_fetch(counter, delta, __ATOMIC_RELAXED); }
+
+/* Sizes of live device allocations and host allocations, by address (few: segments). */
+typedef struct { unsigned long long addr; size_t size; } Range;
+static Range ranges[4096];
+static pthread_mutex_t ranges_lock = PTHREAD_MUTEX_INITIALIZER;
+static void remember(unsigned long long addr, size_t size) {
+    int i;
+    pthread_mutex_lock(&ranges_lock);
+    for (i = 0; i < 4096 && ranges[i].addr != 0; i++) {}
+    if (i < 4096) { ranges[i].addr = addr; ranges[i].size = size; }
+    pthread_mutex_unlock(&ranges_lock);
+}
+static size_t forget(unsigned long long addr) {
+    size_t size = 0;
+    int i;
+    pthread_mutex_lock(&ranges_lock);
+    for (i = 0; i < 4096; i++) {
+        if (ranges[i].addr == addr) { size = ranges[i].size; ranges[i].addr = 0; break; }
+    }
+    pthread_mutex_unlock(&ranges_lock);
+    return size;
+}
 CUresult cuInit(unsigned f) { (void)f; return 0; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 CUresult cuGetErrorName(int c, const char **s) { (void)c; *s = "FAKE"; return 0; }
@@ -31,8 +83,8 @@ CUresult cuCtxEnablePeerAccess(P c, unsigned f) { (void)c; (void)f; return 0; }
 CUresult cuCtxDisablePeerAccess(P c) { (void)c; return 0; }
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = 1ull << 33; *t = 1ull << 34; return 0; }
 CUresult cuCtxGetStreamPriorityRange(int *l, int *g) { *l = 0; *g = -5; return 0; }
-CUresult cuStreamCreateWithPriority(P *s, unsigned f, int p) { (void)f; (void)p; *s = calloc(1, 64); return 0; }
-CUresult cuStreamDestroy_v2(P s) { free(s); return 0; }
+CUresult cuStreamCreateWithPriority(P *s, unsigned f, int p) { (void)f; (void)p; INJECT("cuStreamCreateWithPriority", UNKNOWN); *s = calloc(1, 64); count(&live_streams, 1); return 0; }
+CUresult cuStreamDestroy_v2(P s) { free(s); count(&live_streams, -1); return 0; }
 CUresult cuStreamQuery(P s) { (void)s; return 0; }
 CUresult cuStreamSynchronize(P s) { (void)s; return 0; }
 CUresult cuStreamWaitEvent(P s, P e, unsigned f) { (void)s; (void)e; (void)f; return 0; }
@@ -43,9 +95,9 @@ CUresult cuStreamGetPriority(P s, int *p) { (void)s; *p = 0; return 0; }
 static int capturing(P s) { return (unsigned long)s > 4096 ? *(int *)s : 0; }
 CUresult cuStreamIsCapturing(P s, int *c) { *c = capturing(s); return 0; }
 CUresult cuLaunchHostFunc(P s, void (*f)(void *), void *u) { (void)s; f(u); return 0; }
-CUresult cuEventCreate(P *e, unsigned f) { (void)f; *e = malloc(64); return 0; }
-CUresult cuEventDestroy_v2(P e) { free(e); return 0; }
-CUresult cuEventRecord(P e, P s) { (void)e; (void)s; return 0; }
+CUresult cuEventCreate(P *e, unsigned f) { (void)f; INJECT("cuEventCreate", UNKNOWN); *e = malloc(64); count(&live_events, 1); return 0; }
+CUresult cuEventDestroy_v2(P e) { free(e); count(&live_events, -1); return 0; }
+CUresult cuEventRecord(P e, P s) { (void)e; (void)s; INJECT("cuEventRecord", UNKNOWN); return 0; }
 CUresult cuEventQuery(P e) { (void)e; return 0; }
 CUresult cuEventSynchronize(P e) { (void)e; return 0; }
 CUresult cuEventElapsedTime(float *m, P a, P b) { (void)a; (void)b; *m = 1; return 0; }
@@ -54,10 +106,14 @@ CUresult cuIpcOpenEventHandle(P *e, char h[64]) { (void)h; *e = malloc(64); retu
 /* Device memory: addresses only, never touched by the host. */
 static unsigned long long next_address = 1ull << 40;
 CUresult cuMemAlloc_v2(unsigned long long *p, size_t size) {
+    INJECT("cuMemAlloc_v2", OOM);
+    if (size > (1ull << 40)) return OOM; /* as a real device would */
     *p = __atomic_fetch_add(&next_address, (size + 4095) & ~4095ull, __ATOMIC_RELAXED);
+    remember(*p, size);
+    count(&live_device, (long)size);
     return 0;
 }
-CUresult cuMemFree_v2(unsigned long long p) { (void)p; return 0; }
+CUresult cuMemFree_v2(unsigned long long p) { count(&live_device, -(long)forget(p)); return 0; }
 static int pool_storage;
 CUresult cuDeviceGetDefaultMemPool(P *pool, int d) { (void)d; *pool = &pool_storage; return 0; }
 CUresult cuMemPoolSetAttribute(P pool, int a, void *v) { (void)pool; (void)a; (void)v; return 0; }
@@ -65,13 +121,21 @@ CUresult cuMemPoolTrimTo(P pool, size_t keep) { (void)pool; (void)keep; return 0
 CUresult cuMemPoolGetAttribute(P pool, int a, void *v) { (void)pool; (void)a; *(unsigned long long *)v = 0; return 0; }
 CUresult cuMemAllocFromPoolAsync(unsigned long long *p, size_t size, P pool, P s) { (void)pool; (void)s; return cuMemAlloc_v2(p, size); }
 CUresult cuMemFreeAsync(unsigned long long p, P s) { (void)p; (void)s; return 0; }
-CUresult cuMemHostAlloc(void **p, size_t size, unsigned flags) { (void)flags; *p = malloc(size); return *p ? 0 : 2; }
-CUresult cuMemFreeHost(void *p) { free(p); return 0; }
+CUresult cuMemHostAlloc(void **p, size_t size, unsigned flags) {
+    (void)flags;
+    INJECT("cuMemHostAlloc", OOM);
+    *p = malloc(size);
+    if (*p == NULL) return OOM;
+    remember((unsigned long long)*p, size);
+    count(&live_host, (long)size);
+    return 0;
+}
+CUresult cuMemFreeHost(void *p) { count(&live_host, -(long)forget((unsigned long long)p)); free(p); return 0; }
 CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *p, unsigned flags) { (void)flags; *d = (unsigned long long)p; return 0; }
 CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags) { (void)p; (void)size; (void)flags; return 0; }
 CUresult cuMemHostUnregister(void *p) { (void)p; return 0; }
 /* Copies and memsets are accepted and dropped: device addresses here are fake. */
-CUresult cuMemcpyAsync(unsigned long long d, unsigned long long s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; return 0; }
+CUresult cuMemcpyAsync(unsigned long long d, unsigned long long s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; INJECT("cuMemcpyAsync", UNKNOWN); return 0; }
 CUresult cuMemcpyPeerAsync(unsigned long long d, P dc, unsigned long long s, P sc, size_t n, P st) { (void)d; (void)dc; (void)s; (void)sc; (void)n; (void)st; return 0; }
 CUresult cuMemcpy2DAsync_v2(const void *params, P st) { (void)params; (void)st; return 0; }
 CUresult cuMemsetD8Async(unsigned long long d, unsigned char v, size_t n, P st) { (void)d; (void)v; (void)n; (void)st; return 0; }
@@ -82,7 +146,7 @@ CUresult cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, P st) { (
 /* Every pointer is unknown to the fake driver: host memory, as for pageable memory. */
 CUresult cuPointerGetAttribute(void *v, int a, unsigned long long p) { (void)v; (void)a; (void)p; return 1; }
 
-CUresult cuModuleLoadDataEx(P *m, const void *image, unsigned n, int *o, void **v) { (void)image; (void)n; (void)o; (void)v; *m = malloc(16); return 0; }
+CUresult cuModuleLoadDataEx(P *m, const void *image, unsigned n, int *o, void **v) { (void)image; (void)n; (void)o; (void)v; INJECT("cuModuleLoadDataEx", UNKNOWN); *m = malloc(16); return 0; }
 CUresult cuModuleUnload(P m) { free(m); return 0; }
 /* Any kernel name but "missing" exists. */
 CUresult cuModuleGetFunction(P *f, P m, const char *name) { *f = (char *)m + 1; return strcmp(name, "missing") == 0 ? 500 : 0; }
@@ -91,27 +155,27 @@ CUresult cuFuncSetAttribute(P f, int a, int v) { (void)f; (void)a; (void)v; retu
 CUresult cuLaunchKernel(P f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sh, P s, void **args, void **extra) {
     (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)args; (void)extra; return 0;
 }
-CUresult cuStreamBeginCapture_v2(P s, int mode) { (void)mode; if ((unsigned long)s <= 4096) return 1; *(int *)s = 1; return 0; }
+CUresult cuStreamBeginCapture_v2(P s, int mode) { (void)mode; INJECT("cuStreamBeginCapture_v2", UNKNOWN); if ((unsigned long)s <= 4096) return 1; *(int *)s = 1; return 0; }
 CUresult cuStreamEndCapture(P s, P *g) { if (!capturing(s)) return 1; *(int *)s = 0; *g = malloc(16); return 0; }
 CUresult cuStreamGetCaptureInfo_v2(P s, int *status, unsigned long long *id, P *g, P *deps, size_t *n) {
     (void)g; (void)deps; (void)n; *status = capturing(s); *id = (unsigned long long)s; return 0;
 }
 CUresult cuThreadExchangeStreamCaptureMode(int *mode) { (void)mode; return 0; }
-CUresult cuGraphInstantiateWithFlags(P *e, P g, unsigned long long f) { (void)g; (void)f; *e = malloc(16); return 0; }
+CUresult cuGraphInstantiateWithFlags(P *e, P g, unsigned long long f) { (void)g; (void)f; INJECT("cuGraphInstantiateWithFlags", UNKNOWN); *e = malloc(16); return 0; }
 CUresult cuGraphUpload(P e, P s) { (void)e; (void)s; return 0; }
-CUresult cuGraphLaunch(P e, P s) { (void)e; (void)s; return 0; }
+CUresult cuGraphLaunch(P e, P s) { (void)e; (void)s; INJECT("cuGraphLaunch", UNKNOWN); return 0; }
 CUresult cuGraphDestroy(P g) { free(g); return 0; }
 CUresult cuGraphExecDestroy(P e) { free(e); return 0; }
 CUresult cuGraphDebugDotPrint(P g, const char *path, unsigned f) { (void)g; (void)path; (void)f; return 0; }
 /* Virtual memory: reservations are fake address ranges (the stub's copies touch no device memory). */
 static unsigned long long next_reservation = 1ull << 45;
 CUresult cuMemAddressReserve(unsigned long long *p, size_t size, size_t align, unsigned long long addr, unsigned long long f) {
-    (void)align; (void)addr; (void)f; *p = next_reservation; next_reservation += size + (1ull << 30); return 0;
+    (void)align; (void)addr; (void)f; INJECT("cuMemAddressReserve", OOM); *p = next_reservation; next_reservation += size + (1ull << 30); return 0;
 }
 CUresult cuMemAddressFree(unsigned long long p, size_t size) { (void)p; (void)size; return 0; }
-CUresult cuMemCreate(unsigned long long *h, size_t size, const void *prop, unsigned long long f) { (void)size; (void)prop; (void)f; *h = 1; return 0; }
+CUresult cuMemCreate(unsigned long long *h, size_t size, const void *prop, unsigned long long f) { (void)size; (void)prop; (void)f; INJECT("cuMemCreate", OOM); *h = 1; return 0; }
 CUresult cuMemRelease(unsigned long long h) { (void)h; return 0; }
-CUresult cuMemMap(unsigned long long p, size_t size, size_t off, unsigned long long h, unsigned long long f) { (void)p; (void)size; (void)off; (void)h; (void)f; return 0; }
-CUresult cuMemUnmap(unsigned long long p, size_t size) { (void)p; (void)size; return 0; }
+CUresult cuMemMap(unsigned long long p, size_t size, size_t off, unsigned long long h, unsigned long long f) { (void)p; (void)off; (void)h; (void)f; INJECT("cuMemMap", UNKNOWN); count(&live_device, (long)size); return 0; }
+CUresult cuMemUnmap(unsigned long long p, size_t size) { (void)p; count(&live_device, -(long)size); return 0; }
 CUresult cuMemSetAccess(unsigned long long p, size_t size, const void *desc, size_t n) { (void)p; (void)size; (void)desc; (void)n; return 0; }
 CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) { (void)prop; (void)option; *g = 2u << 20; return 0; }
