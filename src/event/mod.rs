@@ -266,7 +266,7 @@ pub fn open_ipc(ordinal: i32, bytes: &[u8; 64]) -> Result<Handle> {
 }
 
 /// The marker of work already done: no event (the NULL handle's value).
-pub const DONE_MARKER: u64 = 0;
+pub(crate) const DONE_MARKER: u64 = 0;
 
 /// Stream-ordering markers for the caching pools' deferred reuse: a pooled event
 /// recorded on a raw stream of `device`, as its handle's value. Where no event can
