@@ -804,6 +804,16 @@ gpurt_status_t gpurt_event_open_ipc(int device,
                                     gpurt_event_t *event);
 
 /**
+ * Work queued on `stream` after this waits for `event`'s last record.
+ */
+gpurt_status_t gpurt_stream_wait_event(gpurt_stream_t stream, gpurt_event_t event);
+
+/**
+ * Work queued on `stream` after this waits for all work queued on `other` so far.
+ */
+gpurt_status_t gpurt_stream_wait_stream(gpurt_stream_t stream, gpurt_stream_t other);
+
+/**
  * Begins capturing `stream` into a graph; `mode` is `GPURT_CAPTURE_MODE_GLOBAL`,
  * `_THREAD_LOCAL` or `_RELAXED`. While it captures, gpurt_malloc on it (and on
  * streams joined to the capture) serves memory from `pool`, or from a new private
@@ -1188,16 +1198,6 @@ gpurt_status_t gpurt_stream_query(gpurt_stream_t stream);
  * Blocks until all work on `stream` is done. A synchronising call.
  */
 gpurt_status_t gpurt_stream_synchronize(gpurt_stream_t stream);
-
-/**
- * Work queued on `stream` after this waits for `event`'s last record.
- */
-gpurt_status_t gpurt_stream_wait_event(gpurt_stream_t stream, gpurt_event_t event);
-
-/**
- * Work queued on `stream` after this waits for all work queued on `other` so far.
- */
-gpurt_status_t gpurt_stream_wait_stream(gpurt_stream_t stream, gpurt_stream_t other);
 
 /**
  * Queues `func(user)` on `stream`, called once on a driver thread after the work

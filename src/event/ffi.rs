@@ -132,3 +132,15 @@ pub extern "C" fn gpurt_event_open_ipc(device: c_int, ipc: *const gpurt_ipc_even
         Ok(())
     })
 }
+
+/// Work queued on `stream` after this waits for `event`'s last record.
+#[no_mangle]
+pub extern "C" fn gpurt_stream_wait_event(stream: gpurt_stream_t, event: gpurt_event_t) -> gpurt_status_t {
+    boundary::call("gpurt_stream_wait_event", || super::stream_wait_event(Handle::from_ptr(stream), Handle::from_ptr(event)))
+}
+
+/// Work queued on `stream` after this waits for all work queued on `other` so far.
+#[no_mangle]
+pub extern "C" fn gpurt_stream_wait_stream(stream: gpurt_stream_t, other: gpurt_stream_t) -> gpurt_status_t {
+    boundary::call("gpurt_stream_wait_stream", || super::stream_wait_stream(Handle::from_ptr(stream), Handle::from_ptr(other)))
+}

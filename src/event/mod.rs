@@ -265,6 +265,26 @@ pub fn open_ipc(ordinal: i32, bytes: &[u8; 64]) -> Result<Handle> {
     insert_or_destroy(Event::new(raw, d, GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING, Origin::Ipc))
 }
 
+/// Makes future work on `handle` wait for the work captured by `event`'s last record.
+pub fn stream_wait_event(handle: Handle, event: Handle) -> Result<()> {
+    let stream = crate::stream::get(handle)?;
+    let event = get(event)?;
+    stream.run(|s| check(unsafe { sys::cuStreamWaitEvent(s, event.cu(), 0) }, "cuStreamWaitEvent"))
+}
+
+/// Makes future work on `handle` wait for all work queued on `other` so far, through
+/// a pooled event (as `torch.cuda.Stream.wait_stream`).
+pub fn stream_wait_stream(handle: Handle, other: Handle) -> Result<()> {
+    crate::stream::get(handle)?; // checked before an event is taken
+    let source = crate::stream::get(other)?;
+    let event = pool_get(source.device())?;
+    // The wait is bound to the record made before it, so the event can go back to the
+    // pool (and be recorded again) at once.
+    let result = record(event, other).and_then(|()| stream_wait_event(handle, event));
+    destroy(event)?;
+    result
+}
+
 /// The marker of work already done: no event (the NULL handle's value).
 pub(crate) const DONE_MARKER: u64 = 0;
 

@@ -164,17 +164,7 @@ pub extern "C" fn gpurt_stream_synchronize(stream: gpurt_stream_t) -> gpurt_stat
     boundary::call("gpurt_stream_synchronize", || super::synchronize(h(stream)))
 }
 
-/// Work queued on `stream` after this waits for `event`'s last record.
-#[no_mangle]
-pub extern "C" fn gpurt_stream_wait_event(stream: gpurt_stream_t, event: crate::event::ffi::gpurt_event_t) -> gpurt_status_t {
-    boundary::call("gpurt_stream_wait_event", || super::wait_event(h(stream), Handle::from_ptr(event)))
-}
-
-/// Work queued on `stream` after this waits for all work queued on `other` so far.
-#[no_mangle]
-pub extern "C" fn gpurt_stream_wait_stream(stream: gpurt_stream_t, other: gpurt_stream_t) -> gpurt_status_t {
-    boundary::call("gpurt_stream_wait_stream", || super::wait_stream(h(stream), h(other)))
-}
+// gpurt_stream_wait_event and gpurt_stream_wait_stream are in event/ffi.rs: they need events.
 
 /// Queues `func(user)` on `stream`, called once on a driver thread after the work
 /// before it. `func` must not call CUDA or gpurt functions that touch the GPU.

@@ -315,26 +315,6 @@ pub fn synchronize(handle: Handle) -> Result<()> {
     stream.run(|s| check(unsafe { sys::cuStreamSynchronize(s) }, "cuStreamSynchronize"))
 }
 
-/// Makes future work on `handle` wait for the work captured by `event`'s last record.
-pub fn wait_event(handle: Handle, event: Handle) -> Result<()> {
-    let stream = get(handle)?;
-    let event = crate::event::get(event)?;
-    stream.run(|s| check(unsafe { sys::cuStreamWaitEvent(s, event.cu(), 0) }, "cuStreamWaitEvent"))
-}
-
-/// Makes future work on `handle` wait for all work queued on `other` so far, through
-/// a pooled event (as `torch.cuda.Stream.wait_stream`).
-pub fn wait_stream(handle: Handle, other: Handle) -> Result<()> {
-    get(handle)?; // checked before an event is taken
-    let source = get(other)?;
-    let event = crate::event::pool_get(source.device())?;
-    // The wait is bound to the record made before it, so the event can go back to the
-    // pool (and be recorded again) at once.
-    let result = crate::event::record(event, other).and_then(|()| wait_event(handle, event));
-    crate::event::destroy(event)?;
-    result
-}
-
 /// A host function queued on a stream, called once with `user` when the work before
 /// it is done. It must not call CUDA (the driver's rule for host functions).
 pub fn launch_host_func(handle: Handle, func: sys::CUhostFn, user: *mut libc::c_void) -> Result<()> {
