@@ -153,10 +153,27 @@ inline Ret<bool> finish_query(gpurt_status_t status) {
     return finish(status == GPURT_ERROR_NOT_READY ? GPURT_SUCCESS : status, std::move(done));
 }
 
+/** Calls `f(args..., &value)`: the value, or the error. */
+template <class T, class... Params, class... Args>
+Ret<T> out(gpurt_status_t (*f)(Params...), Args... args) {
+    T value{};
+    gpurt_status_t s = f(args..., &value);
+    return finish(s, std::move(value));
+}
+
+/** Calls `f(args..., &handle)`: the handle in its C++ type O, or the error. */
+template <class O, class... Params, class... Args>
+Ret<O> make(gpurt_status_t (*f)(Params...), Args... args) {
+    typename O::handle_type handle{};
+    gpurt_status_t s = f(args..., &handle);
+    return finish(s, O(handle));
+}
+
 /** One owner of a gpurt handle: destroys it once, moves, never copies. */
 template <class H, gpurt_status_t (*Destroy)(H)>
 class Owner {
 public:
+    using handle_type = H;
     Owner() noexcept = default;
     explicit Owner(H handle) noexcept : handle_(handle) {}
     Owner(Owner &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
@@ -182,6 +199,40 @@ protected:
     }
     H handle_ = nullptr;
 };
+
+/** `count` elements of T at `data`, owned: given back with `Free` once, moved, never copied. */
+template <class T, gpurt_status_t (*Free)(void *)>
+class Buffer {
+public:
+    Buffer() noexcept = default;
+    Buffer(Buffer &&o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+    Buffer &operator=(Buffer &&o) noexcept {
+        if (this != &o) {
+            reset();
+            data_ = std::exchange(o.data_, nullptr);
+            count_ = std::exchange(o.count_, 0);
+        }
+        return *this;
+    }
+    Buffer(const Buffer &) = delete;
+    Buffer &operator=(const Buffer &) = delete;
+    ~Buffer() { reset(); }
+    T *data() const noexcept { return data_; }
+    std::size_t size() const noexcept { return count_; }
+    std::size_t size_bytes() const noexcept { return count_ * sizeof(T); }
+    bool empty() const noexcept { return count_ == 0; }
+
+protected:
+    Buffer(T *data, std::size_t count) noexcept : data_(data), count_(count) {}
+
+private:
+    void reset() noexcept {
+        if (data_ != nullptr) (void)Free(std::exchange(data_, nullptr));
+        count_ = 0;
+    }
+    T *data_ = nullptr;
+    std::size_t count_ = 0;
+};
 } // namespace detail
 
 /* ---- devices ----------------------------------------------------------------- */
@@ -198,8 +249,7 @@ public:
     explicit Device(int ordinal = GPURT_CURRENT_DEVICE) noexcept : ordinal_(ordinal) {}
     /** Devices visible to this process; 0 where there is no driver. */
     static Ret<int> count() {
-        int n = 0;
-        return detail::finish(gpurt_device_count(&n), std::move(n));
+        return detail::out<int>(gpurt_device_count);
     }
     /** This thread's current device. */
     static Ret<Device> current() {
@@ -277,43 +327,31 @@ class Event;
 class Stream : public detail::Owner<gpurt_stream_t, gpurt_stream_destroy> {
 public:
     /** Takes ownership of a C handle. */
-    explicit Stream(gpurt_stream_t handle) noexcept : Owner(handle) {}
-    Stream(Stream &&) noexcept = default;
-    Stream &operator=(Stream &&) noexcept = default;
+    using Owner::Owner;
 #if !defined(GPURT_CPP_NO_EXCEPTIONS)
     /** A new non-blocking stream on the current device. */
-    Stream() : Stream(create().release()) {}
+    Stream() : Owner(create().release()) {}
     /** A new non-blocking stream on `device`. */
-    explicit Stream(int device) : Stream(create(device).release()) {}
+    explicit Stream(int device) : Owner(create(device).release()) {}
 #endif
     static Ret<Stream> create(int device = GPURT_CURRENT_DEVICE, unsigned flags = GPURT_STREAM_NON_BLOCKING, int priority = 0) {
-        gpurt_stream_t h = nullptr;
-        gpurt_status_t s = gpurt_stream_create(device, flags, priority, &h);
-        return detail::finish(s, Stream(h));
+        return detail::make<Stream>(gpurt_stream_create, device, flags, priority);
     }
     /** One of the device's pooled streams (no driver call; PyTorch's getStreamFromPool). */
     static Ret<Stream> from_pool(int device = GPURT_CURRENT_DEVICE, bool high_priority = false) {
-        gpurt_stream_t h = nullptr;
-        gpurt_status_t s = gpurt_stream_from_pool(device, high_priority ? 1 : 0, &h);
-        return detail::finish(s, Stream(h));
+        return detail::make<Stream>(gpurt_stream_from_pool, device, high_priority ? 1 : 0);
     }
     /** This thread's current stream of `device`. */
     static Ret<Stream> current(int device = GPURT_CURRENT_DEVICE) {
-        gpurt_stream_t h = nullptr;
-        gpurt_status_t s = gpurt_current_stream(device, &h);
-        return detail::finish(s, Stream(h));
+        return detail::make<Stream>(gpurt_current_stream, device);
     }
     /** The legacy default stream of `device`. */
     static Ret<Stream> legacy_default(int device = GPURT_CURRENT_DEVICE) {
-        gpurt_stream_t h = nullptr;
-        gpurt_status_t s = gpurt_stream_default(device, &h);
-        return detail::finish(s, Stream(h));
+        return detail::make<Stream>(gpurt_stream_default, device);
     }
     /** Wraps a cudaStream_t / CUstream; gpurt never destroys it. */
     static Ret<Stream> wrap(void *native, int device = GPURT_CURRENT_DEVICE) {
-        gpurt_stream_t h = nullptr;
-        gpurt_status_t s = gpurt_stream_wrap(device, native, &h);
-        return detail::finish(s, Stream(h));
+        return detail::make<Stream>(gpurt_stream_wrap, device, native);
     }
     Ret<void> synchronize() const { return detail::finish(gpurt_stream_synchronize(handle_)); }
     /** true when all queued work is done. */
@@ -330,9 +368,7 @@ public:
     }
     /** The cudaStream_t for cuBLAS, cuDNN and your own kernels. */
     Ret<void *> native() const {
-        void *n = nullptr;
-        gpurt_status_t s = gpurt_stream_native(handle_, &n);
-        return detail::finish(s, std::move(n));
+        return detail::out<void *>(gpurt_stream_native, handle_);
     }
     Ret<bool> is_capturing() const {
         int c = 0;
@@ -354,25 +390,20 @@ public:
 /** A gpurt event. */
 class Event : public detail::Owner<gpurt_event_t, gpurt_event_destroy> {
 public:
-    explicit Event(gpurt_event_t handle) noexcept : Owner(handle) {}
-    Event(Event &&) noexcept = default;
-    Event &operator=(Event &&) noexcept = default;
+    /** Takes ownership of a C handle. */
+    using Owner::Owner;
 #if !defined(GPURT_CPP_NO_EXCEPTIONS)
     /** A timing event on the current device. */
-    Event() : Event(create().release()) {}
-    Event(int device, unsigned flags) : Event(create(device, flags).release()) {}
+    Event() : Owner(create().release()) {}
+    Event(int device, unsigned flags) : Owner(create(device, flags).release()) {}
 #endif
     /** flags: GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING, GPURT_EVENT_INTERPROCESS. */
     static Ret<Event> create(int device = GPURT_CURRENT_DEVICE, unsigned flags = 0) {
-        gpurt_event_t h = nullptr;
-        gpurt_status_t s = gpurt_event_create(device, flags, &h);
-        return detail::finish(s, Event(h));
+        return detail::make<Event>(gpurt_event_create, device, flags);
     }
     /** A timing-free event from the device's pool (no driver call when cached). */
     static Ret<Event> from_pool(int device = GPURT_CURRENT_DEVICE) {
-        gpurt_event_t h = nullptr;
-        gpurt_status_t s = gpurt_event_pool_get(device, &h);
-        return detail::finish(s, Event(h));
+        return detail::make<Event>(gpurt_event_pool_get, device);
     }
     Ret<void> record(const Stream &stream) const { return detail::finish(gpurt_event_record(handle_, stream.get())); }
     /** Records on this thread's current stream of the event's device. */
@@ -381,9 +412,7 @@ public:
     Ret<bool> query() const { return detail::finish_query(gpurt_event_query(handle_)); }
     /** Milliseconds from `start`'s record to this one's (both timing events). */
     Ret<float> elapsed_since(const Event &start) const {
-        float ms = 0;
-        gpurt_status_t s = gpurt_event_elapsed_time(start.handle_, handle_, &ms);
-        return detail::finish(s, std::move(ms));
+        return detail::out<float>(gpurt_event_elapsed_time, start.handle_, handle_);
     }
 };
 
@@ -394,7 +423,10 @@ inline Ret<void> Stream::wait(const Event &event) const { return detail::finish(
 /** `n` elements of T from gpurt's caching allocator, for use on a stream; freed
  *  (stream-ordered) on destruction. */
 template <class T>
-class DeviceBuffer {
+class DeviceBuffer : public detail::Buffer<T, gpurt_free> {
+    using Base = detail::Buffer<T, gpurt_free>;
+    using Base::Base;
+
 public:
     DeviceBuffer() noexcept = default;
 #if !defined(GPURT_CPP_NO_EXCEPTIONS)
@@ -414,50 +446,28 @@ public:
         gpurt_status_t s = gpurt_malloc(detail::bytes_of(n, sizeof(T)), stream.get(), &p);
         return detail::finish(s, DeviceBuffer(static_cast<T *>(p), s == GPURT_SUCCESS ? n : 0));
     }
-    DeviceBuffer(DeviceBuffer &&o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
-    DeviceBuffer &operator=(DeviceBuffer &&o) noexcept {
-        if (this != &o) {
-            reset();
-            data_ = std::exchange(o.data_, nullptr);
-            count_ = std::exchange(o.count_, 0);
-        }
-        return *this;
-    }
-    DeviceBuffer(const DeviceBuffer &) = delete;
-    DeviceBuffer &operator=(const DeviceBuffer &) = delete;
-    ~DeviceBuffer() { reset(); }
-
-    T *data() const noexcept { return data_; }
-    std::size_t size() const noexcept { return count_; }
-    std::size_t size_bytes() const noexcept { return count_ * sizeof(T); }
-    bool empty() const noexcept { return count_ == 0; }
+    using Base::data;
+    using Base::empty;
+    using Base::size;
+    using Base::size_bytes;
     /** Its free will also wait for the work queued on `stream` so far. */
-    Ret<void> record_stream(const Stream &stream) const { return detail::finish(gpurt_record_stream(data_, stream.get())); }
+    Ret<void> record_stream(const Stream &stream) const { return detail::finish(gpurt_record_stream(data(), stream.get())); }
     /** Copies from host memory (any kind) on `stream`. */
     Ret<void> copy_from(const T *host, std::size_t n, const Stream &stream) {
-        if (n > count_) return detail::invalid_argument("gpurt::DeviceBuffer::copy_from: more elements than the buffer holds");
-        return detail::finish(gpurt_memcpy_async(data_, host, n * sizeof(T), stream.get()));
+        if (n > size()) return detail::invalid_argument("gpurt::DeviceBuffer::copy_from: more elements than the buffer holds");
+        return detail::finish(gpurt_memcpy_async(data(), host, n * sizeof(T), stream.get()));
     }
     /** Copies into host memory on `stream` and waits for it. */
     Ret<void> copy_to(T *host, std::size_t n, const Stream &stream) const {
-        if (n > count_) return detail::invalid_argument("gpurt::DeviceBuffer::copy_to: more elements than the buffer holds");
-        return detail::finish(gpurt_memcpy(host, data_, n * sizeof(T), stream.get()));
+        if (n > size()) return detail::invalid_argument("gpurt::DeviceBuffer::copy_to: more elements than the buffer holds");
+        return detail::finish(gpurt_memcpy(host, data(), n * sizeof(T), stream.get()));
     }
     Ret<void> copy_from(const std::vector<T> &host, const Stream &stream) { return copy_from(host.data(), host.size(), stream); }
     Ret<std::vector<T>> to_vector(const Stream &stream) const {
-        std::vector<T> v(count_);
-        gpurt_status_t s = count_ == 0 ? GPURT_SUCCESS : gpurt_memcpy(v.data(), data_, size_bytes(), stream.get());
+        std::vector<T> v(size());
+        gpurt_status_t s = empty() ? GPURT_SUCCESS : gpurt_memcpy(v.data(), data(), size_bytes(), stream.get());
         return detail::finish(s, std::move(v));
     }
-
-private:
-    DeviceBuffer(T *data, std::size_t count) noexcept : data_(data), count_(count) {}
-    void reset() noexcept {
-        if (data_ != nullptr) (void)gpurt_free(std::exchange(data_, nullptr));
-        count_ = 0;
-    }
-    T *data_ = nullptr;
-    std::size_t count_ = 0;
 };
 
 /** gpurt.empty_cache(): every wholly free cached segment goes back to the driver. */
@@ -495,20 +505,15 @@ private:
 /** A pinned host memory pool (gpurt_pinned_pool_create); the default pool is not owned. */
 class PinnedPool : public detail::Owner<gpurt_pinned_pool_t, gpurt_pinned_pool_destroy> {
 public:
-    explicit PinnedPool(gpurt_pinned_pool_t handle) noexcept : Owner(handle) {}
-    PinnedPool(PinnedPool &&) noexcept = default;
-    PinnedPool &operator=(PinnedPool &&) noexcept = default;
+    /** Takes ownership of a C handle. */
+    using Owner::Owner;
     /** flags: GPURT_PINNED_PORTABLE | GPURT_PINNED_DEVICE_MAPPED | GPURT_PINNED_WRITE_COMBINED. */
     static Ret<PinnedPool> create(unsigned flags = 0) {
-        gpurt_pinned_pool_t h = nullptr;
-        gpurt_status_t s = gpurt_pinned_pool_create(flags, &h);
-        return detail::finish(s, PinnedPool(h));
+        return detail::make<PinnedPool>(gpurt_pinned_pool_create, flags);
     }
     /** The process-wide pool's handle (not owned: never destroyed). */
     static Ret<gpurt_pinned_pool_t> default_pool() {
-        gpurt_pinned_pool_t h = nullptr;
-        gpurt_status_t s = gpurt_pinned_pool_default(&h);
-        return detail::finish(s, std::move(h));
+        return detail::out<gpurt_pinned_pool_t>(gpurt_pinned_pool_default);
     }
     Ret<gpurt_host_memory_stats_t> stats() const {
         gpurt_host_memory_stats_t st = GPURT_HOST_MEMORY_STATS_INIT;
@@ -520,7 +525,10 @@ public:
 
 /** `n` elements of T in pinned host memory from a pool; host-accessible. */
 template <class T>
-class PinnedBuffer {
+class PinnedBuffer : public detail::Buffer<T, gpurt_pinned_free> {
+    using Base = detail::Buffer<T, gpurt_pinned_free>;
+    using Base::Base;
+
 public:
     PinnedBuffer() noexcept = default;
 #if !defined(GPURT_CPP_NO_EXCEPTIONS)
@@ -534,34 +542,13 @@ public:
         if (s == GPURT_SUCCESS) s = gpurt_pinned_malloc(pool, detail::bytes_of(n, sizeof(T)), &p);
         return detail::finish(s, PinnedBuffer(static_cast<T *>(p), s == GPURT_SUCCESS ? n : 0));
     }
-    PinnedBuffer(PinnedBuffer &&o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
-    PinnedBuffer &operator=(PinnedBuffer &&o) noexcept {
-        if (this != &o) {
-            reset();
-            data_ = std::exchange(o.data_, nullptr);
-            count_ = std::exchange(o.count_, 0);
-        }
-        return *this;
-    }
-    PinnedBuffer(const PinnedBuffer &) = delete;
-    PinnedBuffer &operator=(const PinnedBuffer &) = delete;
-    ~PinnedBuffer() { reset(); }
-    T *data() const noexcept { return data_; }
-    std::size_t size() const noexcept { return count_; }
-    T &operator[](std::size_t i) const noexcept { return data_[i]; }
-    T *begin() const noexcept { return data_; }
-    T *end() const noexcept { return data_ + count_; }
+    using Base::data;
+    using Base::size;
+    T &operator[](std::size_t i) const noexcept { return data()[i]; }
+    T *begin() const noexcept { return data(); }
+    T *end() const noexcept { return data() + size(); }
     /** Declares a use on `stream` that gpurt did not see (a kernel of yours). */
-    Ret<void> record_stream(const Stream &stream) const { return detail::finish(gpurt_pinned_record_stream(data_, stream.get())); }
-
-private:
-    PinnedBuffer(T *data, std::size_t count) noexcept : data_(data), count_(count) {}
-    void reset() noexcept {
-        if (data_ != nullptr) (void)gpurt_pinned_free(std::exchange(data_, nullptr));
-        count_ = 0;
-    }
-    T *data_ = nullptr;
-    std::size_t count_ = 0;
+    Ret<void> record_stream(const Stream &stream) const { return detail::finish(gpurt_pinned_record_stream(data(), stream.get())); }
 };
 
 /* ---- graphs ------------------------------------------------------------------ */
@@ -569,13 +556,10 @@ private:
 /** A private memory pool several captures can share (torch.cuda.graph_pool_handle). */
 class GraphPool : public detail::Owner<gpurt_graph_pool_t, gpurt_graph_pool_destroy> {
 public:
-    explicit GraphPool(gpurt_graph_pool_t handle) noexcept : Owner(handle) {}
-    GraphPool(GraphPool &&) noexcept = default;
-    GraphPool &operator=(GraphPool &&) noexcept = default;
+    /** Takes ownership of a C handle. */
+    using Owner::Owner;
     static Ret<GraphPool> create(int device = GPURT_CURRENT_DEVICE) {
-        gpurt_graph_pool_t h = nullptr;
-        gpurt_status_t s = gpurt_graph_pool_create(device, &h);
-        return detail::finish(s, GraphPool(h));
+        return detail::make<GraphPool>(gpurt_graph_pool_create, device);
     }
 };
 
@@ -584,18 +568,15 @@ class GraphExec;
 /** A captured graph. */
 class Graph : public detail::Owner<gpurt_graph_t, gpurt_graph_destroy> {
 public:
-    explicit Graph(gpurt_graph_t handle) noexcept : Owner(handle) {}
-    Graph(Graph &&) noexcept = default;
-    Graph &operator=(Graph &&) noexcept = default;
+    /** Takes ownership of a C handle. */
+    using Owner::Owner;
     /** Starts capturing `stream` (mode: GPURT_CAPTURE_MODE_*), with allocations from
      *  `pool` or, when NULL, from a private pool of the graph. */
     static Ret<void> begin_capture(const Stream &stream, int mode = GPURT_CAPTURE_MODE_THREAD_LOCAL, gpurt_graph_pool_t pool = nullptr) {
         return detail::finish(gpurt_stream_begin_capture(stream.get(), mode, pool));
     }
     static Ret<Graph> end_capture(const Stream &stream) {
-        gpurt_graph_t h = nullptr;
-        gpurt_status_t s = gpurt_stream_end_capture(stream.get(), &h);
-        return detail::finish(s, Graph(h));
+        return detail::make<Graph>(gpurt_stream_end_capture, stream.get());
     }
     inline Ret<GraphExec> instantiate(unsigned long long flags = 0) const;
     Ret<void> debug_dot_print(const char *path, bool verbose = false) const {
@@ -606,9 +587,8 @@ public:
 /** An instantiated graph, replayed with launch(). */
 class GraphExec : public detail::Owner<gpurt_graph_exec_t, gpurt_graph_exec_destroy> {
 public:
-    explicit GraphExec(gpurt_graph_exec_t handle) noexcept : Owner(handle) {}
-    GraphExec(GraphExec &&) noexcept = default;
-    GraphExec &operator=(GraphExec &&) noexcept = default;
+    /** Takes ownership of a C handle. */
+    using Owner::Owner;
     Ret<void> launch(const Stream &stream) const { return detail::finish(gpurt_graph_launch(handle_, stream.get())); }
     Ret<void> upload(const Stream &stream) const { return detail::finish(gpurt_graph_upload(handle_, stream.get())); }
     /** New parameters from a graph of the same topology (GPURT_ERROR_GRAPH_UPDATE otherwise). */
@@ -616,9 +596,7 @@ public:
 };
 
 inline Ret<GraphExec> Graph::instantiate(unsigned long long flags) const {
-    gpurt_graph_exec_t h = nullptr;
-    gpurt_status_t s = gpurt_graph_instantiate(handle_, flags, nullptr, &h);
-    return detail::finish(s, GraphExec(h));
+    return detail::make<GraphExec>(gpurt_graph_instantiate, handle_, flags, gpurt_stream_t{});
 }
 
 /* ---- modules and kernels ----------------------------------------------------- */
@@ -626,13 +604,12 @@ inline Ret<GraphExec> Graph::instantiate(unsigned long long flags) const {
 /** A kernel of a Module or of the NVRTC cache (not owned: it lives with them). */
 class Kernel {
 public:
+    using handle_type = gpurt_kernel_t;
     explicit Kernel(gpurt_kernel_t handle = nullptr) noexcept : handle_(handle) {}
     gpurt_kernel_t get() const noexcept { return handle_; }
     /** The kernel `name` of CUDA C++ `source`, compiled for the current device once. */
     static Ret<Kernel> compile(const char *source, const char *name, const std::vector<const char *> &options = {}) {
-        gpurt_kernel_t h = nullptr;
-        gpurt_status_t s = gpurt_rtc_get_kernel(source, name, options.empty() ? nullptr : options.data(), options.size(), &h);
-        return detail::finish(s, Kernel(h));
+        return detail::make<Kernel>(gpurt_rtc_get_kernel, source, name, options.empty() ? nullptr : options.data(), options.size());
     }
     /** Launches with the addresses of the kernel's arguments, in order. */
     Ret<void> launch(unsigned grid, unsigned block, const Stream &stream, void **args, unsigned shared_bytes = 0) const {
@@ -645,9 +622,7 @@ public:
         return launch(grid, block, stream, pointers);
     }
     Ret<int> attribute(int which) const {
-        int v = 0;
-        gpurt_status_t s = gpurt_kernel_get_attribute(handle_, which, &v);
-        return detail::finish(s, std::move(v));
+        return detail::out<int>(gpurt_kernel_get_attribute, handle_, which);
     }
 
 private:
@@ -657,23 +632,16 @@ private:
 /** A loaded module (PTX, cubin or fatbin); its kernels die with it. */
 class Module : public detail::Owner<gpurt_module_t, gpurt_module_unload> {
 public:
-    explicit Module(gpurt_module_t handle) noexcept : Owner(handle) {}
-    Module(Module &&) noexcept = default;
-    Module &operator=(Module &&) noexcept = default;
+    /** Takes ownership of a C handle. */
+    using Owner::Owner;
     static Ret<Module> load_file(const char *path) {
-        gpurt_module_t h = nullptr;
-        gpurt_status_t s = gpurt_module_load_file(path, &h);
-        return detail::finish(s, Module(h));
+        return detail::make<Module>(gpurt_module_load_file, path);
     }
     static Ret<Module> load_data(const void *image, std::size_t size) {
-        gpurt_module_t h = nullptr;
-        gpurt_status_t s = gpurt_module_load_data(image, size, &h);
-        return detail::finish(s, Module(h));
+        return detail::make<Module>(gpurt_module_load_data, image, size);
     }
     Ret<Kernel> kernel(const char *name) const {
-        gpurt_kernel_t k = nullptr;
-        gpurt_status_t s = gpurt_module_get_kernel(handle_, name, &k);
-        return detail::finish(s, Kernel(k));
+        return detail::make<Kernel>(gpurt_module_get_kernel, handle_, name);
     }
 };
 

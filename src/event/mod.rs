@@ -302,14 +302,15 @@ pub fn marker_record(device: i32, raw_stream: u64) -> Result<u64> {
                 let _ = destroy(event);
             })
     });
-    recorded.or_else(|e| {
-        let synced = device::with_device(device, || {
-            check(unsafe { sys::cuStreamSynchronize(raw_stream as sys::CUstream) }, "cuStreamSynchronize")
-        });
-        synced.map_err(|_| e.clone())?;
-        crate::log::log(crate::log::Level::Warn, &format!("no stream-ordering marker ({e}): waited for the stream instead"));
-        Ok(DONE_MARKER)
-    })
+    let Err(e) = recorded else { return recorded };
+    let synced = device::with_device(device, || {
+        check(unsafe { sys::cuStreamSynchronize(raw_stream as sys::CUstream) }, "cuStreamSynchronize")
+    });
+    if synced.is_err() {
+        return Err(e);
+    }
+    crate::log::log(crate::log::Level::Warn, &format!("no stream-ordering marker ({e}): waited for the stream instead"));
+    Ok(DONE_MARKER)
 }
 
 /// Whether a marker's work is done; a done marker goes back to the event pool.

@@ -9,7 +9,8 @@
  *     after empty_cache both are 0; the pinned pool likewise gives every host byte
  *     back to the stub.
  * Runs the sweep with separate and with expandable segments, and prints how many
- * failure points it swept. Needs tests/stub-driver as libcuda.so.1. */
+ * failure points it swept. Needs tests/stub-driver as libcuda.so.1; FAULT_VERBOSE=1
+ * prints each failed call and its message. */
 #define _GNU_SOURCE
 #include <gpurt.h>
 #include <dlfcn.h>
