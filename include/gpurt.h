@@ -68,17 +68,6 @@
  */
 #define GPURT_MAX_ALLOCATION_SIZE 281474976710656
 
-/**
- * Bytes per staging buffer: large enough that each DMA runs at the bus limit, small
- * enough that the first DMA starts early.
- */
-#define STAGING_CHUNK (4 << 20)
-
-/**
- * Buffers in the ring: one being filled, the others in flight.
- */
-#define STAGING_BUFFERS 4
-
 #define GPURT_EVENT_BLOCKING_SYNC 1
 
 #define GPURT_EVENT_DISABLE_TIMING 2

@@ -90,3 +90,31 @@ fn header_compiles_as_c99() {
 fn header_compiles_as_cpp17() {
     compile_header(true, "c++17", USE_HEADER);
 }
+
+/// Every name the header gives a C program (macros, types, functions, enum
+/// constants) carries gpurt's prefix, so it cannot clash with the program's own.
+#[test]
+fn header_names_are_prefixed() {
+    let header = generate();
+    let mut unprefixed = Vec::new();
+    for line in header.lines().map(str::trim) {
+        let name = if let Some(rest) = line.strip_prefix("#define ") {
+            rest.split(|c: char| c == ' ' || c == '(').next()
+        } else if let Some(pointer) = line.strip_prefix("typedef ").and_then(|t| t.split_once("(*")) {
+            pointer.1.split(')').next()
+        } else if let Some(rest) = line.strip_prefix("typedef ") {
+            rest.trim_end_matches(';').rsplit([' ', '*']).next().filter(|n| !n.is_empty() && !n.ends_with('{'))
+        } else if line.starts_with("GPURT_") || line.starts_with("gpurt_") || line.starts_with('}') {
+            None
+        } else {
+            line.split('(').next().filter(|_| line.contains('(') && line.ends_with(';')).and_then(|d| d.rsplit([' ', '*']).next())
+        };
+        if let Some(name) = name {
+            let lower = name.to_ascii_lowercase();
+            if !lower.starts_with("gpurt_") && name != "GPURT_H" && !name.is_empty() {
+                unprefixed.push(name.to_string());
+            }
+        }
+    }
+    assert!(unprefixed.is_empty(), "unprefixed names in include/gpurt.h: {unprefixed:?}");
+}
