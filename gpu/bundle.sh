@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything the GPU machine must run (it has no Rust toolchain) into
 # gpu-bundle/: the release library, the GPU test binaries, the benchmarks, the C and
-# CUDA sources and run.sh. Then: `bash gpu-bundle/run.sh` there.
+# CUDA sources, the Python wheel with its tests, and run.sh. Then: `bash gpu-bundle/run.sh` there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=gpu-bundle
@@ -12,10 +12,24 @@ cargo build --release --lib
 cp target/release/libgpurt.a "$out/lib/"
 cp target/release/libgpurt.so "$out/lib/libgpurt.so.0"
 ln -s libgpurt.so.0 "$out/lib/libgpurt.so"
-cp include/gpurt.h include/gpurt.hpp "$out/include/"
-cp examples-c/gpurt-info.c tests/c/abi_test.c tests/c/process_test.c tests/c/dlclose_test.c tests/cpp/hpp_test.cpp tests/cpp/no_exceptions_test.cpp gpu/interop.cu gpu/compare_props.py gpu/alloc_frameworks.py "$out/src/"
+cp include/gpurt.h include/gpurt.hpp include/gpurt_rmm.hpp "$out/include/"
+cp examples-c/gpurt-info.c tests/c/abi_test.c tests/c/process_test.c tests/c/dlclose_test.c tests/cpp/hpp_test.cpp tests/cpp/no_exceptions_test.cpp tests/cpp/rmm_test.cpp gpu/interop.cu gpu/compare_props.py gpu/alloc_frameworks.py "$out/src/"
 cp examples-c/*.c examples-c/*.h examples-cpp/*.cpp "$out/src/"
 cp gpu/run.sh "$out/run.sh"
+cp -r tests/python "$out/pytests"
+
+# RMM's C++ headers and library (librmm-cu13 and its logger), for the RMM adaptor's test.
+python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 --python-version 3.12 \
+    -d "$out/rmm" librmm-cu13 "rapids-logger==0.3.*"
+
+# The Python package as a wheel, and what its tests need that the GPU machine may
+# lack (it reaches no package index): cffi and pytest for the CPython versions it
+# may have.
+python3 -m pip wheel -q --no-deps -w "$out/wheels" . -C cmake.define.GPURT_CARGO_TARGET_DIR="$PWD/target"
+for version in 3.10 3.11 3.12 3.13; do
+    python3 -m pip download -q --only-binary=:all: --platform manylinux2014_x86_64 --python-version "$version" \
+        -d "$out/wheels" cffi pytest
+done
 
 # Test and benchmark executables, as cargo reports them.
 executables() {  # executables KIND CARGO-ARGS...: name and path of each built target of KIND

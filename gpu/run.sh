@@ -10,8 +10,9 @@ mkdir -p "$logs" bin
 lib=$PWD/lib
 results=()
 
-step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL
+step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matching $ONLY, if set)
     local name=$1; shift
+    [[ -n ${ONLY:-} && ! $name =~ $ONLY ]] && return 0
     echo "=== $name"
     if "$@" >"$logs/$name.log" 2>&1; then
         results+=("PASS  $name")
@@ -31,6 +32,12 @@ step build-dlclose-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror src/dlcl
 step build-hpp-test c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/hpp_test.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/hpp_test
 step build-no-exceptions-test c++ -std=c++20 -fno-exceptions -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/no_exceptions_test.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/no_exceptions_test
 step build-interop nvcc -std=c++17 -O2 -Iinclude src/interop.cu -Llib -lgpurt -Xlinker -rpath -Xlinker "$lib" -o bin/interop
+# The RMM adaptor against the carried librmm wheel (headers, CCCL and librmm.so).
+for wheel in rmm/*.whl; do python3 -m zipfile -e "$wheel" rmm/ >/dev/null; done
+rmm_flags=(-isystem rmm/librmm/include/rapids -isystem rmm/librmm/include -isystem rmm/rapids_logger/include
+           -isystem /usr/local/cuda/include -Lrmm/librmm/lib64 -lrmm -Lrmm/rapids_logger/lib64 -lrapids_logger
+           -L/usr/local/cuda/lib64 -lcudart -Wl,-rpath,"$PWD/rmm/librmm/lib64:$PWD/rmm/rapids_logger/lib64:/usr/local/cuda/lib64")
+step build-rmm-test c++ -std=c++20 -O2 -Wall -Wextra -Werror -Iinclude src/rmm_test.cpp -Llib -lgpurt -Wl,-rpath,"$lib" "${rmm_flags[@]}" -o bin/rmm_test
 step gpurt-info bin/gpurt-info
 step abi-test bin/abi_test
 step abi-test-static bin/abi_test_static
@@ -39,10 +46,15 @@ step dlclose-test bin/dlclose_test "$lib/libgpurt.so.0"
 step hpp-test bin/hpp_test
 step no-exceptions-test bin/no_exceptions_test
 step interop bin/interop
+step rmm-test bin/rmm_test
 step compare-props python3 src/compare_props.py bin/gpurt-info
 step torch-native python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-native "$logs/torch_ref.pt"
 step torch-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-gpurt "$logs/torch_ref.pt"
 step cupy-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" cupy
+# The Python package from its wheel, with the carried cffi and pytest, beside the
+# machine's PyTorch and CuPy.
+step python-install python3 -m pip install -q --no-index --find-links wheels --target pydeps gpurt pytest
+step python-tests env PYTHONPATH="$PWD/pydeps" python3 -m pytest -q -rs -p no:cacheprovider pytests
 for example in stream-overlap allocator-stats pinned-upload graph-replay rtc-kernel; do
     step "build-example-$example" cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude "src/$example.c" -Llib -lgpurt -Wl,-rpath,"$lib" -lm -o "bin/$example"
     step "example-$example" "bin/$example"

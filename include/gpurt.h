@@ -458,6 +458,21 @@ gpurt_status_t gpurt_malloc(size_t size, gpurt_stream_t stream, void **ptr);
 gpurt_status_t gpurt_malloc_device(int device, size_t size, void **ptr);
 
 /**
+ * Allocates on `device` for use on `native_stream`, a `CUstream`/`cudaStream_t`
+ * that gpurt need not know (NULL: the legacy default stream); otherwise as
+ * `gpurt_malloc`. For libraries that pass raw streams (RMM, CUTLASS, ...).
+ */
+gpurt_status_t gpurt_malloc_native(int device, size_t size, void *native_stream, void **ptr);
+
+/**
+ * Frees `ptr` in the order of `native_stream` (a `CUstream`/`cudaStream_t`; NULL:
+ * the legacy default stream): reusable at once on that stream when it is the one
+ * the memory was allocated for, else once the work queued there so far is done
+ * (`gpurt_record_stream`, then `gpurt_free`). RMM's `deallocate(stream, ...)`.
+ */
+gpurt_status_t gpurt_free_native(void *ptr, void *native_stream);
+
+/**
  * Frees memory from `gpurt_malloc` (NULL is a no-op). Found from the pointer alone.
  */
 gpurt_status_t gpurt_free(void *ptr);

@@ -99,7 +99,7 @@ fn header_names_are_prefixed() {
     let mut unprefixed = Vec::new();
     for line in header.lines().map(str::trim) {
         let name = if let Some(rest) = line.strip_prefix("#define ") {
-            rest.split(|c: char| c == ' ' || c == '(').next()
+            rest.split([' ', '(']).next()
         } else if let Some(pointer) = line.strip_prefix("typedef ").and_then(|t| t.split_once("(*")) {
             pointer.1.split(')').next()
         } else if let Some(rest) = line.strip_prefix("typedef ") {

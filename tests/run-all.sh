@@ -13,7 +13,9 @@
 #      pkg-config and find_package from there (the package is relocatable);
 #   5. the C ABI test, the fault-injection sweep, the C++ header's tests, the
 #      process-event tests (fork, exit, dlclose) and the benchmarks against
-#      tests/stub-driver (a stand-in libcuda).
+#      tests/stub-driver (a stand-in libcuda);
+#   6. Python: `pip install .` into a fresh venv, then pytest without a driver and
+#      on the stand-in driver.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -23,6 +25,8 @@ command -v cmake >/dev/null || missing+=(cmake)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v c++ >/dev/null || missing+=(g++)
 command -v clang++ >/dev/null || missing+=(clang)
+command -v python3 >/dev/null || missing+=(python3)
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 if ((${#missing[@]})); then
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}"
@@ -115,5 +119,15 @@ cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/dlclose_test.c -ldl -o "$stu
 LD_LIBRARY_PATH=$stub "$stub/process_test"
 LD_LIBRARY_PATH=$stub "$stub/dlclose_test" "$(pkg-config --variable=libdir gpurt)/libgpurt.so.0"
 LD_LIBRARY_PATH=$stub GPURT_LIB="$cargo_dir/release/libgpurt.so" cargo bench --bench streams_events --bench alloc
+
+echo "== Python: pip install . into a venv (the wheel builds libgpurt through CMake), pytest without a driver and on the stub"
+venv=$work/python-venv
+rm -rf "$venv"
+python3 -m venv "$venv"
+"$venv/bin/pip" install -q --upgrade pip
+"$venv/bin/pip" install -q ".[test]" -C cmake.define.GPURT_CARGO_TARGET_DIR="$cargo_dir"
+# From outside the source tree, so that the installed package is the one tested.
+(cd "$work" && "$venv/bin/python" -m pytest -q -rs "$root/tests/python")
+(cd "$work" && LD_LIBRARY_PATH=$stub "$venv/bin/python" -m pytest -q "$root/tests/python")
 
 echo "all tests passed"

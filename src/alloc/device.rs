@@ -251,6 +251,16 @@ pub fn record_stream(ptr: u64, native_stream: u64) -> Result<()> {
     }
 }
 
+/// Frees `ptr` in `native_stream`'s order: where that is not the stream it was
+/// allocated for, its reuse first waits for the work queued there so far.
+pub fn free_on(ptr: u64, native_stream: u64) -> Result<()> {
+    if ptr == 0 {
+        return Ok(());
+    }
+    record_stream(ptr, native_stream)?;
+    free(ptr)
+}
+
 /// Releases every wholly free cached segment on every device.
 pub fn empty_cache() -> Result<()> {
     device::require_device()?;

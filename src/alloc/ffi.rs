@@ -36,6 +36,27 @@ pub extern "C" fn gpurt_malloc_device(device: c_int, size: usize, ptr: *mut *mut
     })
 }
 
+/// Allocates on `device` for use on `native_stream`, a `CUstream`/`cudaStream_t`
+/// that gpurt need not know (NULL: the legacy default stream); otherwise as
+/// `gpurt_malloc`. For libraries that pass raw streams (RMM, CUTLASS, ...).
+#[no_mangle]
+pub extern "C" fn gpurt_malloc_native(device: c_int, size: usize, native_stream: *mut c_void, ptr: *mut *mut c_void) -> gpurt_status_t {
+    boundary::call("gpurt_malloc_native", || {
+        let out = Out::new(ptr, "ptr")?;
+        out.write(super::device::malloc(crate::device::resolve(device)?, size as u64, native_stream as u64)? as *mut c_void);
+        Ok(())
+    })
+}
+
+/// Frees `ptr` in the order of `native_stream` (a `CUstream`/`cudaStream_t`; NULL:
+/// the legacy default stream): reusable at once on that stream when it is the one
+/// the memory was allocated for, else once the work queued there so far is done
+/// (`gpurt_record_stream`, then `gpurt_free`). RMM's `deallocate(stream, ...)`.
+#[no_mangle]
+pub extern "C" fn gpurt_free_native(ptr: *mut c_void, native_stream: *mut c_void) -> gpurt_status_t {
+    boundary::call("gpurt_free_native", || super::device::free_on(ptr as u64, native_stream as u64))
+}
+
 /// Frees memory from `gpurt_malloc` (NULL is a no-op). Found from the pointer alone.
 #[no_mangle]
 pub extern "C" fn gpurt_free(ptr: *mut c_void) -> gpurt_status_t {

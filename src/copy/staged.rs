@@ -15,9 +15,9 @@ use crate::error::Result;
 
 /// Bytes per staging buffer: large enough that each DMA runs at the bus limit, small
 /// enough that the first DMA starts early.
-pub(crate) const STAGING_CHUNK: u64 = 4 << 20;
+pub const STAGING_CHUNK: u64 = 4 << 20;
 /// Buffers in the ring: one being filled, the others in flight.
-pub(crate) const STAGING_BUFFERS: usize = 4;
+pub const STAGING_BUFFERS: usize = 4;
 /// Below this a chunk is copied by the calling thread alone.
 const PARALLEL_COPY_MIN: usize = 1 << 20;
 

@@ -284,6 +284,30 @@ static void check_sizes(gpurt_stream_t stream) {
 
 /* Modules, kernels and NVRTC: bad images, unknown names and attributes, bad launch
  * shapes, stale kernel handles after unload. The PTX is real, for the GPU run. */
+/* Allocation for raw CUstreams (RMM's path): argument checks, exact statistics, frees
+ * in another stream's order, double frees refused. */
+static void check_native_streams(gpurt_stream_t stream) {
+    void *native = NULL, *p = NULL, *q = NULL;
+    uint64_t before = 0, during = 0, after = 0;
+    EXPECT(gpurt_stream_native(stream, &native), GPURT_SUCCESS);
+    EXPECT(gpurt_memory_usage(0, &before, NULL, NULL, NULL), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc_native(0, 1 << 20, native, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_malloc_native(99, 1 << 20, native, &p), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_malloc_native(0, (size_t)-1, native, &p), GPURT_ERROR_OUT_OF_MEMORY);
+    EXPECT(gpurt_malloc_native(0, 1 << 20, native, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc_native(GPURT_CURRENT_DEVICE, 4096, NULL, &q), GPURT_SUCCESS);
+    EXPECT_TRUE(p != NULL && q != NULL && p != q);
+    EXPECT(gpurt_memory_usage(0, &during, NULL, NULL, NULL), GPURT_SUCCESS);
+    EXPECT_TRUE(during == before + (1 << 20) + 4096);
+    EXPECT(gpurt_free_native(p, NULL), GPURT_SUCCESS); /* reuse waits for the legacy stream */
+    EXPECT(gpurt_free_native(q, NULL), GPURT_SUCCESS);
+    EXPECT(gpurt_free_native(q, native), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "already freed") != NULL);
+    EXPECT(gpurt_free_native(NULL, native), GPURT_SUCCESS);
+    EXPECT(gpurt_memory_usage(0, &after, NULL, NULL, NULL), GPURT_SUCCESS);
+    EXPECT_TRUE(after == before);
+}
+
 static void check_kernels(gpurt_stream_t stream) {
     static const char ptx[] = ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry noop()\n{\n\tret;\n}\n";
     gpurt_module_t module = NULL;
@@ -427,6 +451,7 @@ static void check_pinned_and_copies(void) {
     EXPECT(gpurt_host_register(host, sizeof host, 0x40), GPURT_ERROR_INVALID_ARGUMENT);
     check_staged_copies(stream);
     check_sizes(stream);
+    check_native_streams(stream);
     check_kernels(stream);
     check_graphs(stream);
     EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);

@@ -1,0 +1,98 @@
+"""Graph capture and replay (torch.cuda.CUDAGraph, torch.cuda.graph)."""
+from ._handle import Handle, ordinal
+from ._native import check, fetch, ffi, lib
+from .device import synchronize
+from .streams import Stream, current_stream
+
+_CAPTURE_MODES = {"global": lib.GPURT_CAPTURE_MODE_GLOBAL, "thread_local": lib.GPURT_CAPTURE_MODE_THREAD_LOCAL,
+                  "relaxed": lib.GPURT_CAPTURE_MODE_RELAXED}
+
+
+class GraphPool(Handle):
+    """A private memory pool for captures: graphs captured into the same pool share
+    its memory (torch.cuda.graph_pool_handle())."""
+
+    _destroy = "gpurt_graph_pool_destroy"
+
+    def __init__(self, device=None):
+        super().__init__(fetch("gpurt_graph_pool_t", lib.gpurt_graph_pool_create, ordinal(device)))
+
+
+def graph_pool_handle(device=None):
+    return GraphPool(device)
+
+
+class _Graph(Handle):
+    _destroy = "gpurt_graph_destroy"
+
+
+class _GraphExec(Handle):
+    _destroy = "gpurt_graph_exec_destroy"
+
+
+class Graph:
+    """A captured graph (torch.cuda.CUDAGraph): `capture_begin(stream)`, work queued
+    on that stream, `capture_end()`, then `replay()` as often as wanted. Allocations
+    made during capture come from the graph's pool and stay valid for replays."""
+
+    def __init__(self):
+        self._graph = self._exec = self._stream = None
+        self.pool = None
+
+    def capture_begin(self, stream=None, pool=None, capture_error_mode="global"):
+        self._stream = current_stream() if stream is None else stream
+        self.pool = pool
+        check(lib.gpurt_stream_begin_capture(self._stream.handle, _CAPTURE_MODES[capture_error_mode],
+                                             ffi.NULL if pool is None else pool.handle))
+
+    def capture_end(self):
+        """Ends the capture and instantiates the graph (uploaded on the capture stream)."""
+        self._graph = _Graph(fetch("gpurt_graph_t", lib.gpurt_stream_end_capture, self._stream.handle))
+        self._exec = _GraphExec(fetch("gpurt_graph_exec_t", lib.gpurt_graph_instantiate, self._graph.handle, 0,
+                                    self._stream.handle))
+
+    def replay(self, stream=None):
+        """Launches the graph on `stream` (default: the current stream)."""
+        check(lib.gpurt_graph_launch(self._instantiated().handle, (current_stream() if stream is None else stream).handle))
+
+    def upload(self, stream=None):
+        check(lib.gpurt_graph_upload(self._instantiated().handle, (current_stream() if stream is None else stream).handle))
+
+    def debug_dump(self, path, verbose=False):
+        """Writes the graph in Graphviz dot format."""
+        if self._graph is None:
+            raise RuntimeError("no graph was captured")
+        check(lib.gpurt_graph_debug_dot_print(self._graph.handle, str(path).encode(), int(verbose)))
+
+    def reset(self):
+        for part in (self._exec, self._graph):
+            if part is not None:
+                part.close()
+        self._graph = self._exec = None
+
+    def _instantiated(self):
+        if self._exec is None:
+            raise RuntimeError("replay before capture_end")
+        return self._exec
+
+
+class graph:
+    """`with gpurt.graph(g):` captures the block into `g` on a side stream (made
+    current for the block), as torch.cuda.graph: `pool` shares memory with other
+    graphs, `stream` chooses the capture stream."""
+
+    def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode="global"):
+        self.graph, self.pool, self.mode = cuda_graph, pool, capture_error_mode
+        self.stream = Stream() if stream is None else stream
+
+    def __enter__(self):
+        synchronize()
+        self.stream.__enter__()
+        self.graph.capture_begin(self.stream, self.pool, self.mode)
+        return self.graph
+
+    def __exit__(self, *exc):
+        try:
+            self.graph.capture_end()
+        finally:
+            self.stream.__exit__(*exc)

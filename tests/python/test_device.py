@@ -1,0 +1,207 @@
+"""Device-present paths, on the stand-in driver in CI and on a GPU in the GPU suite:
+handles, ownership, statistics and the misuse of each."""
+import gc
+import threading
+
+import pytest
+
+import gpurt
+
+
+def test_device_properties_and_context(device):
+    props = gpurt.get_device_properties(0)
+    assert isinstance(props.name, str) and props.name
+    assert props.total_memory > 0 and props.multiprocessor_count > 0
+    assert len(props.uuid) == 16 and len(props.max_grid_dim) == 3
+    assert gpurt.get_device_capability(0) == (props.major, props.minor)
+    free, total = gpurt.mem_get_info()
+    assert 0 < free <= total
+    before = gpurt.current_device()
+    with gpurt.Device(0) as d:
+        assert gpurt.current_device() == 0 and d.name == props.name
+    assert gpurt.current_device() == before
+    with pytest.raises(gpurt.InvalidArgumentError):
+        gpurt.set_device(gpurt.device_count())
+
+
+def test_stream_lifecycle(device):
+    s = gpurt.Stream(priority=0)
+    assert s.device == 0 and s.non_blocking and s.native != 0
+    assert s.__cuda_stream__() == (0, s.native)
+    assert s.query()
+    s.synchronize()
+    blocking = gpurt.Stream(non_blocking=False)
+    assert not blocking.non_blocking
+    s.close()
+    with pytest.raises(gpurt.InvalidHandleError):
+        s.query()
+    s.close()  # closing twice is harmless
+
+
+def test_current_stream_follows_the_with_block(device):
+    s = gpurt.Stream()
+    outer = gpurt.current_stream()
+    with gpurt.stream(s):
+        assert gpurt.current_stream() == s
+        with gpurt.Stream() as inner:
+            assert gpurt.current_stream() == inner
+        assert gpurt.current_stream() == s
+    assert gpurt.current_stream() == outer
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(gpurt.current_stream()))
+    with s:
+        thread.start()
+        thread.join()
+    assert seen[0] != s  # the current stream is per thread
+
+
+def test_borrowed_streams_are_not_destroyed(device):
+    pooled = gpurt.stream_from_pool()
+    native = pooled.native
+    del pooled
+    gc.collect()
+    assert gpurt.stream_from_pool().query()
+    legacy = gpurt.default_stream()
+    assert legacy.native in (0, 1) and legacy.__cuda_stream__() == (0, legacy.native)  # CU_STREAM_LEGACY
+    owned = gpurt.Stream()
+    with owned:
+        current = gpurt.current_stream()
+        del current
+        gc.collect()
+        assert owned.query()  # dropping the borrowed view left the stream alive
+    external = gpurt.ExternalStream(owned)
+    assert external.native == owned.native
+    external.close()
+    assert owned.query()  # closing a wrapper releases the handle, not the stream
+    assert native != 0
+
+
+def test_events(device):
+    s = gpurt.Stream()
+    start, end = gpurt.Event(enable_timing=True), gpurt.Event(enable_timing=True)
+    start.record(s)
+    end.record(s)
+    end.synchronize()
+    assert end.query() and end.device == 0
+    assert start.elapsed_time(end) >= 0
+    other = gpurt.Stream()
+    other.wait_event(end)
+    other.wait_stream(s)
+    e = s.record_event()
+    e.wait()
+    with pytest.raises(TypeError):
+        start.elapsed_time(s)
+    e.close()
+    with pytest.raises(gpurt.InvalidHandleError):
+        e.query()
+    with s:
+        marker = gpurt.Event()
+        marker.record()  # on the current stream
+
+
+def test_device_buffer_changes_the_statistics_exactly(device):
+    gpurt.empty_cache()
+    base = gpurt.memory_allocated()
+    s = gpurt.Stream()
+    buf = gpurt.DeviceBuffer(1 << 20, stream=s)
+    assert gpurt.memory_allocated() == base + (1 << 20)
+    stats = gpurt.memory_stats()
+    assert stats["allocated_bytes.all.current"] == base + (1 << 20)
+    assert stats["allocation.all.current"] >= 1 and stats["num_ooms"] >= 0
+    assert gpurt.max_memory_allocated() >= base + (1 << 20)
+    assert gpurt.memory_reserved() >= gpurt.memory_allocated()
+    assert "Allocated memory" in gpurt.memory_summary()
+    interface = buf.__cuda_array_interface__
+    assert interface["data"] == (buf.ptr, False) and interface["shape"] == (1 << 20,)
+    assert interface["typestr"] == "|u1" and interface["stream"] == s.native
+    buf.free()
+    assert gpurt.memory_allocated() == base
+    with pytest.raises(gpurt.InvalidHandleError):
+        buf.ptr
+    buf.free()
+    gpurt.empty_cache()
+    assert gpurt.memory_reserved() == gpurt.memory_allocated() == base
+
+
+def test_typed_buffers(device):
+    a = gpurt.empty((4, 8), "float32")
+    assert a.nbytes == 128 and a.__cuda_array_interface__["typestr"] == "<f4"
+    assert a.__cuda_array_interface__["shape"] == (4, 8)
+    assert a.__cuda_array_interface__["stream"] == 1  # the legacy default stream is 1 in the interface
+    assert gpurt.DeviceBuffer(0).ptr == 0
+
+
+def test_out_of_memory_raises_and_changes_nothing(device):
+    before = gpurt.memory_stats()
+    with pytest.raises(gpurt.OutOfMemoryError) as raised:
+        gpurt.DeviceBuffer(1 << 60)
+    assert "tried to allocate 1.00 EiB" in str(raised.value)
+    after = gpurt.memory_stats()
+    assert after["num_ooms"] == before["num_ooms"] and after["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+
+
+def test_buffers_are_freed_by_the_collector(device):
+    base = gpurt.memory_allocated()
+    for _ in range(100):
+        gpurt.DeviceBuffer(4096)
+    gc.collect()
+    assert gpurt.memory_allocated() == base
+
+
+def test_pinned_memory(device):
+    pool = gpurt.PinnedPool()
+    buf = pool.malloc(4096)
+    view = memoryview(buf.view())
+    view[:5] = b"hello"
+    assert bytes(buf.view()[:5]) == b"hello"
+    buf.record_stream(gpurt.Stream())
+    usage = pool.usage()
+    assert usage["used_bytes"] >= 4096 and pool.stats()["allocations.current"] == 1
+    buf.free()
+    pool.empty_cache()
+    assert pool.usage()["total_bytes"] == 0
+    with pytest.raises(gpurt.InvalidHandleError):
+        buf.view()
+    with gpurt.PinnedBuffer(100) as default_pooled:
+        assert default_pooled.ptr != 0
+    pool.close()
+    with pytest.raises(gpurt.InvalidHandleError):
+        pool.malloc(16)
+
+
+def test_graph_capture_allocates_from_its_pool(device):
+    s = gpurt.Stream()
+    g = gpurt.Graph()
+    pool = gpurt.graph_pool_handle()
+    with gpurt.graph(g, pool=pool, stream=s):
+        assert gpurt.current_stream() == s and s.is_capturing()
+        inside = gpurt.DeviceBuffer(1024)
+    assert not s.is_capturing()
+    g.replay(s)
+    g.upload(s)
+    s.synchronize()
+    g.reset()
+    with pytest.raises(RuntimeError):
+        g.replay()
+    inside.free()
+
+
+def test_streams_from_many_threads(device):
+    errors = []
+
+    def work():
+        try:
+            for _ in range(50):
+                with gpurt.Stream() as s, gpurt.stream(s):
+                    buf = gpurt.DeviceBuffer(512)
+                    gpurt.Event().record()
+                    buf.free()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors

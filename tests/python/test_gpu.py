@@ -1,0 +1,135 @@
+"""On a GPU: exact data through gpurt's buffers, kernels and graphs, and interop
+with PyTorch and CuPy in both directions (fresh random data, never zeros)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import gpurt
+
+np = pytest.importorskip("numpy")
+
+
+def random_floats(n, seed):
+    return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+
+
+@pytest.mark.parametrize("nbytes", [1, 4095, 4097, (8 << 20) + 3])
+def test_round_trip_is_exact(gpu, nbytes):
+    data = os.urandom(nbytes)
+    with gpurt.DeviceBuffer(nbytes, stream=gpurt.Stream()) as buf:
+        buf.copy_from_host(data)
+        assert bytes(buf.copy_to_host()) == data
+        copy = gpurt.DeviceBuffer(nbytes, stream=buf.stream)
+        copy.copy_from_device(buf)
+        assert bytes(copy.copy_to_host()) == data
+        copy.fill_bytes(0xA5)
+        assert bytes(copy.copy_to_host()) == b"\xa5" * nbytes
+
+
+def test_pinned_staging_to_device(gpu):
+    data = random_floats(1 << 16, 1)
+    pinned = gpurt.PinnedBuffer(data.nbytes)
+    np.frombuffer(pinned.view(), dtype=np.float32)[:] = data
+    buf = gpurt.empty(data.shape, "float32")
+    buf.copy_from_host(pinned.view())
+    assert np.array_equal(buf.to_numpy(), data)
+
+
+def test_elementwise_and_graph_replay(gpu):
+    n = 1 << 20
+    a_host, b_host = random_floats(n, 2), random_floats(n, 3)
+    s = gpurt.Stream()
+    a, b, out = (gpurt.empty(n, "float32", stream=s) for _ in range(3))
+    a.copy_from_host(a_host)
+    b.copy_from_host(b_host)
+    with s:
+        gpurt.elementwise("out = a + b", {"a": a, "b": b}, out)
+    assert np.array_equal(out.to_numpy(), a_host + b_host)
+    g = gpurt.Graph()
+    with gpurt.graph(g, stream=s):
+        gpurt.elementwise("out = a - b", {"a": a, "b": b}, out)
+    c_host = random_floats(n, 4)
+    a.copy_from_host(c_host)  # replays read the inputs' current contents
+    g.replay(s)
+    s.synchronize()
+    assert np.array_equal(out.to_numpy(), c_host - b_host)
+
+
+def test_event_timing_measures_work(gpu):
+    s = gpurt.Stream()
+    buf = gpurt.DeviceBuffer(256 << 20, stream=s)
+    start, end = gpurt.Event(enable_timing=True), gpurt.Event(enable_timing=True)
+    start.record(s)
+    for _ in range(10):
+        buf.fill_bytes(7)
+    end.record(s)
+    end.synchronize()
+    assert start.elapsed_time(end) > 0
+
+
+def test_torch_reads_and_writes_gpurt_buffers(gpu):
+    torch = pytest.importorskip("torch")
+    host = random_floats(4096, 5)
+    buf = gpurt.empty(host.shape, "float32")
+    buf.copy_from_host(host)
+    tensor = torch.as_tensor(buf, device="cuda")  # __cuda_array_interface__: no copy
+    assert tensor.data_ptr() == buf.ptr
+    assert torch.equal(tensor.cpu(), torch.from_numpy(host))
+    source = torch.randn(4096, device="cuda", generator=torch.Generator("cuda").manual_seed(6))
+    torch.cuda.synchronize()
+    buf.copy_from_device(source.data_ptr())
+    assert np.array_equal(buf.to_numpy(), source.cpu().numpy())
+    s = gpurt.Stream()
+    with torch.cuda.stream(torch.cuda.ExternalStream(s.native)):
+        assert torch.cuda.current_stream().cuda_stream == s.native
+
+
+def test_cupy_reads_and_writes_gpurt_buffers(gpu):
+    cupy = pytest.importorskip("cupy")
+    host = random_floats(4096, 7)
+    buf = gpurt.empty(host.shape, "float32")
+    buf.copy_from_host(host)
+    array = cupy.asarray(buf)
+    assert array.data.ptr == buf.ptr
+    assert np.array_equal(cupy.asnumpy(array), host)
+    array *= 2
+    cupy.cuda.runtime.deviceSynchronize()
+    assert np.array_equal(buf.to_numpy(), host * 2)
+    s = gpurt.Stream()
+    # CuPy takes a gpurt stream through the CUDA stream protocol (__cuda_stream__).
+    external = cupy.cuda.Stream.from_external(s) if hasattr(cupy.cuda.Stream, "from_external") \
+        else cupy.cuda.ExternalStream(s.native)
+    with external:
+        assert cupy.cuda.get_current_stream().ptr == s.native
+
+
+# PyTorch's allocator can be swapped only before CUDA starts: a fresh process each.
+_TORCH_ON_GPURT = """
+import gpurt, torch
+gpurt.torch.use_as_allocator()
+x = torch.randn(1 << 20, device="cuda", generator=torch.Generator("cuda").manual_seed(8))
+y = (x * 3).sum()
+assert gpurt.memory_allocated() >= 4 << 20, gpurt.memory_allocated()
+ref = (x.cpu() * 3).sum()
+assert torch.allclose(y.cpu(), ref, rtol=1e-5), (y, ref)
+print("ok")
+"""
+
+_CUPY_ON_GPURT = """
+import gpurt, cupy, numpy
+gpurt.cupy.use_as_allocator()
+before = gpurt.memory_allocated()
+x = cupy.random.default_rng(9).standard_normal(1 << 20, dtype=cupy.float32)
+assert gpurt.memory_allocated() >= before + (4 << 20)
+assert numpy.allclose(cupy.asnumpy(x * 3), cupy.asnumpy(x) * 3)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("framework,script", [("torch", _TORCH_ON_GPURT), ("cupy", _CUPY_ON_GPURT)])
+def test_frameworks_allocate_from_gpurt(gpu, framework, script):
+    pytest.importorskip(framework)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
