@@ -14,7 +14,7 @@
 //!
 //! Timings of 1 and 2 are judged with the core at full speed. A lent host's core
 //! slows 1.3-2.3x in spells when another tenant shares it, and every CPU-bound
-//! timing, the driver's included, slows alike (benches/NOTES.md, allocator v11). So
+//! timing, the driver's included, slows alike (docs/performance.md, "Method"). So
 //! each sample (a run of pairs, a slice of 4000 random operations) is taken right
 //! after a reading of the core's rate (`common::core_rate`), and a target is judged
 //! on the samples taken at 90 % of the full rate (`common::full_core_rate`) or more,

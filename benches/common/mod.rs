@@ -79,8 +79,8 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 /// thread, bound by how many instructions a cycle the core gives it (one chain is
 /// bound by latency). A core whose other hardware thread is busy (another tenant of a
 /// lent host) loses much of this and little of the latency, and CPU-bound code of
-/// high throughput, such as the allocator's, slows alike (benches/NOTES.md, allocator
-/// v11). Every reading is kept for `full_core_rate`.
+/// high throughput, such as the allocator's, slows alike (docs/performance.md,
+/// "Method"). Every reading is kept for `full_core_rate`.
 pub fn core_rate(iters: u64) -> f64 {
     let mut chains: [gpurt::alloc::host::XorShift; 8] = std::array::from_fn(|i| gpurt::alloc::host::XorShift(0x9e37_79b9 + i as u64));
     let t = std::time::Instant::now();

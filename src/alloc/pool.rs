@@ -6,7 +6,7 @@
 //! free blocks (kept in `blocks`' size-class lists); splitting and coalescing; frees
 //! deferred until other streams that used a block are done; a retry after releasing
 //! the cache before out-of-memory. Two choices differ: a large block's remainder is
-//! split off at any size (measured to fragment less: benches/NOTES.md, v5), and
+//! split off at any size (measured to fragment less: docs/performance.md, "Caching allocator"), and
 //! equal sizes go to the oldest segment rather than the lowest address, so that the
 //! pool places blocks alike whatever addresses the driver returns.
 
@@ -517,7 +517,7 @@ impl<S: SegmentSource> Pool<S> {
     /// Whether to split off the rest of a block: small blocks at any remainder;
     /// large ones unless they are oversize. (PyTorch keeps large remainders of up to
     /// 1 MiB unsplit; splitting them too lets them coalesce back, and measured less
-    /// fragmentation: see benches/NOTES.md.)
+    /// fragmentation: see docs/performance.md.)
     fn should_split(&self, pool: PoolKind, block_size: u64, size: u64) -> bool {
         let remaining = block_size - size;
         remaining >= MIN_BLOCK && (pool == PoolKind::Small || size < self.config.max_split_size)
