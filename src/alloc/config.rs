@@ -62,7 +62,8 @@ impl AllocConfig {
                 if mb <= 20 {
                     return Err(bad(key, value, "must be greater than 20 (MiB)"));
                 }
-                self.max_split_size = mb * MIB;
+                self.max_split_size =
+                    mb.checked_mul(MIB).ok_or_else(|| bad(key, value, "too large (the limit is 2^44 - 1 MiB)"))?;
             }
             "roundup_power2_divisions" => self.roundup_power2_divisions = parse_divisions(key, value)?,
             "garbage_collection_threshold" => {
