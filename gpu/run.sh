@@ -10,9 +10,10 @@ mkdir -p "$logs" bin
 lib=$PWD/lib
 results=()
 
-step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matching $ONLY, if set)
+step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matching $ONLY and not $SKIP, if set)
     local name=$1; shift
     [[ -n ${ONLY:-} && ! $name =~ $ONLY ]] && return 0
+    [[ -n ${SKIP:-} && $name =~ $SKIP ]] && return 0
     echo "=== $name"
     if "$@" >"$logs/$name.log" 2>&1; then
         results+=("PASS  $name")
@@ -28,6 +29,7 @@ step build-gpurt-info cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude 
 step build-abi-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/abi_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/abi_test
 step build-abi-test-static c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude -x c++ src/abi_test.c -x none lib/libgpurt.a -lpthread -ldl -lm -lrt -lutil -lgcc_s -o bin/abi_test_static
 step build-process-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/process_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/process_test
+step build-soak cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/soak.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/soak
 step build-dlclose-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror src/dlclose_test.c -ldl -o bin/dlclose_test
 step build-hpp-test c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/hpp_test.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/hpp_test
 step build-no-exceptions-test c++ -std=c++20 -fno-exceptions -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/no_exceptions_test.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/no_exceptions_test
@@ -63,6 +65,25 @@ step build-example-saxpy c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iin
 step example-saxpy bin/saxpy
 for t in tests/*; do
     step "rust-$(basename "$t")" "$t" --test-threads=1
+done
+# 8 threads x 60 s of mixed calls with exact data checks and final invariants.
+step soak bin/soak "${SOAK_SECONDS:-60}" 8
+# compute-sanitizer over the C tests and the Rust GPU suite: zero errors. The suites
+# make deliberate bad calls (out of memory, invalid handles), so API errors are not
+# reported; memory, race, sync and init errors are.
+sanitize() {  # sanitize TOOL COMMAND...
+    local tool=$1; shift
+    compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 99 "$@"
+}
+step memcheck-abi-test sanitize memcheck bin/abi_test
+step racecheck-abi-test sanitize racecheck bin/abi_test
+step synccheck-abi-test sanitize synccheck bin/abi_test
+step initcheck-abi-test sanitize initcheck bin/abi_test
+step memcheck-process-test sanitize memcheck --target-processes all bin/process_test
+step memcheck-soak sanitize memcheck bin/soak 10 4
+for t in tests/*; do
+    step "memcheck-rust-$(basename "$t")" sanitize memcheck "$t" --test-threads=1
+    step "synccheck-rust-$(basename "$t")" sanitize synccheck "$t" --test-threads=1
 done
 for b in benches/*; do
     [ -e "$b" ] && step "bench-$(basename "$b")" "$b"

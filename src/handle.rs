@@ -297,6 +297,20 @@ impl<T: Packed> HandleTable<T> {
     }
 }
 
+// The library's tables are statics and never dropped; a table that is (in tests)
+// gives its chunks back. Dropping needs ownership, so no reader is left.
+impl<T: Packed> Drop for HandleTable<T> {
+    fn drop(&mut self) {
+        for cell in &mut self.chunks {
+            let chunk = *cell.get_mut();
+            if !chunk.is_null() {
+                // SAFETY: `slot_or_grow` made this pointer with Box::leak of a CHUNK_LEN slice.
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(chunk, CHUNK_LEN)) });
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,7 +393,7 @@ mod tests {
                 let table = table.clone();
                 std::thread::spawn(move || {
                     let mut mine = Vec::new();
-                    for i in 0..20_000u64 {
+                    for i in 0..crate::test_iterations(20_000) {
                         let v = (t << 32 | i, !(t << 32 | i));
                         mine.push((table.insert(v).unwrap(), v));
                         if i % 3 == 0 {

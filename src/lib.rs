@@ -43,6 +43,17 @@ pub const GPURT_VERSION_PATCH: i32 = 0;
 
 pub(crate) const VERSION_NUMBER: i32 = GPURT_VERSION_MAJOR * 10000 + GPURT_VERSION_MINOR * 100 + GPURT_VERSION_PATCH;
 
+/// A test's iteration count: in full natively, a hundredth (at least 10) under Miri,
+/// which interprets every step and would take hours over the full counts.
+#[cfg(test)]
+pub(crate) const fn test_iterations(n: u64) -> u64 {
+    if cfg!(miri) {
+        if n / 100 > 10 { n / 100 } else { 10 }
+    } else {
+        n
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -117,6 +117,10 @@ cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/process_test.c $(pkg-config 
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/process_test"
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/dlclose_test.c -ldl -o "$stub/dlclose_test"
 LD_LIBRARY_PATH=$stub "$stub/process_test"
+echo "== soak: 8 threads of mixed calls, final invariants (stub driver; 60 s with byte checks in the GPU suite)"
+cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror tests/c/soak.c $(pkg-config --cflags --libs gpurt) \
+   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/soak"
+LD_LIBRARY_PATH=$stub "$stub/soak" 3 8
 LD_LIBRARY_PATH=$stub "$stub/dlclose_test" "$(pkg-config --variable=libdir gpurt)/libgpurt.so.0"
 LD_LIBRARY_PATH=$stub GPURT_LIB="$cargo_dir/release/libgpurt.so" cargo bench --bench streams_events --bench alloc
 
@@ -129,5 +133,8 @@ python3 -m venv "$venv"
 # From outside the source tree, so that the installed package is the one tested.
 (cd "$work" && "$venv/bin/python" -m pytest -q -rs "$root/tests/python")
 (cd "$work" && LD_LIBRARY_PATH=$stub "$venv/bin/python" -m pytest -q "$root/tests/python")
+
+echo "== nightly tools: Miri, ThreadSanitizer, cargo-fuzz (each where present)"
+bash tests/nightly.sh
 
 echo "all tests passed"

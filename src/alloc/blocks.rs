@@ -339,7 +339,7 @@ mod tests {
         let mut arena = Arena::default();
         let mut lists = FreeLists::new(1, PoolKind::Large);
         let mut free: Vec<BlockId> = Vec::new();
-        for i in 0..20_000u64 {
+        for i in 0..crate::test_iterations(20_000) {
             if (rng.below(2) == 0 && free.len() < 300) || free.is_empty() {
                 let size = rng.log_uniform(512, 64 << 20).next_multiple_of(MIN_BLOCK);
                 let id = arena.insert(Block::free(i << 32, size, u64::MAX - i, 0, PoolKind::Large, NO_BLOCK, NO_BLOCK));

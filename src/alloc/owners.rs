@@ -164,7 +164,7 @@ mod tests {
     fn lookups_match_a_btree_through_splits_and_removals() {
         let (owners, mut model) = (SegmentOwners::default(), BTreeMap::new());
         let mut rng = XorShift(11);
-        for step in 0..6_000u64 {
+        for step in 0..crate::test_iterations(6_000) {
             // Segments of 1-4 units of 2^21 at distinct unit-aligned starts, so none overlap.
             if rng.below(4) > 0 || model.is_empty() {
                 let start = rng.below(1 << 16) << 23;

@@ -224,7 +224,7 @@ fn random_operations(config: AllocConfig) {
     let expandable = config.expandable_segments;
     let p = Allocator::new(HostSource::new(2 * GIB), config);
     let mut live: Vec<u64> = Vec::new();
-    for i in 0..20_000 {
+    for i in 0..crate::test_iterations(20_000) {
         match rng.below(10) {
             0..=4 => {
                 let size = rng.log_uniform(256, 32 * MIB);
@@ -283,7 +283,7 @@ fn options_changed_midway_keep_every_invariant() {
     let p = Allocator::new(HostSource::new(2 * GIB), AllocConfig::default());
     p.set_memory_fraction(0.75).unwrap();
     let mut live: Vec<u64> = Vec::new();
-    for i in 0..30_000 {
+    for i in 0..crate::test_iterations(30_000) {
         if i % 1_000 == 0 {
             p.set_config(configs[rng.below(configs.len() as u64) as usize].clone());
             check(&p);
@@ -355,7 +355,7 @@ fn expandable_segments_fragment_less_on_random_sizes() {
     let run = |p: Allocator, seed: u64| {
         let mut rng = Rng(seed);
         let (mut live, mut live_bytes, mut peak) = (Vec::new(), 0, 0);
-        for _ in 0..50_000 {
+        for _ in 0..crate::test_iterations(50_000) {
             if (rng.below(2) == 0 && live.len() < 2000) || live.is_empty() {
                 let size = rng.log_uniform(256, 32 * MIB);
                 live.push((p.malloc(size, 1).unwrap(), size));
@@ -390,7 +390,7 @@ fn placement_does_not_depend_on_segment_addresses() {
             let p = Allocator::new(source, config.clone());
             let mut rng = Rng(0x5851_f42d_4c95_7f2d);
             let (mut live, mut places) = (Vec::new(), Vec::new());
-            for _ in 0..20_000 {
+            for _ in 0..crate::test_iterations(20_000) {
                 if (rng.below(2) == 0 && live.len() < 500) || live.is_empty() {
                     let addr = p.malloc(rng.log_uniform(256, 32 * MIB), 1).unwrap();
                     places.push(p.source().placement(addr).expect("inside a segment"));
@@ -419,7 +419,7 @@ fn eight_threads_with_cross_thread_frees() {
             std::thread::spawn(move || {
                 let mut rng = Rng(0x1234_5678 + t * 7919);
                 let mut mine = Vec::new();
-                for _ in 0..3_000 {
+                for _ in 0..crate::test_iterations(3_000) {
                     if rng.below(2) == 0 || mine.is_empty() {
                         let size = rng.log_uniform(256, 4 * MIB);
                         let addr = shared.malloc(size, t).unwrap();
@@ -470,7 +470,7 @@ fn statistics_across_shards() {
     let mut rng = Rng(0x5eed);
     let mut live: Vec<(u64, u64)> = Vec::new();
     let (mut bytes, mut true_peak) = (0i64, 0i64);
-    for i in 0..20_000 {
+    for i in 0..crate::test_iterations(20_000) {
         if rng.below(2) == 0 || live.is_empty() {
             let size = rng.log_uniform(256, 256 * MIB);
             live.push((p.malloc(size, 1 + rng.below(4)).unwrap(), size));
@@ -511,7 +511,7 @@ fn statistics_are_exact_on_one_stream() {
     for slot in &mut reuse_sizes {
         *slot = rng.log_uniform(256, 64 * MIB);
     }
-    for i in 0..30_000 {
+    for i in 0..crate::test_iterations(30_000) {
         if rng.below(2) == 0 || live.is_empty() {
             let size = if rng.below(3) == 0 { rng.log_uniform(256, 64 * MIB) } else { reuse_sizes[rng.below(4) as usize] };
             live.push((p.malloc(size, 7).unwrap(), size));

@@ -183,15 +183,52 @@ fn new_pool(device: i32) -> Result<u64> {
     Ok(with_registry(|r| r.pools.create(CaptureSource { driver: DriverSource::new(device), released: AtomicBool::new(false) }, config)))
 }
 
-/// Drops a reference to a pool. The last one waits for the device (a replay may
-/// still use the memory) before blocks freed during capture become reusable and
-/// free segments go back.
+/// Orders gpurt's captures against the device-wide synchronisation that a pool's
+/// last release needs: `cuCtxSynchronize` while another thread captures invalidates
+/// that capture (and crashed the driver inside `cuCtxSynchronize` when they raced:
+/// tests/c/soak.c, 8 threads on an H100). `active` counts captures begun through
+/// gpurt and not yet ended; while any is, released pools wait in `deferred`, and the
+/// last capture to end synchronises and collects them. Holding the gate during the
+/// synchronisation keeps new captures from starting under it.
+struct CaptureGate {
+    active: usize,
+    deferred: Vec<(u64, Arc<CachingAllocator<CaptureSource>>)>,
+}
+
+static CAPTURE_GATE: Mutex<CaptureGate> = Mutex::new(CaptureGate { active: 0, deferred: Vec::new() });
+
+fn capture_starting() {
+    lock(&CAPTURE_GATE).active += 1;
+}
+
+fn capture_finished() {
+    let mut gate = lock(&CAPTURE_GATE);
+    gate.active -= 1;
+    if gate.active == 0 {
+        for (id, allocator) in std::mem::take(&mut gate.deferred) {
+            synchronize_and_collect(id, &allocator);
+        }
+    }
+}
+
+/// Waits for the device (a replay may still use the pool's memory), then makes the
+/// blocks freed during capture reusable and gives the free segments back.
+fn synchronize_and_collect(id: u64, allocator: &CachingAllocator<CaptureSource>) {
+    let _ = device::with_device(allocator.source().device(), || check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize"));
+    allocator.source().released.store(true, Ordering::Release);
+    with_registry(|r| r.collect(id));
+}
+
+/// Drops a reference to a pool. The last one synchronises and collects it, at once
+/// or, while gpurt captures, when the last capture ends (see `CaptureGate`).
 fn release_pool(id: u64) {
     if let Ok(Some(allocator)) = with_registry(|r| r.pools.release(id)) {
-        let d = allocator.source().device();
-        let _ = device::with_device(d, || check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize"));
-        allocator.source().released.store(true, Ordering::Release);
-        with_registry(|r| r.collect(id));
+        let mut gate = lock(&CAPTURE_GATE);
+        if gate.active > 0 {
+            gate.deferred.push((id, allocator));
+        } else {
+            synchronize_and_collect(id, &allocator);
+        }
     }
 }
 
@@ -247,6 +284,7 @@ pub fn begin_capture(stream: Handle, mode: i32, pool: Option<Handle>) -> Result<
         }
         None => new_pool(s.device())?,
     };
+    capture_starting(); // before the capture starts, so no pool release synchronises under it
     let started = s.run(|cu| check(unsafe { sys::cuStreamBeginCapture_v2(cu, mode) }, "cuStreamBeginCapture"));
     let registered = started.and_then(|()| {
         let (_, capture) = capture_info(s.raw as u64)?;
@@ -256,6 +294,8 @@ pub fn begin_capture(stream: Handle, mode: i32, pool: Option<Handle>) -> Result<
     release_pool(id);
     if registered.is_ok() {
         ACTIVE_CAPTURES.fetch_add(1, Ordering::AcqRel);
+    } else {
+        capture_finished();
     }
     registered
 }
@@ -273,6 +313,7 @@ pub fn end_capture(stream: Handle) -> Result<Handle> {
     let pool = with_registry(|r| r.pools.end_capture(capture));
     if pool.is_some() {
         ACTIVE_CAPTURES.fetch_sub(1, Ordering::AcqRel);
+        capture_finished();
     }
     let graph = ended.and_then(|()| GRAPHS.insert(DeviceObject { raw: graph as usize, device: s.device() }).inspect_err(|_| unsafe {
         sys::cuGraphDestroy(graph);

@@ -21,7 +21,7 @@ fn rounding_wastes_at_most_a_quarter() {
     assert_eq!(size_class(3 * MIB), 3 * MIB);
     let mut rng = XorShift(42);
     let (mut asked, mut given) = (0u128, 0u128);
-    for _ in 0..100_000 {
+    for _ in 0..crate::test_iterations(100_000) {
         let size = rng.log_uniform(4 * KIB, 256 * MIB);
         let class = size_class(size);
         assert!(class >= size && (class - size) * 4 <= size, "{size} -> {class}");
@@ -88,7 +88,7 @@ fn random_operations_keep_blocks_disjoint_and_counted() {
     let mut p = pool();
     let mut rng = XorShift(7);
     let mut live: Vec<(u64, u64)> = Vec::new();
-    for _ in 0..20_000 {
+    for _ in 0..crate::test_iterations(20_000) {
         if rng.below(2) == 0 || live.is_empty() {
             let size = rng.log_uniform(1, 8 * MIB);
             let a = p.malloc(size).unwrap();

@@ -8,7 +8,7 @@ use gpurt::stream::ffi::*;
 use gpurt::sync_debug::ffi::*;
 
 use crate::expect_status;
-use crate::util::{block_stream, native, ok, random_words, stream};
+use crate::util::{block_stream, gate_stream, native, ok, random_words, stream};
 
 pub const TESTS: &[crate::support::Test] = &[
     ("wait_event_orders_work_across_streams", wait_event_orders_work_across_streams),
@@ -222,7 +222,9 @@ fn stream_scopes_nest_per_thread() {
     }
 }
 
-/// The child side of the IPC test: opens the event, waits for it, reports.
+/// The child side of the IPC test: opens the event and reports its query at once
+/// (the parent holds the event's stream until it has read that line), then waits
+/// for it and reports again.
 pub fn ipc_child(hex: &str) -> ! {
     let mut ipc = gpurt_ipc_event_handle_t { reserved: [0; 64] };
     for (i, byte) in ipc.reserved.iter_mut().enumerate() {
@@ -231,11 +233,13 @@ pub fn ipc_child(hex: &str) -> ! {
     let mut e = std::ptr::null_mut();
     let mut status = gpurt_event_open_ipc(0, &ipc, &mut e);
     let pending = gpurt_event_query(e);
+    println!("ipc-child open={status:?} query-before={pending:?}");
+    std::io::Write::flush(&mut std::io::stdout()).unwrap();
     if status == gpurt::Status::GPURT_SUCCESS {
         status = gpurt_event_synchronize(e);
     }
     let done = gpurt_event_query(e);
-    println!("ipc-child open+sync={status:?} query-before={pending:?} query-after={done:?}");
+    println!("ipc-child sync={status:?} query-after={done:?}");
     gpurt_event_destroy(e);
     std::process::exit(if status == gpurt::Status::GPURT_SUCCESS && done == gpurt::Status::GPURT_SUCCESS { 0 } else { 1 });
 }
@@ -245,16 +249,26 @@ fn interprocess_event_crosses_processes() {
     let mut e = std::ptr::null_mut();
     expect_status!(gpurt_event_create(0, GPURT_EVENT_INTERPROCESS, &mut e), GPURT_ERROR_INVALID_ARGUMENT);
     expect_status!(gpurt_event_create(0, GPURT_EVENT_INTERPROCESS | GPURT_EVENT_DISABLE_TIMING, &mut e), GPURT_SUCCESS);
-    block_stream(s, 1500);
+    let gate = gate_stream(s);
     expect_status!(gpurt_event_record(e, s), GPURT_SUCCESS);
     let mut ipc = gpurt_ipc_event_handle_t { reserved: [0; 64] };
     expect_status!(gpurt_event_ipc_handle(e, &mut ipc), GPURT_SUCCESS);
     let hex: String = ipc.reserved.iter().map(|b| format!("{b:02x}")).collect();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .env("GPURT_IPC_CHILD", hex)
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The event stays pending until the child has reported its first query.
+    let mut first = String::new();
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut reader, &mut first).unwrap();
+    gate.store(true, std::sync::atomic::Ordering::Release);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = format!("{first}{rest}");
     eprintln!("{}", stdout.trim());
     assert!(out.status.success(), "child failed: {stdout} {}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("query-before=GPURT_ERROR_NOT_READY"), "the child should have seen the parent's pending work: {stdout}");

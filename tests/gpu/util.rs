@@ -33,6 +33,23 @@ unsafe extern "C" fn sleep_ms(user: *mut libc::c_void) {
     std::thread::sleep(std::time::Duration::from_millis(user as u64));
 }
 
+unsafe extern "C" fn wait_for_gate(user: *mut libc::c_void) {
+    let gate = &*(user as *const std::sync::atomic::AtomicBool);
+    while !gate.load(std::sync::atomic::Ordering::Acquire) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Holds `s` (a host function waiting) until the returned gate is set: work queued
+/// after it stays pending exactly as long as the test needs, however slow the
+/// machine or a checker running it (a fixed sleep races with them).
+pub fn gate_stream(s: gpurt_stream_t) -> &'static std::sync::atomic::AtomicBool {
+    let gate: &'static std::sync::atomic::AtomicBool = Box::leak(Box::new(std::sync::atomic::AtomicBool::new(false)));
+    let user = gate as *const std::sync::atomic::AtomicBool as *mut libc::c_void;
+    expect_status!(gpurt_stream_launch_host_func(s, Some(wait_for_gate), user), GPURT_SUCCESS);
+    gate
+}
+
 /// Blocks `s` on the device timeline for `ms` milliseconds (a host function sleeping).
 pub fn block_stream(s: gpurt_stream_t, ms: u64) {
     expect_status!(gpurt_stream_launch_host_func(s, Some(sleep_ms), ms as *mut libc::c_void), GPURT_SUCCESS);

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The checks that need nightly Rust tools. Each runs where its tool is present and
+# says why it is skipped where not:
+#   - Miri: the core's unit tests that need no driver (handle tables, the allocator
+#     and pinned pool on host sources, statistics, configuration, staging), for
+#     undefined behaviour, leaks and data races in the unsafe code;
+#   - ThreadSanitizer: the multi-threaded unit tests (allocator shards, handle
+#     tables, pinned pool, stream and event state), built with -Zsanitizer=thread;
+#   - cargo-fuzz: each target in fuzz/ for FUZZ_SECONDS (default 15) seconds.
+# NIGHTLY_TOOLS=miri,tsan,fuzz chooses among them (default: all three).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools=",${NIGHTLY_TOOLS:-miri,tsan,fuzz},"
+target=$(rustc -vV | sed -n 's/^host: //p')
+
+if ! cargo +nightly --version >/dev/null 2>&1; then
+    echo "nightly tools: skipped (no nightly toolchain: rustup toolchain install nightly)"
+    exit 0
+fi
+has_rust_src() { [ -d "$(rustc +nightly --print sysroot)/lib/rustlib/src/rust/library" ]; }
+
+# Unit tests that call the driver (loading libcuda, NVRTC) cannot run under Miri,
+# which does not load foreign libraries; the rest can.
+miri_skips=(--skip driver --skip device:: --skip kernel:: --skip sync_debug --skip log:: --skip boundary::
+            --skip stream::tests::pool --skip event::tests --skip graph::tests --skip error::tests::last_error)
+if [[ $tools == *,miri,* ]]; then
+    echo "== Miri"
+    if cargo +nightly miri --version >/dev/null 2>&1 && has_rust_src; then
+        MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation}" cargo +nightly miri test --lib -- "${miri_skips[@]}"
+    else
+        echo "Miri: skipped (nightly has no miri: rustup component add --toolchain nightly miri rust-src)"
+    fi
+fi
+
+if [[ $tools == *,tsan,* ]]; then
+    echo "== ThreadSanitizer"
+    if has_rust_src; then
+        RUSTFLAGS="-Zsanitizer=thread" TSAN_OPTIONS="halt_on_error=1" \
+            cargo +nightly test -Zbuild-std --target "$target" --target-dir target/tsan --lib -- \
+            alloc::tests handle::tests pinned::tests stream::tests event::tests
+    else
+        echo "ThreadSanitizer: skipped (needs nightly's rust-src: rustup component add --toolchain nightly rust-src)"
+    fi
+fi
+
+if [[ $tools == *,fuzz,* ]]; then
+    echo "== cargo-fuzz"
+    if cargo +nightly fuzz --version >/dev/null 2>&1; then
+        for fuzz_target in $(cd fuzz && cargo +nightly fuzz list); do
+            (cd fuzz && cargo +nightly fuzz run "$fuzz_target" -- -max_total_time="${FUZZ_SECONDS:-15}" 2>&1 | tail -n 1)
+        done
+    else
+        echo "cargo-fuzz: skipped (not installed: cargo install cargo-fuzz)"
+    fi
+fi
