@@ -192,7 +192,8 @@ mod tests {
         assert_eq!(all.len(), model.len());
         assert!(all.iter().zip(&model).all(|(o, (&start, &(end, shard)))| (o.start, o.end, o.shard) == (start, end, shard)));
         let table = owners.table.load();
-        assert!(table.0.items().len() > 2, "the test went through chunk splits");
+        // Miri runs a hundredth of the steps: too few entries to split a chunk.
+        assert!(cfg!(miri) || table.0.items().len() > 2, "the test went through chunk splits");
         assert!(table.0.items().iter().all(|c| c.owners().len() <= CHUNK), "a change copies at most one chunk's entries");
         // Everything goes, in batches that empty whole chunks.
         let keys: Vec<u64> = model.keys().copied().collect();

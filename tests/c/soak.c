@@ -168,7 +168,9 @@ static void *work(void *arg) {
         round_trip(w, own);
         w->rounds++;
     }
-    CALL(w, gpurt_device_synchronize(0));
+    /* Its own stream, not the device: a device-wide synchronisation while other
+     * threads capture is refused and invalidates their captures. */
+    CALL(w, gpurt_stream_synchronize(own));
     CALL(w, gpurt_stream_destroy(own));
     return NULL;
 }
@@ -223,7 +225,8 @@ int main(int argc, char **argv) {
     }
     elapsed = seconds_now() - started;
 
-    /* Final invariants: nothing live, everything returnable. */
+    /* Final invariants, once every thread is done: nothing live, everything returnable. */
+    if (gpurt_device_synchronize(0) != GPURT_SUCCESS) errors++;
     gpurt_memory_usage(0, &allocated, NULL, NULL, NULL);
     gpurt_empty_cache();
     gpurt_memory_usage(0, NULL, NULL, &reserved, NULL);
