@@ -42,6 +42,9 @@
 /** Initialiser for gpurt_host_memory_stats_t. */
 #define GPURT_HOST_MEMORY_STATS_INIT GPURT_STRUCT_INIT(gpurt_host_memory_stats_t)
 
+/** Initialiser for gpurt_mem_pool_options_t: the driver upstream, the process's configuration, no limit. */
+#define GPURT_MEM_POOL_OPTIONS_INIT GPURT_STRUCT_INIT(gpurt_mem_pool_options_t)
+
 /** Initialiser for gpurt_launch_config_t. */
 #define GPURT_LAUNCH_CONFIG_INIT GPURT_STRUCT_INIT(gpurt_launch_config_t)
 
@@ -67,6 +70,12 @@
  * cannot wrap. A larger request is out of memory at once, with no statistic changed.
  */
 #define GPURT_MAX_ALLOCATION_SIZE 281474976710656
+
+/**
+ * Upstream of a pool: segments from cuMemAlloc (or expandable segments, as the
+ * pool's configuration says), as the default pools take them.
+ */
+#define GPURT_UPSTREAM_DRIVER 0
 
 #define GPURT_EVENT_BLOCKING_SYNC 1
 
@@ -263,6 +272,12 @@ typedef struct gpurt_graph_s gpurt_graph_s;
 typedef struct gpurt_kernel_s gpurt_kernel_s;
 
 /**
+ * A memory pool: a device's default caching pool, or one made with
+ * gpurt_mem_pool_create (torch.cuda.MemPool, cupy.cuda.MemoryPool).
+ */
+typedef struct gpurt_mem_pool_s gpurt_mem_pool_s;
+
+/**
  * A module (PTX, cubin or fatbin) loaded on one device.
  */
 typedef struct gpurt_module_s gpurt_module_s;
@@ -327,6 +342,28 @@ typedef struct {
   int64_t num_device_alloc;
   int64_t num_device_free;
 } gpurt_memory_stats_t;
+
+/**
+ * Options of gpurt_mem_pool_create; initialise with GPURT_MEM_POOL_OPTIONS_INIT.
+ */
+typedef struct {
+  size_t struct_size;
+  /**
+   * Where the pool's segments come from: GPURT_UPSTREAM_DRIVER.
+   */
+  int upstream;
+  /**
+   * Options with GPURT_ALLOC_CONF's syntax, for this pool alone; NULL: the
+   * process's configuration as it is at creation.
+   */
+  const char *config;
+  /**
+   * The most bytes the pool may reserve (cupy's set_limit); 0: no limit.
+   */
+  uint64_t limit_bytes;
+} gpurt_mem_pool_options_t;
+
+typedef gpurt_mem_pool_s *gpurt_mem_pool_t;
 
 typedef gpurt_device_s *gpurt_device_t;
 
@@ -555,6 +592,82 @@ ptrdiff_t gpurt_cupy_malloc(ptrdiff_t param, size_t size, int device);
  * CuPy's `CFunctionAllocator` free: `void free(intptr_t param, intptr_t ptr, int device)`.
  */
 void gpurt_cupy_free(ptrdiff_t param, ptrdiff_t ptr, int device);
+
+/**
+ * Initialises `options` for this version of the header: sets `struct_size`, the
+ * driver upstream, no configuration of its own, no limit.
+ */
+gpurt_status_t gpurt_mem_pool_options_init(gpurt_mem_pool_options_t *options);
+
+/**
+ * A new pool on `device` (`GPURT_CURRENT_DEVICE`: the current one), with its own
+ * segments, cache, statistics and options (NULL: defaults). Its memory is freed
+ * with gpurt_free like any other; destroy it when it holds no live allocation.
+ */
+gpurt_status_t gpurt_mem_pool_create(int device,
+                                     const gpurt_mem_pool_options_t *options,
+                                     gpurt_mem_pool_t *pool);
+
+/**
+ * Destroys a pool made with gpurt_mem_pool_create. Refused, changing nothing,
+ * while it holds live allocations (the message says how many) or a thread has it
+ * pushed; its cached memory goes back to the driver.
+ */
+gpurt_status_t gpurt_mem_pool_destroy(gpurt_mem_pool_t pool);
+
+/**
+ * The handle of `device`'s default pool (the same at every call; never destroyed).
+ */
+gpurt_status_t gpurt_mem_pool_default(int device, gpurt_mem_pool_t *pool);
+
+/**
+ * Allocates `size` bytes from `pool` for use on `stream`, which must be on the
+ * pool's device; otherwise as gpurt_malloc. Free with gpurt_free.
+ */
+gpurt_status_t gpurt_mem_pool_malloc(gpurt_mem_pool_t pool,
+                                     size_t size,
+                                     gpurt_stream_t stream,
+                                     void **ptr);
+
+/**
+ * Until the matching gpurt_mem_pool_pop, this thread's allocations on the pool's
+ * device (gpurt_malloc, gpurt_malloc_device, gpurt_malloc_native and the PyTorch
+ * and CuPy entry points) come from `pool` (torch.cuda.use_mem_pool). Pushes nest;
+ * pushing a default pool routes back to it. A capture's private pool still wins.
+ */
+gpurt_status_t gpurt_mem_pool_push(gpurt_mem_pool_t pool);
+
+/**
+ * Undoes this thread's last gpurt_mem_pool_push.
+ */
+gpurt_status_t gpurt_mem_pool_pop(void);
+
+/**
+ * The pool's own statistics (for a default pool: without the other pools, which
+ * gpurt_memory_stats adds up), into a struct initialised with GPURT_MEMORY_STATS_INIT.
+ */
+gpurt_status_t gpurt_mem_pool_stats(gpurt_mem_pool_t pool, gpurt_memory_stats_t *stats);
+
+/**
+ * cupy's MemoryPool figures: bytes in live allocations (used_bytes), cached free
+ * bytes (free_bytes), all bytes held (total_bytes) and free cached blocks
+ * (n_free_blocks); any pointer may be NULL.
+ */
+gpurt_status_t gpurt_mem_pool_usage(gpurt_mem_pool_t pool,
+                                    uint64_t *used_bytes,
+                                    uint64_t *free_bytes,
+                                    uint64_t *total_bytes,
+                                    uint64_t *free_blocks);
+
+/**
+ * Releases the pool's wholly free cached segments (cupy's free_all_blocks).
+ */
+gpurt_status_t gpurt_mem_pool_empty_cache(gpurt_mem_pool_t pool);
+
+/**
+ * The device the pool serves.
+ */
+gpurt_status_t gpurt_mem_pool_get_device(gpurt_mem_pool_t pool, int *device);
 
 /**
  * Copies `bytes` from `src` to `dst` on `stream`, asynchronously. Either side may be

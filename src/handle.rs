@@ -33,6 +33,7 @@ pub enum Kind {
     Graph = 8,
     GraphExec = 9,
     GraphPool = 10,
+    MemPool = 11,
 }
 
 impl Kind {
@@ -48,6 +49,7 @@ impl Kind {
             Kind::Graph => "graph",
             Kind::GraphExec => "graph exec",
             Kind::GraphPool => "graph pool",
+            Kind::MemPool => "memory pool",
         }
     }
     fn from_bits(bits: u8) -> Option<Kind> {
@@ -62,6 +64,7 @@ impl Kind {
             Kind::Graph,
             Kind::GraphExec,
             Kind::GraphPool,
+            Kind::MemPool,
         ].into_iter().find(|k| *k as u8 == bits)
     }
 }

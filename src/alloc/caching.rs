@@ -460,7 +460,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
     }
 
     /// Runs `f` on every shard's pool in turn, flushing its statistics after.
-    fn for_each_shard(&self, f: impl Fn(&mut Pool<S>)) {
+    fn for_each_shard(&self, mut f: impl FnMut(&mut Pool<S>)) {
         for shard in self.created_shards() {
             let mut state = lock(&shard.state);
             f(&mut state.pool);
@@ -493,6 +493,21 @@ impl<S: SegmentSource> CachingAllocator<S> {
 
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
         self.shared.set_memory_fraction(fraction)
+    }
+
+    /// Caps the bytes this allocator reserves.
+    pub fn set_limit(&self, bytes: u64) {
+        self.shared.set_limit(bytes)
+    }
+
+    /// Free blocks cached in every shard, parked blocks flushed first.
+    pub fn free_block_count(&self) -> u64 {
+        let mut count = 0;
+        self.for_each_shard(|pool| {
+            pool.flush_parked();
+            count += pool.free_block_count();
+        });
+        count
     }
 
     /// Every shard's invariants, the segment map against the shards' segments, and

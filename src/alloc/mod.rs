@@ -2,7 +2,8 @@
 //! the pool logic (`pool`, over the block arena and free lists of `blocks`), generic
 //! over its segment source, so that it is tested on host address ranges (`host`) and
 //! runs unchanged on the driver (`device`). `caching` shards pools by stream, and
-//! `owners` maps each segment to its shard for frees from any thread.
+//! `owners` maps each segment to its shard for frees from any thread. `mempool` adds
+//! the pools users create beside each device's default one, and per-thread routing.
 //! `ffi` holds the C entry points, including PyTorch's and CuPy's pluggable
 //! allocator signatures.
 
@@ -12,6 +13,7 @@ pub mod config;
 pub mod device;
 pub mod ffi;
 pub mod host;
+pub mod mempool;
 mod owners;
 pub mod pool;
 pub mod stats;

@@ -142,6 +142,11 @@ impl<S: SegmentSource> Segments<S> {
         Ok(())
     }
 
+    /// Caps reserved memory at `bytes` (a pool's limit, cupy's `set_limit`).
+    pub fn set_limit(&self, bytes: u64) {
+        self.limit.store(bytes, Ordering::Relaxed);
+    }
+
     fn limit(&self) -> u64 {
         self.limit.load(Ordering::Relaxed)
     }
@@ -153,7 +158,7 @@ impl<S: SegmentSource> Segments<S> {
             self.reserved.fetch_sub(size, Ordering::Relaxed);
             return Err(Error::new(
                 Status::GPURT_ERROR_OUT_OF_MEMORY,
-                format!("the per-process memory fraction allows {limit} bytes"),
+                format!("the pool's limit (its own, or the per-process memory fraction) allows {limit} bytes"),
             ));
         }
         Ok(())
@@ -408,6 +413,11 @@ impl<S: SegmentSource> Pool<S> {
 
     pub fn set_config(&mut self, config: AllocConfig) {
         self.config = config;
+    }
+
+    /// Free blocks in the free lists (parked blocks count as allocated until flushed).
+    pub fn free_block_count(&self) -> u64 {
+        self.free.iter().map(|lists| lists.entries(&self.blocks).len() as u64).sum()
     }
 
     /// Whether this pool holds the segment (or expandable segment) starting at `start`.

@@ -14,12 +14,13 @@ use rayon::prelude::*;
 use crate::error::Result;
 
 /// Bytes per staging buffer: large enough that each DMA runs at the bus limit, small
-/// enough that the first DMA starts early.
-pub const STAGING_CHUNK: u64 = 4 << 20;
+/// enough that the first DMA starts early. Under Miri a thousandth of it, so that the
+/// tests cross the same chunk and ring boundaries in bounded time.
+pub const STAGING_CHUNK: u64 = if cfg!(miri) { 4 << 10 } else { 4 << 20 };
 /// Buffers in the ring: one being filled, the others in flight.
 pub const STAGING_BUFFERS: usize = 4;
 /// Below this a chunk is copied by the calling thread alone.
-const PARALLEL_COPY_MIN: usize = 1 << 20;
+const PARALLEL_COPY_MIN: usize = (STAGING_CHUNK / 4) as usize;
 
 /// The device side of a staged copy, and how its progress is tracked.
 pub trait ChunkTransfer {

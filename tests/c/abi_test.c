@@ -308,6 +308,81 @@ static void check_native_streams(gpurt_stream_t stream) {
     EXPECT_TRUE(after == before);
 }
 
+/* Memory pools: bad options, wrong handles, limits, routing by push/pop, refusals
+ * that change nothing, per-pool figures against the device's. */
+static void check_mem_pools(gpurt_stream_t stream) {
+    gpurt_mem_pool_t pool = NULL, def = NULL, def_again = NULL, wrong_kind = (gpurt_mem_pool_t)stream;
+    gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT, zeroed;
+    gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
+    uint64_t used = 0, free_bytes = 0, total = 0, blocks = 0, before = 0, after = 0;
+    void *p = NULL, *q = NULL, *r = NULL;
+    int device = -1;
+    EXPECT(gpurt_mem_pool_create(0, NULL, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_pool_create(99, NULL, &pool), GPURT_ERROR_INVALID_ARGUMENT);
+    memset(&zeroed, 0, sizeof zeroed);
+    EXPECT(gpurt_mem_pool_create(0, &zeroed, &pool), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "GPURT_MEM_POOL_OPTIONS_INIT") != NULL);
+    options.upstream = 42;
+    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_ERROR_INVALID_ARGUMENT);
+    options.upstream = GPURT_UPSTREAM_DRIVER;
+    options.config = "expandable_segments:Maybe";
+    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(pool == NULL);
+    options.config = "max_split_size_mb:64";
+    options.limit_bytes = 64u << 20;
+    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_get_device(pool, &device), GPURT_SUCCESS);
+    EXPECT_TRUE(device == 0);
+    EXPECT(gpurt_mem_pool_default(0, &def), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_default(GPURT_CURRENT_DEVICE, &def_again), GPURT_SUCCESS);
+    EXPECT_TRUE(def == def_again && def != pool);
+    EXPECT(gpurt_mem_pool_destroy(def), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_pool_destroy(NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_mem_pool_destroy(wrong_kind), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_mem_pool_push(wrong_kind), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_mem_pool_pop(), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_memory_usage(0, &before, NULL, NULL, NULL), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(pool, 1 << 20, stream, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_pool_malloc(pool, 1 << 20, NULL, &p), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_mem_pool_malloc(pool, 100u << 20, stream, &p), GPURT_ERROR_OUT_OF_MEMORY);
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "limit") != NULL);
+    EXPECT(gpurt_mem_pool_malloc(pool, 1 << 20, stream, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_push(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(4096, stream, &q), GPURT_SUCCESS); /* routed to the pool */
+    EXPECT(gpurt_mem_pool_push(def), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(4096, stream, &r), GPURT_SUCCESS); /* back to the default pool */
+    EXPECT(gpurt_mem_pool_pop(), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_pop(), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_usage(pool, &used, &free_bytes, &total, &blocks), GPURT_SUCCESS);
+    EXPECT_TRUE(used == (1u << 20) + 4096 && total >= used && free_bytes == total - used);
+    EXPECT(gpurt_mem_pool_usage(pool, NULL, NULL, NULL, NULL), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_stats(pool, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_pool_stats(pool, &stats), GPURT_SUCCESS);
+    EXPECT_TRUE(stats.allocation.all.current == 2 && stats.num_ooms == 1);
+    EXPECT(gpurt_memory_stats(0, &stats), GPURT_SUCCESS); /* the device: the sum over its pools */
+    EXPECT_TRUE(stats.allocated_bytes.all.current == (int64_t)(before + (1u << 20) + 2 * 4096));
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "2 live allocation") != NULL);
+    EXPECT(gpurt_free(p), GPURT_SUCCESS); /* found from the pointer alone */
+    EXPECT(gpurt_free(q), GPURT_SUCCESS);
+    EXPECT(gpurt_free(r), GPURT_SUCCESS);
+    EXPECT(gpurt_free(q), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_pool_push(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "pushed") != NULL);
+    EXPECT(gpurt_mem_pool_pop(), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_empty_cache(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_usage(pool, &used, &free_bytes, &total, &blocks), GPURT_SUCCESS);
+    EXPECT_TRUE(used == 0 && total == 0 && blocks == 0);
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_mem_pool_malloc(pool, 64, stream, &p), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_mem_pool_push(pool), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_memory_usage(0, &after, NULL, NULL, NULL), GPURT_SUCCESS);
+    EXPECT_TRUE(after == before);
+}
+
 static void check_kernels(gpurt_stream_t stream) {
     static const char ptx[] = ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry noop()\n{\n\tret;\n}\n";
     gpurt_module_t module = NULL;
@@ -452,6 +527,7 @@ static void check_pinned_and_copies(void) {
     check_staged_copies(stream);
     check_sizes(stream);
     check_native_streams(stream);
+    check_mem_pools(stream);
     check_kernels(stream);
     check_graphs(stream);
     EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);
@@ -473,6 +549,12 @@ int main(void) {
             gpurt_pinned_pool_t pool = NULL;
             EXPECT(gpurt_pinned_pool_create(0, &pool), why);
             EXPECT(gpurt_pinned_pool_default(&pool), why);
+        }
+        {
+            gpurt_mem_pool_t pool = NULL;
+            EXPECT(gpurt_mem_pool_create(0, NULL, &pool), why);
+            EXPECT(gpurt_mem_pool_default(0, &pool), why);
+            EXPECT(gpurt_mem_pool_pop(), GPURT_ERROR_INVALID_ARGUMENT);
         }
     } else {
         printf("abi_test: %d device(s): checking misuse against the driver\n", count);

@@ -1,0 +1,169 @@
+use libc::{c_char, c_int, c_void};
+
+use super::device as pools;
+use crate::alloc::stats::gpurt_memory_stats_t;
+use crate::boundary::{self, in_ref, in_str, write_sized, Out};
+use crate::error::{gpurt_status_t, Error};
+use crate::handle::Handle;
+use crate::stream::ffi::gpurt_stream_t;
+
+/// A memory pool: a device's default caching pool, or one made with
+/// gpurt_mem_pool_create (torch.cuda.MemPool, cupy.cuda.MemoryPool).
+pub struct gpurt_mem_pool_s {
+    _opaque: [u8; 0],
+}
+pub type gpurt_mem_pool_t = *mut gpurt_mem_pool_s;
+
+/// Upstream of a pool: segments from cuMemAlloc (or expandable segments, as the
+/// pool's configuration says), as the default pools take them.
+pub const GPURT_UPSTREAM_DRIVER: c_int = 0;
+
+/// Options of gpurt_mem_pool_create; initialise with GPURT_MEM_POOL_OPTIONS_INIT.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct gpurt_mem_pool_options_t {
+    pub struct_size: usize,
+    /// Where the pool's segments come from: GPURT_UPSTREAM_DRIVER.
+    pub upstream: c_int,
+    /// Options with GPURT_ALLOC_CONF's syntax, for this pool alone; NULL: the
+    /// process's configuration as it is at creation.
+    pub config: *const c_char,
+    /// The most bytes the pool may reserve (cupy's set_limit); 0: no limit.
+    pub limit_bytes: u64,
+}
+
+/// Initialises `options` for this version of the header: sets `struct_size`, the
+/// driver upstream, no configuration of its own, no limit.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_options_init(options: *mut gpurt_mem_pool_options_t) -> gpurt_status_t {
+    boundary::call_anywhere("gpurt_mem_pool_options_init", || {
+        let size = std::mem::size_of::<gpurt_mem_pool_options_t>();
+        Out::new(options, "options")?.write(gpurt_mem_pool_options_t {
+            struct_size: size,
+            upstream: GPURT_UPSTREAM_DRIVER,
+            config: std::ptr::null(),
+            limit_bytes: 0,
+        });
+        Ok(())
+    })
+}
+
+fn h(pool: gpurt_mem_pool_t) -> Handle {
+    Handle::from_ptr(pool)
+}
+
+/// A new pool on `device` (`GPURT_CURRENT_DEVICE`: the current one), with its own
+/// segments, cache, statistics and options (NULL: defaults). Its memory is freed
+/// with gpurt_free like any other; destroy it when it holds no live allocation.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_create(device: c_int, options: *const gpurt_mem_pool_options_t, pool: *mut gpurt_mem_pool_t) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_create", || {
+        let out = Out::new(pool, "pool")?;
+        let (config, limit) = match options.is_null() {
+            true => (None, 0),
+            false => {
+                // The size first: a smaller (older) struct must not be read whole.
+                if *in_ref(options.cast::<usize>(), "options")? < std::mem::size_of::<gpurt_mem_pool_options_t>() {
+                    return Err(Error::invalid_argument("`options->struct_size` is too small: initialise it with GPURT_MEM_POOL_OPTIONS_INIT"));
+                }
+                let o = *in_ref(options, "options")?;
+                if o.upstream != GPURT_UPSTREAM_DRIVER {
+                    return Err(Error::invalid_argument(format!("`options->upstream` is {}: not a GPURT_UPSTREAM_* value", o.upstream)));
+                }
+                let config = (!o.config.is_null()).then(|| in_str(o.config, "options->config")).transpose()?;
+                (config, o.limit_bytes)
+            }
+        };
+        out.write(pools::create(device, config, limit)?.to_ptr());
+        Ok(())
+    })
+}
+
+/// Destroys a pool made with gpurt_mem_pool_create. Refused, changing nothing,
+/// while it holds live allocations (the message says how many) or a thread has it
+/// pushed; its cached memory goes back to the driver.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_destroy(pool: gpurt_mem_pool_t) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_destroy", || pools::destroy(h(pool)))
+}
+
+/// The handle of `device`'s default pool (the same at every call; never destroyed).
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_default(device: c_int, pool: *mut gpurt_mem_pool_t) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_default", || {
+        let out = Out::new(pool, "pool")?;
+        out.write(pools::default_handle(device)?.to_ptr());
+        Ok(())
+    })
+}
+
+/// Allocates `size` bytes from `pool` for use on `stream`, which must be on the
+/// pool's device; otherwise as gpurt_malloc. Free with gpurt_free.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_malloc(pool: gpurt_mem_pool_t, size: usize, stream: gpurt_stream_t, ptr: *mut *mut c_void) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_malloc", || {
+        let out = Out::new(ptr, "ptr")?;
+        let s = crate::stream::get(Handle::from_ptr(stream))?;
+        out.write(pools::malloc(h(pool), size as u64, s.device(), s.raw as u64)? as *mut c_void);
+        Ok(())
+    })
+}
+
+/// Until the matching gpurt_mem_pool_pop, this thread's allocations on the pool's
+/// device (gpurt_malloc, gpurt_malloc_device, gpurt_malloc_native and the PyTorch
+/// and CuPy entry points) come from `pool` (torch.cuda.use_mem_pool). Pushes nest;
+/// pushing a default pool routes back to it. A capture's private pool still wins.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_push(pool: gpurt_mem_pool_t) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_push", || pools::push(h(pool)))
+}
+
+/// Undoes this thread's last gpurt_mem_pool_push.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_pop() -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_pop", pools::pop)
+}
+
+/// The pool's own statistics (for a default pool: without the other pools, which
+/// gpurt_memory_stats adds up), into a struct initialised with GPURT_MEMORY_STATS_INIT.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_stats(pool: gpurt_mem_pool_t, stats: *mut gpurt_memory_stats_t) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_stats", || {
+        let value = pools::stats(h(pool))?;
+        write_sized(stats, &value, std::mem::size_of::<gpurt_memory_stats_t>(), "stats")
+    })
+}
+
+/// cupy's MemoryPool figures: bytes in live allocations (used_bytes), cached free
+/// bytes (free_bytes), all bytes held (total_bytes) and free cached blocks
+/// (n_free_blocks); any pointer may be NULL.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_usage(
+    pool: gpurt_mem_pool_t,
+    used_bytes: *mut u64,
+    free_bytes: *mut u64,
+    total_bytes: *mut u64,
+    free_blocks: *mut u64,
+) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_usage", || {
+        let u = pools::usage(h(pool))?;
+        boundary::write_optional([(used_bytes, u.used), (free_bytes, u.free), (total_bytes, u.total), (free_blocks, u.free_blocks)]);
+        Ok(())
+    })
+}
+
+/// Releases the pool's wholly free cached segments (cupy's free_all_blocks).
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_empty_cache(pool: gpurt_mem_pool_t) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_empty_cache", || pools::empty_cache(h(pool)))
+}
+
+/// The device the pool serves.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_get_device(pool: gpurt_mem_pool_t, device: *mut c_int) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_get_device", || {
+        let out = Out::new(device, "device")?;
+        out.write(pools::device_of(h(pool))?);
+        Ok(())
+    })
+}

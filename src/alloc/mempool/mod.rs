@@ -1,0 +1,270 @@
+//! Pools users create (torch's `MemPool`, cupy's `MemoryPool`): each a caching
+//! allocator of its own, over segments of its own, with its own configuration and
+//! byte limit. `MemPools` is the registry: it finds any pool's block from the pointer
+//! alone without a lock, refuses to destroy a pool that still has live allocations or
+//! that a thread routes to, and keeps a destroyed pool's totals in its device's.
+//! `PoolStack` is one thread's stack of pushed pools (torch's `use_mem_pool`).
+//! Generic over the segment source, so that all of it is tested on host memory;
+//! `alloc::device` instantiates it over the driver, `ffi` holds the C entry points.
+
+pub mod device;
+pub mod ffi;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+
+use super::caching::CachingAllocator;
+use super::config::AllocConfig;
+use super::pool::SegmentSource;
+use super::stats::gpurt_memory_stats_t;
+use crate::boundary::lock;
+use crate::error::{Error, Result};
+
+/// A pool's figures as cupy's `MemoryPool` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolUsage {
+    /// Bytes in live allocations (`used_bytes`).
+    pub used: u64,
+    /// Bytes cached and free (`free_bytes`).
+    pub free: u64,
+    /// Bytes the pool holds (`total_bytes`).
+    pub total: u64,
+    /// Free blocks in the cache (`n_free_blocks`).
+    pub free_blocks: u64,
+}
+
+/// One pool: its allocator and the device it serves.
+pub struct MemPool<S: SegmentSource> {
+    id: u64,
+    device: i32,
+    allocator: CachingAllocator<S>,
+    /// Entries for it on threads' pool stacks: it is not destroyed while any remain.
+    pushed: AtomicUsize,
+}
+
+impl<S: SegmentSource> MemPool<S> {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
+    pub fn allocator(&self) -> &CachingAllocator<S> {
+        &self.allocator
+    }
+
+    pub fn usage(&self) -> PoolUsage {
+        PoolUsage::of(&self.allocator)
+    }
+}
+
+impl PoolUsage {
+    /// An allocator's figures (settles its deferred statistics).
+    pub fn of<S: SegmentSource>(allocator: &CachingAllocator<S>) -> PoolUsage {
+        let free_blocks = allocator.free_block_count();
+        let stats = allocator.stats();
+        let (used, total) = (stats.allocated_bytes.all.current as u64, stats.reserved_bytes.all.current as u64);
+        PoolUsage { used, free: total - used, total, free_blocks }
+    }
+}
+
+/// The live pools of one kind of source, and the totals of the destroyed ones.
+pub struct MemPools<S: SegmentSource> {
+    /// Read without a lock by every pointer-only free that the device pools miss.
+    live: ArcSwap<Vec<Arc<MemPool<S>>>>,
+    /// Held while `live` is replaced.
+    update: Mutex<HashMap<i32, gpurt_memory_stats_t>>,
+    count: AtomicUsize,
+    next_id: AtomicU64,
+}
+
+impl<S: SegmentSource> Default for MemPools<S> {
+    fn default() -> Self {
+        MemPools { live: ArcSwap::default(), update: Mutex::default(), count: AtomicUsize::new(0), next_id: AtomicU64::new(1) }
+    }
+}
+
+impl<S: SegmentSource> MemPools<S> {
+    /// A new pool on `device` over `source`, its reserved bytes capped at `limit`
+    /// (0: no cap beyond the source's memory).
+    pub fn create(&self, device: i32, source: S, config: AllocConfig, limit: u64) -> Arc<MemPool<S>> {
+        let allocator = CachingAllocator::new(source, config);
+        if limit > 0 {
+            allocator.set_limit(limit);
+        }
+        let pool = Arc::new(MemPool { id: self.next_id.fetch_add(1, Ordering::Relaxed), device, allocator, pushed: AtomicUsize::new(0) });
+        let _guard = lock(&self.update);
+        let mut live = Vec::clone(&self.live.load());
+        live.push(pool.clone());
+        self.publish(live);
+        pool
+    }
+
+    fn publish(&self, live: Vec<Arc<MemPool<S>>>) {
+        self.count.store(live.len(), Ordering::Release);
+        self.live.store(Arc::new(live));
+    }
+
+    /// Whether no pool is live: one atomic load, for the paths that would ask.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.count.load(Ordering::Acquire) == 0
+    }
+
+    pub fn get(&self, id: u64) -> Option<Arc<MemPool<S>>> {
+        self.live.load().iter().find(|p| p.id == id).cloned()
+    }
+
+    /// Destroys pool `id`: refused, changing nothing, while it has live allocations
+    /// or a thread has it pushed. Its cache goes back to the source first (waiting
+    /// for deferred frees), and its totals stay part of its device's statistics.
+    pub fn destroy(&self, id: u64) -> Result<()> {
+        let mut retired = lock(&self.update);
+        let live = self.live.load_full();
+        let pool = live.iter().find(|p| p.id == id).ok_or_else(|| Error::invalid_handle(format!("memory pool {id} was destroyed")))?;
+        let pushed = pool.pushed.load(Ordering::Acquire);
+        if pushed > 0 {
+            return Err(Error::invalid_argument(format!("the memory pool is pushed {pushed} time(s) on some thread: pop it first")));
+        }
+        let stats = pool.allocator.stats();
+        let blocks = stats.allocation.all.current;
+        if blocks > 0 {
+            return Err(Error::invalid_argument(format!(
+                "the memory pool has {blocks} live allocation(s) ({} bytes): free them first; nothing was freed",
+                stats.allocated_bytes.all.current
+            )));
+        }
+        pool.allocator.empty_cache();
+        let mut gone = pool.allocator.stats();
+        gone.reset_peak();
+        // Not `or_default`: `new` also sets `struct_size`.
+        #[allow(clippy::unwrap_or_default)]
+        retired.entry(pool.device).or_insert_with(gpurt_memory_stats_t::new).absorb(&gone, &gpurt_memory_stats_t::new());
+        self.publish(live.iter().filter(|p| p.id != id).cloned().collect());
+        Ok(())
+    }
+
+    /// Runs `f` on the pool whose segments hold `ptr`, if any.
+    #[inline]
+    pub fn with_owner<T>(&self, ptr: u64, f: impl FnOnce(&MemPool<S>) -> T) -> Option<T> {
+        if self.is_empty() {
+            return None;
+        }
+        let live = self.live.load();
+        let mut candidates = live.iter().filter(|p| p.allocator.may_hold(ptr));
+        let owner = match (candidates.next(), candidates.next()) {
+            (Some(only), None) => only.allocator.holds(ptr).then_some(only),
+            (None, _) => None,
+            _ => live.iter().find(|p| p.allocator.holds(ptr)),
+        };
+        owner.map(|p| f(p))
+    }
+
+    /// Adds the statistics of `device`'s pools, live and destroyed, to `stats`. Current
+    /// values and totals are exact; a live pool's peak is added to the current values,
+    /// an upper bound of the true peak of the sum.
+    pub fn add_stats(&self, device: i32, stats: &mut gpurt_memory_stats_t) {
+        let zero = gpurt_memory_stats_t::new();
+        if let Some(gone) = lock(&self.update).get(&device) {
+            stats.absorb(gone, &zero);
+        }
+        for pool in self.live.load().iter().filter(|p| p.device == device) {
+            stats.absorb(&pool.allocator.stats(), &zero);
+        }
+    }
+
+    /// Resets the peaks (`accumulated`: the totals) of `device`'s pools.
+    pub fn reset_stats(&self, device: i32, accumulated: bool) {
+        let mut retired = lock(&self.update);
+        let reset = |s: &mut gpurt_memory_stats_t| if accumulated { s.reset_accumulated() } else { s.reset_peak() };
+        retired.get_mut(&device).map(reset);
+        for pool in self.live.load().iter().filter(|p| p.device == device) {
+            if accumulated {
+                pool.allocator.reset_accumulated()
+            } else {
+                pool.allocator.reset_peak()
+            }
+        }
+    }
+
+    /// Releases the free cached segments of every pool.
+    pub fn empty_cache(&self) {
+        self.live.load().iter().for_each(|p| p.allocator.empty_cache());
+    }
+}
+
+/// Where a thread's allocations on a device go while an entry is pushed.
+pub enum Route<S: SegmentSource> {
+    /// The device's default pool (pushed to leave an outer pool for a while).
+    Default(i32),
+    Pool(Arc<MemPool<S>>),
+}
+
+impl<S: SegmentSource> Route<S> {
+    fn device(&self) -> i32 {
+        match self {
+            Route::Default(device) => *device,
+            Route::Pool(pool) => pool.device,
+        }
+    }
+}
+
+/// One thread's pushed pools, the last pushed on top. An allocation on a device goes
+/// to the topmost entry for that device; allocations on devices with none go to the
+/// default pools, as torch's `use_mem_pool(pool, device)` does.
+pub struct PoolStack<S: SegmentSource> {
+    routes: Vec<Route<S>>,
+    /// Entries on every thread's stack together: while zero, allocations skip routing.
+    all_threads: &'static AtomicUsize,
+}
+
+impl<S: SegmentSource> PoolStack<S> {
+    pub fn new(all_threads: &'static AtomicUsize) -> Self {
+        PoolStack { routes: Vec::new(), all_threads }
+    }
+
+    pub fn push(&mut self, route: Route<S>) {
+        if let Route::Pool(pool) = &route {
+            pool.pushed.fetch_add(1, Ordering::AcqRel);
+        }
+        self.routes.push(route);
+        self.all_threads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn pop(&mut self) -> Result<()> {
+        let route = self.routes.pop().ok_or_else(|| Error::invalid_argument("no memory pool is pushed on this thread"))?;
+        if let Route::Pool(pool) = route {
+            pool.pushed.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.all_threads.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+
+    /// The pool serving this thread's allocations on `device`: `None` for the
+    /// default pool.
+    #[inline]
+    pub fn route(&self, device: i32) -> Option<&MemPool<S>> {
+        match self.routes.iter().rev().find(|r| r.device() == device)? {
+            Route::Pool(pool) => Some(pool),
+            Route::Default(_) => None,
+        }
+    }
+}
+
+impl<S: SegmentSource> Drop for PoolStack<S> {
+    /// A thread that exits with pools pushed leaves them destroyable.
+    fn drop(&mut self) {
+        while self.pop().is_ok() {}
+    }
+}
