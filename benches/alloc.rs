@@ -3,6 +3,8 @@
 //! one process. gpurt is called through its shared library, as C callers do.
 //! Workloads and targets (from the allocator issue):
 //!   1. alloc+free pairs on one stream, 512 B / 64 KiB / 1 MiB / 64 MiB: ≤ 100 ns/pair;
+//!      through a pushed user pool (`gpurt_mem_pool_push`): ≤ the default pool's
+//!      pair without user pools + 10 ns;
 //!   2. 200 000 random operations, sizes log-uniform 256 B–32 MiB, ≤ 2000 live
 //!      (five rounds, each from an empty cache):
 //!      ≤ 150 ns/op, fragmentation (peak reserved / peak live bytes) ≤ 1.15;
@@ -38,6 +40,10 @@ struct Gpurt {
     reset_peak: unsafe extern "C" fn(i32) -> i32,
     empty_cache: unsafe extern "C" fn() -> i32,
     set_config: unsafe extern "C" fn(*const std::ffi::c_char) -> i32,
+    pool_create: unsafe extern "C" fn(i32, *const std::ffi::c_void, *mut H) -> i32,
+    pool_destroy: unsafe extern "C" fn(H) -> i32,
+    pool_push: unsafe extern "C" fn(H) -> i32,
+    pool_pop: unsafe extern "C" fn() -> i32,
 }
 
 fn load(lib: &libloading::Library, base: common::Basics) -> Gpurt {
@@ -48,6 +54,10 @@ fn load(lib: &libloading::Library, base: common::Basics) -> Gpurt {
             reset_peak: sym!(lib, "gpurt_reset_peak_memory_stats"),
             empty_cache: sym!(lib, "gpurt_empty_cache"),
             set_config: sym!(lib, "gpurt_alloc_set_config"),
+            pool_create: sym!(lib, "gpurt_mem_pool_create"),
+            pool_destroy: sym!(lib, "gpurt_mem_pool_destroy"),
+            pool_push: sym!(lib, "gpurt_mem_pool_push"),
+            pool_pop: sym!(lib, "gpurt_mem_pool_pop"),
         }
     }
 }
@@ -63,6 +73,37 @@ trait Allocator: Sync {
     /// Returns every cached byte to the device, so that a workload's peak counts only
     /// what it reserves itself.
     fn release_cache(&self);
+    /// Called on the timing thread before and after each sample of pairs.
+    fn enter(&self) {}
+    fn leave(&self) {}
+}
+
+/// gpurt with a user pool pushed on the timing thread during each sample, so that
+/// `gpurt_malloc` routes to it.
+struct Pushed<'a>(&'a OnGpurt<'a>, usize);
+
+impl Allocator for Pushed<'_> {
+    fn alloc(&self, size: usize, stream: usize) -> usize {
+        self.0.alloc(size, stream)
+    }
+    fn free(&self, ptr: usize, stream: usize) {
+        self.0.free(ptr, stream)
+    }
+    fn peak_reserved(&self) -> u64 {
+        self.0.peak_reserved()
+    }
+    fn reset_peak(&self) {
+        self.0.reset_peak()
+    }
+    fn release_cache(&self) {
+        self.0.release_cache()
+    }
+    fn enter(&self) {
+        unsafe { st((self.0 .0.pool_push)(self.1 as H)) };
+    }
+    fn leave(&self) {
+        unsafe { st((self.0 .0.pool_pop)()) };
+    }
 }
 
 struct OnGpurt<'a>(&'a Gpurt, Vec<usize>); // gpurt stream handles, by stream index
@@ -126,10 +167,13 @@ impl Allocator for OnDriver {
 /// both sides alike.
 fn pairs_ns(sides: &[&dyn Allocator; 2], size: usize, n: usize) -> [Vec<Timed>; 2] {
     let sample = |a: &dyn Allocator| {
-        timed(n, || {
+        a.enter();
+        let sample = timed(n, || {
             let p = a.alloc(size, 0);
             a.free(p, 0);
-        })
+        });
+        a.leave();
+        sample
     };
     let mut samples = [Vec::new(), Vec::new()];
     for round in 0..21 {
@@ -409,9 +453,30 @@ fn main() {
     println!("\n| workload | gpurt | driver pool (cuMemAllocFromPoolAsync) | target | result |");
     println!("| --- | ---: | ---: | --- | --- |");
     let full_all = "core at full speed / all samples";
+    let mut without_pools = Vec::new();
     for (label, size, n) in [("512 B", 512, 20_000), ("64 KiB", 64 << 10, 20_000), ("1 MiB", 1 << 20, 20_000), ("64 MiB", 64 << 20, 2_000)] {
         let [a, b] = pairs_ns(&both, size, n).map(|samples| Judged::of_samples(&samples));
         println!("| alloc+free pair, {label} (ns), {full_all} | {} | {} | <= 100 | {} |", a.cell(), b.cell(), a.verdict(100.0));
+        without_pools.push(a.full.unwrap_or(a.all));
+    }
+    // A user pool alive (frees then tell pools apart by the segment maps), and the
+    // pair through it while pushed, against the default pool's pair without pools.
+    let mut user_pool = std::ptr::null_mut();
+    unsafe { st((g.pool_create)(0, std::ptr::null(), &mut user_pool)) };
+    let pushed = Pushed(&ours, user_pool as usize);
+    for (k, (label, size)) in [("512 B", 512), ("64 KiB", 64 << 10)].into_iter().enumerate() {
+        let [default, routed] = pairs_ns(&[&ours, &pushed], size, 20_000).map(|samples| Judged::of_samples(&samples));
+        let target = without_pools[k] + 10.0;
+        println!("| alloc+free pair, {label} (ns), default pool while a user pool exists | {} | | info | info |", default.cell());
+        println!(
+            "| alloc+free pair, {label} (ns), through a pushed user pool | {} | | <= {target:.1} (default pool without user pools + 10) | {} |",
+            routed.cell(),
+            routed.verdict(target)
+        );
+    }
+    unsafe {
+        ok(sys::cuCtxSynchronize());
+        st((g.pool_destroy)(user_pool));
     }
     unsafe { ok(sys::cuCtxSynchronize()) };
     let print_random = |label: &str, ours: &[Pass; 2], driver: Option<&[Pass; 2]>| {

@@ -473,6 +473,67 @@ public:
 /** gpurt.empty_cache(): every wholly free cached segment goes back to the driver. */
 inline Ret<void> empty_cache() { return detail::finish(gpurt_empty_cache()); }
 
+/** A pool's figures, as cupy's MemoryPool gives them. */
+struct MemPoolUsage {
+    std::uint64_t used_bytes, free_bytes, total_bytes, free_blocks;
+};
+
+/** A caching pool of its own (torch.cuda.MemPool, cupy.cuda.MemoryPool): its own
+ *  segments, options and statistics. Destroyed with the object, which must then
+ *  hold no live allocation (gpurt refuses, and the pool stays, otherwise). */
+class MemPool : public detail::Owner<gpurt_mem_pool_t, gpurt_mem_pool_destroy> {
+public:
+    /** Takes ownership of a C handle. */
+    using Owner::Owner;
+    /** `config`: GPURT_ALLOC_CONF's syntax, for this pool alone (nullptr: the
+     *  process's configuration); `limit_bytes`: the most it may reserve (0: no limit). */
+    static Ret<MemPool> create(int device = GPURT_CURRENT_DEVICE, const char *config = nullptr, std::uint64_t limit_bytes = 0) {
+        gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
+        options.config = config;
+        options.limit_bytes = limit_bytes;
+        const gpurt_mem_pool_options_t *given = &options;
+        return detail::make<MemPool>(gpurt_mem_pool_create, device, given);
+    }
+    /** A device's default pool (not owned: never destroyed). */
+    static Ret<gpurt_mem_pool_t> default_pool(int device = GPURT_CURRENT_DEVICE) {
+        return detail::out<gpurt_mem_pool_t>(gpurt_mem_pool_default, device);
+    }
+    Ret<gpurt_memory_stats_t> stats() const {
+        gpurt_memory_stats_t st = GPURT_MEMORY_STATS_INIT;
+        gpurt_status_t s = gpurt_mem_pool_stats(handle_, &st);
+        return detail::finish(s, std::move(st));
+    }
+    Ret<MemPoolUsage> usage() const {
+        MemPoolUsage u{};
+        gpurt_status_t s = gpurt_mem_pool_usage(handle_, &u.used_bytes, &u.free_bytes, &u.total_bytes, &u.free_blocks);
+        return detail::finish(s, std::move(u));
+    }
+    /** cupy's free_all_blocks: the pool's wholly free segments go back to the driver. */
+    Ret<void> empty_cache() const { return detail::finish(gpurt_mem_pool_empty_cache(handle_)); }
+};
+
+/** For a scope, this thread's allocations on the pool's device come from `pool`
+ *  (torch.cuda.use_mem_pool). Where exceptions are off, a failed push leaves the
+ *  guard inactive (`active()`), with the error in gpurt_last_error_message(). */
+class MemPoolGuard {
+public:
+    explicit MemPoolGuard(gpurt_mem_pool_t pool) {
+        gpurt_status_t s = gpurt_mem_pool_push(pool);
+        pushed_ = s == GPURT_SUCCESS;
+        (void)detail::finish(s);
+    }
+    explicit MemPoolGuard(const MemPool &pool) : MemPoolGuard(pool.get()) {}
+    MemPoolGuard(const MemPoolGuard &) = delete;
+    MemPoolGuard &operator=(const MemPoolGuard &) = delete;
+    ~MemPoolGuard() {
+        if (pushed_) (void)gpurt_mem_pool_pop();
+    }
+    bool active() const noexcept { return pushed_; }
+
+private:
+    bool pushed_ = false;
+};
+
 #if defined(GPURT_HPP_HAS_PMR) && !defined(GPURT_CPP_NO_EXCEPTIONS)
 /** A std::pmr::memory_resource over gpurt's caching allocator, for one stream:
  *  device memory for containers of trivially copyable types that only the GPU

@@ -38,9 +38,11 @@ class Handle:
         return self._handle
 
     def close(self):
-        handle, self._handle = self._handle, ffi.NULL
-        if self._owned and handle != ffi.NULL:
-            check(getattr(lib, self._destroy)(handle))
+        """Destroys an owned handle. If the C library refuses (a pool still in use),
+        this raises and the object keeps its handle, as the C side keeps the object."""
+        if self._owned and self._handle != ffi.NULL:
+            check(getattr(lib, self._destroy)(self._handle))
+        self._handle = ffi.NULL
 
     def __enter__(self):
         return self

@@ -102,7 +102,8 @@ def _typestr(dtype):
 
 
 class DeviceBuffer(Allocation):
-    """Device memory from gpurt's caching allocator, for use on `stream` (default:
+    """Device memory from gpurt's caching allocator (from `pool`, a gpurt.MemPool,
+    where given), for use on `stream` (default:
     the current stream of the current device, or of `device`), freed when the object
     is (or by `free()`). `shape` and `dtype` describe it to other libraries through
     `__cuda_array_interface__`: `torch.as_tensor(buf, device="cuda")` and
@@ -110,7 +111,7 @@ class DeviceBuffer(Allocation):
 
     _destroy = "gpurt_free"
 
-    def __init__(self, nbytes=None, *, shape=None, dtype="uint8", stream=None, device=None):
+    def __init__(self, nbytes=None, *, shape=None, dtype="uint8", stream=None, device=None, pool=None):
         super().__init__(ffi.NULL)
         self.typestr = _typestr(dtype)
         itemsize = int(self.typestr[2:])
@@ -123,7 +124,10 @@ class DeviceBuffer(Allocation):
         self.stream = current_stream(device) if stream is None else stream
         if not isinstance(self.stream, Stream):
             raise TypeError(f"stream must be a gpurt.Stream, got {type(self.stream).__name__}")
-        self._handle = fetch("void*", lib.gpurt_malloc, self.nbytes, self.stream.handle)
+        if pool is None:
+            self._handle = fetch("void*", lib.gpurt_malloc, self.nbytes, self.stream.handle)
+        else:
+            self._handle = fetch("void*", lib.gpurt_mem_pool_malloc, pool.handle, self.nbytes, self.stream.handle)
 
     def __repr__(self):
         state = f"ptr={address(self._handle):#x}" if self._handle != ffi.NULL else "freed"

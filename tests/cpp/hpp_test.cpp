@@ -62,6 +62,7 @@ static void without_device(gpurt_status_t why) {
     expect_error(why, "gpurt_graph_pool_create", [] { (void)gpurt::GraphPool::create(0); });
     expect_error(why, "gpurt_pinned_pool_create", [] { (void)gpurt::PinnedPool::create(); });
     expect_error(why, "gpurt_empty_cache", [] { gpurt::empty_cache(); });
+    expect_error(why, "gpurt_mem_pool_create", [] { (void)gpurt::MemPool::create(0); });
     // Empty owners destroy nothing; moved-from owners are empty.
     gpurt::Stream empty(nullptr);
     gpurt::Stream moved(std::move(empty));
@@ -131,6 +132,27 @@ static void with_device(bool real_gpu) {
     }
     s.synchronize();
     CHECK(pool.stats().allocations.current == 0);
+
+    // A pool of its own, used through a guard, then by its handle; it refuses to go
+    // while it holds memory.
+    {
+        gpurt::MemPool mem_pool = gpurt::MemPool::create(0, "max_split_size_mb:64", 256u << 20);
+        {
+            gpurt::MemPoolGuard routed(mem_pool);
+            CHECK(routed.active());
+            gpurt::DeviceBuffer<int> in_pool(1000, s);
+            CHECK(mem_pool.stats().allocation.all.current == 1);
+            CHECK(mem_pool.usage().used_bytes == 4096);
+            expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_mem_pool_destroy", [&] { gpurt::detail::finish(gpurt_mem_pool_destroy(mem_pool.get())); });
+        }
+        CHECK(mem_pool.stats().allocation.all.current == 0);
+        gpurt::DeviceBuffer<int> outside(10, s);
+        CHECK(mem_pool.stats().allocation.all.current == 0);
+        s.synchronize();
+        mem_pool.empty_cache();
+        CHECK(mem_pool.usage().total_bytes == 0);
+        CHECK(gpurt::MemPool::default_pool(0) != nullptr);
+    }
 
     // A captured graph whose allocation comes from a shared graph pool.
     gpurt::GraphPool gpool = gpurt::GraphPool::create(0);

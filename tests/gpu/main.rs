@@ -8,6 +8,7 @@ mod alloc;
 mod device;
 mod graphs;
 mod kernels;
+mod mempool;
 mod multi;
 mod pinned;
 mod stream;
@@ -21,6 +22,7 @@ fn main() {
     tests.extend_from_slice(device::TESTS);
     tests.extend_from_slice(stream::TESTS);
     tests.extend_from_slice(alloc::TESTS);
+    tests.extend_from_slice(mempool::TESTS);
     tests.extend_from_slice(pinned::TESTS);
     tests.extend_from_slice(kernels::TESTS);
     tests.extend_from_slice(graphs::TESTS);

@@ -205,3 +205,34 @@ def test_streams_from_many_threads(device):
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_mem_pools_route_count_and_refuse_to_go_while_used(device):
+    s = gpurt.Stream()
+    before = gpurt.memory_allocated()
+    pool = gpurt.MemPool(config="max_split_size_mb:64", limit=256 << 20)
+    assert pool.device == 0 and gpurt.MemPool.default() == gpurt.MemPool.default()
+    with gpurt.use_mem_pool(pool):
+        routed = gpurt.DeviceBuffer(4096, stream=s)
+        with gpurt.use_mem_pool(gpurt.MemPool.default()):
+            outside = gpurt.DeviceBuffer(4096, stream=s)
+    direct = gpurt.DeviceBuffer(1 << 20, stream=s, pool=pool)
+    assert pool.stats()["allocation.all.current"] == 2
+    assert pool.usage()["used_bytes"] == 4096 + (1 << 20)
+    assert gpurt.memory_allocated() == before + 2 * 4096 + (1 << 20)
+    with pytest.raises(gpurt.InvalidArgumentError, match="2 live allocation"):
+        pool.close()
+    assert pool.used_bytes() == 4096 + (1 << 20), "a refused close changes nothing"
+    with pytest.raises(gpurt.OutOfMemoryError, match="limit"):
+        gpurt.DeviceBuffer(512 << 20, stream=s, pool=pool)
+    for buf in (routed, outside, direct):
+        buf.free()
+    s.synchronize()
+    pool.free_all_blocks()
+    assert pool.total_bytes() == 0
+    pool.close()
+    assert gpurt.memory_allocated() == before
+    with pytest.raises(gpurt.InvalidHandleError):
+        pool.usage()
+    with pytest.raises(gpurt.InvalidArgumentError):
+        gpurt.MemPool(config="expandable_segments:Maybe")

@@ -1,0 +1,70 @@
+"""Memory pools of their own (torch.cuda.MemPool and use_mem_pool, cupy.cuda.MemoryPool):
+each with its own segments, options, limit and statistics; its memory is freed like
+any other gpurt allocation."""
+import contextlib
+
+from ._handle import Handle, ordinal
+from ._native import check, fetch, ffi, lib
+from .memory import _stat_fields
+
+
+class MemPool(Handle):
+    """A caching pool on `device` (default: the current one). `config` takes
+    GPURT_ALLOC_CONF's syntax for this pool alone (None: the process's options);
+    `limit` caps the bytes it reserves (0: no cap; cupy's set_limit). Closing it
+    while it holds live allocations raises and leaves it as it was.
+    `MemPool.default()` is a device's default pool, which is never destroyed."""
+
+    _destroy = "gpurt_mem_pool_destroy"
+
+    def __init__(self, device=None, config=None, limit=0):
+        options = ffi.new("gpurt_mem_pool_options_t*")
+        check(lib.gpurt_mem_pool_options_init(options))
+        text = ffi.new("char[]", config.encode()) if config is not None else ffi.NULL
+        options.config = text
+        options.limit_bytes = int(limit)
+        super().__init__(fetch("gpurt_mem_pool_t", lib.gpurt_mem_pool_create, ordinal(device), options))
+
+    @classmethod
+    def default(cls, device=None):
+        return cls._adopt(fetch("gpurt_mem_pool_t", lib.gpurt_mem_pool_default, ordinal(device)), owned=False)
+
+    @property
+    def device(self):
+        return fetch("int", lib.gpurt_mem_pool_get_device, self._handle)
+
+    def stats(self):
+        """This pool's statistics, under torch.cuda.memory_stats' keys."""
+        stats = ffi.new("gpurt_memory_stats_t*", {"struct_size": ffi.sizeof("gpurt_memory_stats_t")})
+        check(lib.gpurt_mem_pool_stats(self._handle, stats))
+        return dict(sorted(_stat_fields(stats[0], "", {}).items()))
+
+    def usage(self):
+        """cupy's MemoryPool figures: used, free and total bytes, free blocks."""
+        values = [ffi.new("uint64_t*") for _ in range(4)]
+        check(lib.gpurt_mem_pool_usage(self._handle, *values))
+        return dict(zip(("used_bytes", "free_bytes", "total_bytes", "free_blocks"), (v[0] for v in values)))
+
+    def used_bytes(self):
+        return self.usage()["used_bytes"]
+
+    def total_bytes(self):
+        return self.usage()["total_bytes"]
+
+    def empty_cache(self):
+        """Returns the pool's wholly free segments to the driver (cupy's free_all_blocks)."""
+        check(lib.gpurt_mem_pool_empty_cache(self._handle))
+
+    free_all_blocks = empty_cache
+
+
+@contextlib.contextmanager
+def use_mem_pool(pool):
+    """Within the block, this thread's allocations on the pool's device come from
+    `pool` (torch.cuda.use_mem_pool): DeviceBuffer, and PyTorch and CuPy when they
+    allocate through gpurt."""
+    check(lib.gpurt_mem_pool_push(pool.handle))
+    try:
+        yield pool
+    finally:
+        check(lib.gpurt_mem_pool_pop())
