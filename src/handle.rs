@@ -17,7 +17,9 @@ use crate::error::{Error, Result};
 const INDEX_BITS: u32 = 24;
 const CHUNK_BITS: u32 = 10;
 const CHUNK_LEN: usize = 1 << CHUNK_BITS;
-const MAX_CHUNKS: usize = 1 << (INDEX_BITS - CHUNK_BITS);
+/// Under Miri a few chunks: every access to the chunk array retags all of it, and
+/// 2^14 pointers made each lookup cost milliseconds there.
+const MAX_CHUNKS: usize = if cfg!(miri) { 8 } else { 1 << (INDEX_BITS - CHUNK_BITS) };
 
 /// Which table a handle belongs to; part of every handle's bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

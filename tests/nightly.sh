@@ -22,11 +22,10 @@ has_rust_src() { [ -d "$(rustc +nightly --print sysroot)/lib/rustlib/src/rust/li
 
 # Under Miri: the modules whose unit tests need no driver (Miri loads no foreign
 # library), in a hundredth of their native iterations (`test_iterations`). The
-# allocator's own suite (alloc::tests) and the handle table's four-thread test take
-# over an hour there (ThreadSanitizer runs both natively): MIRI_FULL=1 adds them.
+# allocator's own suite (alloc::tests) takes over an hour there (ThreadSanitizer runs
+# it natively): MIRI_FULL=1 adds it.
 miri_tests=(handle:: alloc::blocks alloc::config alloc::stats alloc::owners alloc::mempool copy::staged graph::pool pinned::tests dtype)
-miri_skips=(--skip handle::tests::concurrent_insert_remove_get)
-if [ "${MIRI_FULL:-0}" = 1 ]; then miri_tests+=(alloc::tests); miri_skips=(); fi
+[ "${MIRI_FULL:-0}" = 1 ] && miri_tests+=(alloc::tests)
 # Each tool has a time budget, so that a slow or stuck run fails with its name
 # instead of running into CI's limit.
 budget() {
@@ -36,7 +35,7 @@ budget() {
 if [[ $tools == *,miri,* ]]; then
     echo "== Miri"
     if cargo +nightly miri --version >/dev/null 2>&1 && has_rust_src; then
-        MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation -Zmiri-tree-borrows -Zmiri-permissive-provenance}" budget 1200 Miri cargo +nightly miri test --lib -- "${miri_tests[@]}" "${miri_skips[@]}"
+        MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation -Zmiri-tree-borrows -Zmiri-permissive-provenance}" budget 1200 Miri cargo +nightly miri test --lib -- "${miri_tests[@]}"
     else
         echo "Miri: skipped (nightly has no miri: rustup component add --toolchain nightly miri rust-src)"
     fi

@@ -288,28 +288,29 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// the shard that the segment map names. A shard that has answered is not asked
     /// again: its answer stands. The first shard is asked inline, the others out of
     /// line, so that the common case makes no call.
+    /// `None`: no shard of this allocator holds the block.
     #[inline(always)]
-    fn on_owner<T>(&self, addr: u64, f: impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> Result<T> {
+    fn on_owner<T>(&self, addr: u64, f: impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> Option<Result<T>> {
         match self.ask_recent(RECENT_SHARDS.with(|recent| recent[0].get()), &f) {
-            Ok(result) => result,
+            Ok(result) => Some(result),
             Err(asked) => self.on_other_owner(addr, asked, &f),
         }
     }
 
     /// `on_owner` past the first shard (`first`, if it was asked).
     #[inline(never)]
-    fn on_other_owner<T>(&self, addr: u64, first: Option<u32>, f: &impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> Result<T> {
+    fn on_other_owner<T>(&self, addr: u64, first: Option<u32>, f: &impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> Option<Result<T>> {
         let second = RECENT_SHARDS.with(|recent| recent[1].get());
         let mut asked = [first, None];
         if first != Some(second.shard) {
             match self.ask_recent(second, f) {
-                Ok(result) => return result,
+                Ok(result) => return Some(result),
                 Err(shard) => asked[1] = shard,
             }
         }
-        let index = self.shared.owner_of(addr).filter(|i| !asked.contains(&Some(*i))).ok_or_else(|| not_live(addr))?;
+        let index = self.shared.owner_of(addr).filter(|i| !asked.contains(&Some(*i)))?;
         let mut state = self.shard(index);
-        let result = f(&mut state.pool).unwrap_or_else(|| Err(not_live(addr)));
+        let result = f(&mut state.pool);
         state.flush_if_due(&self.totals);
         result
     }
@@ -445,11 +446,23 @@ impl<S: SegmentSource> CachingAllocator<S> {
         if addr == 0 {
             return Ok(());
         }
+        self.try_free(addr).unwrap_or_else(|| Err(not_live(addr)))
+    }
+
+    /// Frees `addr` if this allocator holds it (`None`: it does not; no error is
+    /// made, as a free tries several allocators).
+    #[inline(always)]
+    pub fn try_free(&self, addr: u64) -> Option<Result<()>> {
         self.on_owner(addr, |pool| pool.free(addr))
     }
 
     /// Declares that `addr` is also used on `stream` (PyTorch's `record_stream`).
     pub fn record_stream(&self, addr: u64, stream: u64) -> Result<()> {
+        self.try_record_stream(addr, stream).unwrap_or_else(|| Err(not_live(addr)))
+    }
+
+    /// `record_stream` if this allocator holds `addr`.
+    pub fn try_record_stream(&self, addr: u64, stream: u64) -> Option<Result<()>> {
         self.on_owner(addr, |pool| pool.record_stream(addr, stream))
     }
 

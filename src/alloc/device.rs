@@ -222,7 +222,7 @@ static ROUTED: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// This thread's pushed pools (`gpurt_mem_pool_push`).
-    static POOL_STACK: RefCell<PoolStack<DriverSource>> = RefCell::new(PoolStack::new(&ROUTED));
+    static POOL_STACK: RefCell<PoolStack<DriverSource>> = const { RefCell::new(PoolStack::new(&ROUTED)) };
 }
 
 /// Pushes a route for this thread's allocations (`gpurt_mem_pool_push`).
@@ -264,43 +264,54 @@ pub fn malloc_from(pool: &CachingAllocator<DriverSource>, size: u64, native_stre
     pool.malloc(size, key)
 }
 
-/// Runs `f` on the allocator whose segments hold `ptr`: a device's default pool or a
-/// pool the user created. Devices' address ranges do not interleave in practice, so
-/// while no user pool exists the lock-free span check names one allocator, which
-/// then finds the block itself; the segment maps decide only where spans overlap.
-/// (Asking every device's segment map, under its lock, made every free on a
-/// two-GPU machine contend on one lock: 8 threads ran 0.38x one thread's rate.)
+/// Runs `f` on the allocators that may hold `ptr` until one answers (`f` gives
+/// `None` where its allocator holds no such block): first the pool this thread has
+/// pushed last, then the devices' default pools, then the pools users created. The
+/// lock-free span check passes over allocators that surely do not hold it; each
+/// allocator asks this thread's recent shards before its segment map, so the common
+/// free costs one allocator's lookup however many pools exist. (Asking every
+/// device's segment map, under its lock, made every free on a two-GPU machine
+/// contend on one lock: 8 threads ran 0.38x one thread's rate.)
 #[inline(always)]
-fn on_owner<T>(ptr: u64, f: impl FnOnce(&CachingAllocator<DriverSource>) -> Result<T>) -> Result<T> {
-    let mut candidates = created().filter(|a| a.may_hold(ptr));
-    match (candidates.next(), candidates.next(), MEM_POOLS.is_empty()) {
-        (Some(only), None, true) => f(only),
-        (None, _, true) => Err(not_live(ptr)),
-        _ => on_owner_among_pools(ptr, f),
+fn on_owner<T>(ptr: u64, f: impl Fn(&CachingAllocator<DriverSource>) -> Option<Result<T>>) -> Result<T> {
+    if ROUTED.load(Ordering::Relaxed) > 0 {
+        let pushed = POOL_STACK.try_with(|stack| stack.borrow().top().filter(|p| p.allocator().may_hold(ptr)).and_then(|p| f(p.allocator())));
+        if let Ok(Some(result)) = pushed {
+            return result;
+        }
     }
+    let mut candidates = created().filter(|a| a.may_hold(ptr));
+    if let (Some(only), None) = (candidates.next(), candidates.next()) {
+        if let Some(result) = f(only) {
+            return result;
+        }
+    }
+    on_owner_among_pools(ptr, f)
 }
 
-/// `on_owner` where spans overlap or user pools exist: the segment maps decide.
+/// `on_owner` past its fast path: every default pool whose span may hold `ptr`,
+/// then every user pool.
 #[inline(never)]
-fn on_owner_among_pools<T>(ptr: u64, f: impl FnOnce(&CachingAllocator<DriverSource>) -> Result<T>) -> Result<T> {
-    if let Some(default) = created().find(|a| a.may_hold(ptr) && a.holds(ptr)) {
-        return f(default);
-    }
-    MEM_POOLS.with_owner(ptr, |pool| f(pool.allocator())).unwrap_or_else(|| Err(not_live(ptr)))
+fn on_owner_among_pools<T>(ptr: u64, f: impl Fn(&CachingAllocator<DriverSource>) -> Option<Result<T>>) -> Result<T> {
+    created()
+        .filter(|a| a.may_hold(ptr))
+        .find_map(&f)
+        .or_else(|| MEM_POOLS.find_map(ptr, |pool| f(pool.allocator())))
+        .unwrap_or_else(|| Err(not_live(ptr)))
 }
 
 pub fn free(ptr: u64) -> Result<()> {
     if ptr == 0 {
         return Ok(());
     }
-    match on_owner(ptr, |a| a.free(ptr)) {
+    match on_owner(ptr, |a| a.try_free(ptr)) {
         Err(missed) => crate::graph::free_private(ptr).unwrap_or(Err(missed)),
         freed => freed,
     }
 }
 
 pub fn record_stream(ptr: u64, native_stream: u64) -> Result<()> {
-    match on_owner(ptr, |a| a.record_stream(ptr, stream_key(native_stream))) {
+    match on_owner(ptr, |a| a.try_record_stream(ptr, stream_key(native_stream))) {
         Err(missed) => crate::graph::record_stream_private(ptr, stream_key(native_stream)).unwrap_or(Err(missed)),
         recorded => recorded,
     }

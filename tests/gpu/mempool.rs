@@ -96,6 +96,7 @@ fn threads_route_through_their_own_pushed_pools() {
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 scope.spawn(move || {
+                    expect_status!(gpurt::device::ffi::gpurt_set_device(0), GPURT_SUCCESS); // for the raw driver calls
                     let pool = create(None);
                     let s = stream();
                     expect_status!(gpurt_mem_pool_push(pool), GPURT_SUCCESS);

@@ -151,20 +151,14 @@ impl<S: SegmentSource> MemPools<S> {
         Ok(())
     }
 
-    /// Runs `f` on the pool whose segments hold `ptr`, if any.
+    /// `f`'s first answer among the pools whose span may hold `ptr` (`f` gives
+    /// `None` for a pool that does not hold it).
     #[inline]
-    pub fn with_owner<T>(&self, ptr: u64, f: impl FnOnce(&MemPool<S>) -> T) -> Option<T> {
+    pub fn find_map<T>(&self, ptr: u64, f: impl Fn(&MemPool<S>) -> Option<T>) -> Option<T> {
         if self.is_empty() {
             return None;
         }
-        let live = self.live.load();
-        let mut candidates = live.iter().filter(|p| p.allocator.may_hold(ptr));
-        let owner = match (candidates.next(), candidates.next()) {
-            (Some(only), None) => only.allocator.holds(ptr).then_some(only),
-            (None, _) => None,
-            _ => live.iter().find(|p| p.allocator.holds(ptr)),
-        };
-        owner.map(|p| f(p))
+        self.live.load().iter().filter(|p| p.allocator.may_hold(ptr)).find_map(|p| f(p))
     }
 
     /// Adds the statistics of `device`'s pools, live and destroyed, to `stats`. Current
@@ -226,7 +220,7 @@ pub struct PoolStack<S: SegmentSource> {
 }
 
 impl<S: SegmentSource> PoolStack<S> {
-    pub fn new(all_threads: &'static AtomicUsize) -> Self {
+    pub const fn new(all_threads: &'static AtomicUsize) -> Self {
         PoolStack { routes: Vec::new(), all_threads }
     }
 
@@ -249,6 +243,15 @@ impl<S: SegmentSource> PoolStack<S> {
 
     pub fn is_empty(&self) -> bool {
         self.routes.is_empty()
+    }
+
+    /// The pool pushed last, if it is not a default pool.
+    #[inline]
+    pub fn top(&self) -> Option<&MemPool<S>> {
+        match self.routes.last()? {
+            Route::Pool(pool) => Some(pool),
+            Route::Default(_) => None,
+        }
     }
 
     /// The pool serving this thread's allocations on `device`: `None` for the

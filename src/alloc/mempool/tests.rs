@@ -54,9 +54,11 @@ fn pushed_pools_route_each_threads_allocations_and_frees_find_them_from_the_poin
                         1 if !stack.is_empty() => stack.pop().unwrap(),
                         2..=5 if !live.is_empty() => {
                             let (addr, device, expected) = live.swap_remove(rng.below(live.len() as u64) as usize);
-                            let found = pools.with_owner(addr, |p| {
-                                p.allocator().free(addr).unwrap();
-                                p.id()
+                            let found = pools.find_map(addr, |p| {
+                                p.allocator().try_free(addr).map(|freed| {
+                                    freed.unwrap();
+                                    p.id()
+                                })
                             });
                             match found {
                                 Some(id) => assert_eq!(id, expected, "the block was found in another pool"),
@@ -76,7 +78,7 @@ fn pushed_pools_route_each_threads_allocations_and_frees_find_them_from_the_poin
                     }
                 }
                 for (addr, device, expected) in live {
-                    pools.with_owner(addr, |p| p.allocator().free(addr).unwrap()).unwrap_or_else(|| {
+                    pools.find_map(addr, |p| p.allocator().try_free(addr)).map(Result::unwrap).unwrap_or_else(|| {
                         assert_eq!(expected, 0);
                         defaults[device as usize].free(addr).unwrap();
                     });
@@ -140,7 +142,7 @@ fn a_pool_with_live_allocations_or_pushed_is_not_destroyed() {
     assert_eq!(err.status, Status::GPURT_ERROR_INVALID_ARGUMENT);
     assert!(err.message.contains("3 live allocation"), "{}", err.message);
     for &b in &blocks {
-        assert!(pools.with_owner(b, |_| ()).is_some(), "a refused destroy leaves every block findable");
+        assert!(pools.find_map(b, |p| p.allocator().holds(b).then_some(())).is_some(), "a refused destroy leaves every block findable");
     }
     blocks.into_iter().for_each(|b| pool.allocator().free(b).unwrap());
     let mut stack = PoolStack::new(&ROUTED);
