@@ -77,6 +77,12 @@
  */
 #define GPURT_UPSTREAM_DRIVER 0
 
+/**
+ * Upstream of a pool: segments from the options' user_alloc / user_free (an arena
+ * of the caller's, a NUMA-aware allocator, RMM), cached by gpurt; plain segments only.
+ */
+#define GPURT_UPSTREAM_USER 1
+
 #define GPURT_EVENT_BLOCKING_SYNC 1
 
 #define GPURT_EVENT_DISABLE_TIMING 2
@@ -344,6 +350,16 @@ typedef struct {
 } gpurt_memory_stats_t;
 
 /**
+ * `void *alloc(size_t size, int device, void *stream, void *context)`: NULL for no memory.
+ */
+typedef void *(*gpurt_upstream_alloc_fn)(size_t, int, void*, void*);
+
+/**
+ * `void free(void *ptr, size_t size, int device, void *stream, void *context)`.
+ */
+typedef void (*gpurt_upstream_free_fn)(void*, size_t, int, void*, void*);
+
+/**
  * Options of gpurt_mem_pool_create; initialise with GPURT_MEM_POOL_OPTIONS_INIT.
  */
 typedef struct {
@@ -361,6 +377,21 @@ typedef struct {
    * The most bytes the pool may reserve (cupy's set_limit); 0: no limit.
    */
   uint64_t limit_bytes;
+  /**
+   * GPURT_UPSTREAM_USER: returns `size` bytes of device memory on `device`, aligned
+   * to 512 bytes, for first use on `stream` (a CUstream), or NULL; called only
+   * when the pool needs a new segment, from any thread.
+   */
+  gpurt_upstream_alloc_fn user_alloc;
+  /**
+   * GPURT_UPSTREAM_USER: gives back a segment user_alloc returned (its size
+   * again; `stream` NULL: the memory is idle).
+   */
+  gpurt_upstream_free_fn user_free;
+  /**
+   * Passed to user_alloc and user_free as their last argument.
+   */
+  void *user_context;
 } gpurt_mem_pool_options_t;
 
 typedef gpurt_mem_pool_s *gpurt_mem_pool_t;

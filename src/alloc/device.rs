@@ -12,6 +12,7 @@ use cudarc::driver::sys;
 use super::caching::{not_live, CachingAllocator};
 use super::config::AllocConfig;
 use super::mempool::{MemPools, PoolStack, Route};
+use super::upstream::PoolSource;
 use super::pool::SegmentSource;
 use super::stats::gpurt_memory_stats_t;
 use crate::boundary::lock;
@@ -56,8 +57,12 @@ impl DriverSource {
 
 impl SegmentSource for DriverSource {
     fn allocate(&self, size: u64, stream: u64) -> Result<u64> {
-        // Only here, on the slow path: a capture begun outside gpurt has no private
-        // pool, and cuMemAlloc during it would invalidate it.
+        self.may_allocate(stream)?;
+        self.alloc_segment(size)
+    }
+    /// Only on the slow path: a capture begun outside gpurt has no private pool, and
+    /// allocating a segment during it would invalidate it.
+    fn may_allocate(&self, stream: u64) -> Result<()> {
         let native = native_stream_of(stream) as sys::CUstream;
         let capture = device::with_device(self.device, || crate::stream::native_capture_status(native))?;
         if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
@@ -67,7 +72,16 @@ impl SegmentSource for DriverSource {
                  gpurt has no private pool for it, and allocating a segment would invalidate the capture",
             ));
         }
-        self.alloc_segment(size)
+        Ok(())
+    }
+    fn native_stream(&self, stream: u64) -> u64 {
+        native_stream_of(stream)
+    }
+    fn in_context(&self, f: &mut dyn FnMut()) -> Result<()> {
+        device::with_device(self.device, || {
+            f();
+            Ok(())
+        })
     }
     fn release(&self, addr: u64, _size: u64) {
         let freed = device::with_device(self.device, || check(unsafe { sys::cuMemFree_v2(addr) }, "cuMemFree"));
@@ -215,18 +229,18 @@ pub(crate) fn native_stream_of(key: u64) -> u64 {
 }
 
 /// Pools users create (`gpurt_mem_pool_create`), over the driver.
-pub(crate) static MEM_POOLS: Lazy<MemPools<DriverSource>> = Lazy::new(MemPools::default);
+pub(crate) static MEM_POOLS: Lazy<MemPools<PoolSource>> = Lazy::new(MemPools::default);
 /// Entries on every thread's pool stack: while zero, an allocation reads no
 /// thread-local state to route itself.
 static ROUTED: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// This thread's pushed pools (`gpurt_mem_pool_push`).
-    static POOL_STACK: RefCell<PoolStack<DriverSource>> = const { RefCell::new(PoolStack::new(&ROUTED)) };
+    static POOL_STACK: RefCell<PoolStack<PoolSource>> = const { RefCell::new(PoolStack::new(&ROUTED)) };
 }
 
 /// Pushes a route for this thread's allocations (`gpurt_mem_pool_push`).
-pub(crate) fn push_route(route: Route<DriverSource>) -> Result<()> {
+pub(crate) fn push_route(route: Route<PoolSource>) -> Result<()> {
     POOL_STACK.with(|stack| stack.borrow_mut().push(route));
     Ok(())
 }
@@ -256,7 +270,7 @@ pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
 
 /// Allocates from `pool` for `native_stream`, which must be on the pool's device
 /// (`gpurt_mem_pool_malloc`). A capture through gpurt still takes its private pool.
-pub fn malloc_from(pool: &CachingAllocator<DriverSource>, size: u64, native_stream: u64) -> Result<u64> {
+pub fn malloc_from<S: SegmentSource>(pool: &CachingAllocator<S>, size: u64, native_stream: u64) -> Result<u64> {
     let key = stream_key(native_stream);
     if let Some(private) = crate::graph::capture_allocator(native_stream)? {
         return private.malloc(size, key);
@@ -264,39 +278,58 @@ pub fn malloc_from(pool: &CachingAllocator<DriverSource>, size: u64, native_stre
     pool.malloc(size, key)
 }
 
-/// Runs `f` on the allocators that may hold `ptr` until one answers (`f` gives
-/// `None` where its allocator holds no such block): first the pool this thread has
-/// pushed last, then the devices' default pools, then the pools users created. The
-/// lock-free span check passes over allocators that surely do not hold it; each
-/// allocator asks this thread's recent shards before its segment map, so the common
+/// What a pointer-only call does to its block, in whichever allocator holds it.
+#[derive(Clone, Copy)]
+enum BlockOp {
+    Free,
+    /// `record_stream` with this stream key.
+    UsedOn(u64),
+}
+
+impl BlockOp {
+    /// The operation on `ptr` if `allocator` holds it (`None`: it does not).
+    #[inline(always)]
+    fn apply<S: SegmentSource>(self, allocator: &CachingAllocator<S>, ptr: u64) -> Option<Result<()>> {
+        match self {
+            BlockOp::Free => allocator.try_free(ptr),
+            BlockOp::UsedOn(stream) => allocator.try_record_stream(ptr, stream),
+        }
+    }
+}
+
+/// Applies `op` to `ptr` in the allocator that holds it, asking until one answers:
+/// first the pool this thread has pushed last, then the devices' default pools, then
+/// the pools users created. The lock-free span check passes over allocators that
+/// surely do not hold it; each allocator asks this thread's recent shards before its
+/// segment map, and answers "not mine" without building an error, so the common
 /// free costs one allocator's lookup however many pools exist. (Asking every
 /// device's segment map, under its lock, made every free on a two-GPU machine
 /// contend on one lock: 8 threads ran 0.38x one thread's rate.)
 #[inline(always)]
-fn on_owner<T>(ptr: u64, f: impl Fn(&CachingAllocator<DriverSource>) -> Option<Result<T>>) -> Result<T> {
+fn on_owner(ptr: u64, op: BlockOp) -> Result<()> {
     if ROUTED.load(Ordering::Relaxed) > 0 {
-        let pushed = POOL_STACK.try_with(|stack| stack.borrow().top().filter(|p| p.allocator().may_hold(ptr)).and_then(|p| f(p.allocator())));
+        let pushed = POOL_STACK.try_with(|stack| stack.borrow().top().filter(|p| p.allocator().may_hold(ptr)).and_then(|p| op.apply(p.allocator(), ptr)));
         if let Ok(Some(result)) = pushed {
             return result;
         }
     }
     let mut candidates = created().filter(|a| a.may_hold(ptr));
     if let (Some(only), None) = (candidates.next(), candidates.next()) {
-        if let Some(result) = f(only) {
+        if let Some(result) = op.apply(only, ptr) {
             return result;
         }
     }
-    on_owner_among_pools(ptr, f)
+    on_owner_among_pools(ptr, op)
 }
 
 /// `on_owner` past its fast path: every default pool whose span may hold `ptr`,
 /// then every user pool.
 #[inline(never)]
-fn on_owner_among_pools<T>(ptr: u64, f: impl Fn(&CachingAllocator<DriverSource>) -> Option<Result<T>>) -> Result<T> {
+fn on_owner_among_pools(ptr: u64, op: BlockOp) -> Result<()> {
     created()
         .filter(|a| a.may_hold(ptr))
-        .find_map(&f)
-        .or_else(|| MEM_POOLS.find_map(ptr, |pool| f(pool.allocator())))
+        .find_map(|a| op.apply(a, ptr))
+        .or_else(|| MEM_POOLS.find_map(ptr, |pool| op.apply(pool.allocator(), ptr)))
         .unwrap_or_else(|| Err(not_live(ptr)))
 }
 
@@ -304,14 +337,14 @@ pub fn free(ptr: u64) -> Result<()> {
     if ptr == 0 {
         return Ok(());
     }
-    match on_owner(ptr, |a| a.try_free(ptr)) {
+    match on_owner(ptr, BlockOp::Free) {
         Err(missed) => crate::graph::free_private(ptr).unwrap_or(Err(missed)),
         freed => freed,
     }
 }
 
 pub fn record_stream(ptr: u64, native_stream: u64) -> Result<()> {
-    match on_owner(ptr, |a| a.try_record_stream(ptr, stream_key(native_stream))) {
+    match on_owner(ptr, BlockOp::UsedOn(stream_key(native_stream))) {
         Err(missed) => crate::graph::record_stream_private(ptr, stream_key(native_stream)).unwrap_or(Err(missed)),
         recorded => recorded,
     }

@@ -3,7 +3,8 @@
 //! over its segment source, so that it is tested on host address ranges (`host`) and
 //! runs unchanged on the driver (`device`). `caching` shards pools by stream, and
 //! `owners` maps each segment to its shard for frees from any thread. `mempool` adds
-//! the pools users create beside each device's default one, and per-thread routing.
+//! the pools users create beside each device's default one, and per-thread routing;
+//! `upstream` where their segments come from.
 //! `ffi` holds the C entry points, including PyTorch's and CuPy's pluggable
 //! allocator signatures.
 
@@ -17,6 +18,7 @@ pub mod mempool;
 mod owners;
 pub mod pool;
 pub mod stats;
+pub mod upstream;
 
 #[cfg(test)]
 mod tests;

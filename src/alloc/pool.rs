@@ -49,6 +49,20 @@ pub trait SegmentSource: Send + Sync {
     fn wait(&self, marker: u64);
     /// (free, total) memory as the source reports it, for out-of-memory messages.
     fn memory_info(&self) -> (u64, u64);
+    /// Whether a segment may be taken for `stream` now (a source may refuse while
+    /// `stream` is being captured).
+    fn may_allocate(&self, _stream: u64) -> Result<()> {
+        Ok(())
+    }
+    /// The native stream behind a stream key, for sources that pass it on.
+    fn native_stream(&self, stream: u64) -> u64 {
+        stream
+    }
+    /// Runs `f` with the source's device current, for sources that call out.
+    fn in_context(&self, f: &mut dyn FnMut()) -> Result<()> {
+        f();
+        Ok(())
+    }
 
     // Expandable segments (`expandable_segments:True`): address ranges reserved once
     // and backed with memory as they grow, so that a stream's blocks stay contiguous.

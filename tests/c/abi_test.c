@@ -3,6 +3,7 @@
  * documented status and set a message; none may crash. Runs with and without a
  * GPU: without one it also checks the no-driver behaviour. Valid C99 and C++17, so
  * the consumer tests build it both ways. */
+#define _POSIX_C_SOURCE 200112L /* posix_memalign */
 #include <gpurt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -308,6 +309,52 @@ static void check_native_streams(gpurt_stream_t stream) {
     EXPECT_TRUE(after == before);
 }
 
+/* A user upstream over host memory (the pool never touches its segments' bytes):
+ * `context` counts the live segments; a NULL context makes it fail. */
+static void *user_alloc(size_t size, int device, void *stream, void *context) {
+    void *p = NULL;
+    (void)device;
+    (void)stream;
+    if (context == NULL || posix_memalign(&p, 512, size) != 0) return NULL;
+    ++*(int *)context;
+    return p;
+}
+
+static void user_free(void *p, size_t size, int device, void *stream, void *context) {
+    (void)size;
+    (void)device;
+    (void)stream;
+    --*(int *)context;
+    free(p);
+}
+
+static void check_user_upstream(gpurt_stream_t stream) {
+    gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
+    gpurt_mem_pool_t pool = NULL;
+    int segments = 0;
+    void *p = NULL;
+    options.upstream = GPURT_UPSTREAM_USER;
+    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "user_alloc") != NULL);
+    options.user_alloc = user_alloc;
+    options.user_free = user_free;
+    options.config = "expandable_segments:True";
+    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_ERROR_INVALID_ARGUMENT);
+    options.config = NULL;
+    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_SUCCESS); /* context NULL: every alloc fails */
+    EXPECT(gpurt_mem_pool_malloc(pool, 3u << 20, stream, &p), GPURT_ERROR_OUT_OF_MEMORY);
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "user upstream") != NULL);
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+    options.user_context = &segments;
+    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(pool, 3u << 20, stream, &p), GPURT_SUCCESS);
+    EXPECT_TRUE(segments == 1);
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+    EXPECT_TRUE(segments == 0);
+}
+
 /* Memory pools: bad options, wrong handles, limits, routing by push/pop, refusals
  * that change nothing, per-pool figures against the device's. */
 static void check_mem_pools(gpurt_stream_t stream) {
@@ -528,6 +575,7 @@ static void check_pinned_and_copies(void) {
     check_sizes(stream);
     check_native_streams(stream);
     check_mem_pools(stream);
+    check_user_upstream(stream);
     check_kernels(stream);
     check_graphs(stream);
     EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);

@@ -1,4 +1,7 @@
 use std::ffi::CString;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use libc::{c_int, c_void};
 
 use cudarc::driver::sys;
 use gpurt::alloc::ffi::*;
@@ -16,11 +19,37 @@ pub const TESTS: &[crate::support::Test] = &[
 
 const WORDS: usize = 1 << 18; // 1 MiB
 
-fn create(config: Option<&str>) -> gpurt_mem_pool_t {
+/// Segments a user upstream handed out and took back, by the test's own cuMemAlloc.
+static USER_SEGMENTS: [AtomicI64; 2] = [AtomicI64::new(0), AtomicI64::new(0)];
+
+unsafe extern "C" fn user_alloc(size: usize, device: c_int, _stream: *mut c_void, ctx: *mut c_void) -> *mut c_void {
+    assert_eq!((device, ctx as usize), (0, 0x5eed), "the device and context are passed on");
+    let mut ptr = 0;
+    if sys::cuMemAlloc_v2(&mut ptr, size) != sys::CUresult::CUDA_SUCCESS {
+        return std::ptr::null_mut();
+    }
+    USER_SEGMENTS[0].fetch_add(1, Ordering::Relaxed);
+    ptr as *mut c_void
+}
+
+unsafe extern "C" fn user_free(ptr: *mut c_void, _size: usize, _device: c_int, _stream: *mut c_void, _ctx: *mut c_void) {
+    ok(sys::cuMemFree_v2(ptr as u64));
+    USER_SEGMENTS[1].fetch_add(1, Ordering::Relaxed);
+}
+
+/// A pool with the driver upstream and `config`, or with the user upstream above.
+fn create(config: Option<&str>, user: bool) -> gpurt_mem_pool_t {
     let text = config.map(|c| CString::new(c).unwrap());
-    let mut options = gpurt_mem_pool_options_t { struct_size: 0, upstream: 0, config: std::ptr::null(), limit_bytes: 0 };
+    // SAFETY: all-zero is a valid value of the C struct; the init call fills it in.
+    let mut options: gpurt_mem_pool_options_t = unsafe { std::mem::zeroed() };
     expect_status!(gpurt_mem_pool_options_init(&mut options), GPURT_SUCCESS);
     options.config = text.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+    if user {
+        options.upstream = GPURT_UPSTREAM_USER;
+        options.user_alloc = Some(user_alloc);
+        options.user_free = Some(user_free);
+        options.user_context = 0x5eed as *mut c_void;
+    }
     let mut pool = std::ptr::null_mut();
     expect_status!(gpurt_mem_pool_create(0, &options, &mut pool), GPURT_SUCCESS);
     pool
@@ -45,13 +74,14 @@ fn read(ptr: u64, words: usize) -> Vec<u32> {
     back
 }
 
-/// For plain and expandable segments: stream B reads block X of a user pool while
-/// X is freed with B recorded and stream A allocates from the pool (pushed) and
-/// overwrites what it gets. B must read X's bytes; the device's figures are the sum.
+/// For plain and expandable segments and a user upstream: stream B reads block X of
+/// a user pool while X is freed with B recorded and stream A allocates from the pool
+/// (pushed) and overwrites what it gets. B must read X's bytes; the device's figures
+/// are the sum; the user upstream gets every segment back.
 fn user_pool_blocks_stay_exact_under_cross_stream_reuse() {
-    for config in [None, Some("expandable_segments:True")] {
+    for (config, user) in [(None, false), (Some("expandable_segments:True"), false), (None, true)] {
         let before = device_allocated();
-        let pool = create(config);
+        let pool = create(config, user);
         let (a, b) = (stream(), stream());
         let mut x = std::ptr::null_mut();
         expect_status!(gpurt_mem_pool_malloc(pool, WORDS * 4, a, &mut x), GPURT_SUCCESS);
@@ -81,6 +111,10 @@ fn user_pool_blocks_stay_exact_under_cross_stream_reuse() {
         }
         expect_status!(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
         assert_eq!(device_allocated(), before);
+        if user {
+            let [made, returned] = [0, 1].map(|i| USER_SEGMENTS[i].load(Ordering::Relaxed));
+            assert!(made > 0 && made == returned, "the user upstream made {made} segments and got {returned} back");
+        }
         for s in [a, b] {
             expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
         }
@@ -97,7 +131,7 @@ fn threads_route_through_their_own_pushed_pools() {
             .map(|t| {
                 scope.spawn(move || {
                     expect_status!(gpurt::device::ffi::gpurt_set_device(0), GPURT_SUCCESS); // for the raw driver calls
-                    let pool = create(None);
+                    let pool = create(None, false);
                     let s = stream();
                     expect_status!(gpurt_mem_pool_push(pool), GPURT_SUCCESS);
                     let mut live = Vec::new();

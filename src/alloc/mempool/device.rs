@@ -7,6 +7,7 @@ use std::sync::{Mutex, OnceLock};
 use super::{MemPool, PoolUsage, Route};
 use crate::alloc::config::AllocConfig;
 use crate::alloc::device::{self as pools, DriverSource, MEM_POOLS};
+use crate::alloc::upstream::{PoolSource, UserFunctions, UserSource};
 use crate::alloc::stats::gpurt_memory_stats_t;
 use crate::boundary::lock;
 use crate::device::{self, per_device, PerDeviceOnce};
@@ -22,7 +23,7 @@ const DEFAULT_POOL: u64 = 1 << 63;
 /// What a pool handle names.
 enum Named {
     Default(i32),
-    Pool(std::sync::Arc<MemPool<DriverSource>>),
+    Pool(std::sync::Arc<MemPool<PoolSource>>),
 }
 
 fn named(handle: Handle) -> Result<Named> {
@@ -33,16 +34,33 @@ fn named(handle: Handle) -> Result<Named> {
     MEM_POOLS.get(value).map(Named::Pool).ok_or_else(|| Error::invalid_handle("the memory pool was destroyed"))
 }
 
+/// Where a new pool's segments come from.
+pub enum Upstream {
+    Driver,
+    User(UserFunctions),
+}
+
 /// A new pool on `ordinal`'s device: `config` in `GPURT_ALLOC_CONF`'s syntax applies
 /// to it alone (`None`: the process's configuration as it is now); `limit` caps the
 /// bytes it reserves (0: none).
-pub fn create(ordinal: i32, config: Option<&str>, limit: u64) -> Result<Handle> {
+pub fn create(ordinal: i32, config: Option<&str>, limit: u64, upstream: Upstream) -> Result<Handle> {
     let d = device::resolve(ordinal)?;
     let config = match config {
         Some(text) => AllocConfig::parse(text)?,
         None => pools::config()?,
     };
-    let pool = MEM_POOLS.create(d, DriverSource::new(d), config, limit);
+    let source: PoolSource = match upstream {
+        Upstream::Driver => Box::new(DriverSource::new(d)),
+        Upstream::User(functions) => {
+            if config.expandable_segments {
+                return Err(Error::invalid_argument(
+                    "expandable_segments:True needs the driver upstream: a user upstream gives whole segments",
+                ));
+            }
+            Box::new(UserSource::new(functions, d, DriverSource::new(d)))
+        }
+    };
+    let pool = MEM_POOLS.create(d, source, config, limit);
     HANDLES.insert(pool.id()).inspect_err(|_| {
         let _ = MEM_POOLS.destroy(pool.id());
     })

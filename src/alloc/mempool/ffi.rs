@@ -1,6 +1,7 @@
 use libc::{c_char, c_int, c_void};
 
-use super::device as pools;
+use super::device::{self as pools, Upstream};
+use crate::alloc::upstream::{gpurt_upstream_alloc_fn, gpurt_upstream_free_fn, UserFunctions};
 use crate::alloc::stats::gpurt_memory_stats_t;
 use crate::boundary::{self, in_ref, in_str, write_sized, Out};
 use crate::error::{gpurt_status_t, Error};
@@ -17,6 +18,9 @@ pub type gpurt_mem_pool_t = *mut gpurt_mem_pool_s;
 /// Upstream of a pool: segments from cuMemAlloc (or expandable segments, as the
 /// pool's configuration says), as the default pools take them.
 pub const GPURT_UPSTREAM_DRIVER: c_int = 0;
+/// Upstream of a pool: segments from the options' user_alloc / user_free (an arena
+/// of the caller's, a NUMA-aware allocator, RMM), cached by gpurt; plain segments only.
+pub const GPURT_UPSTREAM_USER: c_int = 1;
 
 /// Options of gpurt_mem_pool_create; initialise with GPURT_MEM_POOL_OPTIONS_INIT.
 #[repr(C)]
@@ -30,6 +34,15 @@ pub struct gpurt_mem_pool_options_t {
     pub config: *const c_char,
     /// The most bytes the pool may reserve (cupy's set_limit); 0: no limit.
     pub limit_bytes: u64,
+    /// GPURT_UPSTREAM_USER: returns `size` bytes of device memory on `device`, aligned
+    /// to 512 bytes, for first use on `stream` (a CUstream), or NULL; called only
+    /// when the pool needs a new segment, from any thread.
+    pub user_alloc: gpurt_upstream_alloc_fn,
+    /// GPURT_UPSTREAM_USER: gives back a segment user_alloc returned (its size
+    /// again; `stream` NULL: the memory is idle).
+    pub user_free: gpurt_upstream_free_fn,
+    /// Passed to user_alloc and user_free as their last argument.
+    pub user_context: *mut c_void,
 }
 
 /// Initialises `options` for this version of the header: sets `struct_size`, the
@@ -43,6 +56,9 @@ pub extern "C" fn gpurt_mem_pool_options_init(options: *mut gpurt_mem_pool_optio
             upstream: GPURT_UPSTREAM_DRIVER,
             config: std::ptr::null(),
             limit_bytes: 0,
+            user_alloc: None,
+            user_free: None,
+            user_context: std::ptr::null_mut(),
         });
         Ok(())
     })
@@ -59,22 +75,27 @@ fn h(pool: gpurt_mem_pool_t) -> Handle {
 pub extern "C" fn gpurt_mem_pool_create(device: c_int, options: *const gpurt_mem_pool_options_t, pool: *mut gpurt_mem_pool_t) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_create", || {
         let out = Out::new(pool, "pool")?;
-        let (config, limit) = match options.is_null() {
-            true => (None, 0),
+        let (config, limit, upstream) = match options.is_null() {
+            true => (None, 0, Upstream::Driver),
             false => {
                 // The size first: a smaller (older) struct must not be read whole.
                 if *in_ref(options.cast::<usize>(), "options")? < std::mem::size_of::<gpurt_mem_pool_options_t>() {
                     return Err(Error::invalid_argument("`options->struct_size` is too small: initialise it with GPURT_MEM_POOL_OPTIONS_INIT"));
                 }
                 let o = *in_ref(options, "options")?;
-                if o.upstream != GPURT_UPSTREAM_DRIVER {
-                    return Err(Error::invalid_argument(format!("`options->upstream` is {}: not a GPURT_UPSTREAM_* value", o.upstream)));
-                }
+                let upstream = match (o.upstream, o.user_alloc, o.user_free) {
+                    (GPURT_UPSTREAM_DRIVER, _, _) => Upstream::Driver,
+                    (GPURT_UPSTREAM_USER, Some(alloc), Some(free)) => Upstream::User(UserFunctions { alloc, free, context: o.user_context as usize }),
+                    (GPURT_UPSTREAM_USER, _, _) => {
+                        return Err(Error::invalid_argument("GPURT_UPSTREAM_USER needs `options->user_alloc` and `options->user_free`"))
+                    }
+                    (other, _, _) => return Err(Error::invalid_argument(format!("`options->upstream` is {other}: not a GPURT_UPSTREAM_* value"))),
+                };
                 let config = (!o.config.is_null()).then(|| in_str(o.config, "options->config")).transpose()?;
-                (config, o.limit_bytes)
+                (config, o.limit_bytes, upstream)
             }
         };
-        out.write(pools::create(device, config, limit)?.to_ptr());
+        out.write(pools::create(device, config, limit, upstream)?.to_ptr());
         Ok(())
     })
 }
