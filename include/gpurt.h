@@ -54,6 +54,9 @@
 /** Pass as a device ordinal to mean this thread's current device. */
 #define GPURT_CURRENT_DEVICE (-1)
 
+/** A prefetch target or advice location (gpurt_mem_prefetch_async, gpurt_mem_advise) meaning host memory. */
+#define GPURT_DEVICE_HOST (-2)
+
 
 /**
  * The header's version: major, minor, patch.
@@ -78,10 +81,26 @@
 #define GPURT_UPSTREAM_DRIVER 0
 
 /**
+ * Upstream of a pool: managed memory (cuMemAllocManaged, GPURT_MEM_ATTACH_GLOBAL);
+ * plain segments only.
+ */
+#define GPURT_UPSTREAM_MANAGED 2
+
+/**
  * Upstream of a pool: segments from the options' user_alloc / user_free (an arena
  * of the caller's, a NUMA-aware allocator, RMM), cached by gpurt; plain segments only.
  */
 #define GPURT_UPSTREAM_USER 1
+
+/**
+ * Memory any stream on any device may access (`CU_MEM_ATTACH_GLOBAL`).
+ */
+#define GPURT_MEM_ATTACH_GLOBAL 1
+
+/**
+ * Memory the host may access while no stream uses it (`CU_MEM_ATTACH_HOST`).
+ */
+#define GPURT_MEM_ATTACH_HOST 2
 
 #define GPURT_EVENT_BLOCKING_SYNC 1
 
@@ -128,6 +147,27 @@
  * kernel's parameters must fit 4 KiB on every supported driver.
  */
 #define GPURT_ELEMENTWISE_MAX_INPUTS 256
+
+/**
+ * Advice for gpurt_mem_advise: the range is mostly read (copies may live on each reader).
+ */
+#define GPURT_MEM_ADVISE_SET_READ_MOSTLY 1
+
+#define GPURT_MEM_ADVISE_UNSET_READ_MOSTLY 2
+
+/**
+ * Advice: the range prefers to live on `device` (or the host).
+ */
+#define GPURT_MEM_ADVISE_SET_PREFERRED_LOCATION 3
+
+#define GPURT_MEM_ADVISE_UNSET_PREFERRED_LOCATION 4
+
+/**
+ * Advice: `device` will access the range (kept mapped there).
+ */
+#define GPURT_MEM_ADVISE_SET_ACCESSED_BY 5
+
+#define GPURT_MEM_ADVISE_UNSET_ACCESSED_BY 6
 
 #define GPURT_PINNED_PORTABLE 1
 
@@ -365,7 +405,7 @@ typedef void (*gpurt_upstream_free_fn)(void*, size_t, int, void*, void*);
 typedef struct {
   size_t struct_size;
   /**
-   * Where the pool's segments come from: GPURT_UPSTREAM_DRIVER.
+   * Where the pool's segments come from: GPURT_UPSTREAM_DRIVER, _MANAGED or _USER.
    */
   int upstream;
   /**
@@ -1172,6 +1212,30 @@ gpurt_status_t gpurt_set_log_level(int level);
  * logging functions. Messages are still filtered by the log level.
  */
 gpurt_status_t gpurt_set_log_callback(gpurt_log_callback_t callback, void *user);
+
+/**
+ * Allocates `size` bytes of managed (unified) memory, accessible from the host and
+ * every device (cupy's malloc_managed), for use on this thread's current stream of
+ * the current device. `flags`: GPURT_MEM_ATTACH_GLOBAL or GPURT_MEM_ATTACH_HOST.
+ * Cached like device memory in a pool of its own; freed with gpurt_free.
+ */
+gpurt_status_t gpurt_malloc_managed(size_t size, unsigned int flags, void **ptr);
+
+/**
+ * Migrates `size` bytes of managed memory at `ptr` to `device` (an ordinal,
+ * GPURT_CURRENT_DEVICE, or GPURT_DEVICE_HOST for host memory), in `stream`'s order.
+ */
+gpurt_status_t gpurt_mem_prefetch_async(const void *ptr,
+                                        size_t size,
+                                        int device,
+                                        gpurt_stream_t stream);
+
+/**
+ * Gives the driver `advice` (GPURT_MEM_ADVISE_*) about `size` bytes of managed
+ * memory at `ptr` and `device` (an ordinal, GPURT_CURRENT_DEVICE, or
+ * GPURT_DEVICE_HOST).
+ */
+gpurt_status_t gpurt_mem_advise(const void *ptr, size_t size, int advice, int device);
 
 /**
  * Creates a pinned pool. `flags`: `GPURT_PINNED_PORTABLE` (usable from every

@@ -52,6 +52,7 @@ const REQUIRED: &[&str] = &[
     "cuIpcGetEventHandle",
     "cuIpcOpenEventHandle",
     "cuMemAlloc_v2",
+    "cuMemAllocManaged",
     "cuMemFree_v2",
     "cuMemHostAlloc",
     "cuMemFreeHost",

@@ -28,6 +28,7 @@ pub mod graph;
 pub mod handle;
 pub mod kernel;
 pub mod log;
+pub mod managed;
 pub mod pinned;
 pub mod process;
 pub mod stream;

@@ -1,13 +1,18 @@
 //! Upstreams of the pools users create: where a pool's segments come from. The
-//! driver's (`DriverSource`, in `device.rs`) or a caller's function pair
-//! (`UserSource`: an engine's arena, a NUMA-aware allocator, RMM under gpurt's
-//! cache, as cupy's `MemoryPool(allocator)`). A pool holds its upstream as a
+//! driver's (`DriverSource`, in `device.rs`), managed memory (`ManagedSource`,
+//! `cuMemAllocManaged`), or a caller's function pair (`UserSource`: an engine's
+//! arena, a NUMA-aware allocator, RMM under gpurt's cache, as cupy's
+//! `MemoryPool(allocator)`). A pool holds its upstream as a
 //! `Box<dyn SegmentSource>`: the source is asked only off the fast path (a new or
 //! released segment, a stream-ordering marker), so the dispatch costs nothing there.
 
 use libc::{c_int, c_void};
 
+use cudarc::driver::sys;
+
+use super::device::DriverSource;
 use super::pool::SegmentSource;
+use crate::driver::check;
 use crate::error::{Error, Result, Status};
 
 /// A pool's source of segments, whichever upstream it is.
@@ -89,6 +94,67 @@ impl<M: SegmentSource> SegmentSource for UserSource<M> {
     }
     fn in_context(&self, f: &mut dyn FnMut()) -> Result<()> {
         self.markers.in_context(f)
+    }
+}
+
+/// Memory any stream on any device may access (`CU_MEM_ATTACH_GLOBAL`).
+pub const GPURT_MEM_ATTACH_GLOBAL: u32 = 1;
+/// Memory the host may access while no stream uses it (`CU_MEM_ATTACH_HOST`).
+pub const GPURT_MEM_ATTACH_HOST: u32 = 2;
+/// A prefetch target or advice location meaning host memory.
+pub const GPURT_DEVICE_HOST: i32 = -2;
+
+/// Segments from `cuMemAllocManaged` with the pool's attach flag; markers, the
+/// capture check and the memory figures from the device's driver source.
+pub struct ManagedSource {
+    driver: DriverSource,
+    flags: u32,
+}
+
+impl ManagedSource {
+    pub fn new(device: i32, flags: u32) -> Result<ManagedSource> {
+        if flags != GPURT_MEM_ATTACH_GLOBAL && flags != GPURT_MEM_ATTACH_HOST {
+            return Err(Error::invalid_argument(format!("flags {flags:#x}: give GPURT_MEM_ATTACH_GLOBAL or GPURT_MEM_ATTACH_HOST")));
+        }
+        Ok(ManagedSource { driver: DriverSource::new(device), flags })
+    }
+}
+
+impl SegmentSource for ManagedSource {
+    fn allocate(&self, size: u64, stream: u64) -> Result<u64> {
+        self.driver.may_allocate(stream)?;
+        crate::device::with_device(self.driver.device(), || {
+            let mut ptr = 0;
+            check(unsafe { sys::cuMemAllocManaged(&mut ptr, size as usize, self.flags) }, "cuMemAllocManaged")?;
+            Ok(ptr)
+        })
+    }
+    fn release(&self, addr: u64, _size: u64) {
+        let freed = crate::device::with_device(self.driver.device(), || check(unsafe { sys::cuMemFree_v2(addr) }, "cuMemFree"));
+        if let Err(e) = freed {
+            crate::log::log(crate::log::Level::Error, &format!("releasing a cached managed segment: {e}"));
+        }
+    }
+    fn record(&self, stream: u64) -> Result<u64> {
+        self.driver.record(stream)
+    }
+    fn is_done(&self, marker: u64) -> bool {
+        self.driver.is_done(marker)
+    }
+    fn wait(&self, marker: u64) {
+        self.driver.wait(marker)
+    }
+    fn memory_info(&self) -> (u64, u64) {
+        self.driver.memory_info()
+    }
+    fn may_allocate(&self, stream: u64) -> Result<()> {
+        self.driver.may_allocate(stream)
+    }
+    fn native_stream(&self, stream: u64) -> u64 {
+        self.driver.native_stream(stream)
+    }
+    fn in_context(&self, f: &mut dyn FnMut()) -> Result<()> {
+        self.driver.in_context(f)
     }
 }
 

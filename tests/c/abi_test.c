@@ -355,6 +355,45 @@ static void check_user_upstream(gpurt_stream_t stream) {
     EXPECT_TRUE(segments == 0);
 }
 
+/* Managed memory: flags, ranges and advice checked; blocks freed like any other. */
+static void check_managed(gpurt_stream_t stream) {
+    gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
+    gpurt_mem_pool_t pool = NULL;
+    uint64_t before = 0, during = 0, after = 0;
+    void *p = NULL, *q = NULL;
+    EXPECT(gpurt_memory_usage(0, &before, NULL, NULL, NULL), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc_managed(4096, 0, &p), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_malloc_managed(4096, GPURT_MEM_ATTACH_GLOBAL | GPURT_MEM_ATTACH_HOST, &p), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_malloc_managed(4096, GPURT_MEM_ATTACH_GLOBAL, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_malloc_managed(4096, GPURT_MEM_ATTACH_GLOBAL, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc_managed(4096, GPURT_MEM_ATTACH_HOST, &q), GPURT_SUCCESS);
+    EXPECT(gpurt_memory_usage(0, &during, NULL, NULL, NULL), GPURT_SUCCESS);
+    EXPECT_TRUE(p != NULL && q != NULL && during == before + 2 * 4096);
+    EXPECT(gpurt_mem_prefetch_async(p, 4096, 0, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_prefetch_async(p, 4096, GPURT_DEVICE_HOST, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_prefetch_async(NULL, 4096, 0, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_prefetch_async(p, 0, 0, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_prefetch_async(p, 4096, 99, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_prefetch_async(p, 4096, 0, NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_mem_advise(p, 4096, GPURT_MEM_ADVISE_SET_READ_MOSTLY, 0), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_advise(p, 4096, GPURT_MEM_ADVISE_SET_PREFERRED_LOCATION, GPURT_DEVICE_HOST), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_advise(p, 4096, 0, 0), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_advise(p, 4096, 7, 0), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    EXPECT(gpurt_free(q), GPURT_SUCCESS);
+    EXPECT(gpurt_free(q), GPURT_ERROR_INVALID_ARGUMENT);
+    options.upstream = GPURT_UPSTREAM_MANAGED;
+    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(pool, 1 << 20, stream, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+    options.config = "expandable_segments:True";
+    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_memory_usage(0, &after, NULL, NULL, NULL), GPURT_SUCCESS);
+    EXPECT_TRUE(after == before);
+}
+
 /* Memory pools: bad options, wrong handles, limits, routing by push/pop, refusals
  * that change nothing, per-pool figures against the device's. */
 static void check_mem_pools(gpurt_stream_t stream) {
@@ -576,6 +615,7 @@ static void check_pinned_and_copies(void) {
     check_native_streams(stream);
     check_mem_pools(stream);
     check_user_upstream(stream);
+    check_managed(stream);
     check_kernels(stream);
     check_graphs(stream);
     EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);
@@ -603,6 +643,11 @@ int main(void) {
             EXPECT(gpurt_mem_pool_create(0, NULL, &pool), why);
             EXPECT(gpurt_mem_pool_default(0, &pool), why);
             EXPECT(gpurt_mem_pool_pop(), GPURT_ERROR_INVALID_ARGUMENT);
+        }
+        {
+            void *p = NULL;
+            EXPECT(gpurt_malloc_managed(64, GPURT_MEM_ATTACH_GLOBAL, &p), why);
+            EXPECT(gpurt_mem_advise(&p, 8, GPURT_MEM_ADVISE_SET_READ_MOSTLY, 0), why);
         }
     } else {
         printf("abi_test: %d device(s): checking misuse against the driver\n", count);

@@ -6,6 +6,9 @@ use libc::{c_int, c_void};
 use cudarc::driver::sys;
 use gpurt::alloc::ffi::*;
 use gpurt::alloc::mempool::ffi::*;
+use gpurt::alloc::upstream::GPURT_MEM_ATTACH_GLOBAL;
+use gpurt::managed::ffi::*;
+use gpurt::managed::GPURT_DEVICE_HOST;
 use gpurt::alloc::stats::gpurt_memory_stats_t;
 use gpurt::stream::ffi::*;
 
@@ -15,6 +18,7 @@ use crate::util::{gate_stream, malloc, native, ok, random_words, stream};
 pub const TESTS: &[crate::support::Test] = &[
     ("user_pool_blocks_stay_exact_under_cross_stream_reuse", user_pool_blocks_stay_exact_under_cross_stream_reuse),
     ("threads_route_through_their_own_pushed_pools", threads_route_through_their_own_pushed_pools),
+    ("managed_memory_moves_between_host_and_device_exactly", managed_memory_moves_between_host_and_device_exactly),
 ];
 
 const WORDS: usize = 1 << 18; // 1 MiB
@@ -169,5 +173,36 @@ fn threads_route_through_their_own_pushed_pools() {
         }
         expect_status!(gpurt_mem_pool_destroy(handed[0] as gpurt_mem_pool_t), GPURT_SUCCESS);
     }
+    assert_eq!(device_allocated(), before);
+}
+
+/// The host writes fresh random data straight into managed memory, prefetched to the
+/// device a copy reads it exactly; the device writes it, prefetched back the host
+/// reads it exactly. Small: asking for more managed memory than is free can hang a GPU.
+fn managed_memory_moves_between_host_and_device_exactly() {
+    let before = device_allocated();
+    let s = stream();
+    let bytes = WORDS * 4;
+    let mut m = std::ptr::null_mut();
+    expect_status!(gpurt_malloc_managed(bytes, GPURT_MEM_ATTACH_GLOBAL, &mut m), GPURT_SUCCESS);
+    let data = random_words(WORDS);
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), m.cast::<u32>(), WORDS) };
+    expect_status!(gpurt_mem_advise(m, bytes, GPURT_MEM_ADVISE_SET_PREFERRED_LOCATION, 0), GPURT_SUCCESS);
+    expect_status!(gpurt_mem_prefetch_async(m, bytes, 0, s), GPURT_SUCCESS);
+    let d = malloc(bytes, s);
+    unsafe { ok(sys::cuMemcpyDtoDAsync_v2(d, m as u64, bytes, native(s))) };
+    expect_status!(gpurt_stream_synchronize(s), GPURT_SUCCESS);
+    assert!(read(d, WORDS) == data, "the device read other bytes than the host wrote");
+    unsafe { ok(sys::cuMemsetD32Async(m as u64, 0x1234_5678, WORDS, native(s))) };
+    expect_status!(gpurt_mem_advise(m, bytes, GPURT_MEM_ADVISE_UNSET_PREFERRED_LOCATION, 0), GPURT_SUCCESS);
+    expect_status!(gpurt_mem_prefetch_async(m, bytes, GPURT_DEVICE_HOST, s), GPURT_SUCCESS);
+    expect_status!(gpurt_stream_synchronize(s), GPURT_SUCCESS);
+    let host = unsafe { std::slice::from_raw_parts(m.cast::<u32>(), WORDS) };
+    assert!(host.iter().all(|&w| w == 0x1234_5678), "the host read other bytes than the device wrote");
+    assert_eq!(device_allocated(), before + 2 * bytes as u64, "managed memory counts in the device's figures");
+    for p in [d, m as u64] {
+        expect_status!(gpurt_free(p as *mut _), GPURT_SUCCESS);
+    }
+    expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
     assert_eq!(device_allocated(), before);
 }

@@ -114,6 +114,13 @@ CUresult cuMemAlloc_v2(unsigned long long *p, size_t size) {
     return 0;
 }
 CUresult cuMemFree_v2(unsigned long long p) { count(&live_device, -(long)forget(p)); return 0; }
+CUresult cuMemAllocManaged(unsigned long long *p, size_t size, unsigned flags) {
+    if (flags != 1 && flags != 2) return 1; /* CUDA_ERROR_INVALID_VALUE */
+    return cuMemAlloc_v2(p, size);
+}
+typedef struct { int type, id; } MemLocation;
+CUresult cuMemPrefetchAsync_v2(unsigned long long p, size_t n, MemLocation l, unsigned f, P s) { (void)p; (void)n; (void)l; (void)f; (void)s; return 0; }
+CUresult cuMemAdvise_v2(unsigned long long p, size_t n, int advice, MemLocation l) { (void)p; (void)n; (void)advice; (void)l; return 0; }
 static int pool_storage;
 CUresult cuDeviceGetDefaultMemPool(P *pool, int d) { (void)d; *pool = &pool_storage; return 0; }
 CUresult cuMemPoolSetAttribute(P pool, int a, void *v) { (void)pool; (void)a; (void)v; return 0; }

@@ -18,6 +18,9 @@ pub type gpurt_mem_pool_t = *mut gpurt_mem_pool_s;
 /// Upstream of a pool: segments from cuMemAlloc (or expandable segments, as the
 /// pool's configuration says), as the default pools take them.
 pub const GPURT_UPSTREAM_DRIVER: c_int = 0;
+/// Upstream of a pool: managed memory (cuMemAllocManaged, GPURT_MEM_ATTACH_GLOBAL);
+/// plain segments only.
+pub const GPURT_UPSTREAM_MANAGED: c_int = 2;
 /// Upstream of a pool: segments from the options' user_alloc / user_free (an arena
 /// of the caller's, a NUMA-aware allocator, RMM), cached by gpurt; plain segments only.
 pub const GPURT_UPSTREAM_USER: c_int = 1;
@@ -27,7 +30,7 @@ pub const GPURT_UPSTREAM_USER: c_int = 1;
 #[derive(Clone, Copy)]
 pub struct gpurt_mem_pool_options_t {
     pub struct_size: usize,
-    /// Where the pool's segments come from: GPURT_UPSTREAM_DRIVER.
+    /// Where the pool's segments come from: GPURT_UPSTREAM_DRIVER, _MANAGED or _USER.
     pub upstream: c_int,
     /// Options with GPURT_ALLOC_CONF's syntax, for this pool alone; NULL: the
     /// process's configuration as it is at creation.
@@ -85,6 +88,7 @@ pub extern "C" fn gpurt_mem_pool_create(device: c_int, options: *const gpurt_mem
                 let o = *in_ref(options, "options")?;
                 let upstream = match (o.upstream, o.user_alloc, o.user_free) {
                     (GPURT_UPSTREAM_DRIVER, _, _) => Upstream::Driver,
+                    (GPURT_UPSTREAM_MANAGED, _, _) => Upstream::Managed,
                     (GPURT_UPSTREAM_USER, Some(alloc), Some(free)) => Upstream::User(UserFunctions { alloc, free, context: o.user_context as usize }),
                     (GPURT_UPSTREAM_USER, _, _) => {
                         return Err(Error::invalid_argument("GPURT_UPSTREAM_USER needs `options->user_alloc` and `options->user_free`"))
