@@ -436,6 +436,12 @@ typedef struct {
 
 typedef gpurt_mem_pool_s *gpurt_mem_pool_t;
 
+/**
+ * `int accepts(size_t size, int device, void *stream, void *context)`: nonzero
+ * when the pushed pool should serve this allocation (`stream`: a CUstream).
+ */
+typedef int (*gpurt_mem_pool_filter_fn)(size_t, int, void*, void*);
+
 typedef gpurt_device_s *gpurt_device_t;
 
 /**
@@ -707,6 +713,16 @@ gpurt_status_t gpurt_mem_pool_malloc(gpurt_mem_pool_t pool,
  * pushing a default pool routes back to it. A capture's private pool still wins.
  */
 gpurt_status_t gpurt_mem_pool_push(gpurt_mem_pool_t pool);
+
+/**
+ * As gpurt_mem_pool_push, for the allocations `filter` accepts (called at each
+ * allocation on the pool's device, on the allocating thread, with `context`); the
+ * others go where they would without this entry (torch's MemPool with a routing
+ * allocator). Undone by gpurt_mem_pool_pop.
+ */
+gpurt_status_t gpurt_mem_pool_push_filtered(gpurt_mem_pool_t pool,
+                                            gpurt_mem_pool_filter_fn filter,
+                                            void *context);
 
 /**
  * Undoes this thread's last gpurt_mem_pool_push.

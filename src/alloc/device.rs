@@ -260,7 +260,7 @@ pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
     let default = allocator(ordinal)?;
     if ROUTED.load(Ordering::Relaxed) > 0 {
         let device = default.source().device;
-        let routed = POOL_STACK.try_with(|stack| stack.borrow().route(device).map(|pool| pool.allocator().malloc(size, key)));
+        let routed = POOL_STACK.try_with(|stack| stack.borrow().route(device, size, native_stream).map(|pool| pool.allocator().malloc(size, key)));
         if let Ok(Some(result)) = routed {
             return result;
         }

@@ -355,6 +355,34 @@ static void check_user_upstream(gpurt_stream_t stream) {
     EXPECT_TRUE(segments == 0);
 }
 
+/* A pushed pool with a filter serves what the filter accepts; the rest falls through. */
+static int large_only(size_t size, int device, void *stream, void *threshold) {
+    (void)device;
+    (void)stream;
+    return size >= *(size_t *)threshold;
+}
+
+static void check_filtered_push(gpurt_stream_t stream) {
+    gpurt_mem_pool_t pool = NULL, def = NULL;
+    gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
+    size_t threshold = 1u << 20;
+    void *big = NULL, *small = NULL;
+    EXPECT(gpurt_mem_pool_create(0, NULL, &pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_default(0, &def), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_push_filtered(pool, NULL, &threshold), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_pool_push_filtered(def, large_only, &threshold), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_pool_push_filtered(pool, large_only, &threshold), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(2u << 20, stream, &big), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(4096, stream, &small), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_pop(), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_stats(pool, &stats), GPURT_SUCCESS);
+    EXPECT_TRUE(stats.allocation.all.current == 1 && stats.allocated_bytes.all.current == (2 << 20));
+    EXPECT(gpurt_free(big), GPURT_SUCCESS);
+    EXPECT(gpurt_free(small), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+}
+
 /* Managed memory: flags, ranges and advice checked; blocks freed like any other. */
 static void check_managed(gpurt_stream_t stream) {
     gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
@@ -616,6 +644,7 @@ static void check_pinned_and_copies(void) {
     check_mem_pools(stream);
     check_user_upstream(stream);
     check_managed(stream);
+    check_filtered_push(stream);
     check_kernels(stream);
     check_graphs(stream);
     EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);

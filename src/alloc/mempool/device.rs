@@ -4,7 +4,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use super::{MemPool, PoolUsage, Route};
+use super::{Filter, MemPool, PoolUsage, Route};
 use crate::alloc::config::AllocConfig;
 use crate::alloc::device::{self as pools, DriverSource, MEM_POOLS};
 use crate::alloc::upstream::{ManagedSource, PoolSource, UserFunctions, UserSource, GPURT_MEM_ATTACH_GLOBAL};
@@ -107,11 +107,14 @@ pub fn malloc(handle: Handle, size: u64, stream_device: i32, native_stream: u64)
     }
 }
 
-/// Routes this thread's allocations on the pool's device to it until `pop`.
-pub fn push(handle: Handle) -> Result<()> {
-    pools::push_route(match named(handle)? {
-        Named::Default(d) => Route::Default(d),
-        Named::Pool(pool) => Route::Pool(pool),
+/// Routes this thread's allocations on the pool's device to it until `pop`: all of
+/// them, or those `filter` accepts.
+pub fn push(handle: Handle, filter: Option<Filter>) -> Result<()> {
+    pools::push_route(match (named(handle)?, filter) {
+        (Named::Default(_), Some(_)) => return Err(Error::invalid_argument("a filter applies to a pool made with gpurt_mem_pool_create")),
+        (Named::Default(d), None) => Route::Default(d),
+        (Named::Pool(pool), None) => Route::Pool(pool),
+        (Named::Pool(pool), Some(filter)) => Route::Filtered(pool, filter),
     })
 }
 

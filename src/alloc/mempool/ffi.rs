@@ -1,6 +1,7 @@
 use libc::{c_char, c_int, c_void};
 
 use super::device::{self as pools, Upstream};
+use super::Filter;
 use crate::alloc::upstream::{gpurt_upstream_alloc_fn, gpurt_upstream_free_fn, UserFunctions};
 use crate::alloc::stats::gpurt_memory_stats_t;
 use crate::boundary::{self, in_ref, in_str, write_sized, Out};
@@ -140,7 +141,23 @@ pub extern "C" fn gpurt_mem_pool_malloc(pool: gpurt_mem_pool_t, size: usize, str
 /// pushing a default pool routes back to it. A capture's private pool still wins.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_push(pool: gpurt_mem_pool_t) -> gpurt_status_t {
-    boundary::call("gpurt_mem_pool_push", || pools::push(h(pool)))
+    boundary::call("gpurt_mem_pool_push", || pools::push(h(pool), None))
+}
+
+/// `int accepts(size_t size, int device, void *stream, void *context)`: nonzero
+/// when the pushed pool should serve this allocation (`stream`: a CUstream).
+pub type gpurt_mem_pool_filter_fn = Option<unsafe extern "C" fn(usize, c_int, *mut c_void, *mut c_void) -> c_int>;
+
+/// As gpurt_mem_pool_push, for the allocations `filter` accepts (called at each
+/// allocation on the pool's device, on the allocating thread, with `context`); the
+/// others go where they would without this entry (torch's MemPool with a routing
+/// allocator). Undone by gpurt_mem_pool_pop.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_push_filtered(pool: gpurt_mem_pool_t, filter: gpurt_mem_pool_filter_fn, context: *mut c_void) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_push_filtered", || {
+        let accepts = filter.ok_or_else(|| Error::invalid_argument("argument `filter` is NULL: use gpurt_mem_pool_push"))?;
+        pools::push(h(pool), Some(Filter { accepts, context: context as usize }))
+    })
 }
 
 /// Undoes this thread's last gpurt_mem_pool_push.

@@ -194,18 +194,43 @@ impl<S: SegmentSource> MemPools<S> {
     }
 }
 
+/// A caller's per-allocation choice for a pushed pool (torch's `MemPool` with an
+/// allocator that routes): `accepts(size, device, native stream, context)` returns
+/// nonzero when the pool should serve; otherwise the entries below it decide.
+#[derive(Clone, Copy)]
+pub struct Filter {
+    pub accepts: unsafe extern "C" fn(usize, libc::c_int, *mut libc::c_void, *mut libc::c_void) -> libc::c_int,
+    pub context: usize,
+}
+
+impl Filter {
+    fn accepts(&self, size: u64, device: i32, stream: u64) -> bool {
+        // SAFETY: the caller gave this function for this use, with this context.
+        unsafe { (self.accepts)(size as usize, device, stream as *mut libc::c_void, self.context as *mut libc::c_void) != 0 }
+    }
+}
+
 /// Where a thread's allocations on a device go while an entry is pushed.
 pub enum Route<S: SegmentSource> {
     /// The device's default pool (pushed to leave an outer pool for a while).
     Default(i32),
     Pool(Arc<MemPool<S>>),
+    /// The pool, for the allocations its filter accepts.
+    Filtered(Arc<MemPool<S>>, Filter),
 }
 
 impl<S: SegmentSource> Route<S> {
     fn device(&self) -> i32 {
         match self {
             Route::Default(device) => *device,
-            Route::Pool(pool) => pool.device,
+            Route::Pool(pool) | Route::Filtered(pool, _) => pool.device,
+        }
+    }
+
+    fn pool(&self) -> Option<&Arc<MemPool<S>>> {
+        match self {
+            Route::Default(_) => None,
+            Route::Pool(pool) | Route::Filtered(pool, _) => Some(pool),
         }
     }
 }
@@ -225,7 +250,7 @@ impl<S: SegmentSource> PoolStack<S> {
     }
 
     pub fn push(&mut self, route: Route<S>) {
-        if let Route::Pool(pool) = &route {
+        if let Some(pool) = route.pool() {
             pool.pushed.fetch_add(1, Ordering::AcqRel);
         }
         self.routes.push(route);
@@ -234,7 +259,7 @@ impl<S: SegmentSource> PoolStack<S> {
 
     pub fn pop(&mut self) -> Result<()> {
         let route = self.routes.pop().ok_or_else(|| Error::invalid_argument("no memory pool is pushed on this thread"))?;
-        if let Route::Pool(pool) = route {
+        if let Some(pool) = route.pool() {
             pool.pushed.fetch_sub(1, Ordering::AcqRel);
         }
         self.all_threads.fetch_sub(1, Ordering::Relaxed);
@@ -248,20 +273,23 @@ impl<S: SegmentSource> PoolStack<S> {
     /// The pool pushed last, if it is not a default pool.
     #[inline]
     pub fn top(&self) -> Option<&MemPool<S>> {
-        match self.routes.last()? {
-            Route::Pool(pool) => Some(pool),
-            Route::Default(_) => None,
-        }
+        self.routes.last()?.pool().map(|pool| &**pool)
     }
 
-    /// The pool serving this thread's allocations on `device`: `None` for the
-    /// default pool.
+    /// The pool serving this thread's allocation of `size` bytes on `device` for
+    /// `stream`: the topmost entry for the device whose filter, if any, accepts it;
+    /// `None` for the default pool.
     #[inline]
-    pub fn route(&self, device: i32) -> Option<&MemPool<S>> {
-        match self.routes.iter().rev().find(|r| r.device() == device)? {
-            Route::Pool(pool) => Some(pool),
-            Route::Default(_) => None,
+    pub fn route(&self, device: i32, size: u64, stream: u64) -> Option<&MemPool<S>> {
+        for route in self.routes.iter().rev().filter(|r| r.device() == device) {
+            match route {
+                Route::Default(_) => return None,
+                Route::Pool(pool) => return Some(pool),
+                Route::Filtered(pool, filter) if filter.accepts(size, device, stream) => return Some(pool),
+                Route::Filtered(..) => {}
+            }
         }
+        None
     }
 }
 

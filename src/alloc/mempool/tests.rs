@@ -18,7 +18,7 @@ fn current(stats: &gpurt_memory_stats_t) -> [i64; 4] {
 /// An allocation as `alloc::device::malloc` routes it: the topmost pushed pool for
 /// the device, else the default pool.
 fn routed_malloc(stack: &PoolStack<HostSource>, default: &CachingAllocator<HostSource>, device: i32, size: u64, stream: u64) -> u64 {
-    match stack.route(device) {
+    match stack.route(device, size, stream) {
         Some(pool) => pool.allocator().malloc(size, stream).unwrap(),
         None => default.malloc(size, stream).unwrap(),
     }
@@ -70,9 +70,9 @@ fn pushed_pools_route_each_threads_allocations_and_frees_find_them_from_the_poin
                         }
                         _ => {
                             let device = rng.below(2) as i32;
-                            let expected = stack.route(device).map_or(0, MemPool::id);
-                            let size = rng.log_uniform(1, 4 * MIB);
-                            let addr = routed_malloc(&stack, &defaults[device as usize], device, size, 7 + t * 2 + i % 2 * 64);
+                            let (size, stream) = (rng.log_uniform(1, 4 * MIB), 7 + t * 2 + i % 2 * 64);
+                            let expected = stack.route(device, size, stream).map_or(0, MemPool::id);
+                            let addr = routed_malloc(&stack, &defaults[device as usize], device, size, stream);
                             live.push((addr, device, expected));
                         }
                     }
@@ -176,4 +176,31 @@ fn each_pool_keeps_its_own_configuration_and_out_of_memory_is_clean() {
         pool.allocator().free(addr).unwrap();
         pool.allocator().check_invariants().unwrap();
     }
+}
+
+unsafe extern "C" fn large_only(size: usize, _device: libc::c_int, _stream: *mut libc::c_void, threshold: *mut libc::c_void) -> libc::c_int {
+    (size >= threshold as usize) as libc::c_int
+}
+
+#[test]
+fn a_filtered_entry_takes_what_its_filter_accepts_and_passes_the_rest_down() {
+    static ROUTED: AtomicUsize = AtomicUsize::new(0);
+    let pools = MemPools::<HostSource>::default();
+    let (outer, large) = (pools.create(0, HostSource::new(1 << 40), AllocConfig::default(), 0), pools.create(0, HostSource::new(1 << 40), AllocConfig::default(), 0));
+    let mut stack = PoolStack::new(&ROUTED);
+    stack.push(Route::Pool(outer.clone()));
+    stack.push(Route::Filtered(large.clone(), Filter { accepts: large_only, context: MIB as usize }));
+    assert_eq!(stack.route(0, 2 * MIB, 1).map(MemPool::id), Some(large.id()), "accepted: the filtered pool");
+    assert_eq!(stack.route(0, 4096, 1).map(MemPool::id), Some(outer.id()), "declined: the entry below");
+    assert_eq!(stack.top().map(MemPool::id), Some(large.id()));
+    assert!(pools.destroy(large.id()).unwrap_err().message.contains("pushed"), "a filtered entry counts as pushed");
+    stack.push(Route::Default(0));
+    assert!(stack.route(0, 2 * MIB, 1).is_none(), "a pushed default pool ends the search");
+    assert!(stack.route(1, 2 * MIB, 1).is_none(), "another device: the default pool");
+    for _ in 0..3 {
+        stack.pop().unwrap();
+    }
+    assert_eq!(ROUTED.load(Ordering::Relaxed), 0);
+    pools.destroy(large.id()).unwrap();
+    pools.destroy(outer.id()).unwrap();
 }
