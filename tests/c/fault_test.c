@@ -1,7 +1,7 @@
 /* Fault injection through the stub driver: a mixed workload (two streams, the
  * caching allocator with cross-stream use and record_stream, events, the pinned pool
  * with copies, a staged copy, a graph capture that allocates from its private pool,
- * a module load) runs once for every driver call it makes, with that one call made
+ * a module load, a user memory pool routed to by push, managed memory) runs once for every driver call it makes, with that one call made
  * to fail. After each run, with the fault disarmed:
  *   - every failed gpurt call returned a status other than success and a message;
  *   - nothing is left allocated: gpurt's statistics say 0 bytes in use;
@@ -49,6 +49,8 @@ static void workload(void) {
     gpurt_module_t module = NULL;
     static const char ptx[] = ".version 7.0\n.target sm_50\n.address_size 64\n";
     void *blocks[BLOCKS] = {NULL}, *pinned[3] = {NULL}, *scratch = NULL, *staged_dev = NULL;
+    void *in_pool[4] = {NULL}, *managed = NULL;
+    gpurt_mem_pool_t user_pool = NULL;
     char *pageable = NULL;
     int i;
     TRY(gpurt_stream_create(0, GPURT_STREAM_NON_BLOCKING, 0, &s[0]));
@@ -91,6 +93,19 @@ static void workload(void) {
         if (graph != NULL) TRY(gpurt_graph_destroy(graph));
     }
     if (TRY(gpurt_module_load_data(ptx, sizeof ptx - 1, &module))) TRY(gpurt_module_unload(module));
+    /* A user pool (with the process's options) routed to by push, and managed memory. */
+    if (s[1] != NULL && TRY(gpurt_mem_pool_create(0, NULL, &user_pool))) {
+        if (TRY(gpurt_mem_pool_push(user_pool))) {
+            for (i = 0; i < 3; i++) TRY(gpurt_malloc(sizes[i + 2], s[1], &in_pool[i]));
+            TRY(gpurt_mem_pool_pop());
+        }
+        TRY(gpurt_mem_pool_malloc(user_pool, 5000, s[1], &in_pool[3]));
+        for (i = 0; i < 4; i++)
+            if (in_pool[i] != NULL) TRY(gpurt_free(in_pool[i]));
+        TRY(gpurt_stream_synchronize(s[1]));
+        TRY(gpurt_mem_pool_destroy(user_pool));
+    }
+    if (TRY(gpurt_malloc_managed(3 << 20, GPURT_MEM_ATTACH_GLOBAL, &managed))) TRY(gpurt_free(managed));
     for (i = 0; i < BLOCKS; i++)
         if (blocks[i] != NULL) TRY(gpurt_free(blocks[i]));
     if (timing != NULL) TRY(gpurt_event_destroy(timing));
