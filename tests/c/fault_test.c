@@ -2,7 +2,8 @@
  * caching allocator with cross-stream use and record_stream, events, the pinned pool
  * with copies, a staged copy, a graph capture that allocates from its private pool,
  * a module load, a user memory pool routed to by push, managed memory) runs once
- * for every driver call it makes, with that one call made to fail. After each run, with the fault disarmed:
+ * for every driver call it makes, with that one call made to fail. After each run,
+ * with the fault disarmed:
  *   - every failed gpurt call returned a status other than success and a message;
  *   - nothing is left allocated: gpurt's statistics say 0 bytes in use;
  *   - gpurt's reserved bytes equal the device bytes the stub has handed out, and
