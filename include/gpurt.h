@@ -87,6 +87,13 @@
 #define GPURT_UPSTREAM_MANAGED 2
 
 /**
+ * Upstream of a pool: segments from the driver's stream-ordered pool
+ * (cuMemAllocFromPoolAsync on the device's current memory pool, which other
+ * libraries may share), cached by gpurt; plain segments only.
+ */
+#define GPURT_UPSTREAM_ASYNC 3
+
+/**
  * Upstream of a pool: segments from the options' user_alloc / user_free (an arena
  * of the caller's, a NUMA-aware allocator, RMM), cached by gpurt; plain segments only.
  */
@@ -405,7 +412,7 @@ typedef void (*gpurt_upstream_free_fn)(void*, size_t, int, void*, void*);
 typedef struct {
   size_t struct_size;
   /**
-   * Where the pool's segments come from: GPURT_UPSTREAM_DRIVER, _MANAGED or _USER.
+   * Where the pool's segments come from: GPURT_UPSTREAM_DRIVER, _ASYNC, _MANAGED or _USER.
    */
   int upstream;
   /**

@@ -1,6 +1,7 @@
 //! Upstreams of the pools users create: where a pool's segments come from. The
-//! driver's (`DriverSource`, in `device.rs`), managed memory (`ManagedSource`,
-//! `cuMemAllocManaged`), or a caller's function pair (`UserSource`: an engine's
+//! driver's (`DriverSource`, in `device.rs`), the driver's stream-ordered pool
+//! (`AsyncSource`), managed memory (`ManagedSource`, `cuMemAllocManaged`), or a
+//! caller's function pair (`UserSource`: an engine's
 //! arena, a NUMA-aware allocator, RMM under gpurt's cache, as cupy's
 //! `MemoryPool(allocator)`). A pool holds its upstream as a
 //! `Box<dyn SegmentSource>`: the source is asked only off the fast path (a new or
@@ -133,6 +134,70 @@ impl SegmentSource for ManagedSource {
         let freed = crate::device::with_device(self.driver.device(), || check(unsafe { sys::cuMemFree_v2(addr) }, "cuMemFree"));
         if let Err(e) = freed {
             crate::log::log(crate::log::Level::Error, &format!("releasing a cached managed segment: {e}"));
+        }
+    }
+    fn record(&self, stream: u64) -> Result<u64> {
+        self.driver.record(stream)
+    }
+    fn is_done(&self, marker: u64) -> bool {
+        self.driver.is_done(marker)
+    }
+    fn wait(&self, marker: u64) {
+        self.driver.wait(marker)
+    }
+    fn memory_info(&self) -> (u64, u64) {
+        self.driver.memory_info()
+    }
+    fn may_allocate(&self, stream: u64) -> Result<()> {
+        self.driver.may_allocate(stream)
+    }
+    fn native_stream(&self, stream: u64) -> u64 {
+        self.driver.native_stream(stream)
+    }
+    fn in_context(&self, f: &mut dyn FnMut()) -> Result<()> {
+        self.driver.in_context(f)
+    }
+}
+
+/// Segments from the driver's stream-ordered pool (`cuMemAllocFromPoolAsync` on the
+/// device's current memory pool, `cuDeviceGetMemPool`): gpurt's cache over a pool
+/// that other libraries in the process may share. A segment is taken in its
+/// stream's order and stays that stream's, as every segment of a gpurt pool does;
+/// it goes back idle, in the legacy default stream's order.
+pub struct AsyncSource {
+    driver: DriverSource,
+    pool: usize,
+}
+
+impl AsyncSource {
+    pub fn new(device: i32) -> Result<AsyncSource> {
+        for symbol in ["cuDeviceGetMemPool", "cuMemAllocFromPoolAsync", "cuMemFreeAsync"] {
+            if !crate::driver::has_symbol(symbol) {
+                return Err(Error::not_supported(format!("GPURT_UPSTREAM_ASYNC needs {symbol} (CUDA 11.2 or newer): this driver lacks it")));
+            }
+        }
+        let mut pool = std::ptr::null_mut();
+        check(unsafe { sys::cuDeviceGetMemPool(&mut pool, device) }, "cuDeviceGetMemPool")?;
+        Ok(AsyncSource { driver: DriverSource::new(device), pool: pool as usize })
+    }
+}
+
+impl SegmentSource for AsyncSource {
+    fn allocate(&self, size: u64, stream: u64) -> Result<u64> {
+        self.driver.may_allocate(stream)?;
+        let native = self.driver.native_stream(stream) as sys::CUstream;
+        crate::device::with_device(self.driver.device(), || {
+            let mut ptr = 0;
+            let pool = self.pool as sys::CUmemoryPool;
+            check(unsafe { sys::cuMemAllocFromPoolAsync(&mut ptr, size as usize, pool, native) }, "cuMemAllocFromPoolAsync")?;
+            Ok(ptr)
+        })
+    }
+    fn release(&self, addr: u64, _size: u64) {
+        let legacy = crate::stream::NATIVE_LEGACY as sys::CUstream;
+        let freed = crate::device::with_device(self.driver.device(), || check(unsafe { sys::cuMemFreeAsync(addr, legacy) }, "cuMemFreeAsync"));
+        if let Err(e) = freed {
+            crate::log::log(crate::log::Level::Error, &format!("releasing a cached segment to the driver's pool: {e}"));
         }
     }
     fn record(&self, stream: u64) -> Result<u64> {

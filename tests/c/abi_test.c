@@ -383,12 +383,14 @@ static void check_filtered_push(gpurt_stream_t stream) {
     EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
 }
 
-/* Managed memory: flags, ranges and advice checked; blocks freed like any other. */
+/* Managed memory: flags, ranges and advice checked; blocks freed like any other;
+ * pools over managed memory and over the driver's stream-ordered pool. */
 static void check_managed(gpurt_stream_t stream) {
     gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
     gpurt_mem_pool_t pool = NULL;
     uint64_t before = 0, during = 0, after = 0;
     void *p = NULL, *q = NULL;
+    int i;
     EXPECT(gpurt_memory_usage(0, &before, NULL, NULL, NULL), GPURT_SUCCESS);
     EXPECT(gpurt_malloc_managed(4096, 0, &p), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_malloc_managed(4096, GPURT_MEM_ATTACH_GLOBAL | GPURT_MEM_ATTACH_HOST, &p), GPURT_ERROR_INVALID_ARGUMENT);
@@ -410,14 +412,17 @@ static void check_managed(gpurt_stream_t stream) {
     EXPECT(gpurt_free(p), GPURT_SUCCESS);
     EXPECT(gpurt_free(q), GPURT_SUCCESS);
     EXPECT(gpurt_free(q), GPURT_ERROR_INVALID_ARGUMENT);
-    options.upstream = GPURT_UPSTREAM_MANAGED;
-    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_SUCCESS);
-    EXPECT(gpurt_mem_pool_malloc(pool, 1 << 20, stream, &p), GPURT_SUCCESS);
-    EXPECT(gpurt_free(p), GPURT_SUCCESS);
-    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
-    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
-    options.config = "expandable_segments:True";
-    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_ERROR_INVALID_ARGUMENT);
+    for (i = 0; i < 2; i++) { /* managed and the driver's stream-ordered pool as upstreams */
+        options.upstream = i == 0 ? GPURT_UPSTREAM_MANAGED : GPURT_UPSTREAM_ASYNC;
+        options.config = NULL;
+        EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_malloc(pool, 1 << 20, stream, &p), GPURT_SUCCESS);
+        EXPECT(gpurt_free(p), GPURT_SUCCESS);
+        EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+        options.config = "expandable_segments:True";
+        EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_ERROR_INVALID_ARGUMENT);
+    }
     EXPECT(gpurt_memory_usage(0, &after, NULL, NULL, NULL), GPURT_SUCCESS);
     EXPECT_TRUE(after == before);
 }

@@ -41,15 +41,15 @@ unsafe extern "C" fn user_free(ptr: *mut c_void, _size: usize, _device: c_int, _
     USER_SEGMENTS[1].fetch_add(1, Ordering::Relaxed);
 }
 
-/// A pool with the driver upstream and `config`, or with the user upstream above.
-fn create(config: Option<&str>, user: bool) -> gpurt_mem_pool_t {
+/// A pool with `upstream` and `config`; GPURT_UPSTREAM_USER takes the functions above.
+fn create(config: Option<&str>, upstream: c_int) -> gpurt_mem_pool_t {
     let text = config.map(|c| CString::new(c).unwrap());
     // SAFETY: all-zero is a valid value of the C struct; the init call fills it in.
     let mut options: gpurt_mem_pool_options_t = unsafe { std::mem::zeroed() };
     expect_status!(gpurt_mem_pool_options_init(&mut options), GPURT_SUCCESS);
     options.config = text.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
-    if user {
-        options.upstream = GPURT_UPSTREAM_USER;
+    options.upstream = upstream;
+    if upstream == GPURT_UPSTREAM_USER {
         options.user_alloc = Some(user_alloc);
         options.user_free = Some(user_free);
         options.user_context = 0x5eed as *mut c_void;
@@ -78,14 +78,15 @@ fn read(ptr: u64, words: usize) -> Vec<u32> {
     back
 }
 
-/// For plain and expandable segments and a user upstream: stream B reads block X of
-/// a user pool while X is freed with B recorded and stream A allocates from the pool
-/// (pushed) and overwrites what it gets. B must read X's bytes; the device's figures
+/// For plain and expandable segments and the user, async and managed upstreams:
+/// stream B reads block X of a user pool while X is freed with B recorded and stream
+/// A allocates from the pool (pushed) and overwrites what it gets. B must read X's bytes; the device's figures
 /// are the sum; the user upstream gets every segment back.
 fn user_pool_blocks_stay_exact_under_cross_stream_reuse() {
-    for (config, user) in [(None, false), (Some("expandable_segments:True"), false), (None, true)] {
+    let upstreams = [GPURT_UPSTREAM_DRIVER, GPURT_UPSTREAM_DRIVER, GPURT_UPSTREAM_USER, GPURT_UPSTREAM_ASYNC, GPURT_UPSTREAM_MANAGED];
+    for (config, upstream) in [None, Some("expandable_segments:True"), None, None, None].into_iter().zip(upstreams) {
         let before = device_allocated();
-        let pool = create(config, user);
+        let pool = create(config, upstream);
         let (a, b) = (stream(), stream());
         let mut x = std::ptr::null_mut();
         expect_status!(gpurt_mem_pool_malloc(pool, WORDS * 4, a, &mut x), GPURT_SUCCESS);
@@ -100,13 +101,13 @@ fn user_pool_blocks_stay_exact_under_cross_stream_reuse() {
         expect_status!(gpurt_mem_pool_push(pool), GPURT_SUCCESS);
         let z = malloc(WORDS * 4, a);
         expect_status!(gpurt_mem_pool_pop(), GPURT_SUCCESS);
-        assert_ne!(z, x, "{config:?}: X was handed out again while stream B still reads it");
-        assert_eq!(pool_stats(pool).allocation.all.current, 1, "{config:?}: the pushed pool served z");
-        assert_eq!(device_allocated(), before + 2 * (WORDS as u64 * 4), "{config:?}: the device counts both pools");
+        assert_ne!(z, x, "{config:?} {upstream}: X was handed out again while stream B still reads it");
+        assert_eq!(pool_stats(pool).allocation.all.current, 1, "{config:?} {upstream}: the pushed pool served z");
+        assert_eq!(device_allocated(), before + 2 * (WORDS as u64 * 4), "{config:?} {upstream}: the device counts both pools");
         unsafe { ok(sys::cuMemsetD32Async(z, 0xdead_beef, WORDS, native(a))) };
         gate.store(true, std::sync::atomic::Ordering::Release);
         expect_status!(gpurt_stream_synchronize(b), GPURT_SUCCESS);
-        assert!(read(y, WORDS) == data, "{config:?}: stream B's copy of X was clobbered");
+        assert!(read(y, WORDS) == data, "{config:?} {upstream}: stream B's copy of X was clobbered");
         expect_status!(gpurt_stream_synchronize(a), GPURT_SUCCESS);
         assert!(read(z, WORDS).iter().all(|&w| w == 0xdead_beef));
         expect_status!(gpurt_mem_pool_destroy(pool), GPURT_ERROR_INVALID_ARGUMENT);
@@ -115,7 +116,7 @@ fn user_pool_blocks_stay_exact_under_cross_stream_reuse() {
         }
         expect_status!(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
         assert_eq!(device_allocated(), before);
-        if user {
+        if upstream == GPURT_UPSTREAM_USER {
             let [made, returned] = [0, 1].map(|i| USER_SEGMENTS[i].load(Ordering::Relaxed));
             assert!(made > 0 && made == returned, "the user upstream made {made} segments and got {returned} back");
         }
@@ -135,7 +136,7 @@ fn threads_route_through_their_own_pushed_pools() {
             .map(|t| {
                 scope.spawn(move || {
                     expect_status!(gpurt::device::ffi::gpurt_set_device(0), GPURT_SUCCESS); // for the raw driver calls
-                    let pool = create(None, false);
+                    let pool = create(None, GPURT_UPSTREAM_DRIVER);
                     let s = stream();
                     expect_status!(gpurt_mem_pool_push(pool), GPURT_SUCCESS);
                     let mut live = Vec::new();

@@ -123,11 +123,12 @@ CUresult cuMemPrefetchAsync_v2(unsigned long long p, size_t n, MemLocation l, un
 CUresult cuMemAdvise_v2(unsigned long long p, size_t n, int advice, MemLocation l) { (void)p; (void)n; (void)advice; (void)l; return 0; }
 static int pool_storage;
 CUresult cuDeviceGetDefaultMemPool(P *pool, int d) { (void)d; *pool = &pool_storage; return 0; }
+CUresult cuDeviceGetMemPool(P *pool, int d) { return cuDeviceGetDefaultMemPool(pool, d); }
 CUresult cuMemPoolSetAttribute(P pool, int a, void *v) { (void)pool; (void)a; (void)v; return 0; }
 CUresult cuMemPoolTrimTo(P pool, size_t keep) { (void)pool; (void)keep; return 0; }
 CUresult cuMemPoolGetAttribute(P pool, int a, void *v) { (void)pool; (void)a; *(unsigned long long *)v = 0; return 0; }
 CUresult cuMemAllocFromPoolAsync(unsigned long long *p, size_t size, P pool, P s) { (void)pool; (void)s; return cuMemAlloc_v2(p, size); }
-CUresult cuMemFreeAsync(unsigned long long p, P s) { (void)p; (void)s; return 0; }
+CUresult cuMemFreeAsync(unsigned long long p, P s) { (void)s; return cuMemFree_v2(p); }
 CUresult cuMemHostAlloc(void **p, size_t size, unsigned flags) {
     (void)flags;
     INJECT("cuMemHostAlloc", OOM);

@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 use super::{Filter, MemPool, PoolUsage, Route};
 use crate::alloc::config::AllocConfig;
 use crate::alloc::device::{self as pools, DriverSource, MEM_POOLS};
-use crate::alloc::upstream::{ManagedSource, PoolSource, UserFunctions, UserSource, GPURT_MEM_ATTACH_GLOBAL};
+use crate::alloc::upstream::{AsyncSource, ManagedSource, PoolSource, UserFunctions, UserSource, GPURT_MEM_ATTACH_GLOBAL};
 use crate::alloc::stats::gpurt_memory_stats_t;
 use crate::boundary::lock;
 use crate::device::{self, per_device, PerDeviceOnce};
@@ -37,6 +37,8 @@ fn named(handle: Handle) -> Result<Named> {
 /// Where a new pool's segments come from.
 pub enum Upstream {
     Driver,
+    /// `cuMemAllocFromPoolAsync` on the device's current memory pool.
+    Async,
     /// `cuMemAllocManaged` with GPURT_MEM_ATTACH_GLOBAL.
     Managed,
     User(UserFunctions),
@@ -56,6 +58,7 @@ pub fn create(ordinal: i32, config: Option<&str>, limit: u64, upstream: Upstream
         _ if config.expandable_segments => {
             return Err(Error::invalid_argument("expandable_segments:True needs the driver upstream: the others give whole segments"))
         }
+        Upstream::Async => Box::new(AsyncSource::new(d)?),
         Upstream::Managed => Box::new(ManagedSource::new(d, GPURT_MEM_ATTACH_GLOBAL)?),
         Upstream::User(functions) => Box::new(UserSource::new(functions, d, DriverSource::new(d))),
     };

@@ -22,6 +22,10 @@ pub const GPURT_UPSTREAM_DRIVER: c_int = 0;
 /// Upstream of a pool: managed memory (cuMemAllocManaged, GPURT_MEM_ATTACH_GLOBAL);
 /// plain segments only.
 pub const GPURT_UPSTREAM_MANAGED: c_int = 2;
+/// Upstream of a pool: segments from the driver's stream-ordered pool
+/// (cuMemAllocFromPoolAsync on the device's current memory pool, which other
+/// libraries may share), cached by gpurt; plain segments only.
+pub const GPURT_UPSTREAM_ASYNC: c_int = 3;
 /// Upstream of a pool: segments from the options' user_alloc / user_free (an arena
 /// of the caller's, a NUMA-aware allocator, RMM), cached by gpurt; plain segments only.
 pub const GPURT_UPSTREAM_USER: c_int = 1;
@@ -31,7 +35,7 @@ pub const GPURT_UPSTREAM_USER: c_int = 1;
 #[derive(Clone, Copy)]
 pub struct gpurt_mem_pool_options_t {
     pub struct_size: usize,
-    /// Where the pool's segments come from: GPURT_UPSTREAM_DRIVER, _MANAGED or _USER.
+    /// Where the pool's segments come from: GPURT_UPSTREAM_DRIVER, _ASYNC, _MANAGED or _USER.
     pub upstream: c_int,
     /// Options with GPURT_ALLOC_CONF's syntax, for this pool alone; NULL: the
     /// process's configuration as it is at creation.
@@ -90,6 +94,7 @@ pub extern "C" fn gpurt_mem_pool_create(device: c_int, options: *const gpurt_mem
                 let upstream = match (o.upstream, o.user_alloc, o.user_free) {
                     (GPURT_UPSTREAM_DRIVER, _, _) => Upstream::Driver,
                     (GPURT_UPSTREAM_MANAGED, _, _) => Upstream::Managed,
+                    (GPURT_UPSTREAM_ASYNC, _, _) => Upstream::Async,
                     (GPURT_UPSTREAM_USER, Some(alloc), Some(free)) => Upstream::User(UserFunctions { alloc, free, context: o.user_context as usize }),
                     (GPURT_UPSTREAM_USER, _, _) => {
                         return Err(Error::invalid_argument("GPURT_UPSTREAM_USER needs `options->user_alloc` and `options->user_free`"))
