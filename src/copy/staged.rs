@@ -14,9 +14,9 @@ use rayon::prelude::*;
 use crate::error::Result;
 
 /// Bytes per staging buffer: large enough that each DMA runs at the bus limit, small
-/// enough that the first DMA starts early. Under Miri a thousandth of it, so that the
+/// enough that the first DMA starts early. Under Miri a 4096th of it, so that the
 /// tests cross the same chunk and ring boundaries in bounded time.
-pub const STAGING_CHUNK: u64 = if cfg!(miri) { 4 << 10 } else { 4 << 20 };
+pub const STAGING_CHUNK: u64 = if cfg!(miri) { 1 << 10 } else { 4 << 20 };
 /// Buffers in the ring: one being filled, the others in flight.
 pub const STAGING_BUFFERS: usize = 4;
 /// Below this a chunk is copied by the calling thread alone.
@@ -49,15 +49,20 @@ unsafe fn copy_host(dst: *mut u8, src: *const u8, len: usize) {
         std::ptr::copy_nonoverlapping(src, dst, len);
         return;
     }
-    let pool = copy_threads();
-    let stripe = len.div_ceil(pool.current_num_threads()).next_multiple_of(4096);
+    // Under Miri, stripes of a cache line, copied in turn: the copy threads live as
+    // long as the process, which Miri reports as threads left running.
+    let (threads, align) = if cfg!(miri) { (4, 64) } else { (copy_threads().current_num_threads(), 4096) };
+    let stripe = len.div_ceil(threads).next_multiple_of(align);
     let (dst, src) = (dst as usize, src as usize);
-    pool.install(|| {
-        (0..len).into_par_iter().step_by(stripe).for_each(|at| {
-            let n = stripe.min(len - at);
-            std::ptr::copy_nonoverlapping((src + at) as *const u8, (dst + at) as *mut u8, n);
-        })
-    });
+    let copy_stripe = |at: usize| {
+        let n = stripe.min(len - at);
+        std::ptr::copy_nonoverlapping((src + at) as *const u8, (dst + at) as *mut u8, n);
+    };
+    if cfg!(miri) {
+        (0..len).step_by(stripe).for_each(copy_stripe);
+    } else {
+        copy_threads().install(|| (0..len).into_par_iter().step_by(stripe).for_each(copy_stripe));
+    }
 }
 
 /// The threads that fill and drain staging buffers: few, since host memory bandwidth
