@@ -11,15 +11,22 @@ from .memory import _stat_fields
 class MemPool(Handle):
     """A caching pool on `device` (default: the current one). `config` takes
     GPURT_ALLOC_CONF's syntax for this pool alone (None: the process's options);
-    `limit` caps the bytes it reserves (0: no cap; cupy's set_limit). Closing it
+    `limit` caps the bytes it reserves (0: no cap; cupy's set_limit); `upstream` is
+    where its segments come from: "driver" (cuMemAlloc), "async" (the driver's
+    stream-ordered pool) or "managed" (cuMemAllocManaged, host-accessible). Closing it
     while it holds live allocations raises and leaves it as it was.
     `MemPool.default()` is a device's default pool, which is never destroyed."""
 
     _destroy = "gpurt_mem_pool_destroy"
 
-    def __init__(self, device=None, config=None, limit=0):
+    _UPSTREAMS = {"driver": "GPURT_UPSTREAM_DRIVER", "async": "GPURT_UPSTREAM_ASYNC", "managed": "GPURT_UPSTREAM_MANAGED"}
+
+    def __init__(self, device=None, config=None, limit=0, upstream="driver"):
+        if upstream not in self._UPSTREAMS:
+            raise ValueError(f"upstream must be one of {sorted(self._UPSTREAMS)}, not {upstream!r}")
         options = ffi.new("gpurt_mem_pool_options_t*")
         check(lib.gpurt_mem_pool_options_init(options))
+        options.upstream = getattr(lib, self._UPSTREAMS[upstream])
         text = ffi.new("char[]", config.encode()) if config is not None else ffi.NULL
         options.config = text
         options.limit_bytes = int(limit)

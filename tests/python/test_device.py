@@ -236,3 +236,18 @@ def test_mem_pools_route_count_and_refuse_to_go_while_used(device):
         pool.usage()
     with pytest.raises(gpurt.InvalidArgumentError):
         gpurt.MemPool(config="expandable_segments:Maybe")
+
+
+@pytest.mark.parametrize("upstream", ["async", "managed"])
+def test_mem_pools_over_other_upstreams(device, upstream):
+    s = gpurt.Stream()
+    before = gpurt.memory_allocated()
+    with gpurt.MemPool(upstream=upstream) as pool:
+        buf = gpurt.DeviceBuffer(1 << 20, stream=s, pool=pool)
+        assert pool.usage()["used_bytes"] == 1 << 20
+        assert gpurt.memory_allocated() == before + (1 << 20)
+        buf.free()
+        s.synchronize()
+    assert gpurt.memory_allocated() == before
+    with pytest.raises(ValueError):
+        gpurt.MemPool(upstream="elsewhere")
