@@ -427,7 +427,8 @@ typedef struct {
   /**
    * GPURT_UPSTREAM_USER: returns `size` bytes of device memory on `device`, aligned
    * to 512 bytes, for first use on `stream` (a CUstream), or NULL; called only
-   * when the pool needs a new segment, from any thread.
+   * when the pool needs a new segment, from any thread, with the pool locked: it
+   * must not allocate or free through gpurt.
    */
   gpurt_upstream_alloc_fn user_alloc;
   /**
@@ -723,9 +724,9 @@ gpurt_status_t gpurt_mem_pool_push(gpurt_mem_pool_t pool);
 
 /**
  * As gpurt_mem_pool_push, for the allocations `filter` accepts (called at each
- * allocation on the pool's device, on the allocating thread, with `context`); the
- * others go where they would without this entry (torch's MemPool with a routing
- * allocator). Undone by gpurt_mem_pool_pop.
+ * allocation on the pool's device, on the allocating thread, with `context`; it
+ * must not push or pop pools); the others go where they would without this entry
+ * (torch's MemPool with a routing allocator). Undone by gpurt_mem_pool_pop.
  */
 gpurt_status_t gpurt_mem_pool_push_filtered(gpurt_mem_pool_t pool,
                                             gpurt_mem_pool_filter_fn filter,

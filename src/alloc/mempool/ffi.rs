@@ -44,7 +44,8 @@ pub struct gpurt_mem_pool_options_t {
     pub limit_bytes: u64,
     /// GPURT_UPSTREAM_USER: returns `size` bytes of device memory on `device`, aligned
     /// to 512 bytes, for first use on `stream` (a CUstream), or NULL; called only
-    /// when the pool needs a new segment, from any thread.
+    /// when the pool needs a new segment, from any thread, with the pool locked: it
+    /// must not allocate or free through gpurt.
     pub user_alloc: gpurt_upstream_alloc_fn,
     /// GPURT_UPSTREAM_USER: gives back a segment user_alloc returned (its size
     /// again; `stream` NULL: the memory is idle).
@@ -154,9 +155,9 @@ pub extern "C" fn gpurt_mem_pool_push(pool: gpurt_mem_pool_t) -> gpurt_status_t 
 pub type gpurt_mem_pool_filter_fn = Option<unsafe extern "C" fn(usize, c_int, *mut c_void, *mut c_void) -> c_int>;
 
 /// As gpurt_mem_pool_push, for the allocations `filter` accepts (called at each
-/// allocation on the pool's device, on the allocating thread, with `context`); the
-/// others go where they would without this entry (torch's MemPool with a routing
-/// allocator). Undone by gpurt_mem_pool_pop.
+/// allocation on the pool's device, on the allocating thread, with `context`; it
+/// must not push or pop pools); the others go where they would without this entry
+/// (torch's MemPool with a routing allocator). Undone by gpurt_mem_pool_pop.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_push_filtered(pool: gpurt_mem_pool_t, filter: gpurt_mem_pool_filter_fn, context: *mut c_void) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_push_filtered", || {
