@@ -24,6 +24,35 @@ pub type gpurt_upstream_alloc_fn = Option<unsafe extern "C" fn(usize, c_int, *mu
 /// `void free(void *ptr, size_t size, int device, void *stream, void *context)`.
 pub type gpurt_upstream_free_fn = Option<unsafe extern "C" fn(*mut c_void, usize, c_int, *mut c_void, *mut c_void)>;
 
+/// The methods an upstream takes from the driver's source of its device: the
+/// stream-ordering markers, the memory figures, the capture check, native streams
+/// and the device's context.
+macro_rules! markers_from {
+    ($field:ident) => {
+        fn record(&self, stream: u64) -> Result<u64> {
+            self.$field.record(stream)
+        }
+        fn is_done(&self, marker: u64) -> bool {
+            self.$field.is_done(marker)
+        }
+        fn wait(&self, marker: u64) {
+            self.$field.wait(marker)
+        }
+        fn memory_info(&self) -> (u64, u64) {
+            self.$field.memory_info()
+        }
+        fn may_allocate(&self, stream: u64) -> Result<()> {
+            self.$field.may_allocate(stream)
+        }
+        fn native_stream(&self, stream: u64) -> u64 {
+            self.$field.native_stream(stream)
+        }
+        fn in_context(&self, f: &mut dyn FnMut()) -> Result<()> {
+            self.$field.in_context(f)
+        }
+    };
+}
+
 /// A caller's allocation functions and their context.
 #[derive(Clone, Copy)]
 pub struct UserFunctions {
@@ -75,27 +104,7 @@ impl<M: SegmentSource> SegmentSource for UserSource<M> {
             crate::log::log(crate::log::Level::Error, &format!("giving a segment back to the pool's user upstream: {e}"));
         }
     }
-    fn record(&self, stream: u64) -> Result<u64> {
-        self.markers.record(stream)
-    }
-    fn is_done(&self, marker: u64) -> bool {
-        self.markers.is_done(marker)
-    }
-    fn wait(&self, marker: u64) {
-        self.markers.wait(marker)
-    }
-    fn memory_info(&self) -> (u64, u64) {
-        self.markers.memory_info()
-    }
-    fn may_allocate(&self, stream: u64) -> Result<()> {
-        self.markers.may_allocate(stream)
-    }
-    fn native_stream(&self, stream: u64) -> u64 {
-        self.markers.native_stream(stream)
-    }
-    fn in_context(&self, f: &mut dyn FnMut()) -> Result<()> {
-        self.markers.in_context(f)
-    }
+    markers_from!(markers);
 }
 
 /// Memory any stream on any device may access (`CU_MEM_ATTACH_GLOBAL`).
@@ -136,27 +145,7 @@ impl SegmentSource for ManagedSource {
             crate::log::log(crate::log::Level::Error, &format!("releasing a cached managed segment: {e}"));
         }
     }
-    fn record(&self, stream: u64) -> Result<u64> {
-        self.driver.record(stream)
-    }
-    fn is_done(&self, marker: u64) -> bool {
-        self.driver.is_done(marker)
-    }
-    fn wait(&self, marker: u64) {
-        self.driver.wait(marker)
-    }
-    fn memory_info(&self) -> (u64, u64) {
-        self.driver.memory_info()
-    }
-    fn may_allocate(&self, stream: u64) -> Result<()> {
-        self.driver.may_allocate(stream)
-    }
-    fn native_stream(&self, stream: u64) -> u64 {
-        self.driver.native_stream(stream)
-    }
-    fn in_context(&self, f: &mut dyn FnMut()) -> Result<()> {
-        self.driver.in_context(f)
-    }
+    markers_from!(driver);
 }
 
 /// Segments from the driver's stream-ordered pool (`cuMemAllocFromPoolAsync` on the
@@ -200,27 +189,7 @@ impl SegmentSource for AsyncSource {
             crate::log::log(crate::log::Level::Error, &format!("releasing a cached segment to the driver's pool: {e}"));
         }
     }
-    fn record(&self, stream: u64) -> Result<u64> {
-        self.driver.record(stream)
-    }
-    fn is_done(&self, marker: u64) -> bool {
-        self.driver.is_done(marker)
-    }
-    fn wait(&self, marker: u64) {
-        self.driver.wait(marker)
-    }
-    fn memory_info(&self) -> (u64, u64) {
-        self.driver.memory_info()
-    }
-    fn may_allocate(&self, stream: u64) -> Result<()> {
-        self.driver.may_allocate(stream)
-    }
-    fn native_stream(&self, stream: u64) -> u64 {
-        self.driver.native_stream(stream)
-    }
-    fn in_context(&self, f: &mut dyn FnMut()) -> Result<()> {
-        self.driver.in_context(f)
-    }
+    markers_from!(driver);
 }
 
 /// Every method forwarded, the defaulted ones included (their overrides matter).
