@@ -16,6 +16,7 @@ from .memory import (DeviceBuffer, empty, empty_cache, max_memory_allocated, max
                      memory_allocated, memory_reserved, memory_stats, memory_summary,
                      reset_accumulated_memory_stats, reset_peak_memory_stats, set_allocator_config,
                      set_per_process_memory_fraction)
+from .managed import ManagedBuffer
 from .mempool import MemPool, use_mem_pool
 from .pinned import PinnedBuffer, PinnedPool
 from .streams import (Event, ExternalStream, Stream, current_stream, default_stream, per_thread_default_stream,

@@ -112,6 +112,15 @@ class DeviceBuffer(Allocation):
     _destroy = "gpurt_free"
 
     def __init__(self, nbytes=None, *, shape=None, dtype="uint8", stream=None, device=None, pool=None):
+        self._describe(nbytes, shape, dtype, stream, device)
+        if pool is None:
+            self._handle = fetch("void*", lib.gpurt_malloc, self.nbytes, self.stream.handle)
+        else:
+            self._handle = fetch("void*", lib.gpurt_mem_pool_malloc, pool.handle, self.nbytes, self.stream.handle)
+
+    def _describe(self, nbytes, shape, dtype, stream, device=None):
+        """Sets the shape, type, size and stream (None: the current stream of
+        `device`), the memory not yet allocated."""
         super().__init__(ffi.NULL)
         self.typestr = _typestr(dtype)
         itemsize = int(self.typestr[2:])
@@ -124,14 +133,10 @@ class DeviceBuffer(Allocation):
         self.stream = current_stream(device) if stream is None else stream
         if not isinstance(self.stream, Stream):
             raise TypeError(f"stream must be a gpurt.Stream, got {type(self.stream).__name__}")
-        if pool is None:
-            self._handle = fetch("void*", lib.gpurt_malloc, self.nbytes, self.stream.handle)
-        else:
-            self._handle = fetch("void*", lib.gpurt_mem_pool_malloc, pool.handle, self.nbytes, self.stream.handle)
 
     def __repr__(self):
         state = f"ptr={address(self._handle):#x}" if self._handle != ffi.NULL else "freed"
-        return f"<gpurt.DeviceBuffer {self.nbytes} bytes {state} shape={self.shape} {self.typestr}>"
+        return f"<gpurt.{type(self).__name__} {self.nbytes} bytes {state} shape={self.shape} {self.typestr}>"
 
     @property
     def __cuda_array_interface__(self):

@@ -80,7 +80,7 @@ def test_without_a_driver_there_are_no_devices(no_driver):
 
 @pytest.mark.parametrize("make", [gpurt.Stream, gpurt.Event, lambda: gpurt.DeviceBuffer(16), gpurt.memory_stats,
                                   gpurt.current_device, gpurt.mem_get_info, gpurt.synchronize, gpurt.GraphPool,
-                                  gpurt.MemPool, gpurt.MemPool.default])
+                                  gpurt.MemPool, gpurt.MemPool.default, lambda: gpurt.ManagedBuffer(16)])
 def test_without_a_driver_device_calls_raise_no_driver(no_driver, make):
     with pytest.raises(gpurt.NoDriverError) as raised:
         make()

@@ -251,3 +251,22 @@ def test_mem_pools_over_other_upstreams(device, upstream):
     assert gpurt.memory_allocated() == before
     with pytest.raises(ValueError):
         gpurt.MemPool(upstream="elsewhere")
+
+
+def test_managed_buffers_count_prefetch_advise_and_check_their_arguments(device):
+    before = gpurt.memory_allocated()
+    buf = gpurt.ManagedBuffer(shape=(1024,), dtype="float32")
+    assert buf.nbytes == 4096 and len(buf.view()) == 4096
+    assert gpurt.memory_allocated() == before + 4096
+    buf.advise("preferred_location", 0)
+    buf.advise("accessed_by", "host")
+    buf.prefetch(0)
+    buf.prefetch("host", stream=gpurt.Stream())
+    with pytest.raises(ValueError):
+        buf.advise("sideways")
+    with pytest.raises(gpurt.InvalidArgumentError):
+        buf.prefetch(gpurt.device_count())
+    with pytest.raises(ValueError):
+        gpurt.ManagedBuffer(64, attach="nowhere")
+    buf.free()
+    assert gpurt.memory_allocated() == before

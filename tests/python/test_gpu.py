@@ -133,3 +133,18 @@ def test_frameworks_allocate_from_gpurt(gpu, framework, script):
     pytest.importorskip(framework)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_managed_memory_is_exact_on_both_sides(gpu):
+    data = os.urandom((4 << 20) + 5)
+    s = gpurt.Stream()
+    with gpurt.ManagedBuffer(len(data)) as managed:
+        managed.view()[:] = data  # the host writes in place
+        managed.prefetch(0, stream=s)
+        copy = gpurt.DeviceBuffer(len(data), stream=s)
+        copy.copy_from_device(managed)
+        assert bytes(copy.copy_to_host()) == data
+        managed.fill_bytes(0x5A)  # the device writes, on the buffer's stream
+        managed.prefetch("host")
+        managed.stream.synchronize()
+        assert bytes(managed.view()) == b"\x5a" * len(data)
