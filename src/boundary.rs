@@ -82,6 +82,16 @@ pub(crate) fn in_ref<'a, T>(ptr: *const T, name: &str) -> Result<&'a T> {
 }
 
 /// A checked, non-NULL, UTF-8 C string argument.
+/// The caller's extensible struct (its first field a `size_t struct_size`), refused
+/// before the rest is read where the caller's struct is smaller than this version's:
+/// `init` names the initialiser the message points to.
+pub(crate) fn in_sized<'a, T>(ptr: *const T, name: &str, init: &str) -> Result<&'a T> {
+    if *in_ref(ptr.cast::<usize>(), name)? < std::mem::size_of::<T>() {
+        return Err(Error::invalid_argument(format!("`{name}->struct_size` is too small: initialise it with {init}")));
+    }
+    in_ref(ptr, name)
+}
+
 pub(crate) fn in_str<'a>(ptr: *const libc::c_char, name: &str) -> Result<&'a str> {
     let ptr = in_ref(ptr, name)?;
     // SAFETY: the caller's contract is a NUL-terminated string.

@@ -148,6 +148,15 @@ pub fn has_symbol(name: &str) -> bool {
     unsafe { sys::culib().get::<*const libc::c_void>(name.as_bytes()).is_ok() }
 }
 
+/// NOT_SUPPORTED, naming `symbol`, where libcuda lacks it: `what` needs it, and CUDA
+/// has it from version `since` on.
+pub fn require_symbol(symbol: &str, what: &str, since: &str) -> Result<()> {
+    if has_symbol(symbol) {
+        return Ok(());
+    }
+    Err(Error::not_supported(format!("{what} needs {symbol} (CUDA {since} or newer): this driver lacks it")))
+}
+
 /// The driver's CUDA version as 1000 * major + 10 * minor (12080 for 12.8).
 pub fn driver_version() -> Result<i32> {
     let mut version = 0;

@@ -21,17 +21,33 @@ def _stat_fields(value, prefix, out):
     return out
 
 
-def memory_stats(device=None):
-    """The allocator's statistics for a device, under torch.cuda.memory_stats' keys."""
-    stats = ffi.new("gpurt_memory_stats_t*", {"struct_size": ffi.sizeof("gpurt_memory_stats_t")})
-    check(lib.gpurt_memory_stats(ordinal(device), stats))
+def _stats(ctype, c_function, *args):
+    """The statistics struct `ctype` that `c_function(*args, &stats)` fills, under
+    torch's dotted keys."""
+    stats = ffi.new(f"{ctype}*", {"struct_size": ffi.sizeof(ctype)})
+    check(c_function(*args, stats))
     return dict(sorted(_stat_fields(stats[0], "", {}).items()))
 
 
-def _usage(device):
+def _four(c_function, *args):
+    """The four uint64 figures `c_function(*args, &a, &b, &c, &d)` gives."""
     values = [ffi.new("uint64_t*") for _ in range(4)]
-    check(lib.gpurt_memory_usage(ordinal(device), *values))
+    check(c_function(*args, *values))
     return [v[0] for v in values]
+
+
+def _pool_usage(c_function, handle):
+    """cupy's pool figures (used, free and total bytes, free blocks) of a pool."""
+    return dict(zip(("used_bytes", "free_bytes", "total_bytes", "free_blocks"), _four(c_function, handle)))
+
+
+def memory_stats(device=None):
+    """The allocator's statistics for a device, under torch.cuda.memory_stats' keys."""
+    return _stats("gpurt_memory_stats_t", lib.gpurt_memory_stats, ordinal(device))
+
+
+def _usage(device):
+    return _four(lib.gpurt_memory_usage, ordinal(device))
 
 
 def memory_allocated(device=None):

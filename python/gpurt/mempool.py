@@ -5,7 +5,7 @@ import contextlib
 
 from ._handle import Handle, ordinal
 from ._native import check, fetch, ffi, lib
-from .memory import _stat_fields
+from .memory import _pool_usage, _stats
 
 
 class MemPool(Handle):
@@ -42,15 +42,11 @@ class MemPool(Handle):
 
     def stats(self):
         """This pool's statistics, under torch.cuda.memory_stats' keys."""
-        stats = ffi.new("gpurt_memory_stats_t*", {"struct_size": ffi.sizeof("gpurt_memory_stats_t")})
-        check(lib.gpurt_mem_pool_stats(self._handle, stats))
-        return dict(sorted(_stat_fields(stats[0], "", {}).items()))
+        return _stats("gpurt_memory_stats_t", lib.gpurt_mem_pool_stats, self._handle)
 
     def usage(self):
         """cupy's MemoryPool figures: used, free and total bytes, free blocks."""
-        values = [ffi.new("uint64_t*") for _ in range(4)]
-        check(lib.gpurt_mem_pool_usage(self._handle, *values))
-        return dict(zip(("used_bytes", "free_bytes", "total_bytes", "free_blocks"), (v[0] for v in values)))
+        return _pool_usage(lib.gpurt_mem_pool_usage, self._handle)
 
     def used_bytes(self):
         return self.usage()["used_bytes"]

@@ -2,7 +2,7 @@
 (torch's pin_memory, cupy.cuda.alloc_pinned_memory)."""
 from ._handle import Allocation, Handle, address
 from ._native import check, fetch, ffi, lib
-from .memory import _stat_fields
+from .memory import _pool_usage, _stats
 
 
 class PinnedPool(Handle):
@@ -29,15 +29,11 @@ class PinnedPool(Handle):
         check(lib.gpurt_pinned_empty_cache(self._handle))
 
     def stats(self):
-        stats = ffi.new("gpurt_host_memory_stats_t*", {"struct_size": ffi.sizeof("gpurt_host_memory_stats_t")})
-        check(lib.gpurt_pinned_stats(self._handle, stats))
-        return dict(sorted(_stat_fields(stats[0], "", {}).items()))
+        return _stats("gpurt_host_memory_stats_t", lib.gpurt_pinned_stats, self._handle)
 
     def usage(self):
         """cupy's PinnedMemoryPool figures: used, free and total bytes, free blocks."""
-        values = [ffi.new("uint64_t*") for _ in range(4)]
-        check(lib.gpurt_pinned_pool_usage(self._handle, *values))
-        return dict(zip(("used_bytes", "free_bytes", "total_bytes", "free_blocks"), (v[0] for v in values)))
+        return _pool_usage(lib.gpurt_pinned_pool_usage, self._handle)
 
     def reset_peak_stats(self):
         check(lib.gpurt_pinned_reset_peak_stats(self._handle))

@@ -497,6 +497,15 @@ impl<S: SegmentSource> CachingAllocator<S> {
         lock(&self.totals).reset_accumulated();
     }
 
+    /// `reset_accumulated` where `accumulated`, else `reset_peak`.
+    pub fn reset_stats(&self, accumulated: bool) {
+        if accumulated {
+            self.reset_accumulated()
+        } else {
+            self.reset_peak()
+        }
+    }
+
     pub fn set_config(&self, config: AllocConfig) {
         *lock(&self.config) = config.clone();
         for shard in self.created_shards() {

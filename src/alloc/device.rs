@@ -240,9 +240,8 @@ thread_local! {
 }
 
 /// Pushes a route for this thread's allocations (`gpurt_mem_pool_push`).
-pub(crate) fn push_route(route: Route<PoolSource>) -> Result<()> {
+pub(crate) fn push_route(route: Route<PoolSource>) {
     POOL_STACK.with(|stack| stack.borrow_mut().push(route));
-    Ok(())
 }
 
 pub(crate) fn pop_route() -> Result<()> {
@@ -314,20 +313,22 @@ fn on_owner(ptr: u64, op: BlockOp) -> Result<()> {
         }
     }
     let mut candidates = created().filter(|a| a.may_hold(ptr));
-    if let (Some(only), None) = (candidates.next(), candidates.next()) {
-        if let Some(result) = op.apply(only, ptr) {
-            return result;
-        }
-    }
-    on_owner_among_pools(ptr, op)
+    let only = match (candidates.next(), candidates.next()) {
+        (Some(only), None) => match op.apply(only, ptr) {
+            Some(result) => return result,
+            None => Some(only),
+        },
+        _ => None,
+    };
+    on_owner_among_pools(ptr, op, only)
 }
 
-/// `on_owner` past its fast path: every default pool whose span may hold `ptr`,
-/// then every user pool.
+/// `on_owner` past its fast path: every default pool whose span may hold `ptr` but
+/// `asked` (which answered "not mine"), then every user pool.
 #[inline(never)]
-fn on_owner_among_pools(ptr: u64, op: BlockOp) -> Result<()> {
+fn on_owner_among_pools(ptr: u64, op: BlockOp, asked: Option<&CachingAllocator<DriverSource>>) -> Result<()> {
     created()
-        .filter(|a| a.may_hold(ptr))
+        .filter(|a| a.may_hold(ptr) && !asked.is_some_and(|asked| std::ptr::eq(*a, asked)))
         .find_map(|a| op.apply(a, ptr))
         .or_else(|| MEM_POOLS.find_map(ptr, |pool| op.apply(pool.allocator(), ptr)))
         .unwrap_or_else(|| Err(not_live(ptr)))

@@ -161,6 +161,41 @@ impl gpurt_memory_stats_t {
     }
 }
 
+/// Per device, the statistics of pools that are gone (graph-private pools, pools
+/// users destroyed): their totals stay part of the device's, as in PyTorch, where
+/// every pool shares the device's allocator; their peaks do not outlive them.
+#[derive(Default)]
+pub struct RetiredStats(std::collections::HashMap<i32, gpurt_memory_stats_t>);
+
+impl RetiredStats {
+    /// Keeps the totals of a pool of `device` that is gone.
+    pub fn retire(&mut self, device: i32, gone: &gpurt_memory_stats_t) {
+        // Not `or_default`: `new` also sets `struct_size`.
+        #[allow(clippy::unwrap_or_default)]
+        let retired = self.0.entry(device).or_insert_with(gpurt_memory_stats_t::new);
+        retired.absorb(gone, &gpurt_memory_stats_t::new());
+        retired.reset_peak();
+    }
+
+    /// Adds `device`'s retired totals to `stats`.
+    pub fn add_to(&self, device: i32, stats: &mut gpurt_memory_stats_t) {
+        if let Some(retired) = self.0.get(&device) {
+            stats.absorb(retired, &gpurt_memory_stats_t::new());
+        }
+    }
+
+    /// Resets the peaks (`accumulated`: the totals) of `device`'s retired totals.
+    pub fn reset(&mut self, device: i32, accumulated: bool) {
+        if let Some(retired) = self.0.get_mut(&device) {
+            if accumulated {
+                retired.reset_accumulated()
+            } else {
+                retired.reset_peak()
+            }
+        }
+    }
+}
+
 /// Bytes for people: "512 B", "40.00 MiB".
 pub fn format_bytes(v: impl Into<i128>) -> String {
     let v = v.into();

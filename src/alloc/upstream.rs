@@ -161,9 +161,7 @@ pub struct AsyncSource {
 impl AsyncSource {
     pub fn new(device: i32) -> Result<AsyncSource> {
         for symbol in ["cuDeviceGetMemPool", "cuMemAllocFromPoolAsync", "cuMemFreeAsync"] {
-            if !crate::driver::has_symbol(symbol) {
-                return Err(Error::not_supported(format!("GPURT_UPSTREAM_ASYNC needs {symbol} (CUDA 11.2 or newer): this driver lacks it")));
-            }
+            crate::driver::require_symbol(symbol, "GPURT_UPSTREAM_ASYNC", "11.2")?;
         }
         let mut pool = std::ptr::null_mut();
         check(unsafe { sys::cuDeviceGetMemPool(&mut pool, device) }, "cuDeviceGetMemPool")?;

@@ -17,7 +17,7 @@ use crate::alloc::caching::CachingAllocator;
 use crate::alloc::config::AllocConfig;
 use crate::alloc::device::DriverSource;
 use crate::alloc::pool::SegmentSource;
-use crate::alloc::stats::gpurt_memory_stats_t;
+use crate::alloc::stats::{gpurt_memory_stats_t, RetiredStats};
 use crate::boundary::lock;
 use crate::device;
 use crate::driver::{check, has_symbol};
@@ -113,21 +113,15 @@ struct Registry {
     pools: GraphPools<CaptureSource>,
     /// Graph or exec handle value to the pools whose addresses it holds.
     holders: HashMap<u64, Vec<u64>>,
-    /// Per device, the statistics of pools that are gone: their totals stay part of
-    /// the device's (as in PyTorch, where graph pools share the allocator); their
-    /// peaks, approximate (see `add_private_stats`), do not outlive them.
-    retired: HashMap<i32, gpurt_memory_stats_t>,
+    /// Per device, the statistics of pools that are gone.
+    retired: RetiredStats,
 }
 
 impl Registry {
     /// Collects pool `id`; a pool that goes leaves its statistics to its device.
     fn collect(&mut self, id: u64) {
         if let Some(gone) = self.pools.collect(id) {
-            // Not `or_default`: `new` also sets `struct_size`.
-            #[allow(clippy::unwrap_or_default)]
-            let retired = self.retired.entry(gone.source().device()).or_insert_with(gpurt_memory_stats_t::new);
-            retired.absorb(&gone.stats(), &gpurt_memory_stats_t::new());
-            retired.reset_peak();
+            self.retired.retire(gone.source().device(), &gone.stats());
         }
     }
 }
@@ -138,12 +132,9 @@ impl Registry {
 /// value, an upper bound of the true peak.
 pub fn add_private_stats(device: i32, stats: &mut gpurt_memory_stats_t) {
     with_registry(|r| {
-        let zero = gpurt_memory_stats_t::new();
-        if let Some(retired) = r.retired.get(&device) {
-            stats.absorb(retired, &zero);
-        }
+        r.retired.add_to(device, stats);
         for a in r.pools.allocators().filter(|a| a.source().device() == device) {
-            stats.absorb(&a.stats(), &zero);
+            stats.absorb(&a.stats(), &gpurt_memory_stats_t::new());
         }
     })
 }
@@ -151,15 +142,8 @@ pub fn add_private_stats(device: i32, stats: &mut gpurt_memory_stats_t) {
 /// Resets the peaks (`accumulated`: the totals) of `device`'s private pools.
 pub fn reset_private_stats(device: i32, accumulated: bool) {
     with_registry(|r| {
-        let device_pools = r.pools.allocators().filter(|a| a.source().device() == device);
-        device_pools.for_each(|a| if accumulated { a.reset_accumulated() } else { a.reset_peak() });
-        if let Some(retired) = r.retired.get_mut(&device) {
-            if accumulated {
-                retired.reset_accumulated()
-            } else {
-                retired.reset_peak()
-            }
-        }
+        r.pools.allocators().filter(|a| a.source().device() == device).for_each(|a| a.reset_stats(accumulated));
+        r.retired.reset(device, accumulated);
     })
 }
 
@@ -171,7 +155,7 @@ static LIVE_POOLS: AtomicUsize = AtomicUsize::new(0);
 
 fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
     let mut guard = lock(&REGISTRY);
-    let registry = guard.get_or_insert_with(|| Registry { pools: GraphPools::default(), holders: HashMap::new(), retired: HashMap::new() });
+    let registry = guard.get_or_insert_with(|| Registry { pools: GraphPools::default(), holders: HashMap::new(), retired: RetiredStats::default() });
     let result = f(registry);
     LIVE_POOLS.store(registry.pools.len(), Ordering::Release);
     result

@@ -1,8 +1,8 @@
 use libc::{c_char, c_int, c_uint, c_void};
 
 use super::elementwise::gpurt_dtype_t;
-use crate::boundary::{self, in_ref, in_str, Out};
-use crate::error::{gpurt_status_t, Error, Result};
+use crate::boundary::{self, in_ref, in_sized, in_str, Out};
+use crate::error::{gpurt_status_t, Result};
 use crate::handle::Handle;
 use crate::stream::ffi::gpurt_stream_t;
 
@@ -125,10 +125,7 @@ pub extern "C" fn gpurt_launch_kernel(
 #[no_mangle]
 pub extern "C" fn gpurt_launch_kernel_ex(kernel: gpurt_kernel_t, config: *const gpurt_launch_config_t, args: *mut *mut c_void) -> gpurt_status_t {
     boundary::call("gpurt_launch_kernel_ex", || {
-        let c = in_ref(config, "config")?;
-        if c.struct_size < std::mem::size_of::<gpurt_launch_config_t>() {
-            return Err(Error::invalid_argument("`config->struct_size` is too small: initialise it with GPURT_LAUNCH_CONFIG_INIT"));
-        }
+        let c = in_sized(config, "config", "GPURT_LAUNCH_CONFIG_INIT")?;
         let shape = super::LaunchShape { grid: c.grid, block: c.block, shared_bytes: c.shared_memory_bytes, cluster: c.cluster };
         // SAFETY: as in gpurt_launch_kernel.
         unsafe { super::launch(Handle::from_ptr(kernel), &shape, Handle::from_ptr(c.stream), args) }

@@ -15,7 +15,7 @@ use crate::alloc::device::{self as pools, MEM_POOLS};
 use crate::alloc::mempool::MemPool;
 use crate::alloc::upstream::{ManagedSource, PoolSource, GPURT_MEM_ATTACH_GLOBAL};
 use crate::device::{self, per_device};
-use crate::driver::{check, has_symbol};
+use crate::driver::{check, require_symbol};
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 
@@ -28,11 +28,16 @@ static MANAGED_POOLS: OnceLock<Box<[ManagedPools]>> = OnceLock::new();
 /// `gpurt_free`.
 pub fn malloc(size: u64, flags: u32) -> Result<u64> {
     let d = device::resolve(crate::device::CURRENT_DEVICE)?;
-    let source = ManagedSource::new(d, flags)?;
-    let config = AllocConfig { expandable_segments: false, ..pools::config()? };
+    let source = ManagedSource::new(d, flags)?; // checks the flags
     let pools_of_device = &MANAGED_POOLS.get_or_init(|| per_device(Default::default))[d as usize];
-    let slot = if flags == GPURT_MEM_ATTACH_GLOBAL { 0 } else { 1 };
-    let pool = pools_of_device[slot].get_or_init(|| MEM_POOLS.create(d, Box::new(source), config, 0));
+    let slot = &pools_of_device[if flags == GPURT_MEM_ATTACH_GLOBAL { 0 } else { 1 }];
+    let pool = match slot.get() {
+        Some(pool) => pool,
+        None => {
+            let config = AllocConfig { expandable_segments: false, ..pools::config()? };
+            slot.get_or_init(|| MEM_POOLS.create(d, Box::new(source), config, 0))
+        }
+    };
     let stream = crate::stream::get(crate::stream::current(d)?)?;
     pools::malloc_from(pool.allocator(), size, stream.raw as u64)
 }
@@ -50,24 +55,22 @@ fn location(target: i32) -> Result<sys::CUmemLocation> {
 
 fn require(symbol: &str, what: &str) -> Result<()> {
     device::require_device()?;
-    if has_symbol(symbol) {
-        return Ok(());
-    }
-    Err(Error::not_supported(format!("{what} needs {symbol} (CUDA 12.2 or newer): this driver lacks it")))
+    require_symbol(symbol, what, "12.2")
 }
 
-fn check_range(ptr: u64, size: u64) -> Result<()> {
+/// A range of the caller's that is not empty and that it can own.
+fn check_managed_range(ptr: u64, size: u64) -> Result<()> {
     if ptr == 0 || size == 0 {
         return Err(Error::invalid_argument(format!("the range ({ptr:#x}, {size} bytes) is empty")));
     }
-    Ok(())
+    crate::boundary::check_range(ptr, size, "ptr")
 }
 
 /// Moves `[ptr, ptr + size)` of managed memory to `target` (a device or
 /// `GPURT_DEVICE_HOST`) in `stream`'s order.
 pub fn prefetch(ptr: u64, size: u64, target: i32, stream: Stream) -> Result<()> {
     require("cuMemPrefetchAsync_v2", "prefetching managed memory")?;
-    check_range(ptr, size)?;
+    check_managed_range(ptr, size)?;
     let location = location(target)?;
     stream.run(|cu| check(unsafe { sys::cuMemPrefetchAsync_v2(ptr, size as usize, location, 0, cu) }, "cuMemPrefetchAsync"))
 }
@@ -76,7 +79,7 @@ pub fn prefetch(ptr: u64, size: u64, target: i32, stream: Stream) -> Result<()> 
 pub fn advise(ptr: u64, size: u64, advice: i32, target: i32) -> Result<()> {
     use sys::CUmem_advise::*;
     require("cuMemAdvise_v2", "advice on managed memory")?;
-    check_range(ptr, size)?;
+    check_managed_range(ptr, size)?;
     let advice = match advice {
         1 => CU_MEM_ADVISE_SET_READ_MOSTLY,
         2 => CU_MEM_ADVISE_UNSET_READ_MOSTLY,

@@ -403,6 +403,8 @@ static void check_managed(gpurt_stream_t stream) {
     EXPECT(gpurt_mem_prefetch_async(p, 4096, GPURT_DEVICE_HOST, stream), GPURT_SUCCESS);
     EXPECT(gpurt_mem_prefetch_async(NULL, 4096, 0, stream), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_mem_prefetch_async(p, 0, 0, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_prefetch_async(p, (size_t)-1, 0, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_advise(p, (size_t)-1, GPURT_MEM_ADVISE_SET_READ_MOSTLY, 0), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_mem_prefetch_async(p, 4096, 99, stream), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_mem_prefetch_async(p, 4096, 0, NULL), GPURT_ERROR_INVALID_HANDLE);
     EXPECT(gpurt_mem_advise(p, 4096, GPURT_MEM_ADVISE_SET_READ_MOSTLY, 0), GPURT_SUCCESS);

@@ -118,7 +118,8 @@ pub fn push(handle: Handle, filter: Option<Filter>) -> Result<()> {
         (Named::Default(d), None) => Route::Default(d),
         (Named::Pool(pool), None) => Route::Pool(pool),
         (Named::Pool(pool), Some(filter)) => Route::Filtered(pool, filter),
-    })
+    });
+    Ok(())
 }
 
 pub fn pop() -> Result<()> {

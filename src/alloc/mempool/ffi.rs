@@ -4,7 +4,7 @@ use super::device::{self as pools, Upstream};
 use super::Filter;
 use crate::alloc::upstream::{gpurt_upstream_alloc_fn, gpurt_upstream_free_fn, UserFunctions};
 use crate::alloc::stats::gpurt_memory_stats_t;
-use crate::boundary::{self, in_ref, in_str, write_sized, Out};
+use crate::boundary::{self, in_sized, in_str, write_sized, Out};
 use crate::error::{gpurt_status_t, Error};
 use crate::handle::Handle;
 use crate::stream::ffi::gpurt_stream_t;
@@ -87,11 +87,7 @@ pub extern "C" fn gpurt_mem_pool_create(device: c_int, options: *const gpurt_mem
         let (config, limit, upstream) = match options.is_null() {
             true => (None, 0, Upstream::Driver),
             false => {
-                // The size first: a smaller (older) struct must not be read whole.
-                if *in_ref(options.cast::<usize>(), "options")? < std::mem::size_of::<gpurt_mem_pool_options_t>() {
-                    return Err(Error::invalid_argument("`options->struct_size` is too small: initialise it with GPURT_MEM_POOL_OPTIONS_INIT"));
-                }
-                let o = *in_ref(options, "options")?;
+                let o = *in_sized(options, "options", "GPURT_MEM_POOL_OPTIONS_INIT")?;
                 let upstream = match (o.upstream, o.user_alloc, o.user_free) {
                     (GPURT_UPSTREAM_DRIVER, _, _) => Upstream::Driver,
                     (GPURT_UPSTREAM_MANAGED, _, _) => Upstream::Managed,

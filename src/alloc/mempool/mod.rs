@@ -12,7 +12,6 @@ pub mod ffi;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -21,7 +20,7 @@ use arc_swap::ArcSwap;
 use super::caching::CachingAllocator;
 use super::config::AllocConfig;
 use super::pool::SegmentSource;
-use super::stats::gpurt_memory_stats_t;
+use super::stats::{gpurt_memory_stats_t, RetiredStats};
 use crate::boundary::lock;
 use crate::error::{Error, Result};
 
@@ -79,8 +78,8 @@ impl PoolUsage {
 pub struct MemPools<S: SegmentSource> {
     /// Read without a lock by every pointer-only free that the device pools miss.
     live: ArcSwap<Vec<Arc<MemPool<S>>>>,
-    /// Held while `live` is replaced.
-    update: Mutex<HashMap<i32, gpurt_memory_stats_t>>,
+    /// Destroyed pools' statistics; held while `live` is replaced.
+    update: Mutex<RetiredStats>,
     count: AtomicUsize,
     next_id: AtomicU64,
 }
@@ -142,11 +141,7 @@ impl<S: SegmentSource> MemPools<S> {
             )));
         }
         pool.allocator.empty_cache();
-        let mut gone = pool.allocator.stats();
-        gone.reset_peak();
-        // Not `or_default`: `new` also sets `struct_size`.
-        #[allow(clippy::unwrap_or_default)]
-        retired.entry(pool.device).or_insert_with(gpurt_memory_stats_t::new).absorb(&gone, &gpurt_memory_stats_t::new());
+        retired.retire(pool.device, &pool.allocator.stats());
         self.publish(live.iter().filter(|p| p.id != id).cloned().collect());
         Ok(())
     }
@@ -165,27 +160,16 @@ impl<S: SegmentSource> MemPools<S> {
     /// values and totals are exact; a live pool's peak is added to the current values,
     /// an upper bound of the true peak of the sum.
     pub fn add_stats(&self, device: i32, stats: &mut gpurt_memory_stats_t) {
-        let zero = gpurt_memory_stats_t::new();
-        if let Some(gone) = lock(&self.update).get(&device) {
-            stats.absorb(gone, &zero);
-        }
+        lock(&self.update).add_to(device, stats);
         for pool in self.live.load().iter().filter(|p| p.device == device) {
-            stats.absorb(&pool.allocator.stats(), &zero);
+            stats.absorb(&pool.allocator.stats(), &gpurt_memory_stats_t::new());
         }
     }
 
     /// Resets the peaks (`accumulated`: the totals) of `device`'s pools.
     pub fn reset_stats(&self, device: i32, accumulated: bool) {
-        let mut retired = lock(&self.update);
-        let reset = |s: &mut gpurt_memory_stats_t| if accumulated { s.reset_accumulated() } else { s.reset_peak() };
-        retired.get_mut(&device).map(reset);
-        for pool in self.live.load().iter().filter(|p| p.device == device) {
-            if accumulated {
-                pool.allocator.reset_accumulated()
-            } else {
-                pool.allocator.reset_peak()
-            }
-        }
+        lock(&self.update).reset(device, accumulated);
+        self.live.load().iter().filter(|p| p.device == device).for_each(|p| p.allocator.reset_stats(accumulated));
     }
 
     /// Releases the free cached segments of every pool.
