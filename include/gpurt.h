@@ -127,6 +127,11 @@
 
 #define GPURT_GRAPH_INSTANTIATE_USE_NODE_PRIORITY 8
 
+/**
+ * The bytes of a `gpurt_ipc_mem_handle_t`.
+ */
+#define GPURT_IPC_HANDLE_SIZE 256
+
 #define GPURT_KERNEL_MAX_THREADS_PER_BLOCK 0
 
 #define GPURT_KERNEL_SHARED_SIZE_BYTES 1
@@ -514,6 +519,14 @@ typedef gpurt_graph_pool_s *gpurt_graph_pool_t;
 typedef gpurt_graph_s *gpurt_graph_t;
 
 typedef gpurt_graph_exec_s *gpurt_graph_exec_t;
+
+/**
+ * A block of device memory exported to other processes of this machine: plain
+ * bytes, to send by any means (a pipe, a socket, shared memory, a file).
+ */
+typedef struct {
+  uint8_t bytes[GPURT_IPC_HANDLE_SIZE];
+} gpurt_ipc_mem_handle_t;
 
 typedef gpurt_module_s *gpurt_module_t;
 
@@ -1098,6 +1111,44 @@ gpurt_status_t gpurt_graph_destroy(gpurt_graph_t graph);
  * returns the pool's free memory to the driver.
  */
 gpurt_status_t gpurt_graph_exec_destroy(gpurt_graph_exec_t exec);
+
+/**
+ * Exports the live gpurt allocation at `ptr` (of a device's default pool, or of a
+ * pool over the driver or a user upstream whose memory cuIpcGetMemHandle accepts)
+ * for gpurt_ipc_open_mem_handle in another process. Exporting it again gives the
+ * same handle. While another process has it open, gpurt_free of it keeps the memory
+ * from reuse until gpurt_ipc_collect finds every such process closed it or exited.
+ * Synchronise the work that writes the block before the other process reads it.
+ * GPURT_ERROR_NOT_SUPPORTED for a block of an expandable segment.
+ */
+gpurt_status_t gpurt_ipc_mem_handle(void *ptr, gpurt_ipc_mem_handle_t *handle);
+
+/**
+ * Opens a block another process of this machine exported, on the device it lies
+ * on (found by UUID, whatever CUDA_VISIBLE_DEVICES says here). Each segment is
+ * mapped once per process; opening the same handle again gives the same pointer
+ * and needs as many closes. GPURT_ERROR_INVALID_HANDLE for bytes that are not a
+ * gpurt handle, a handle of another boot or machine, or a block its producer freed.
+ */
+gpurt_status_t gpurt_ipc_open_mem_handle(const gpurt_ipc_mem_handle_t *handle, void **ptr);
+
+/**
+ * Closes a pointer from gpurt_ipc_open_mem_handle. The last close of a block waits
+ * for the work queued on its device, then lets its producer reuse it.
+ */
+gpurt_status_t gpurt_ipc_close_mem_handle(void *ptr);
+
+/**
+ * Frees the exported blocks this process freed whose consumers have all closed
+ * them or exited (torch.cuda.ipc_collect).
+ */
+gpurt_status_t gpurt_ipc_collect(void);
+
+/**
+ * The blocks this process freed that other processes still hold open, and their
+ * bytes (either pointer may be NULL).
+ */
+gpurt_status_t gpurt_ipc_kept(uint64_t *blocks, uint64_t *bytes);
 
 /**
  * Loads a module image (PTX text, cubin or fatbin; `size` bytes) on the current

@@ -26,6 +26,7 @@ pub mod error;
 pub mod event;
 pub mod graph;
 pub mod handle;
+pub mod ipc;
 pub mod kernel;
 pub mod log;
 pub mod managed;

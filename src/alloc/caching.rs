@@ -32,7 +32,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::config::AllocConfig;
 use super::owners::SegmentOwner;
-use super::pool::{Pool, SegmentSource, Segments};
+use super::pool::{BlockPlace, Pool, SegmentSource, Segments};
 use super::stats::{format_bytes, gpurt_memory_stats_t};
 use crate::boundary::lock;
 use crate::error::{Error, Result, Status};
@@ -454,6 +454,11 @@ impl<S: SegmentSource> CachingAllocator<S> {
     #[inline(always)]
     pub fn try_free(&self, addr: u64) -> Option<Result<()>> {
         self.on_owner(addr, |pool| pool.free(addr))
+    }
+
+    /// Where the live block at `addr` lies, if this allocator holds it.
+    pub fn try_place(&self, addr: u64) -> Option<Result<BlockPlace>> {
+        self.on_owner(addr, |pool| pool.place(addr))
     }
 
     /// Declares that `addr` is also used on `stream` (PyTorch's `record_stream`).

@@ -13,7 +13,7 @@ use super::caching::{not_live, CachingAllocator};
 use super::config::AllocConfig;
 use super::mempool::{MemPools, PoolStack, Route};
 use super::upstream::PoolSource;
-use super::pool::SegmentSource;
+use super::pool::{BlockPlace, SegmentSource};
 use super::stats::gpurt_memory_stats_t;
 use crate::boundary::lock;
 use crate::device::{self, per_device};
@@ -277,7 +277,14 @@ pub fn malloc_from<S: SegmentSource>(pool: &CachingAllocator<S>, size: u64, nati
     pool.malloc(size, key)
 }
 
-/// What a pointer-only call does to its block, in whichever allocator holds it.
+/// A pointer-only call on a block, asked of whichever allocator holds it (on
+/// `device`): `None` where that allocator does not.
+trait BlockQuery: Copy {
+    type Answer;
+    fn ask<S: SegmentSource>(self, allocator: &CachingAllocator<S>, device: i32, ptr: u64) -> Option<Result<Self::Answer>>;
+}
+
+/// What a pointer-only call does to its block.
 #[derive(Clone, Copy)]
 enum BlockOp {
     Free,
@@ -285,10 +292,10 @@ enum BlockOp {
     UsedOn(u64),
 }
 
-impl BlockOp {
-    /// The operation on `ptr` if `allocator` holds it (`None`: it does not).
+impl BlockQuery for BlockOp {
+    type Answer = ();
     #[inline(always)]
-    fn apply<S: SegmentSource>(self, allocator: &CachingAllocator<S>, ptr: u64) -> Option<Result<()>> {
+    fn ask<S: SegmentSource>(self, allocator: &CachingAllocator<S>, _device: i32, ptr: u64) -> Option<Result<()>> {
         match self {
             BlockOp::Free => allocator.try_free(ptr),
             BlockOp::UsedOn(stream) => allocator.try_record_stream(ptr, stream),
@@ -296,52 +303,88 @@ impl BlockOp {
     }
 }
 
-/// Applies `op` to `ptr` in the allocator that holds it, asking until one answers:
-/// first the pool this thread has pushed last, then the devices' default pools, then
-/// the pools users created. The lock-free span check passes over allocators that
-/// surely do not hold it; each allocator asks this thread's recent shards before its
+/// Where a live block lies, and on which device.
+#[derive(Clone, Copy)]
+struct Place;
+
+impl BlockQuery for Place {
+    type Answer = (i32, BlockPlace);
+    fn ask<S: SegmentSource>(self, allocator: &CachingAllocator<S>, device: i32, ptr: u64) -> Option<Result<(i32, BlockPlace)>> {
+        allocator.try_place(ptr).map(|place| place.map(|place| (device, place)))
+    }
+}
+
+/// Asks `query` of the allocator that holds `ptr`, asking until one answers: first
+/// the pool this thread has pushed last, then the devices' default pools, then the
+/// pools users created. The lock-free span check passes over allocators that surely
+/// do not hold it; each allocator asks this thread's recent shards before its
 /// segment map, and answers "not mine" without building an error, so the common
 /// free costs one allocator's lookup however many pools exist. (Asking every
 /// device's segment map, under its lock, made every free on a two-GPU machine
 /// contend on one lock: 8 threads ran 0.38x one thread's rate.)
 #[inline(always)]
-fn on_owner(ptr: u64, op: BlockOp) -> Result<()> {
+fn on_owner<Q: BlockQuery>(ptr: u64, query: Q) -> Result<Q::Answer> {
     if ROUTED.load(Ordering::Relaxed) > 0 {
-        let pushed = POOL_STACK.try_with(|stack| stack.borrow().top().filter(|p| p.allocator().may_hold(ptr)).and_then(|p| op.apply(p.allocator(), ptr)));
+        let pushed = POOL_STACK.try_with(|stack| {
+            stack.borrow().top().filter(|p| p.allocator().may_hold(ptr)).and_then(|p| query.ask(p.allocator(), p.device(), ptr))
+        });
         if let Ok(Some(result)) = pushed {
             return result;
         }
     }
     let mut candidates = created().filter(|a| a.may_hold(ptr));
     let only = match (candidates.next(), candidates.next()) {
-        (Some(only), None) => match op.apply(only, ptr) {
+        (Some(only), None) => match query.ask(only, only.source().device, ptr) {
             Some(result) => return result,
             None => Some(only),
         },
         _ => None,
     };
-    on_owner_among_pools(ptr, op, only)
+    on_owner_among_pools(ptr, query, only)
 }
 
 /// `on_owner` past its fast path: every default pool whose span may hold `ptr` but
 /// `asked` (which answered "not mine"), then every user pool.
 #[inline(never)]
-fn on_owner_among_pools(ptr: u64, op: BlockOp, asked: Option<&CachingAllocator<DriverSource>>) -> Result<()> {
+fn on_owner_among_pools<Q: BlockQuery>(ptr: u64, query: Q, asked: Option<&CachingAllocator<DriverSource>>) -> Result<Q::Answer> {
     created()
         .filter(|a| a.may_hold(ptr) && !asked.is_some_and(|asked| std::ptr::eq(*a, asked)))
-        .find_map(|a| op.apply(a, ptr))
-        .or_else(|| MEM_POOLS.find_map(ptr, |pool| op.apply(pool.allocator(), ptr)))
+        .find_map(|a| query.ask(a, a.source().device, ptr))
+        .or_else(|| MEM_POOLS.find_map(ptr, |pool| query.ask(pool.allocator(), pool.device(), ptr)))
         .unwrap_or_else(|| Err(not_live(ptr)))
+}
+
+/// Decides, for a freed pointer, whether its block stays allocated for now because
+/// something outside the allocator still holds it (another process's IPC mapping):
+/// `None`, not such a block; `Some(Ok)`, kept; `Some(Err)`, a second free of a kept
+/// block.
+pub(crate) type Keeper = fn(u64) -> Option<Result<()>>;
+static KEEPER: OnceLock<Keeper> = OnceLock::new();
+/// Blocks the keeper may keep: while zero, a free asks it nothing.
+pub(crate) static KEEPING: AtomicUsize = AtomicUsize::new(0);
+
+pub(crate) fn install_keeper(keeper: Keeper) {
+    let _ = KEEPER.set(keeper);
 }
 
 pub fn free(ptr: u64) -> Result<()> {
     if ptr == 0 {
         return Ok(());
     }
+    if KEEPING.load(Ordering::Relaxed) > 0 {
+        if let Some(kept) = KEEPER.get().and_then(|keep| keep(ptr)) {
+            return kept;
+        }
+    }
     match on_owner(ptr, BlockOp::Free) {
         Err(missed) => crate::graph::free_private(ptr).unwrap_or(Err(missed)),
         freed => freed,
     }
+}
+
+/// The device and place of the live block at `ptr` (of a default or user pool).
+pub fn place(ptr: u64) -> Result<(i32, BlockPlace)> {
+    on_owner(ptr, Place)
 }
 
 pub fn record_stream(ptr: u64, native_stream: u64) -> Result<()> {

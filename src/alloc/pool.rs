@@ -269,6 +269,17 @@ struct Segment {
     first: BlockId,
 }
 
+/// Where a live block lies: its segment, as an IPC export names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockPlace {
+    pub size: u64,
+    /// The segment's start (for a driver segment, what `cuMemAlloc` returned).
+    pub segment: u64,
+    pub segment_size: u64,
+    /// Whether the segment is an expandable one (memory mapped into reserved addresses).
+    pub expandable: bool,
+}
+
 /// A caching pool: one shard of an allocator, holding the segments it took from the
 /// shared source. Not thread-safe by itself: its owner locks it.
 pub struct Pool<S: SegmentSource> {
@@ -659,6 +670,23 @@ impl<S: SegmentSource> Pool<S> {
             let streams = self.used_on.entry(id).or_default();
             if !streams.contains(&stream) {
                 streams.push(stream);
+            }
+        }))
+    }
+
+    /// Where the live block at `addr` lies. `None`: `addr` is not a block of this pool.
+    pub fn place(&self, addr: u64) -> Option<Result<BlockPlace>> {
+        Some(self.allocated_block(addr)?.map(|id| {
+            let mut first = id;
+            while self.blocks[first].prev != NO_BLOCK {
+                first = self.blocks[first].prev;
+            }
+            let segment = self.blocks[first].addr;
+            BlockPlace {
+                size: self.blocks[id].size,
+                segment,
+                segment_size: self.segments[&segment].size,
+                expandable: self.expandable.values().any(|e| e.base == segment),
             }
         }))
     }

@@ -210,14 +210,27 @@ fn optional_attribute(ordinal: i32, attr: A) -> i32 {
     attribute(ordinal, attr).unwrap_or(0)
 }
 
+/// The device's UUID: the same in every process, whatever devices each one sees.
+pub fn uuid(ordinal: i32) -> Result<[u8; 16]> {
+    let d = resolve(ordinal)?;
+    let mut uuid = sys::CUuuid { bytes: [0; 16] };
+    check(unsafe { sys::cuDeviceGetUuid(&mut uuid, d) }, "cuDeviceGetUuid")?;
+    Ok(uuid.bytes.map(|b| b as u8))
+}
+
+/// The ordinal, in this process, of the device with `uuid`.
+pub fn by_uuid(wanted: &[u8; 16]) -> Result<i32> {
+    (0..count()?)
+        .find(|&d| uuid(d).is_ok_and(|u| u == *wanted))
+        .ok_or_else(|| Error::new(Status::GPURT_ERROR_NO_DEVICE, "the device of the IPC handle is not visible to this process (CUDA_VISIBLE_DEVICES?)"))
+}
+
 pub fn properties(ordinal: i32) -> Result<gpurt_device_properties_t> {
     let d = resolve(ordinal)?;
     let mut p = gpurt_device_properties_t::zeroed();
     // SAFETY: d is a valid ordinal; the buffer holds 256 bytes and the driver NUL-terminates.
     check(unsafe { sys::cuDeviceGetName(p.name.as_mut_ptr(), p.name.len() as i32 - 1, d) }, "cuDeviceGetName")?;
-    let mut uuid = sys::CUuuid { bytes: [0; 16] };
-    check(unsafe { sys::cuDeviceGetUuid(&mut uuid, d) }, "cuDeviceGetUuid")?;
-    p.uuid = uuid.bytes.map(|b| b as u8);
+    p.uuid = uuid(d)?;
     let mut total = 0usize;
     check(unsafe { sys::cuDeviceTotalMem_v2(&mut total, d) }, "cuDeviceTotalMem")?;
     p.total_memory = total as u64;

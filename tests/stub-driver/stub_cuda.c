@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 typedef int CUresult;
 typedef void *P;
 
@@ -114,6 +115,36 @@ CUresult cuMemAlloc_v2(unsigned long long *p, size_t size) {
     return 0;
 }
 CUresult cuMemFree_v2(unsigned long long p) { count(&live_device, -(long)forget(p)); return 0; }
+/* IPC: a handle names the segment's address and the exporting process; another
+ * process "maps" it at a fresh address of its own (no bytes are shared). */
+typedef struct { char reserved[64]; } IpcMemHandle;
+static long live_ipc_mappings;
+long stub_ipc_mappings(void) { return __atomic_load_n(&live_ipc_mappings, __ATOMIC_RELAXED); }
+static int is_segment(unsigned long long addr) {
+    int i, found = 0;
+    pthread_mutex_lock(&ranges_lock);
+    for (i = 0; i < 4096 && !found; i++) found = ranges[i].addr == addr;
+    pthread_mutex_unlock(&ranges_lock);
+    return found;
+}
+CUresult cuIpcGetMemHandle(IpcMemHandle *h, unsigned long long p) {
+    int pid = getpid();
+    if (!is_segment(p)) return 1; /* CUDA_ERROR_INVALID_VALUE: not the base of a cuMemAlloc */
+    memset(h, 0, sizeof *h);
+    memcpy(h->reserved, &p, sizeof p);
+    memcpy(h->reserved + 8, &pid, sizeof pid);
+    return 0;
+}
+CUresult cuIpcOpenMemHandle_v2(unsigned long long *p, IpcMemHandle h, unsigned flags) {
+    int pid;
+    (void)flags;
+    memcpy(&pid, h.reserved + 8, sizeof pid);
+    if (pid == getpid()) return 201; /* CUDA_ERROR_INVALID_CONTEXT, as the driver answers its own process */
+    *p = __atomic_fetch_add(&next_address, 1ull << 32, __ATOMIC_RELAXED);
+    count(&live_ipc_mappings, 1);
+    return 0;
+}
+CUresult cuIpcCloseMemHandle(unsigned long long p) { (void)p; count(&live_ipc_mappings, -1); return 0; }
 CUresult cuMemAllocManaged(unsigned long long *p, size_t size, unsigned flags) {
     if (flags != 1 && flags != 2) return 1; /* CUDA_ERROR_INVALID_VALUE */
     return cuMemAlloc_v2(p, size);

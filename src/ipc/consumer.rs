@@ -1,0 +1,158 @@
+//! The consumer's side: opening exported blocks, each segment mapped once however
+//! many of its blocks are open, and each hold marked in the producer's table.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys;
+
+use super::holders::{table_name, ClaimError, HolderTable, Process, HOLDERS};
+use super::ExportedBlock;
+use crate::boundary::lock;
+use crate::device;
+use crate::driver::check;
+use crate::error::{Error, Result};
+
+/// A segment of another process, mapped here.
+struct Mapping {
+    base: u64,
+    device: i32,
+    /// Blocks of it open here.
+    blocks: u32,
+}
+
+struct OpenBlock {
+    segment: [u8; 64],
+    table: Arc<HolderTable>,
+    producer: Process,
+    slot: u32,
+    generation: u64,
+    /// Opens of the same handle not yet closed.
+    opens: u32,
+}
+
+#[derive(Default)]
+struct Consumer {
+    /// By the segment's driver IPC handle.
+    mappings: HashMap<[u8; 64], Mapping>,
+    /// By address here.
+    blocks: HashMap<u64, OpenBlock>,
+    tables: HashMap<Process, Arc<HolderTable>>,
+    devices: HashMap<[u8; 16], i32>,
+}
+
+static CONSUMER: Mutex<Option<Consumer>> = Mutex::new(None);
+
+impl Consumer {
+    fn device(&mut self, uuid: &[u8; 16]) -> Result<i32> {
+        if let Some(&d) = self.devices.get(uuid) {
+            return Ok(d);
+        }
+        let d = device::by_uuid(uuid)?;
+        self.devices.insert(*uuid, d);
+        Ok(d)
+    }
+
+    fn table(&mut self, producer: Process) -> Result<Arc<HolderTable>> {
+        if let Some(table) = self.tables.get(&producer) {
+            return Ok(table.clone());
+        }
+        let table = Arc::new(HolderTable::open(&table_name(producer))?);
+        self.tables.insert(producer, table.clone());
+        Ok(table)
+    }
+
+    /// Unmaps a table no open block uses.
+    fn drop_table_if_unused(&mut self, producer: Process) {
+        if self.tables.get(&producer).is_some_and(|t| Arc::strong_count(t) == 1) {
+            self.tables.remove(&producer);
+        }
+    }
+
+    /// The address of the segment here, mapped on first use.
+    fn map(&mut self, segment: &[u8; 64], device: i32) -> Result<&mut Mapping> {
+        if !self.mappings.contains_key(segment) {
+            let base = device::with_device(device, || {
+                let handle = sys::CUipcMemHandle { reserved: segment.map(|b| b as _) };
+                let mut base = 0;
+                let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
+                check(unsafe { sys::cuIpcOpenMemHandle_v2(&mut base, handle, flags) }, "cuIpcOpenMemHandle")?;
+                Ok(base)
+            })?;
+            self.mappings.insert(*segment, Mapping { base, device, blocks: 0 });
+        }
+        Ok(self.mappings.get_mut(segment).expect("inserted above"))
+    }
+}
+
+/// Opens an exported block: its address in this process.
+pub fn open(block: &ExportedBlock) -> Result<u64> {
+    let me = Process::current()?;
+    if block.producer == me {
+        return Err(Error::invalid_argument("this process exported the block: use its own pointer (a handle opens in another process)"));
+    }
+    let mut guard = lock(&CONSUMER);
+    let consumer = guard.get_or_insert_with(Consumer::default);
+    if let Some(mapping) = consumer.mappings.get(&block.driver_handle) {
+        let ptr = mapping.base + block.offset;
+        if let Some(open) = consumer.blocks.get_mut(&ptr) {
+            if (open.producer, open.slot, open.generation) != (block.producer, block.slot, block.generation) {
+                return Err(Error::invalid_handle("a stale IPC handle: another export of this block is open here"));
+            }
+            open.opens += 1;
+            return Ok(ptr);
+        }
+    }
+    let device = consumer.device(&block.device_uuid)?;
+    let table = consumer.table(block.producer)?;
+    let claimed = table.claim(block.slot, block.generation, me)?;
+    if let Err(refused) = claimed {
+        drop(table);
+        consumer.drop_table_if_unused(block.producer);
+        return Err(match refused {
+            ClaimError::Closed => Error::invalid_handle("the block was freed by the process that exported it"),
+            ClaimError::Full => Error::not_supported(format!("{HOLDERS} processes hold the block already, the most one block may have")),
+        });
+    }
+    let mapping = match consumer.map(&block.driver_handle, device) {
+        Ok(mapping) => mapping,
+        Err(e) => {
+            let _ = table.release(block.slot, me);
+            drop(table);
+            consumer.drop_table_if_unused(block.producer);
+            return Err(e);
+        }
+    };
+    mapping.blocks += 1;
+    let ptr = mapping.base + block.offset;
+    let open = OpenBlock { segment: block.driver_handle, table, producer: block.producer, slot: block.slot, generation: block.generation, opens: 1 };
+    consumer.blocks.insert(ptr, open);
+    Ok(ptr)
+}
+
+/// Closes a block opened here. The last close of it waits for the work queued on its
+/// device (the producer may reuse the block once it is closed), drops this
+/// process's hold, and unmaps the segment once no block of it is open.
+pub fn close(ptr: u64) -> Result<()> {
+    let not_open = || Error::invalid_argument(format!("{ptr:#x} is not open here (not from gpurt_ipc_open_mem_handle, or closed)"));
+    let mut guard = lock(&CONSUMER);
+    let consumer = guard.as_mut().ok_or_else(not_open)?;
+    let open = consumer.blocks.get_mut(&ptr).ok_or_else(not_open)?;
+    if open.opens > 1 {
+        open.opens -= 1;
+        return Ok(());
+    }
+    let mapping = &consumer.mappings[&open.segment];
+    device::synchronize(mapping.device)?;
+    let open = consumer.blocks.remove(&ptr).expect("found above");
+    let _ = open.table.release(open.slot, Process::current()?);
+    drop(open.table);
+    consumer.drop_table_if_unused(open.producer);
+    let mapping = consumer.mappings.get_mut(&open.segment).expect("open blocks keep their mapping");
+    mapping.blocks -= 1;
+    if mapping.blocks == 0 {
+        let Mapping { base, device, .. } = consumer.mappings.remove(&open.segment).expect("found above");
+        device::with_device(device, || check(unsafe { sys::cuIpcCloseMemHandle(base) }, "cuIpcCloseMemHandle"))?;
+    }
+    Ok(())
+}

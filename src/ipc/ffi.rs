@@ -1,0 +1,69 @@
+use libc::c_void;
+
+use super::{consumer, producer, ExportedBlock, GPURT_IPC_HANDLE_SIZE};
+use crate::boundary::{self, in_ref, write_optional, Out};
+use crate::error::gpurt_status_t;
+
+/// A block of device memory exported to other processes of this machine: plain
+/// bytes, to send by any means (a pipe, a socket, shared memory, a file).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct gpurt_ipc_mem_handle_t {
+    pub bytes: [u8; GPURT_IPC_HANDLE_SIZE],
+}
+
+/// Exports the live gpurt allocation at `ptr` (of a device's default pool, or of a
+/// pool over the driver or a user upstream whose memory cuIpcGetMemHandle accepts)
+/// for gpurt_ipc_open_mem_handle in another process. Exporting it again gives the
+/// same handle. While another process has it open, gpurt_free of it keeps the memory
+/// from reuse until gpurt_ipc_collect finds every such process closed it or exited.
+/// Synchronise the work that writes the block before the other process reads it.
+/// GPURT_ERROR_NOT_SUPPORTED for a block of an expandable segment.
+#[no_mangle]
+pub extern "C" fn gpurt_ipc_mem_handle(ptr: *mut c_void, handle: *mut gpurt_ipc_mem_handle_t) -> gpurt_status_t {
+    boundary::call("gpurt_ipc_mem_handle", || {
+        let out = Out::new(handle, "handle")?;
+        out.write(gpurt_ipc_mem_handle_t { bytes: producer::export(ptr as u64)?.encode() });
+        Ok(())
+    })
+}
+
+/// Opens a block another process of this machine exported, on the device it lies
+/// on (found by UUID, whatever CUDA_VISIBLE_DEVICES says here). Each segment is
+/// mapped once per process; opening the same handle again gives the same pointer
+/// and needs as many closes. GPURT_ERROR_INVALID_HANDLE for bytes that are not a
+/// gpurt handle, a handle of another boot or machine, or a block its producer freed.
+#[no_mangle]
+pub extern "C" fn gpurt_ipc_open_mem_handle(handle: *const gpurt_ipc_mem_handle_t, ptr: *mut *mut c_void) -> gpurt_status_t {
+    boundary::call("gpurt_ipc_open_mem_handle", || {
+        let out = Out::new(ptr, "ptr")?;
+        let block = ExportedBlock::decode(&in_ref(handle, "handle")?.bytes)?;
+        out.write(consumer::open(&block)? as *mut c_void);
+        Ok(())
+    })
+}
+
+/// Closes a pointer from gpurt_ipc_open_mem_handle. The last close of a block waits
+/// for the work queued on its device, then lets its producer reuse it.
+#[no_mangle]
+pub extern "C" fn gpurt_ipc_close_mem_handle(ptr: *mut c_void) -> gpurt_status_t {
+    boundary::call("gpurt_ipc_close_mem_handle", || consumer::close(ptr as u64))
+}
+
+/// Frees the exported blocks this process freed whose consumers have all closed
+/// them or exited (torch.cuda.ipc_collect).
+#[no_mangle]
+pub extern "C" fn gpurt_ipc_collect() -> gpurt_status_t {
+    boundary::call("gpurt_ipc_collect", producer::collect)
+}
+
+/// The blocks this process freed that other processes still hold open, and their
+/// bytes (either pointer may be NULL).
+#[no_mangle]
+pub extern "C" fn gpurt_ipc_kept(blocks: *mut u64, bytes: *mut u64) -> gpurt_status_t {
+    boundary::call_anywhere("gpurt_ipc_kept", || {
+        let (count, size) = producer::kept();
+        write_optional([(blocks, count), (bytes, size)]);
+        Ok(())
+    })
+}

@@ -1,0 +1,342 @@
+/* IPC memory between two processes through the C ABI: this program is the producer,
+ * and runs itself again as the consumer (a fresh process, as CUDA requires), which
+ * takes commands on its stdin and answers on its stdout.
+ *
+ * The producer writes fresh random bytes into a block and exports it; the consumer
+ * opens it, checks the bytes exactly, writes them back changed, and the producer sees
+ * the change. The producer frees the block while the consumer holds it: the memory
+ * is not reused until the consumer closes it and gpurt_ipc_collect runs. A consumer
+ * killed with SIGKILL while holding a block does not keep it from its producer. Bad
+ * handles and misuse get their status, and change nothing.
+ *
+ * On the stub driver (CI) the two processes share no memory: every step runs but
+ * the byte checks. Needs a device; without one it says so and exits 0, unless
+ * GPURT_REQUIRE_GPU=1.
+ */
+#define _GNU_SOURCE
+#include <gpurt.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static int failures = 0, checks = 0;
+
+#define CHECK(cond, ...)                                                                    \
+    do {                                                                                    \
+        checks++;                                                                           \
+        if (!(cond)) {                                                                      \
+            failures++;                                                                     \
+            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                          \
+            printf(__VA_ARGS__);                                                            \
+            printf(" (%s)\n", gpurt_last_error_message());                                  \
+        }                                                                                   \
+    } while (0)
+#define EXPECT(call, status) CHECK((call) == (status), "%s", #call)
+
+/* ---- both sides ------------------------------------------------------------- */
+
+static void pattern(unsigned char *bytes, size_t n, uint64_t seed) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        bytes[i] = (unsigned char)seed;
+    }
+}
+
+static void to_hex(const gpurt_ipc_mem_handle_t *h, char *out) {
+    size_t i;
+    for (i = 0; i < GPURT_IPC_HANDLE_SIZE; i++) sprintf(out + 2 * i, "%02x", h->bytes[i]);
+}
+
+static int from_hex(const char *text, gpurt_ipc_mem_handle_t *h) {
+    size_t i;
+    unsigned byte;
+    for (i = 0; i < GPURT_IPC_HANDLE_SIZE; i++) {
+        if (sscanf(text + 2 * i, "%2x", &byte) != 1) return 0;
+        h->bytes[i] = (unsigned char)byte;
+    }
+    return 1;
+}
+
+/* ---- the consumer ------------------------------------------------------------ */
+
+/* Commands: "open HEX BYTES SEED" (check the bytes, write them back XOR 0x5a),
+ * "reopen HEX", "close PTR", "quit". Answers: "ok PTR" / "ok" / "err STATUS MESSAGE". */
+static int consumer(int real) {
+    char line[1024], hex[2 * GPURT_IPC_HANDLE_SIZE + 1];
+    while (fgets(line, sizeof line, stdin)) {
+        gpurt_ipc_mem_handle_t h;
+        unsigned long long bytes = 0, seed = 0, ptr_value = 0;
+        void *ptr = NULL;
+        gpurt_status_t s = GPURT_ERROR_INVALID_ARGUMENT;
+        if (sscanf(line, "open %512s %llu %llu", hex, &bytes, &seed) == 3 && from_hex(hex, &h)) {
+            s = gpurt_ipc_open_mem_handle(&h, &ptr);
+            if (s == GPURT_SUCCESS && real) {
+                unsigned char *want = malloc(bytes), *got = malloc(bytes);
+                size_t i;
+                pattern(want, bytes, seed);
+                s = gpurt_memcpy(got, ptr, bytes, NULL);
+                if (s == GPURT_SUCCESS && memcmp(want, got, bytes) != 0) {
+                    printf("err 99 the consumer read other bytes than the producer wrote\n");
+                    fflush(stdout);
+                    free(want);
+                    free(got);
+                    continue;
+                }
+                for (i = 0; i < bytes; i++) got[i] ^= 0x5a;
+                if (s == GPURT_SUCCESS) s = gpurt_memcpy(ptr, got, bytes, NULL);
+                free(want);
+                free(got);
+            }
+        } else if (sscanf(line, "reopen %512s", hex) == 1 && from_hex(hex, &h)) {
+            s = gpurt_ipc_open_mem_handle(&h, &ptr);
+        } else if (sscanf(line, "close %llx", &ptr_value) == 1) {
+            s = gpurt_ipc_close_mem_handle((void *)(uintptr_t)ptr_value);
+        } else if (strncmp(line, "quit", 4) == 0) {
+            return 0;
+        }
+        if (s == GPURT_SUCCESS)
+            printf("ok %llx\n", (unsigned long long)(uintptr_t)ptr);
+        else
+            printf("err %d %s\n", (int)s, gpurt_last_error_message());
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* ---- the producer ------------------------------------------------------------ */
+
+typedef struct {
+    pid_t pid;
+    FILE *to, *from;
+} Child;
+
+static Child spawn_consumer(void) {
+    Child c = {0, NULL, NULL};
+    int in[2], out[2];
+    char *argv[] = {"ipc_test", "consumer", NULL};
+    posix_spawn_file_actions_t actions;
+    if (pipe(in) != 0 || pipe(out) != 0) return c;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_addclose(&actions, in[1]);
+    posix_spawn_file_actions_addclose(&actions, out[0]);
+    if (posix_spawn(&c.pid, "/proc/self/exe", &actions, NULL, argv, environ) != 0) c.pid = 0;
+    posix_spawn_file_actions_destroy(&actions);
+    close(in[0]);
+    close(out[1]);
+    c.to = fdopen(in[1], "w");
+    c.from = fdopen(out[0], "r");
+    return c;
+}
+
+/* Sends one command; the answer's status (0: ok) and pointer. */
+static int ask(Child *c, const char *command, unsigned long long *ptr) {
+    char answer[1024];
+    int status = -1;
+    fprintf(c->to, "%s\n", command);
+    fflush(c->to);
+    if (!fgets(answer, sizeof answer, c->from)) return -1;
+    if (strncmp(answer, "ok", 2) == 0) {
+        if (ptr) sscanf(answer, "ok %llx", ptr);
+        return 0;
+    }
+    sscanf(answer, "err %d", &status);
+    printf("  consumer: %s", answer);
+    return status;
+}
+
+static int open_in(Child *c, const gpurt_ipc_mem_handle_t *h, size_t bytes, uint64_t seed, unsigned long long *ptr) {
+    char command[1024], hex[2 * GPURT_IPC_HANDLE_SIZE + 1];
+    to_hex(h, hex);
+    snprintf(command, sizeof command, "open %s %zu %llu", hex, bytes, (unsigned long long)seed);
+    return ask(c, command, ptr);
+}
+
+static int reopen_in(Child *c, const gpurt_ipc_mem_handle_t *h, unsigned long long *ptr) {
+    char command[1024], hex[2 * GPURT_IPC_HANDLE_SIZE + 1];
+    to_hex(h, hex);
+    snprintf(command, sizeof command, "reopen %s", hex);
+    return ask(c, command, ptr);
+}
+
+static int close_in(Child *c, unsigned long long ptr) {
+    char command[64];
+    snprintf(command, sizeof command, "close %llx", ptr);
+    return ask(c, command, NULL);
+}
+
+static uint64_t kept_blocks(void) {
+    uint64_t blocks = 99;
+    gpurt_ipc_kept(&blocks, NULL);
+    return blocks;
+}
+
+static int64_t allocated_now(void) {
+    gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
+    gpurt_memory_stats(0, &stats);
+    return stats.allocated_bytes.all.current;
+}
+
+/* Fresh random bytes in a new block: its seed goes to the consumer. */
+static void *filled_block(size_t bytes, uint64_t seed, int real) {
+    void *dev = NULL;
+    unsigned char *host = malloc(bytes);
+    pattern(host, bytes, seed);
+    EXPECT(gpurt_malloc_device(0, bytes, &dev), GPURT_SUCCESS);
+    if (real) EXPECT(gpurt_memcpy(dev, host, bytes, NULL), GPURT_SUCCESS);
+    free(host);
+    return dev;
+}
+
+static int producer(int real) {
+    const size_t bytes = 3 * 1000 * 1000 + 17; /* a large block, an odd size */
+    uint64_t seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();
+    gpurt_ipc_mem_handle_t h, again, bad;
+    gpurt_mem_pool_t pool = NULL;
+    gpurt_stream_t stream = NULL;
+    gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
+    void *a, *b, *c, *reuse = NULL, *mine = NULL, *expandable = NULL;
+    unsigned long long in_child = 0, b_in_child = 0, again_in_child = 0;
+    int64_t before = allocated_now();
+    Child child;
+    int status = 0;
+
+    /* Misuse in this process: nothing is exported, nothing changes. */
+    EXPECT(gpurt_ipc_mem_handle(NULL, &h), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_ipc_mem_handle((void *)(uintptr_t)0x1234, &h), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_ipc_open_mem_handle(NULL, &mine), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_ipc_close_mem_handle((void *)(uintptr_t)0x1234), GPURT_ERROR_INVALID_ARGUMENT);
+    memset(&bad, 0x17, sizeof bad);
+    EXPECT(gpurt_ipc_open_mem_handle(&bad, &mine), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_ipc_collect(), GPURT_SUCCESS);
+
+    a = filled_block(bytes, seed, real);
+    EXPECT(gpurt_ipc_mem_handle(a, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_ipc_mem_handle(a, &h), GPURT_SUCCESS);
+    EXPECT(gpurt_ipc_mem_handle(a, &again), GPURT_SUCCESS);
+    CHECK(memcmp(&h, &again, sizeof h) == 0, "exporting twice gives the same handle");
+    EXPECT(gpurt_ipc_mem_handle((char *)a + 512, &again), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_ipc_open_mem_handle(&h, &mine), GPURT_ERROR_INVALID_ARGUMENT);
+    CHECK(mine == NULL, "a refused open writes no pointer");
+    /* Another boot (or machine): the boot id follows the mark and the version. */
+    bad = h;
+    bad.bytes[12] ^= 0xff;
+    EXPECT(gpurt_ipc_open_mem_handle(&bad, &mine), GPURT_ERROR_INVALID_HANDLE);
+    /* A block of an expandable segment is refused, naming the option. */
+    options.config = "expandable_segments:True";
+    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_default(0, &stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(pool, 1 << 20, stream, &expandable), GPURT_SUCCESS);
+    EXPECT(gpurt_ipc_mem_handle(expandable, &again), GPURT_ERROR_NOT_SUPPORTED);
+    CHECK(strstr(gpurt_last_error_message(), "expandable_segments:False") != NULL, "the message names the option");
+    EXPECT(gpurt_free(expandable), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+
+    child = spawn_consumer();
+    CHECK(child.pid > 0 && child.to && child.from, "the consumer starts");
+    if (child.pid <= 0) return 1;
+    CHECK(open_in(&child, &h, bytes, seed, &in_child) == 0, "the consumer opens the block and reads its bytes exactly");
+    memset(&bad, 0x17, sizeof bad);
+    CHECK(reopen_in(&child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "bytes that are not a handle");
+    if (real) {
+        unsigned char *want = malloc(bytes), *got = malloc(bytes);
+        size_t i;
+        pattern(want, bytes, seed);
+        for (i = 0; i < bytes; i++) want[i] ^= 0x5a;
+        EXPECT(gpurt_memcpy(got, a, bytes, NULL), GPURT_SUCCESS);
+        CHECK(memcmp(want, got, bytes) == 0, "the producer sees what the consumer wrote");
+        free(want);
+        free(got);
+    }
+
+    /* Freed while the consumer holds it: kept, and not reused. */
+    EXPECT(gpurt_free(a), GPURT_SUCCESS);
+    CHECK(kept_blocks() == 1, "the freed block is kept for its consumer: %llu", (unsigned long long)kept_blocks());
+    EXPECT(gpurt_free(a), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_ipc_mem_handle(a, &again), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_malloc_device(0, bytes, &reuse), GPURT_SUCCESS);
+    CHECK(reuse != a, "a kept block is not handed out again");
+    EXPECT(gpurt_free(reuse), GPURT_SUCCESS);
+    EXPECT(gpurt_ipc_collect(), GPURT_SUCCESS);
+    CHECK(kept_blocks() == 1, "collect keeps what a live consumer holds");
+
+    /* A second block, opened twice: one hold, two closes. */
+    b = filled_block(4096, seed + 1, real);
+    EXPECT(gpurt_ipc_mem_handle(b, &again), GPURT_SUCCESS);
+    CHECK(open_in(&child, &again, 4096, seed + 1, &b_in_child) == 0, "a second block");
+    CHECK(reopen_in(&child, &h, &again_in_child) == 0, "the first block again");
+    CHECK(again_in_child == in_child, "the same handle opens at the same address");
+    CHECK(close_in(&child, in_child) == 0, "one of the two opens");
+    EXPECT(gpurt_ipc_collect(), GPURT_SUCCESS);
+    CHECK(kept_blocks() == 1, "one open remains");
+    CHECK(close_in(&child, in_child) == 0, "the last open");
+    CHECK(close_in(&child, in_child) == GPURT_ERROR_INVALID_ARGUMENT, "a closed pointer");
+    CHECK(kept_blocks() == 1, "kept until collected");
+    EXPECT(gpurt_ipc_collect(), GPURT_SUCCESS);
+    CHECK(kept_blocks() == 0, "collected once the consumer closed it");
+    EXPECT(gpurt_malloc_device(0, bytes, &reuse), GPURT_SUCCESS);
+    CHECK(reuse == a, "the collected block is reused: %p, %p", reuse, a);
+    EXPECT(gpurt_free(reuse), GPURT_SUCCESS);
+
+    /* A block freed before anyone opened it goes at once; its handle is stale. */
+    c = filled_block(8192, seed + 2, real);
+    EXPECT(gpurt_ipc_mem_handle(c, &again), GPURT_SUCCESS);
+    EXPECT(gpurt_free(c), GPURT_SUCCESS);
+    CHECK(kept_blocks() == 0, "no consumer: not kept");
+    CHECK(open_in(&child, &again, 8192, seed + 2, NULL) == GPURT_ERROR_INVALID_HANDLE, "the handle of a freed block");
+
+    /* The consumer killed while it holds b: b does not stay kept. */
+    EXPECT(gpurt_free(b), GPURT_SUCCESS);
+    CHECK(kept_blocks() == 1, "b is held");
+    kill(child.pid, SIGKILL);
+    waitpid(child.pid, &status, 0);
+    fclose(child.to);
+    fclose(child.from);
+    EXPECT(gpurt_ipc_collect(), GPURT_SUCCESS);
+    CHECK(kept_blocks() == 0, "a dead consumer holds nothing");
+    CHECK(allocated_now() == before, "every block is freed: %lld bytes, %lld before", (long long)allocated_now(), (long long)before);
+
+    /* A consumer that quits without closing: its holds go with it. */
+    a = filled_block(bytes, seed + 3, real);
+    EXPECT(gpurt_ipc_mem_handle(a, &h), GPURT_SUCCESS);
+    child = spawn_consumer();
+    CHECK(open_in(&child, &h, bytes, seed + 3, &in_child) == 0, "a new consumer opens a new block");
+    CHECK(ask(&child, "quit", NULL) == -1, "the consumer exits");
+    waitpid(child.pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the consumer exited cleanly with a block open");
+    fclose(child.to);
+    fclose(child.from);
+    EXPECT(gpurt_free(a), GPURT_SUCCESS);
+    CHECK(kept_blocks() == 0, "an exited consumer holds nothing");
+    CHECK(allocated_now() == before, "every block is freed");
+    (void)b_in_child;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int count = 0, real;
+    gpurt_device_properties_t props = GPURT_DEVICE_PROPERTIES_INIT;
+    const char *require = getenv("GPURT_REQUIRE_GPU");
+    if (gpurt_device_count(&count) != GPURT_SUCCESS || count == 0) {
+        printf("ipc_test: skipped: no CUDA device (%s)\n", gpurt_last_error_message());
+        return require && strcmp(require, "1") == 0 ? 1 : 0;
+    }
+    gpurt_device_get_properties(0, &props);
+    real = strcmp(props.name, "Fake GPU") != 0;
+    if (argc > 1 && strcmp(argv[1], "consumer") == 0) return consumer(real);
+    producer(real);
+    printf("ipc_test: %d checks, %d failed (%s)\n", checks, failures, real ? props.name : "stub driver: no byte checks");
+    return failures ? 1 : 0;
+}
