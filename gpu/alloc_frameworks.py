@@ -4,9 +4,13 @@
     python3 alloc_frameworks.py LIB torch-gpurt OUT    # same model on gpurt; compares
     python3 alloc_frameworks.py LIB cupy               # CuPy, both allocators in one process
 
+With GPURT_ALLOC_CONF=backend:cudaMallocAsync, gpurt's default pools are the
+driver's stream-ordered pool: torch-gpurt then checks that backend the same way.
+
 PyTorch's allocator can be swapped only before CUDA starts, hence two processes.
 """
 import ctypes
+import os
 import sys
 
 lib_path, mode = sys.argv[1], sys.argv[2]
@@ -42,7 +46,11 @@ def torch_run(out_path, use_gpurt):
     torch.cuda.synchronize()
     if use_gpurt:
         allocated, reserved = gpurt_allocated()
-        print(f"torch on gpurt: gpurt holds {allocated} bytes allocated, {reserved} reserved")
+        backend = ctypes.c_char_p()
+        assert gpurt.gpurt_allocator_backend(ctypes.byref(backend)) == 0
+        wanted = "cudaMallocAsync" if "backend:cudaMallocAsync" in os.environ.get("GPURT_ALLOC_CONF", "") else "native"
+        assert backend.value.decode() == wanted, (backend.value, wanted)
+        print(f"torch on gpurt ({wanted} backend): gpurt holds {allocated} bytes allocated, {reserved} reserved")
         assert allocated > 0, "PyTorch's tensors did not come from gpurt"
         ref = torch.load(out_path)
         diff = (y.cpu() - ref).abs().max().item()

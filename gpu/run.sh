@@ -30,6 +30,7 @@ step build-abi-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude sr
 step build-abi-test-static c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude -x c++ src/abi_test.c -x none lib/libgpurt.a -lpthread -ldl -lm -lrt -lutil -lgcc_s -o bin/abi_test_static
 step build-process-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/process_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/process_test
 step build-ipc-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/ipc_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/ipc_test
+step build-backend-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/backend_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/backend_test
 step build-soak cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/soak.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/soak
 step build-dlclose-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror src/dlclose_test.c -ldl -o bin/dlclose_test
 step build-hpp-test c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/hpp_test.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/hpp_test
@@ -46,6 +47,7 @@ step abi-test bin/abi_test
 step abi-test-static bin/abi_test_static
 step process-test bin/process_test
 step ipc-test bin/ipc_test
+step backend-test bin/backend_test
 step dlclose-test bin/dlclose_test "$lib/libgpurt.so.0"
 step hpp-test bin/hpp_test
 step no-exceptions-test bin/no_exceptions_test
@@ -54,6 +56,7 @@ step rmm-test bin/rmm_test
 step compare-props python3 src/compare_props.py bin/gpurt-info
 step torch-native python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-native "$logs/torch_ref.pt"
 step torch-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-gpurt "$logs/torch_ref.pt"
+step torch-on-gpurt-async env GPURT_ALLOC_CONF=backend:cudaMallocAsync python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-gpurt "$logs/torch_ref.pt"
 step cupy-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" cupy
 # The Python package from its wheel, with the carried cffi and pytest, beside the
 # machine's PyTorch and CuPy.

@@ -100,6 +100,36 @@
 #define GPURT_UPSTREAM_USER 1
 
 /**
+ * `gpurt_memory_stats_t.unknown`: `segment` is not known.
+ */
+#define GPURT_STATS_UNKNOWN_SEGMENT (1 << 1)
+
+/**
+ * `inactive_split` and `inactive_split_bytes` are not known.
+ */
+#define GPURT_STATS_UNKNOWN_INACTIVE_SPLIT (1 << 3)
+
+/**
+ * `reserved_bytes` holds its current and peak values only (no totals).
+ */
+#define GPURT_STATS_UNKNOWN_RESERVED_TOTALS (1 << 5)
+
+/**
+ * `num_alloc_retries` is not known.
+ */
+#define GPURT_STATS_UNKNOWN_ALLOC_RETRIES (1 << 9)
+
+/**
+ * `num_device_alloc` and `num_device_free` are not known.
+ */
+#define GPURT_STATS_UNKNOWN_DEVICE_CALLS (1 << 11)
+
+/**
+ * The small_pool / large_pool parts of every statistic are not known (`all` is).
+ */
+#define GPURT_STATS_UNKNOWN_POOL_PARTS (1 << 13)
+
+/**
  * Memory any stream on any device may access (`CU_MEM_ATTACH_GLOBAL`).
  */
 #define GPURT_MEM_ATTACH_GLOBAL 1
@@ -399,6 +429,12 @@ typedef struct {
   int64_t num_ooms;
   int64_t num_device_alloc;
   int64_t num_device_free;
+  /**
+   * The fields the allocator cannot know, as GPURT_STATS_UNKNOWN_* bits (0 with
+   * gpurt's caching allocator; set under backend:cudaMallocAsync, whose driver
+   * pool does not report them). Unknown fields read 0.
+   */
+  uint64_t unknown;
 } gpurt_memory_stats_t;
 
 /**
@@ -628,6 +664,15 @@ gpurt_status_t gpurt_empty_cache(void);
  * `GPURT_ALLOC_CONF` environment variable). A malformed string changes nothing.
  */
 gpurt_status_t gpurt_alloc_set_config(const char *config);
+
+/**
+ * The allocator behind every device's default pool, as a static string: "native"
+ * (gpurt's caching allocator) or "cudaMallocAsync" (each allocation straight from
+ * the device's stream-ordered driver pool: `backend:cudaMallocAsync` in
+ * GPURT_ALLOC_CONF). Chosen when the allocator is first used (asking chooses it);
+ * gpurt_alloc_set_config may choose it before that, and cannot change it after.
+ */
+gpurt_status_t gpurt_allocator_backend(const char **name);
 
 /**
  * Caps the memory gpurt reserves on `device` at `fraction` of its total.

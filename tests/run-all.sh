@@ -12,7 +12,8 @@
 #   4. pkg-config consumer; the same install moved to a second prefix, used through
 #      pkg-config and find_package from there (the package is relocatable);
 #   5. the C ABI test, the fault-injection sweep, the C++ header's tests, the
-#      process-event tests (fork, exit, dlclose), IPC memory between two processes
+#      process-event tests (fork, exit, dlclose), IPC memory between two processes,
+#      the cudaMallocAsync backend
 #      and the benchmarks against
 #      tests/stub-driver (a stand-in libcuda);
 #   6. Python: `pip install .` into a fresh venv, then pytest without a driver and
@@ -122,6 +123,10 @@ echo "== IPC memory between two processes: export, open, free while held, collec
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/ipc_test.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$stub/ipc_test"
 LD_LIBRARY_PATH=$stub "$stub/ipc_test"
+echo "== backend:cudaMallocAsync: the driver's pool behind the default pools (stub driver)"
+cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/backend_test.c $(pkg-config --cflags --libs gpurt) \
+   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$stub/backend_test"
+LD_LIBRARY_PATH=$stub "$stub/backend_test"
 echo "== soak: 8 threads of mixed calls, final invariants (stub driver; 60 s with byte checks in the GPU suite)"
 cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror tests/c/soak.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/soak"

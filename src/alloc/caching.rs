@@ -394,26 +394,8 @@ impl<S: SegmentSource> CachingAllocator<S> {
         self.out_of_memory_error(requested, &why)
     }
 
-    /// PyTorch's out-of-memory message: the request, the device, and gpurt's share of it.
     fn out_of_memory_error(&self, requested: u64, cause: &str) -> Error {
-        let stats = self.stats();
-        let (free, total) = self.shared.source.memory_info();
-        let allocated = stats.allocated_bytes.all.current;
-        let reserved = stats.reserved_bytes.all.current;
-        Error::new(
-            Status::GPURT_ERROR_OUT_OF_MEMORY,
-            format!(
-                "out of memory: tried to allocate {} ({cause}). Device total {}, driver-reported free {}; \
-                 gpurt has allocated {} and reserved {} ({} reserved but unallocated). If reserved but \
-                 unallocated memory is large, try GPURT_ALLOC_CONF=max_split_size_mb:N to avoid fragmentation.",
-                format_bytes(requested),
-                format_bytes(total),
-                format_bytes(free),
-                format_bytes(allocated),
-                format_bytes(reserved),
-                format_bytes(reserved - allocated)
-            ),
-        )
+        out_of_memory_error(requested, cause, &self.stats(), self.shared.source.memory_info())
     }
 
     /// Holds the lock of `stream`'s shared shard until the result is dropped; for
@@ -566,6 +548,28 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
         Ok(())
     }
+}
+
+/// PyTorch's out-of-memory message: the request, the device (`memory`: the driver's
+/// free and total bytes), and gpurt's share of it.
+pub fn out_of_memory_error(requested: u64, cause: &str, stats: &gpurt_memory_stats_t, memory: (u64, u64)) -> Error {
+    let (free, total) = memory;
+    let allocated = stats.allocated_bytes.all.current;
+    let reserved = stats.reserved_bytes.all.current;
+    Error::new(
+        Status::GPURT_ERROR_OUT_OF_MEMORY,
+        format!(
+            "out of memory: tried to allocate {} ({cause}). Device total {}, driver-reported free {}; \
+             gpurt has allocated {} and reserved {} ({} reserved but unallocated). If reserved but \
+             unallocated memory is large, try GPURT_ALLOC_CONF=max_split_size_mb:N to avoid fragmentation.",
+            format_bytes(requested),
+            format_bytes(total),
+            format_bytes(free),
+            format_bytes(allocated),
+            format_bytes(reserved),
+            format_bytes(reserved - allocated)
+        ),
+    )
 }
 
 pub fn not_live(addr: u64) -> Error {

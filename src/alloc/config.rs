@@ -19,6 +19,28 @@ pub struct AllocConfig {
     /// Each stream's blocks live in one reserved address range per pool, backed with
     /// memory as it grows (`expandable_segments`), instead of separate segments.
     pub expandable_segments: bool,
+    /// Where a device's default pool takes its memory (`backend`): the process
+    /// chooses once, at its first allocation.
+    pub backend: Backend,
+}
+
+/// The allocator behind each device's default pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// gpurt's caching allocator (`backend:native`).
+    Native,
+    /// Every allocation from the device's stream-ordered driver pool, uncached by
+    /// gpurt (`backend:cudaMallocAsync`, torch's backend of that name).
+    CudaMallocAsync,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Native => "native",
+            Backend::CudaMallocAsync => "cudaMallocAsync",
+        }
+    }
 }
 
 impl Default for AllocConfig {
@@ -28,6 +50,7 @@ impl Default for AllocConfig {
             roundup_power2_divisions: [0; 64],
             garbage_collection_threshold: 0.0,
             expandable_segments: false,
+            backend: Backend::Native,
         }
     }
 }
@@ -79,11 +102,9 @@ impl AllocConfig {
                 _ => return Err(bad(key, value, "expected True or False")),
             },
             "backend" => match value {
-                "native" => {}
-                "cudaMallocAsync" => {
-                    return Err(Error::not_supported("GPURT_ALLOC_CONF: backend:cudaMallocAsync is not supported"))
-                }
-                _ => return Err(bad(key, value, "expected native")),
+                "native" => self.backend = Backend::Native,
+                "cudaMallocAsync" => self.backend = Backend::CudaMallocAsync,
+                _ => return Err(bad(key, value, "expected native or cudaMallocAsync")),
             },
             _ => {
                 return Err(Error::invalid_argument(format!(
@@ -190,6 +211,8 @@ mod tests {
         assert_eq!(c.roundup_power2_divisions[29], 2);
         assert_eq!(c.roundup_power2_divisions[30], 8);
         assert_eq!(c.roundup_power2_divisions[40], 8);
+        assert_eq!(c.backend, Backend::Native);
+        assert_eq!(AllocConfig::parse("backend:cudaMallocAsync").unwrap().backend, Backend::CudaMallocAsync);
     }
 
     #[test]
@@ -205,6 +228,7 @@ mod tests {
             ("max_split_size_mb", "expected key:value"),
             ("expandable_segments:maybe", "True or False"),
             ("max_split_size_mb:,", "empty key or value"),
+            ("backend:cudaMalloc", "native or cudaMallocAsync"),
         ];
         for (text, needle) in cases {
             let err = AllocConfig::parse(text).unwrap_err();

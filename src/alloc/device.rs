@@ -2,7 +2,7 @@
 //! (`cuMemAlloc`), with stream-ordered deferred frees on pooled events.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use once_cell::sync::Lazy;
@@ -10,7 +10,8 @@ use once_cell::sync::Lazy;
 use cudarc::driver::sys;
 
 use super::caching::{not_live, CachingAllocator};
-use super::config::AllocConfig;
+use super::config::{AllocConfig, Backend};
+use super::driver_pool;
 use super::mempool::{MemPools, PoolStack, Route};
 use super::upstream::PoolSource;
 use super::pool::{BlockPlace, SegmentSource};
@@ -19,7 +20,8 @@ use crate::boundary::lock;
 use crate::device::{self, per_device};
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
-use crate::stream::{NATIVE_LEGACY as LEGACY, NATIVE_PER_THREAD as PER_THREAD};
+pub(crate) use super::stream_key::native_stream_of;
+use super::stream_key::stream_key;
 
 /// Segments from `cuMemAlloc` on one device; markers are pooled events.
 pub struct DriverSource {
@@ -166,6 +168,14 @@ pub(crate) fn config() -> Result<AllocConfig> {
 /// Replaces the configuration for all devices (validated first: on error nothing changes).
 pub fn set_config(text: &str) -> Result<()> {
     let parsed = AllocConfig::parse(text)?;
+    if let Some(chosen) = BACKEND.get().filter(|b| **b != parsed.backend) {
+        return Err(Error::invalid_argument(format!(
+            "the allocator backend is chosen once, when the allocator is first used (it is {}): \
+             set backend:{} in GPURT_ALLOC_CONF, or with gpurt_alloc_set_config before the first allocation",
+            chosen.name(),
+            parsed.backend.name()
+        )));
+    }
     *lock(&CONFIG) = Some(parsed.clone());
     for allocator in created() {
         allocator.set_config(parsed.clone());
@@ -186,46 +196,60 @@ pub(crate) fn allocator(ordinal: i32) -> Result<&'static CachingAllocator<Driver
         return Ok(a);
     }
     let config = config()?;
+    let backend = *BACKEND.get_or_init(|| config.backend);
+    if backend == Backend::CudaMallocAsync {
+        driver_pool::for_device(d)?;
+        driver_pool::activate();
+    }
     Ok(cell.get_or_init(|| CachingAllocator::new(DriverSource::new(d), config)))
+}
+
+/// The backend of every device's default pool, chosen at the allocator's first use.
+static BACKEND: OnceLock<Backend> = OnceLock::new();
+
+/// The backend's name, choosing it now if nothing has.
+pub fn backend() -> Result<Backend> {
+    if let Some(backend) = BACKEND.get() {
+        return Ok(*backend);
+    }
+    let chosen = config()?.backend;
+    Ok(*BACKEND.get_or_init(|| chosen))
+}
+
+/// What a device's default pool is: gpurt's caching allocator, or the driver's
+/// pool (backend:cudaMallocAsync).
+pub(crate) enum DefaultPool {
+    Caching(&'static CachingAllocator<DriverSource>),
+    Driver(&'static driver_pool::DriverPool),
+}
+
+/// The default pool of `ordinal`'s device.
+pub(crate) fn default_pool(ordinal: i32) -> Result<DefaultPool> {
+    let caching = allocator(ordinal)?;
+    Ok(match driver_pool::is_active() {
+        true => DefaultPool::Driver(driver_pool::for_device(caching.source().device)?),
+        false => DefaultPool::Caching(caching),
+    })
+}
+
+impl DefaultPool {
+    pub(crate) fn stats(&self) -> gpurt_memory_stats_t {
+        match self {
+            DefaultPool::Caching(a) => a.stats(),
+            DefaultPool::Driver(p) => p.stats(),
+        }
+    }
+
+    pub(crate) fn empty_cache(&self) {
+        match self {
+            DefaultPool::Caching(a) => a.empty_cache(),
+            DefaultPool::Driver(p) => p.empty_cache(),
+        }
+    }
 }
 
 fn created() -> impl Iterator<Item = &'static CachingAllocator<DriverSource>> {
     ALLOCATORS.get().into_iter().flat_map(|a| a.iter().filter_map(OnceLock::get))
-}
-
-static NEXT_PER_THREAD_KEY: AtomicU64 = AtomicU64::new(3);
-
-thread_local! {
-    /// This thread's key for its per-thread default stream (see `stream_key`).
-    static PER_THREAD_KEY: u64 = NEXT_PER_THREAD_KEY.fetch_add(2, Ordering::Relaxed);
-}
-
-/// The allocator's key for a native stream. The legacy default stream is 0 to the
-/// runtime and `CU_STREAM_LEGACY` to the driver: both are key 1. The per-thread
-/// default stream is one value but a different stream on every thread, so each
-/// thread has its own key for it: an odd number above 1, which no stream handle (an
-/// aligned pointer) can be. Without this, a block freed on one thread's per-thread
-/// stream went at once to another's while work queued on the first still used it.
-fn stream_key(native: u64) -> u64 {
-    match native {
-        0 => LEGACY,
-        PER_THREAD => PER_THREAD_KEY.with(|key| *key),
-        _ => native,
-    }
-}
-
-/// The native stream to ask about or record on for a stream key, from this thread:
-/// this thread's per-thread stream for its own key; for another thread's, the legacy
-/// default stream, which is ordered after all work queued so far on every blocking
-/// stream (per-thread default streams included), so a marker there covers it.
-pub(crate) fn native_stream_of(key: u64) -> u64 {
-    if key & 1 == 0 || key == LEGACY {
-        key
-    } else if PER_THREAD_KEY.with(|own| *own == key) {
-        PER_THREAD
-    } else {
-        LEGACY
-    }
 }
 
 /// Pools users create (`gpurt_mem_pool_create`), over the driver.
@@ -249,12 +273,16 @@ pub(crate) fn pop_route() -> Result<()> {
 }
 
 /// Allocates for `native_stream`: from the graph's private pool while the stream
-/// captures through gpurt, else from the pool this thread has pushed for the device,
+/// captures through gpurt (with the native backend; the driver's pool records
+/// memory nodes instead), else from the pool this thread has pushed for the device,
 /// else from the device's default pool.
 pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
     let key = stream_key(native_stream);
-    if let Some(private) = crate::graph::capture_allocator(native_stream)? {
-        return private.malloc(size, key);
+    let with_driver_pool = driver_pool::is_active();
+    if !with_driver_pool {
+        if let Some(private) = crate::graph::capture_allocator(native_stream)? {
+            return private.malloc(size, key);
+        }
     }
     let default = allocator(ordinal)?;
     if ROUTED.load(Ordering::Relaxed) > 0 {
@@ -264,7 +292,19 @@ pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
             return result;
         }
     }
+    if with_driver_pool {
+        return driver_pool::for_device(default.source().device)?.malloc(size, native_stream, key);
+    }
     default.malloc(size, key)
+}
+
+/// Allocates from `ordinal`'s default pool for `native_stream` (a capture through
+/// gpurt with the native backend still takes its private pool).
+pub fn malloc_from_default(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
+    match default_pool(ordinal)? {
+        DefaultPool::Caching(a) => malloc_from(a, size, native_stream),
+        DefaultPool::Driver(p) => p.malloc(size, native_stream, stream_key(native_stream)),
+    }
 }
 
 /// Allocates from `pool` for `native_stream`, which must be on the pool's device
@@ -376,6 +416,11 @@ pub fn free(ptr: u64) -> Result<()> {
             return kept;
         }
     }
+    if driver_pool::is_active() {
+        if let Some(freed) = driver_pool::created().find_map(|p| p.try_free(ptr)) {
+            return freed;
+        }
+    }
     match on_owner(ptr, BlockOp::Free) {
         Err(missed) => crate::graph::free_private(ptr).unwrap_or(Err(missed)),
         freed => freed,
@@ -384,10 +429,21 @@ pub fn free(ptr: u64) -> Result<()> {
 
 /// The device and place of the live block at `ptr` (of a default or user pool).
 pub fn place(ptr: u64) -> Result<(i32, BlockPlace)> {
+    if driver_pool::is_active() && driver_pool::created().any(|p| p.holds(ptr)) {
+        return Err(Error::not_supported(format!(
+            "{ptr:#x} comes from the driver's pool (backend:cudaMallocAsync), which gpurt does not export: \
+             allocate shared blocks from a pool made with gpurt_mem_pool_create"
+        )));
+    }
     on_owner(ptr, Place)
 }
 
 pub fn record_stream(ptr: u64, native_stream: u64) -> Result<()> {
+    if driver_pool::is_active() {
+        if let Some(recorded) = driver_pool::created().find_map(|p| p.try_record_stream(ptr, stream_key(native_stream))) {
+            return recorded;
+        }
+    }
     match on_owner(ptr, BlockOp::UsedOn(stream_key(native_stream))) {
         Err(missed) => crate::graph::record_stream_private(ptr, stream_key(native_stream)).unwrap_or(Err(missed)),
         recorded => recorded,
@@ -408,6 +464,7 @@ pub fn free_on(ptr: u64, native_stream: u64) -> Result<()> {
 pub fn empty_cache() -> Result<()> {
     device::require_device()?;
     created().for_each(CachingAllocator::empty_cache);
+    driver_pool::created().for_each(driver_pool::DriverPool::empty_cache);
     MEM_POOLS.empty_cache();
     Ok(())
 }
@@ -416,7 +473,7 @@ pub fn empty_cache() -> Result<()> {
 /// (live and destroyed) and graph-private pools.
 pub fn stats(ordinal: i32) -> Result<gpurt_memory_stats_t> {
     let allocator = allocator(ordinal)?;
-    let mut stats = allocator.stats();
+    let mut stats = default_pool(ordinal)?.stats();
     MEM_POOLS.add_stats(allocator.source().device, &mut stats);
     crate::graph::add_private_stats(allocator.source().device, &mut stats);
     Ok(stats)
@@ -425,6 +482,7 @@ pub fn stats(ordinal: i32) -> Result<gpurt_memory_stats_t> {
 pub fn reset_peak(ordinal: i32) -> Result<()> {
     let allocator = allocator(ordinal)?;
     allocator.reset_peak();
+    driver_pool::created().filter(|p| p.device() == allocator.source().device).for_each(|p| p.reset_stats(false));
     MEM_POOLS.reset_stats(allocator.source().device, false);
     crate::graph::reset_private_stats(allocator.source().device, false);
     Ok(())
@@ -433,30 +491,15 @@ pub fn reset_peak(ordinal: i32) -> Result<()> {
 pub fn reset_accumulated(ordinal: i32) -> Result<()> {
     let allocator = allocator(ordinal)?;
     allocator.reset_accumulated();
+    driver_pool::created().filter(|p| p.device() == allocator.source().device).for_each(|p| p.reset_stats(true));
     MEM_POOLS.reset_stats(allocator.source().device, true);
     crate::graph::reset_private_stats(allocator.source().device, true);
     Ok(())
 }
 
 pub fn set_memory_fraction(fraction: f64, ordinal: i32) -> Result<()> {
-    allocator(ordinal)?.set_memory_fraction(fraction)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_thread_has_its_own_key_for_its_per_thread_stream() {
-        assert_eq!((stream_key(0), stream_key(LEGACY)), (LEGACY, LEGACY));
-        let created = 0x7f00_1234_5670;
-        assert_eq!((stream_key(created), native_stream_of(created)), (created, created));
-        let mine = stream_key(PER_THREAD);
-        assert!(mine % 2 == 1 && mine > LEGACY && stream_key(PER_THREAD) == mine);
-        assert_eq!(native_stream_of(mine), PER_THREAD);
-        let (theirs, mine_seen_there) = std::thread::spawn(move || (stream_key(PER_THREAD), native_stream_of(mine))).join().unwrap();
-        assert_ne!(theirs, mine);
-        assert_eq!(mine_seen_there, LEGACY, "another thread's per-thread stream is covered by the legacy stream");
-        assert_eq!(native_stream_of(theirs), LEGACY);
+    match default_pool(ordinal)? {
+        DefaultPool::Caching(a) => a.set_memory_fraction(fraction),
+        DefaultPool::Driver(p) => p.set_memory_fraction(fraction),
     }
 }

@@ -83,6 +83,23 @@ pub extern "C" fn gpurt_alloc_set_config(config: *const c_char) -> gpurt_status_
     boundary::call("gpurt_alloc_set_config", || super::device::set_config(in_str(config, "config")?))
 }
 
+/// The allocator behind every device's default pool, as a static string: "native"
+/// (gpurt's caching allocator) or "cudaMallocAsync" (each allocation straight from
+/// the device's stream-ordered driver pool: `backend:cudaMallocAsync` in
+/// GPURT_ALLOC_CONF). Chosen when the allocator is first used (asking chooses it);
+/// gpurt_alloc_set_config may choose it before that, and cannot change it after.
+#[no_mangle]
+pub extern "C" fn gpurt_allocator_backend(name: *mut *const c_char) -> gpurt_status_t {
+    boundary::call("gpurt_allocator_backend", || {
+        let out = Out::new(name, "name")?;
+        out.write(match super::device::backend()? {
+            super::config::Backend::Native => c"native".as_ptr(),
+            super::config::Backend::CudaMallocAsync => c"cudaMallocAsync".as_ptr(),
+        });
+        Ok(())
+    })
+}
+
 /// Caps the memory gpurt reserves on `device` at `fraction` of its total.
 #[no_mangle]
 pub extern "C" fn gpurt_set_per_process_memory_fraction(fraction: f64, device: c_int) -> gpurt_status_t {

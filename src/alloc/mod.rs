@@ -12,12 +12,14 @@ mod blocks;
 pub mod caching;
 pub mod config;
 pub mod device;
+pub mod driver_pool;
 pub mod ffi;
 pub mod host;
 pub mod mempool;
 mod owners;
 pub mod pool;
 pub mod stats;
+mod stream_key;
 pub mod upstream;
 
 #[cfg(test)]

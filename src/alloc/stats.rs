@@ -106,7 +106,31 @@ pub struct gpurt_memory_stats_t {
     pub num_ooms: i64,
     pub num_device_alloc: i64,
     pub num_device_free: i64,
+    /// The fields the allocator cannot know, as GPURT_STATS_UNKNOWN_* bits (0 with
+    /// gpurt's caching allocator; set under backend:cudaMallocAsync, whose driver
+    /// pool does not report them). Unknown fields read 0.
+    pub unknown: u64,
 }
+
+/// `gpurt_memory_stats_t.unknown`: `segment` is not known.
+pub const GPURT_STATS_UNKNOWN_SEGMENT: u64 = 1 << 1;
+/// `inactive_split` and `inactive_split_bytes` are not known.
+pub const GPURT_STATS_UNKNOWN_INACTIVE_SPLIT: u64 = 1 << 3;
+/// `reserved_bytes` holds its current and peak values only (no totals).
+pub const GPURT_STATS_UNKNOWN_RESERVED_TOTALS: u64 = 1 << 5;
+/// `num_alloc_retries` is not known.
+pub const GPURT_STATS_UNKNOWN_ALLOC_RETRIES: u64 = 1 << 9;
+/// `num_device_alloc` and `num_device_free` are not known.
+pub const GPURT_STATS_UNKNOWN_DEVICE_CALLS: u64 = 1 << 11;
+/// The small_pool / large_pool parts of every statistic are not known (`all` is).
+pub const GPURT_STATS_UNKNOWN_POOL_PARTS: u64 = 1 << 13;
+/// What backend:cudaMallocAsync cannot know.
+pub(crate) const GPURT_STATS_UNKNOWN_WITH_DRIVER_POOL: u64 = GPURT_STATS_UNKNOWN_SEGMENT
+    | GPURT_STATS_UNKNOWN_INACTIVE_SPLIT
+    | GPURT_STATS_UNKNOWN_RESERVED_TOTALS
+    | GPURT_STATS_UNKNOWN_ALLOC_RETRIES
+    | GPURT_STATS_UNKNOWN_DEVICE_CALLS
+    | GPURT_STATS_UNKNOWN_POOL_PARTS;
 
 impl gpurt_memory_stats_t {
     pub fn new() -> Self {
@@ -147,6 +171,7 @@ impl gpurt_memory_stats_t {
         self.num_ooms += now.num_ooms - last.num_ooms;
         self.num_device_alloc += now.num_device_alloc - last.num_device_alloc;
         self.num_device_free += now.num_device_free - last.num_device_free;
+        self.unknown |= now.unknown;
     }
 
     /// `torch.cuda.reset_accumulated_memory_stats`: totals and event counters to zero.

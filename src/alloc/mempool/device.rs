@@ -104,7 +104,7 @@ pub fn malloc(handle: Handle, size: u64, stream_device: i32, native_stream: u64)
     };
     match named(handle)? {
         Named::Default(d) if d != stream_device => Err(wrong_device(d)),
-        Named::Default(d) => pools::malloc_from(pools::allocator(d)?, size, native_stream),
+        Named::Default(d) => pools::malloc_from_default(d, size, native_stream),
         Named::Pool(pool) if pool.device() != stream_device => Err(wrong_device(pool.device())),
         Named::Pool(pool) => pools::malloc_from(pool.allocator(), size, native_stream),
     }
@@ -129,14 +129,17 @@ pub fn pop() -> Result<()> {
 /// The pool's own statistics (a default pool's without the other pools').
 pub fn stats(handle: Handle) -> Result<gpurt_memory_stats_t> {
     Ok(match named(handle)? {
-        Named::Default(d) => pools::allocator(d)?.stats(),
+        Named::Default(d) => pools::default_pool(d)?.stats(),
         Named::Pool(pool) => pool.allocator().stats(),
     })
 }
 
 pub fn usage(handle: Handle) -> Result<PoolUsage> {
     match named(handle)? {
-        Named::Default(d) => Ok(PoolUsage::of(pools::allocator(d)?)),
+        Named::Default(d) => Ok(match pools::default_pool(d)? {
+            pools::DefaultPool::Caching(a) => PoolUsage::of(a),
+            pools::DefaultPool::Driver(p) => PoolUsage::from_stats(&p.stats(), 0),
+        }),
         Named::Pool(pool) => Ok(pool.usage()),
     }
 }
@@ -144,7 +147,7 @@ pub fn usage(handle: Handle) -> Result<PoolUsage> {
 /// Releases the pool's free cached segments (cupy's `free_all_blocks`).
 pub fn empty_cache(handle: Handle) -> Result<()> {
     match named(handle)? {
-        Named::Default(d) => pools::allocator(d)?.empty_cache(),
+        Named::Default(d) => pools::default_pool(d)?.empty_cache(),
         Named::Pool(pool) => pool.allocator().empty_cache(),
     }
     Ok(())

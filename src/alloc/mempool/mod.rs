@@ -67,10 +67,13 @@ impl<S: SegmentSource> MemPool<S> {
 impl PoolUsage {
     /// An allocator's figures (settles its deferred statistics).
     pub fn of<S: SegmentSource>(allocator: &CachingAllocator<S>) -> PoolUsage {
-        let free_blocks = allocator.free_block_count();
-        let stats = allocator.stats();
+        PoolUsage::from_stats(&allocator.stats(), allocator.free_block_count())
+    }
+
+    /// The figures of a pool's statistics (a driver pool's free blocks: unknown, 0).
+    pub fn from_stats(stats: &gpurt_memory_stats_t, free_blocks: u64) -> PoolUsage {
         let (used, total) = (stats.allocated_bytes.all.current as u64, stats.reserved_bytes.all.current as u64);
-        PoolUsage { used, free: total - used, total, free_blocks }
+        PoolUsage { used, free: total.saturating_sub(used), total, free_blocks }
     }
 }
 
