@@ -20,19 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-static int failures = 0, checks = 0;
-
-#define CHECK(cond, ...)                                                                    \
-    do {                                                                                    \
-        checks++;                                                                           \
-        if (!(cond)) {                                                                      \
-            failures++;                                                                     \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                          \
-            printf(__VA_ARGS__);                                                            \
-            printf(" (%s)\n", gpurt_last_error_message());                                  \
-        }                                                                                   \
-    } while (0)
-#define EXPECT(call, status) CHECK((call) == (status), "%s", #call)
+#include "check.h"
 
 static gpurt_memory_stats_t stats_now(void) {
     gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;

@@ -17,18 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures = 0, checks = 0;
-
-#define CHECK(cond, ...)                                                                    \
-    do {                                                                                    \
-        checks++;                                                                           \
-        if (!(cond)) {                                                                      \
-            failures++;                                                                     \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                          \
-            printf(__VA_ARGS__);                                                            \
-            printf("\n");                                                                   \
-        }                                                                                   \
-    } while (0)
+#include "check.h"
 
 /* Runs `body` in a child; the child's exit status is what `body` returns. A child
  * that is still running after `seconds` is killed and counts as a hang. */
