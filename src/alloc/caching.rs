@@ -134,7 +134,7 @@ impl<S: SegmentSource> ShardState<S> {
     /// Flushes when the totals would otherwise drift too far (see the module notes).
     /// The allocated bytes read first count parked blocks (see `Pool::stats`), so a
     /// large move is confirmed on the settled figure before flushing.
-    #[inline]
+    #[inline(always)]
     fn flush_if_due(&mut self, totals: &Mutex<gpurt_memory_stats_t>) {
         let last = &self.flushed;
         let drifted = |allocated: i64| (allocated - last.allocated_bytes.all.current).abs() >= FLUSH_BYTES;

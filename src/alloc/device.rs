@@ -197,9 +197,10 @@ pub(crate) fn allocator(ordinal: i32) -> Result<&'static CachingAllocator<Driver
     }
     let config = config()?;
     let backend = *BACKEND.get_or_init(|| config.backend);
-    if backend == Backend::CudaMallocAsync {
+    if backend == Backend::CudaMallocAsync && !driver_pool::is_active() {
         driver_pool::for_device(d)?;
         driver_pool::activate();
+        LOOK_BEFORE_FREE.fetch_add(1, Ordering::Relaxed);
     }
     Ok(cell.get_or_init(|| CachingAllocator::new(DriverSource::new(d), config)))
 }
@@ -278,11 +279,8 @@ pub(crate) fn pop_route() -> Result<()> {
 /// else from the device's default pool.
 pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
     let key = stream_key(native_stream);
-    let with_driver_pool = driver_pool::is_active();
-    if !with_driver_pool {
-        if let Some(private) = crate::graph::capture_allocator(native_stream)? {
-            return private.malloc(size, key);
-        }
+    if let Some(private) = crate::graph::capture_allocator(native_stream)? {
+        return private.malloc(size, key);
     }
     let default = allocator(ordinal)?;
     if ROUTED.load(Ordering::Relaxed) > 0 {
@@ -292,10 +290,16 @@ pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
             return result;
         }
     }
-    if with_driver_pool {
-        return driver_pool::for_device(default.source().device)?.malloc(size, native_stream, key);
+    if driver_pool::is_active() {
+        return malloc_from_driver_pool(default.source().device, size, native_stream, key);
     }
     default.malloc(size, key)
+}
+
+#[cold]
+#[inline(never)]
+fn malloc_from_driver_pool(device: i32, size: u64, native_stream: u64, key: u64) -> Result<u64> {
+    driver_pool::for_device(device)?.malloc(size, native_stream, key)
 }
 
 /// Allocates from `ordinal`'s default pool for `native_stream` (a capture through
@@ -317,14 +321,7 @@ pub fn malloc_from<S: SegmentSource>(pool: &CachingAllocator<S>, size: u64, nati
     pool.malloc(size, key)
 }
 
-/// A pointer-only call on a block, asked of whichever allocator holds it (on
-/// `device`): `None` where that allocator does not.
-trait BlockQuery: Copy {
-    type Answer;
-    fn ask<S: SegmentSource>(self, allocator: &CachingAllocator<S>, device: i32, ptr: u64) -> Option<Result<Self::Answer>>;
-}
-
-/// What a pointer-only call does to its block.
+/// What a pointer-only call does to its block, in whichever allocator holds it.
 #[derive(Clone, Copy)]
 enum BlockOp {
     Free,
@@ -332,10 +329,10 @@ enum BlockOp {
     UsedOn(u64),
 }
 
-impl BlockQuery for BlockOp {
-    type Answer = ();
+impl BlockOp {
+    /// The operation on `ptr` if `allocator` holds it (`None`: it does not).
     #[inline(always)]
-    fn ask<S: SegmentSource>(self, allocator: &CachingAllocator<S>, _device: i32, ptr: u64) -> Option<Result<()>> {
+    fn apply<S: SegmentSource>(self, allocator: &CachingAllocator<S>, ptr: u64) -> Option<Result<()>> {
         match self {
             BlockOp::Free => allocator.try_free(ptr),
             BlockOp::UsedOn(stream) => allocator.try_record_stream(ptr, stream),
@@ -343,54 +340,41 @@ impl BlockQuery for BlockOp {
     }
 }
 
-/// Where a live block lies, and on which device.
-#[derive(Clone, Copy)]
-struct Place;
-
-impl BlockQuery for Place {
-    type Answer = (i32, BlockPlace);
-    fn ask<S: SegmentSource>(self, allocator: &CachingAllocator<S>, device: i32, ptr: u64) -> Option<Result<(i32, BlockPlace)>> {
-        allocator.try_place(ptr).map(|place| place.map(|place| (device, place)))
-    }
-}
-
-/// Asks `query` of the allocator that holds `ptr`, asking until one answers: first
-/// the pool this thread has pushed last, then the devices' default pools, then the
-/// pools users created. The lock-free span check passes over allocators that surely
-/// do not hold it; each allocator asks this thread's recent shards before its
+/// Applies `op` to `ptr` in the allocator that holds it, asking until one answers:
+/// first the pool this thread has pushed last, then the devices' default pools, then
+/// the pools users created. The lock-free span check passes over allocators that
+/// surely do not hold it; each allocator asks this thread's recent shards before its
 /// segment map, and answers "not mine" without building an error, so the common
 /// free costs one allocator's lookup however many pools exist. (Asking every
 /// device's segment map, under its lock, made every free on a two-GPU machine
 /// contend on one lock: 8 threads ran 0.38x one thread's rate.)
 #[inline(always)]
-fn on_owner<Q: BlockQuery>(ptr: u64, query: Q) -> Result<Q::Answer> {
+fn on_owner(ptr: u64, op: BlockOp) -> Result<()> {
     if ROUTED.load(Ordering::Relaxed) > 0 {
-        let pushed = POOL_STACK.try_with(|stack| {
-            stack.borrow().top().filter(|p| p.allocator().may_hold(ptr)).and_then(|p| query.ask(p.allocator(), p.device(), ptr))
-        });
+        let pushed = POOL_STACK.try_with(|stack| stack.borrow().top().filter(|p| p.allocator().may_hold(ptr)).and_then(|p| op.apply(p.allocator(), ptr)));
         if let Ok(Some(result)) = pushed {
             return result;
         }
     }
     let mut candidates = created().filter(|a| a.may_hold(ptr));
     let only = match (candidates.next(), candidates.next()) {
-        (Some(only), None) => match query.ask(only, only.source().device, ptr) {
+        (Some(only), None) => match op.apply(only, ptr) {
             Some(result) => return result,
             None => Some(only),
         },
         _ => None,
     };
-    on_owner_among_pools(ptr, query, only)
+    on_owner_among_pools(ptr, op, only)
 }
 
 /// `on_owner` past its fast path: every default pool whose span may hold `ptr` but
 /// `asked` (which answered "not mine"), then every user pool.
 #[inline(never)]
-fn on_owner_among_pools<Q: BlockQuery>(ptr: u64, query: Q, asked: Option<&CachingAllocator<DriverSource>>) -> Result<Q::Answer> {
+fn on_owner_among_pools(ptr: u64, op: BlockOp, asked: Option<&CachingAllocator<DriverSource>>) -> Result<()> {
     created()
         .filter(|a| a.may_hold(ptr) && !asked.is_some_and(|asked| std::ptr::eq(*a, asked)))
-        .find_map(|a| query.ask(a, a.source().device, ptr))
-        .or_else(|| MEM_POOLS.find_map(ptr, |pool| query.ask(pool.allocator(), pool.device(), ptr)))
+        .find_map(|a| op.apply(a, ptr))
+        .or_else(|| MEM_POOLS.find_map(ptr, |pool| op.apply(pool.allocator(), ptr)))
         .unwrap_or_else(|| Err(not_live(ptr)))
 }
 
@@ -400,25 +384,40 @@ fn on_owner_among_pools<Q: BlockQuery>(ptr: u64, query: Q, asked: Option<&Cachin
 /// block.
 pub(crate) type Keeper = fn(u64) -> Option<Result<()>>;
 static KEEPER: OnceLock<Keeper> = OnceLock::new();
-/// Blocks the keeper may keep: while zero, a free asks it nothing.
-pub(crate) static KEEPING: AtomicUsize = AtomicUsize::new(0);
+/// Reasons for a free to look elsewhere before the pools: each block the keeper may
+/// keep, and the cudaMallocAsync backend. While zero (the common case), a free pays
+/// one load for both.
+static LOOK_BEFORE_FREE: AtomicUsize = AtomicUsize::new(0);
 
 pub(crate) fn install_keeper(keeper: Keeper) {
     let _ = KEEPER.set(keeper);
+}
+
+/// One block more (`true`) or less that the keeper may keep.
+pub(crate) fn keeping(more: bool) {
+    match more {
+        true => LOOK_BEFORE_FREE.fetch_add(1, Ordering::Relaxed),
+        false => LOOK_BEFORE_FREE.fetch_sub(1, Ordering::Relaxed),
+    };
+}
+
+/// A free's answer from before the pools: the keeper's, or the driver pool's.
+#[cold]
+#[inline(never)]
+fn free_elsewhere(ptr: u64) -> Option<Result<()>> {
+    if let Some(kept) = KEEPER.get().and_then(|keep| keep(ptr)) {
+        return Some(kept);
+    }
+    driver_pool::is_active().then(|| driver_pool::created().find_map(|p| p.try_free(ptr))).flatten()
 }
 
 pub fn free(ptr: u64) -> Result<()> {
     if ptr == 0 {
         return Ok(());
     }
-    if KEEPING.load(Ordering::Relaxed) > 0 {
-        if let Some(kept) = KEEPER.get().and_then(|keep| keep(ptr)) {
-            return kept;
-        }
-    }
-    if driver_pool::is_active() {
-        if let Some(freed) = driver_pool::created().find_map(|p| p.try_free(ptr)) {
-            return freed;
+    if LOOK_BEFORE_FREE.load(Ordering::Relaxed) > 0 {
+        if let Some(answer) = free_elsewhere(ptr) {
+            return answer;
         }
     }
     match on_owner(ptr, BlockOp::Free) {
@@ -428,6 +427,7 @@ pub fn free(ptr: u64) -> Result<()> {
 }
 
 /// The device and place of the live block at `ptr` (of a default or user pool).
+/// Not a fast path: it asks every allocator whose span may hold it.
 pub fn place(ptr: u64) -> Result<(i32, BlockPlace)> {
     if driver_pool::is_active() && driver_pool::created().any(|p| p.holds(ptr)) {
         return Err(Error::not_supported(format!(
@@ -435,7 +435,12 @@ pub fn place(ptr: u64) -> Result<(i32, BlockPlace)> {
              allocate shared blocks from a pool made with gpurt_mem_pool_create"
         )));
     }
-    on_owner(ptr, Place)
+    let on = |device: i32| move |place: Result<BlockPlace>| place.map(|place| (device, place));
+    created()
+        .filter(|a| a.may_hold(ptr))
+        .find_map(|a| a.try_place(ptr).map(on(a.source().device)))
+        .or_else(|| MEM_POOLS.find_map(ptr, |pool| pool.allocator().try_place(ptr).map(on(pool.device()))))
+        .unwrap_or_else(|| Err(not_live(ptr)))
 }
 
 pub fn record_stream(ptr: u64, native_stream: u64) -> Result<()> {

@@ -369,6 +369,7 @@ fn uncount_use(stats: &mut gpurt_memory_stats_t, pool: PoolKind, blocks: i64, by
 
 /// Counts a block entering (`+1`) or leaving (`-1`) the free blocks of a split
 /// segment: PyTorch's inactive_split statistics.
+#[inline(always)]
 fn count_inactive_split(stats: &mut gpurt_memory_stats_t, b: &Block, sign: i64) {
     match (b.is_split(), sign > 0) {
         (false, _) => {}

@@ -19,6 +19,7 @@ thread_local! {
 /// thread has its own key for it: an odd number above 1, which no stream handle (an
 /// aligned pointer) can be. Without this, a block freed on one thread's per-thread
 /// stream went at once to another's while work queued on the first still used it.
+#[inline(always)]
 pub(crate) fn stream_key(native: u64) -> u64 {
     match native {
         0 => LEGACY,
@@ -31,6 +32,7 @@ pub(crate) fn stream_key(native: u64) -> u64 {
 /// this thread's per-thread stream for its own key; for another thread's, the legacy
 /// default stream, which is ordered after all work queued so far on every blocking
 /// stream (per-thread default streams included), so a marker there covers it.
+#[inline]
 pub(crate) fn native_stream_of(key: u64) -> u64 {
     if key & 1 == 0 || key == LEGACY {
         key

@@ -327,6 +327,9 @@ pub fn capture_allocator(native: u64) -> Result<Option<Arc<CachingAllocator<Capt
 
 #[cold]
 fn capture_allocator_slow(native: u64) -> Result<Option<Arc<CachingAllocator<CaptureSource>>>> {
+    if crate::alloc::driver_pool::is_active() {
+        return Ok(None); // the driver's pool records memory nodes in the graph
+    }
     let (status, capture) = capture_info(native)?;
     match status {
         sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(None),

@@ -2,7 +2,6 @@
 //! while a consumer still holds it.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use cudarc::driver::sys;
@@ -50,7 +49,7 @@ impl Producer {
     fn forget(&mut self, ptr: u64) {
         if let Some(export) = self.exports.remove(&ptr) {
             self.free_slots.push(export.slot);
-            pools::KEEPING.fetch_sub(1, Ordering::Relaxed);
+            pools::keeping(false);
         }
     }
 
@@ -107,7 +106,7 @@ pub fn export(ptr: u64) -> Result<ExportedBlock> {
             let slot = producer.take_slot()?;
             let generation = producer.table.export(slot)?;
             producer.exports.insert(ptr, Export { slot, generation, size: place.size, freed: false });
-            pools::KEEPING.fetch_add(1, Ordering::Relaxed);
+            pools::keeping(true);
             (slot, generation)
         }
     };

@@ -56,6 +56,13 @@ static int from_hex(const char *text, gpurt_ipc_mem_handle_t *h) {
     return 1;
 }
 
+/* The legacy default stream, for the synchronous copies. */
+static gpurt_stream_t legacy(void) {
+    gpurt_stream_t stream = NULL;
+    gpurt_stream_default(0, &stream);
+    return stream;
+}
+
 /* ---- the consumer ------------------------------------------------------------ */
 
 /* Commands: "open HEX BYTES SEED" (check the bytes, write them back XOR 0x5a),
@@ -73,7 +80,7 @@ static int consumer(int real) {
                 unsigned char *want = malloc(bytes), *got = malloc(bytes);
                 size_t i;
                 pattern(want, bytes, seed);
-                s = gpurt_memcpy(got, ptr, bytes, NULL);
+                s = gpurt_memcpy(got, ptr, bytes, legacy());
                 if (s == GPURT_SUCCESS && memcmp(want, got, bytes) != 0) {
                     printf("err 99 the consumer read other bytes than the producer wrote\n");
                     fflush(stdout);
@@ -82,7 +89,7 @@ static int consumer(int real) {
                     continue;
                 }
                 for (i = 0; i < bytes; i++) got[i] ^= 0x5a;
-                if (s == GPURT_SUCCESS) s = gpurt_memcpy(ptr, got, bytes, NULL);
+                if (s == GPURT_SUCCESS) s = gpurt_memcpy(ptr, got, bytes, legacy());
                 free(want);
                 free(got);
             }
@@ -183,7 +190,7 @@ static void *filled_block(size_t bytes, uint64_t seed, int real) {
     unsigned char *host = malloc(bytes);
     pattern(host, bytes, seed);
     EXPECT(gpurt_malloc_device(0, bytes, &dev), GPURT_SUCCESS);
-    if (real) EXPECT(gpurt_memcpy(dev, host, bytes, NULL), GPURT_SUCCESS);
+    if (real) EXPECT(gpurt_memcpy(dev, host, bytes, legacy()), GPURT_SUCCESS);
     free(host);
     return dev;
 }
@@ -243,7 +250,7 @@ static int producer(int real) {
         size_t i;
         pattern(want, bytes, seed);
         for (i = 0; i < bytes; i++) want[i] ^= 0x5a;
-        EXPECT(gpurt_memcpy(got, a, bytes, NULL), GPURT_SUCCESS);
+        EXPECT(gpurt_memcpy(got, a, bytes, legacy()), GPURT_SUCCESS);
         CHECK(memcmp(want, got, bytes) == 0, "the producer sees what the consumer wrote");
         free(want);
         free(got);
