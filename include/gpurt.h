@@ -345,11 +345,6 @@ typedef struct gpurt_event_s gpurt_event_s;
 typedef struct gpurt_graph_exec_s gpurt_graph_exec_s;
 
 /**
- * A private memory pool that several captures share (torch.cuda.graph_pool_handle()).
- */
-typedef struct gpurt_graph_pool_s gpurt_graph_pool_s;
-
-/**
  * A captured graph.
  */
 typedef struct gpurt_graph_s gpurt_graph_s;
@@ -550,7 +545,12 @@ typedef struct {
   uint8_t reserved[64];
 } gpurt_ipc_event_handle_t;
 
-typedef gpurt_graph_pool_s *gpurt_graph_pool_t;
+/**
+ * A private memory pool that several captures share (torch.cuda.graph_pool_handle()):
+ * a memory pool handle, which gpurt_mem_pool_stats, _usage, _empty_cache,
+ * _get_device and _malloc also take.
+ */
+typedef gpurt_mem_pool_t gpurt_graph_pool_t;
 
 typedef gpurt_graph_s *gpurt_graph_t;
 
@@ -1103,7 +1103,8 @@ gpurt_status_t gpurt_stream_end_capture(gpurt_stream_t stream, gpurt_graph_t *gr
 gpurt_status_t gpurt_graph_pool_create(int device, gpurt_graph_pool_t *pool);
 
 /**
- * Drops the caller's reference to a pool; graphs captured into it keep it alive.
+ * Drops the caller's reference to a pool (as gpurt_mem_pool_destroy does for a
+ * graph pool); graphs captured into it keep it alive.
  */
 gpurt_status_t gpurt_graph_pool_destroy(gpurt_graph_pool_t pool);
 

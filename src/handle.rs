@@ -34,7 +34,6 @@ pub enum Kind {
     Program = 7,
     Graph = 8,
     GraphExec = 9,
-    GraphPool = 10,
     MemPool = 11,
 }
 
@@ -50,7 +49,6 @@ impl Kind {
             Kind::Program => "program",
             Kind::Graph => "graph",
             Kind::GraphExec => "graph exec",
-            Kind::GraphPool => "graph pool",
             Kind::MemPool => "memory pool",
         }
     }
@@ -65,7 +63,6 @@ impl Kind {
             Kind::Program,
             Kind::Graph,
             Kind::GraphExec,
-            Kind::GraphPool,
             Kind::MemPool,
         ].into_iter().find(|k| *k as u8 == bits)
     }

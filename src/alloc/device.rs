@@ -7,148 +7,18 @@ use std::sync::{Mutex, OnceLock};
 
 use once_cell::sync::Lazy;
 
-use cudarc::driver::sys;
 
 use super::caching::{not_live, CachingAllocator};
 use super::config::{AllocConfig, Backend};
 use super::driver_pool;
 use super::mempool::{MemPools, PoolStack, Route};
-use super::upstream::PoolSource;
+use super::upstream::{DriverSource, PoolSource};
 use super::pool::{BlockPlace, SegmentSource};
 use super::stats::gpurt_memory_stats_t;
 use crate::boundary::lock;
 use crate::device::{self, per_device};
-use crate::driver::check;
-use crate::error::{Error, Result, Status};
-pub(crate) use super::stream_key::native_stream_of;
+use crate::error::{Error, Result};
 use super::stream_key::stream_key;
-
-/// Segments from `cuMemAlloc` on one device; markers are pooled events.
-pub struct DriverSource {
-    device: i32,
-    /// The unit of expandable segments' mappings, asked of the driver once.
-    granularity: OnceLock<u64>,
-}
-
-impl DriverSource {
-    pub(crate) fn new(device: i32) -> DriverSource {
-        DriverSource { device, granularity: OnceLock::new() }
-    }
-
-    pub(crate) fn device(&self) -> i32 {
-        self.device
-    }
-
-    /// A segment from `cuMemAlloc`, whatever the streams are doing.
-    pub(crate) fn alloc_segment(&self, size: u64) -> Result<u64> {
-        device::with_device(self.device, || {
-            let mut ptr = 0;
-            check(unsafe { sys::cuMemAlloc_v2(&mut ptr, size as usize) }, "cuMemAlloc")?;
-            Ok(ptr)
-        })
-    }
-
-    fn allocation_prop(&self) -> sys::CUmemAllocationProp {
-        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
-        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-        prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
-        prop.location.id = self.device;
-        prop
-    }
-}
-
-impl SegmentSource for DriverSource {
-    fn allocate(&self, size: u64, stream: u64) -> Result<u64> {
-        self.may_allocate(stream)?;
-        self.alloc_segment(size)
-    }
-    /// Only on the slow path: a capture begun outside gpurt has no private pool, and
-    /// allocating a segment during it would invalidate it.
-    fn may_allocate(&self, stream: u64) -> Result<()> {
-        let native = native_stream_of(stream) as sys::CUstream;
-        let capture = device::with_device(self.device, || crate::stream::native_capture_status(native))?;
-        if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-            return Err(Error::new(
-                Status::GPURT_ERROR_STREAM_CAPTURE,
-                "the stream is capturing a graph that was not begun with gpurt_stream_begin_capture: \
-                 gpurt has no private pool for it, and allocating a segment would invalidate the capture",
-            ));
-        }
-        Ok(())
-    }
-    fn native_stream(&self, stream: u64) -> u64 {
-        native_stream_of(stream)
-    }
-    fn in_context(&self, f: &mut dyn FnMut()) -> Result<()> {
-        device::with_device(self.device, || {
-            f();
-            Ok(())
-        })
-    }
-    fn release(&self, addr: u64, _size: u64) {
-        let freed = device::with_device(self.device, || check(unsafe { sys::cuMemFree_v2(addr) }, "cuMemFree"));
-        if let Err(e) = freed {
-            crate::log::log(crate::log::Level::Error, &format!("releasing a cached segment: {e}"));
-        }
-    }
-    fn record(&self, stream: u64) -> Result<u64> {
-        crate::event::marker_record(self.device, native_stream_of(stream))
-    }
-    fn is_done(&self, marker: u64) -> bool {
-        crate::event::marker_done(marker)
-    }
-    fn wait(&self, marker: u64) {
-        crate::event::marker_wait(marker)
-    }
-    fn memory_info(&self) -> (u64, u64) {
-        device::mem_get_info(self.device).map(|(f, t)| (f as u64, t as u64)).unwrap_or((0, 0))
-    }
-    fn reserve_addresses(&self, size: u64) -> Result<u64> {
-        device::with_device(self.device, || {
-            let mut addr = 0;
-            check(unsafe { sys::cuMemAddressReserve(&mut addr, size as usize, 0, 0, 0) }, "cuMemAddressReserve")?;
-            Ok(addr)
-        })
-    }
-    /// Physical memory from cuMemCreate, mapped and made accessible to this device.
-    /// The allocation handle is released at once: the mapping keeps the memory.
-    fn map(&self, addr: u64, size: u64) -> Result<()> {
-        device::with_device(self.device, || {
-            let prop = self.allocation_prop();
-            let mut handle = 0;
-            check(unsafe { sys::cuMemCreate(&mut handle, size as usize, &prop, 0) }, "cuMemCreate")?;
-            let mapped = check(unsafe { sys::cuMemMap(addr, size as usize, 0, handle, 0) }, "cuMemMap");
-            unsafe { sys::cuMemRelease(handle) };
-            mapped?;
-            let access = sys::CUmemAccessDesc { location: prop.location, flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-            check(unsafe { sys::cuMemSetAccess(addr, size as usize, &access, 1) }, "cuMemSetAccess").inspect_err(|_| unsafe {
-                sys::cuMemUnmap(addr, size as usize);
-            })
-        })
-    }
-    fn unmap(&self, addr: u64, size: u64) {
-        let unmapped = device::with_device(self.device, || check(unsafe { sys::cuMemUnmap(addr, size as usize) }, "cuMemUnmap"));
-        if let Err(e) = unmapped {
-            crate::log::log(crate::log::Level::Error, &format!("unmapping part of an expandable segment: {e}"));
-        }
-    }
-    fn free_addresses(&self, addr: u64, size: u64) {
-        unsafe { sys::cuMemAddressFree(addr, size as usize) };
-    }
-    fn map_granularity(&self) -> u64 {
-        *self.granularity.get_or_init(|| {
-            let prop = self.allocation_prop();
-            let mut granularity = 0;
-            let option = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
-            let code = unsafe { sys::cuMemGetAllocationGranularity(&mut granularity, &prop, option) };
-            if code == sys::CUresult::CUDA_SUCCESS && granularity > 0 {
-                granularity as u64
-            } else {
-                2 << 20
-            }
-        })
-    }
-}
 
 static CONFIG: Mutex<Option<AllocConfig>> = Mutex::new(None);
 static ALLOCATORS: device::PerDeviceOnce<CachingAllocator<DriverSource>> = OnceLock::new();
@@ -228,7 +98,7 @@ pub(crate) enum DefaultPool {
 pub(crate) fn default_pool(ordinal: i32) -> Result<DefaultPool> {
     let caching = allocator(ordinal)?;
     Ok(match driver_pool::is_active() {
-        true => DefaultPool::Driver(driver_pool::for_device(caching.source().device)?),
+        true => DefaultPool::Driver(driver_pool::for_device(caching.source().device())?),
         false => DefaultPool::Caching(caching),
     })
 }
@@ -279,19 +149,19 @@ pub(crate) fn pop_route() -> Result<()> {
 /// else from the device's default pool.
 pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
     let key = stream_key(native_stream);
-    if let Some(private) = crate::graph::capture_allocator(native_stream)? {
+    if let Some(private) = super::capture::capture_allocator(native_stream)? {
         return private.malloc(size, key);
     }
     let default = allocator(ordinal)?;
     if ROUTED.load(Ordering::Relaxed) > 0 {
-        let device = default.source().device;
+        let device = default.source().device();
         let routed = POOL_STACK.try_with(|stack| stack.borrow().route(device, size, native_stream).map(|pool| pool.allocator().malloc(size, key)));
         if let Ok(Some(result)) = routed {
             return result;
         }
     }
     if driver_pool::is_active() {
-        return malloc_from_driver_pool(default.source().device, size, native_stream, key);
+        return malloc_from_driver_pool(default.source().device(), size, native_stream, key);
     }
     default.malloc(size, key)
 }
@@ -315,7 +185,7 @@ pub fn malloc_from_default(ordinal: i32, size: u64, native_stream: u64) -> Resul
 /// (`gpurt_mem_pool_malloc`). A capture through gpurt still takes its private pool.
 pub fn malloc_from<S: SegmentSource>(pool: &CachingAllocator<S>, size: u64, native_stream: u64) -> Result<u64> {
     let key = stream_key(native_stream);
-    if let Some(private) = crate::graph::capture_allocator(native_stream)? {
+    if let Some(private) = super::capture::capture_allocator(native_stream)? {
         return private.malloc(size, key);
     }
     pool.malloc(size, key)
@@ -421,7 +291,7 @@ pub fn free(ptr: u64) -> Result<()> {
         }
     }
     match on_owner(ptr, BlockOp::Free) {
-        Err(missed) => crate::graph::free_private(ptr).unwrap_or(Err(missed)),
+        Err(missed) => super::capture::free_private(ptr).unwrap_or(Err(missed)),
         freed => freed,
     }
 }
@@ -438,7 +308,7 @@ pub fn place(ptr: u64) -> Result<(i32, BlockPlace)> {
     let on = |device: i32| move |place: Result<BlockPlace>| place.map(|place| (device, place));
     created()
         .filter(|a| a.may_hold(ptr))
-        .find_map(|a| a.try_place(ptr).map(on(a.source().device)))
+        .find_map(|a| a.try_place(ptr).map(on(a.source().device())))
         .or_else(|| MEM_POOLS.find_map(ptr, |pool| pool.allocator().try_place(ptr).map(on(pool.device()))))
         .unwrap_or_else(|| Err(not_live(ptr)))
 }
@@ -450,7 +320,7 @@ pub fn record_stream(ptr: u64, native_stream: u64) -> Result<()> {
         }
     }
     match on_owner(ptr, BlockOp::UsedOn(stream_key(native_stream))) {
-        Err(missed) => crate::graph::record_stream_private(ptr, stream_key(native_stream)).unwrap_or(Err(missed)),
+        Err(missed) => super::capture::record_stream_private(ptr, stream_key(native_stream)).unwrap_or(Err(missed)),
         recorded => recorded,
     }
 }
@@ -479,26 +349,26 @@ pub fn empty_cache() -> Result<()> {
 pub fn stats(ordinal: i32) -> Result<gpurt_memory_stats_t> {
     let allocator = allocator(ordinal)?;
     let mut stats = default_pool(ordinal)?.stats();
-    MEM_POOLS.add_stats(allocator.source().device, &mut stats);
-    crate::graph::add_private_stats(allocator.source().device, &mut stats);
+    MEM_POOLS.add_stats(allocator.source().device(), &mut stats);
+    super::capture::add_private_stats(allocator.source().device(), &mut stats);
     Ok(stats)
 }
 
 pub fn reset_peak(ordinal: i32) -> Result<()> {
     let allocator = allocator(ordinal)?;
     allocator.reset_peak();
-    driver_pool::created().filter(|p| p.device() == allocator.source().device).for_each(|p| p.reset_stats(false));
-    MEM_POOLS.reset_stats(allocator.source().device, false);
-    crate::graph::reset_private_stats(allocator.source().device, false);
+    driver_pool::created().filter(|p| p.device() == allocator.source().device()).for_each(|p| p.reset_stats(false));
+    MEM_POOLS.reset_stats(allocator.source().device(), false);
+    super::capture::reset_private_stats(allocator.source().device(), false);
     Ok(())
 }
 
 pub fn reset_accumulated(ordinal: i32) -> Result<()> {
     let allocator = allocator(ordinal)?;
     allocator.reset_accumulated();
-    driver_pool::created().filter(|p| p.device() == allocator.source().device).for_each(|p| p.reset_stats(true));
-    MEM_POOLS.reset_stats(allocator.source().device, true);
-    crate::graph::reset_private_stats(allocator.source().device, true);
+    driver_pool::created().filter(|p| p.device() == allocator.source().device()).for_each(|p| p.reset_stats(true));
+    MEM_POOLS.reset_stats(allocator.source().device(), true);
+    super::capture::reset_private_stats(allocator.source().device(), true);
     Ok(())
 }
 

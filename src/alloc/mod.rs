@@ -9,6 +9,7 @@
 //! allocator signatures.
 
 mod blocks;
+pub mod capture;
 pub mod caching;
 pub mod config;
 pub mod device;

@@ -1,5 +1,6 @@
-//! Upstreams of the pools users create: where a pool's segments come from. The
-//! driver's (`DriverSource`, in `device.rs`), the driver's stream-ordered pool
+//! Upstreams of the pools: where a pool's segments come from. The driver's
+//! (`DriverSource`: every device's default pool, graphs' private pools, and pools
+//! users create over GPURT_UPSTREAM_DRIVER), the driver's stream-ordered pool
 //! (`AsyncSource`), managed memory (`ManagedSource`, `cuMemAllocManaged`), or a
 //! caller's function pair (`UserSource`: an engine's
 //! arena, a NUMA-aware allocator, RMM under gpurt's cache, as cupy's
@@ -9,12 +10,142 @@
 
 use libc::{c_int, c_void};
 
+use std::sync::OnceLock;
+
 use cudarc::driver::sys;
 
-use super::device::DriverSource;
 use super::pool::SegmentSource;
+use super::stream_key::native_stream_of;
+use crate::device;
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
+
+/// Segments from `cuMemAlloc` on one device; markers are pooled events.
+pub struct DriverSource {
+    device: i32,
+    /// The unit of expandable segments' mappings, asked of the driver once.
+    granularity: OnceLock<u64>,
+}
+
+impl DriverSource {
+    pub(crate) fn new(device: i32) -> DriverSource {
+        DriverSource { device, granularity: OnceLock::new() }
+    }
+
+    pub(crate) fn device(&self) -> i32 {
+        self.device
+    }
+
+    /// A segment from `cuMemAlloc`, whatever the streams are doing.
+    pub(crate) fn alloc_segment(&self, size: u64) -> Result<u64> {
+        device::with_device(self.device, || {
+            let mut ptr = 0;
+            check(unsafe { sys::cuMemAlloc_v2(&mut ptr, size as usize) }, "cuMemAlloc")?;
+            Ok(ptr)
+        })
+    }
+
+    fn allocation_prop(&self) -> sys::CUmemAllocationProp {
+        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = self.device;
+        prop
+    }
+}
+
+impl SegmentSource for DriverSource {
+    fn allocate(&self, size: u64, stream: u64) -> Result<u64> {
+        self.may_allocate(stream)?;
+        self.alloc_segment(size)
+    }
+    /// Only on the slow path: a capture begun outside gpurt has no private pool, and
+    /// allocating a segment during it would invalidate it.
+    fn may_allocate(&self, stream: u64) -> Result<()> {
+        let native = native_stream_of(stream) as sys::CUstream;
+        let capture = device::with_device(self.device, || crate::stream::native_capture_status(native))?;
+        if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Err(Error::new(
+                Status::GPURT_ERROR_STREAM_CAPTURE,
+                "the stream is capturing a graph that was not begun with gpurt_stream_begin_capture: \
+                 gpurt has no private pool for it, and allocating a segment would invalidate the capture",
+            ));
+        }
+        Ok(())
+    }
+    fn native_stream(&self, stream: u64) -> u64 {
+        native_stream_of(stream)
+    }
+    fn in_context(&self, f: &mut dyn FnMut()) -> Result<()> {
+        device::with_device(self.device, || {
+            f();
+            Ok(())
+        })
+    }
+    fn release(&self, addr: u64, _size: u64) {
+        let freed = device::with_device(self.device, || check(unsafe { sys::cuMemFree_v2(addr) }, "cuMemFree"));
+        if let Err(e) = freed {
+            crate::log::log(crate::log::Level::Error, &format!("releasing a cached segment: {e}"));
+        }
+    }
+    fn record(&self, stream: u64) -> Result<u64> {
+        crate::event::marker_record(self.device, native_stream_of(stream))
+    }
+    fn is_done(&self, marker: u64) -> bool {
+        crate::event::marker_done(marker)
+    }
+    fn wait(&self, marker: u64) {
+        crate::event::marker_wait(marker)
+    }
+    fn memory_info(&self) -> (u64, u64) {
+        device::mem_get_info(self.device).map(|(f, t)| (f as u64, t as u64)).unwrap_or((0, 0))
+    }
+    fn reserve_addresses(&self, size: u64) -> Result<u64> {
+        device::with_device(self.device, || {
+            let mut addr = 0;
+            check(unsafe { sys::cuMemAddressReserve(&mut addr, size as usize, 0, 0, 0) }, "cuMemAddressReserve")?;
+            Ok(addr)
+        })
+    }
+    /// Physical memory from cuMemCreate, mapped and made accessible to this device.
+    /// The allocation handle is released at once: the mapping keeps the memory.
+    fn map(&self, addr: u64, size: u64) -> Result<()> {
+        device::with_device(self.device, || {
+            let prop = self.allocation_prop();
+            let mut handle = 0;
+            check(unsafe { sys::cuMemCreate(&mut handle, size as usize, &prop, 0) }, "cuMemCreate")?;
+            let mapped = check(unsafe { sys::cuMemMap(addr, size as usize, 0, handle, 0) }, "cuMemMap");
+            unsafe { sys::cuMemRelease(handle) };
+            mapped?;
+            let access = sys::CUmemAccessDesc { location: prop.location, flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+            check(unsafe { sys::cuMemSetAccess(addr, size as usize, &access, 1) }, "cuMemSetAccess").inspect_err(|_| unsafe {
+                sys::cuMemUnmap(addr, size as usize);
+            })
+        })
+    }
+    fn unmap(&self, addr: u64, size: u64) {
+        let unmapped = device::with_device(self.device, || check(unsafe { sys::cuMemUnmap(addr, size as usize) }, "cuMemUnmap"));
+        if let Err(e) = unmapped {
+            crate::log::log(crate::log::Level::Error, &format!("unmapping part of an expandable segment: {e}"));
+        }
+    }
+    fn free_addresses(&self, addr: u64, size: u64) {
+        unsafe { sys::cuMemAddressFree(addr, size as usize) };
+    }
+    fn map_granularity(&self) -> u64 {
+        *self.granularity.get_or_init(|| {
+            let prop = self.allocation_prop();
+            let mut granularity = 0;
+            let option = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
+            let code = unsafe { sys::cuMemGetAllocationGranularity(&mut granularity, &prop, option) };
+            if code == sys::CUresult::CUDA_SUCCESS && granularity > 0 {
+                granularity as u64
+            } else {
+                2 << 20
+            }
+        })
+    }
+}
 
 /// A pool's source of segments, whichever upstream it is.
 pub type PoolSource = Box<dyn SegmentSource>;

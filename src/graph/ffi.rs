@@ -3,6 +3,7 @@ use libc::{c_char, c_int, c_ulonglong};
 use crate::boundary::{self, in_str, Out};
 use crate::error::gpurt_status_t;
 use crate::handle::Handle;
+use crate::alloc::mempool::ffi::gpurt_mem_pool_t;
 use crate::stream::ffi::gpurt_stream_t;
 
 /// A captured graph.
@@ -17,11 +18,10 @@ pub struct gpurt_graph_exec_s {
 }
 pub type gpurt_graph_exec_t = *mut gpurt_graph_exec_s;
 
-/// A private memory pool that several captures share (torch.cuda.graph_pool_handle()).
-pub struct gpurt_graph_pool_s {
-    _opaque: [u8; 0],
-}
-pub type gpurt_graph_pool_t = *mut gpurt_graph_pool_s;
+/// A private memory pool that several captures share (torch.cuda.graph_pool_handle()):
+/// a memory pool handle, which gpurt_mem_pool_stats, _usage, _empty_cache,
+/// _get_device and _malloc also take.
+pub type gpurt_graph_pool_t = gpurt_mem_pool_t;
 
 fn h<T>(p: *mut T) -> Handle {
     Handle::from_ptr(p)
@@ -55,15 +55,16 @@ pub extern "C" fn gpurt_stream_end_capture(stream: gpurt_stream_t, graph: *mut g
 pub extern "C" fn gpurt_graph_pool_create(device: c_int, pool: *mut gpurt_graph_pool_t) -> gpurt_status_t {
     boundary::call("gpurt_graph_pool_create", || {
         let out = Out::new(pool, "pool")?;
-        out.write(super::create_pool_handle(device)?.to_ptr());
+        out.write(crate::alloc::mempool::device::create_graph_pool(device)?.to_ptr());
         Ok(())
     })
 }
 
-/// Drops the caller's reference to a pool; graphs captured into it keep it alive.
+/// Drops the caller's reference to a pool (as gpurt_mem_pool_destroy does for a
+/// graph pool); graphs captured into it keep it alive.
 #[no_mangle]
 pub extern "C" fn gpurt_graph_pool_destroy(pool: gpurt_graph_pool_t) -> gpurt_status_t {
-    boundary::call("gpurt_graph_pool_destroy", || super::destroy_pool_handle(h(pool)))
+    boundary::call("gpurt_graph_pool_destroy", || crate::alloc::mempool::device::destroy_graph_pool(h(pool)))
 }
 
 /// Instantiates `graph`. `flags`: `GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH`,

@@ -349,6 +349,16 @@ pub(crate) fn native_capture_status(stream: CUstream) -> Result<CUstreamCaptureS
     Ok(status)
 }
 
+/// (status, capture id) of a native stream: the id names one capture sequence.
+pub(crate) fn native_capture_info(native: u64) -> Result<(CUstreamCaptureStatus, u64)> {
+    let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id = 0;
+    let (graph, deps, count) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    let code = unsafe { sys::cuStreamGetCaptureInfo_v2(native as CUstream, &mut status, &mut id, graph, deps, count) };
+    check(code, "cuStreamGetCaptureInfo")?;
+    Ok((status, id))
+}
+
 /// Fails with `GPURT_ERROR_STREAM_CAPTURE` when `handle` is capturing: for callers that
 /// must refuse operations that are illegal during capture.
 pub fn ensure_not_capturing(handle: Handle, what: &str) -> Result<()> {

@@ -550,6 +550,47 @@ static void check_kernels(gpurt_stream_t stream) {
     EXPECT(gpurt_elementwise("out = a", NULL, NULL, 0, GPURT_DTYPE_F32, 4, NULL, stream), GPURT_ERROR_INVALID_ARGUMENT);
 }
 
+/* A graph pool is a memory pool handle (torch's graph_pool_handle() is a MemPool):
+ * the pool calls read it, a capture fills it, gpurt_mem_pool_destroy drops it as
+ * gpurt_graph_pool_destroy does; what only user pools do is refused. */
+static void check_graph_pool_handles(gpurt_stream_t stream) {
+    gpurt_graph_pool_t pool = NULL;
+    gpurt_mem_pool_t user = NULL, def = NULL;
+    gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
+    gpurt_graph_t graph = NULL;
+    uint64_t used = 1, total = 0;
+    int device = -1;
+    void *p = NULL, *q = NULL;
+    EXPECT(gpurt_graph_pool_create(0, &pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_get_device(pool, &device), GPURT_SUCCESS);
+    EXPECT_TRUE(device == 0);
+    EXPECT(gpurt_mem_pool_push(pool), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_stream_begin_capture(stream, GPURT_CAPTURE_MODE_THREAD_LOCAL, pool), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(3 << 20, stream, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_end_capture(stream, &graph), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_stats(pool, &stats), GPURT_SUCCESS);
+    EXPECT_TRUE(stats.allocation.all.current == 1 && stats.allocated_bytes.all.current >= (3 << 20));
+    EXPECT(gpurt_mem_pool_usage(pool, &used, NULL, &total, NULL), GPURT_SUCCESS);
+    EXPECT_TRUE(used >= (3 << 20) && total >= used);
+    EXPECT(gpurt_mem_pool_malloc(pool, 4096, stream, &q), GPURT_SUCCESS);
+    EXPECT(gpurt_free(q), GPURT_SUCCESS);
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_empty_cache(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_usage(pool, &used, NULL, NULL, NULL), GPURT_SUCCESS);
+    EXPECT_TRUE(used == 0);
+    /* A user pool or the default pool is not a capture's pool. */
+    EXPECT(gpurt_mem_pool_create(0, NULL, &user), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_default(0, &def), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_begin_capture(stream, GPURT_CAPTURE_MODE_THREAD_LOCAL, user), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_stream_begin_capture(stream, GPURT_CAPTURE_MODE_THREAD_LOCAL, def), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_graph_pool_destroy(user), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_pool_destroy(user), GPURT_SUCCESS);
+    /* gpurt_mem_pool_destroy drops the handle's reference; the graph keeps the pool. */
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_stats(pool, &stats), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_graph_destroy(graph), GPURT_SUCCESS);
+}
+
 /* Graphs: capture with allocation from a private pool, instantiate, replay, and
  * misuse (unknown modes and flags, ending a capture that never began, stale handles). */
 static void check_graphs(gpurt_stream_t stream) {
@@ -601,6 +642,7 @@ static void check_graphs(gpurt_stream_t stream) {
     EXPECT(gpurt_stream_end_capture(stream, &graph), GPURT_SUCCESS);
     EXPECT(gpurt_graph_destroy(graph), GPURT_SUCCESS);
     EXPECT(gpurt_graph_pool_destroy(pool), GPURT_ERROR_INVALID_HANDLE);
+    check_graph_pool_handles(stream);
 }
 
 /* Pinned pools and copies: bad handles, foreign pointers and bad arguments are

@@ -1,13 +1,17 @@
 //! Pool handles over the driver: what `gpurt_mem_pool_t` names. A handle holds a
-//! user pool's id, or a device's default pool (one handle per device, made once), so
-//! that a caller can push the default pool back over an outer one.
+//! user pool's id, a device's default pool (one handle per device, made once, so
+//! that a caller can push the default pool back over an outer one), or a graph
+//! pool's id (`alloc::capture`: the private pool captures share).
 
 use std::sync::{Mutex, OnceLock};
 
 use super::{Filter, MemPool, PoolUsage, Route};
+use crate::alloc::caching::CachingAllocator;
+use crate::alloc::capture::CaptureSource;
 use crate::alloc::config::AllocConfig;
-use crate::alloc::device::{self as pools, DriverSource, MEM_POOLS};
-use crate::alloc::upstream::{AsyncSource, ManagedSource, PoolSource, UserFunctions, UserSource, GPURT_MEM_ATTACH_GLOBAL};
+use crate::alloc::capture;
+use crate::alloc::device::{self as pools, MEM_POOLS};
+use crate::alloc::upstream::{AsyncSource, DriverSource, ManagedSource, PoolSource, UserFunctions, UserSource, GPURT_MEM_ATTACH_GLOBAL};
 use crate::alloc::stats::gpurt_memory_stats_t;
 use crate::boundary::lock;
 use crate::device::{self, per_device, PerDeviceOnce};
@@ -19,17 +23,26 @@ static DEFAULT_HANDLES: PerDeviceOnce<Handle> = OnceLock::new();
 
 /// Marks a handle's value as a device's default pool (the low bits: the device).
 const DEFAULT_POOL: u64 = 1 << 63;
+/// Marks a handle's value as a graph pool (the low bits: its id).
+const GRAPH_POOL: u64 = 1 << 62;
 
 /// What a pool handle names.
 enum Named {
     Default(i32),
     Pool(std::sync::Arc<MemPool<PoolSource>>),
+    Graph(std::sync::Arc<CachingAllocator<CaptureSource>>, u64),
 }
 
 fn named(handle: Handle) -> Result<Named> {
     let value = HANDLES.get(handle)?;
     if value & DEFAULT_POOL != 0 {
         return Ok(Named::Default((value & !DEFAULT_POOL) as i32));
+    }
+    if value & GRAPH_POOL != 0 {
+        let id = value & !GRAPH_POOL;
+        // The handle holds a reference: the pool exists while the handle does.
+        let pool = capture::pool(id).ok_or_else(|| Error::new(crate::error::Status::GPURT_ERROR_INTERNAL, format!("graph pool {id} is gone under its handle")))?;
+        return Ok(Named::Graph(pool, id));
     }
     MEM_POOLS.get(value).map(Named::Pool).ok_or_else(|| Error::invalid_handle("the memory pool was destroyed"))
 }
@@ -68,6 +81,27 @@ pub fn create(ordinal: i32, config: Option<&str>, limit: u64, upstream: Upstream
     })
 }
 
+/// A graph pool on `ordinal`'s device (`gpurt_graph_pool_create`), holding one
+/// reference to it until `destroy`.
+pub fn create_graph_pool(ordinal: i32) -> Result<Handle> {
+    let id = capture::new_pool(device::resolve(ordinal)?, pools::config()?);
+    HANDLES.insert(GRAPH_POOL | id).inspect_err(|_| capture::release_pool(id))
+}
+
+/// The graph pool a handle names, for a capture (`gpurt_stream_begin_capture`).
+pub fn graph_pool_id(handle: Handle) -> Result<u64> {
+    match named(handle)? {
+        Named::Graph(_, id) => Ok(id),
+        _ => Err(Error::invalid_argument("a capture allocates from a pool made with gpurt_graph_pool_create, not from this memory pool")),
+    }
+}
+
+/// Drops a graph pool handle's reference (`gpurt_graph_pool_destroy`).
+pub fn destroy_graph_pool(handle: Handle) -> Result<()> {
+    graph_pool_id(handle)?;
+    destroy(handle)
+}
+
 /// The handle of `ordinal`'s default pool: the same handle at every call.
 pub fn default_handle(ordinal: i32) -> Result<Handle> {
     let d = device::resolve(ordinal)?;
@@ -93,6 +127,12 @@ pub fn destroy(handle: Handle) -> Result<()> {
             MEM_POOLS.destroy(pool.id())?;
             HANDLES.remove(handle).map(drop)
         }
+        // Graphs captured into it keep it; it goes with the last of them.
+        Named::Graph(_, id) => {
+            HANDLES.remove(handle)?;
+            capture::release_pool(id);
+            Ok(())
+        }
     }
 }
 
@@ -107,6 +147,8 @@ pub fn malloc(handle: Handle, size: u64, stream_device: i32, native_stream: u64)
         Named::Default(d) => pools::malloc_from_default(d, size, native_stream),
         Named::Pool(pool) if pool.device() != stream_device => Err(wrong_device(pool.device())),
         Named::Pool(pool) => pools::malloc_from(pool.allocator(), size, native_stream),
+        Named::Graph(pool, _) if pool.source().device() != stream_device => Err(wrong_device(pool.source().device())),
+        Named::Graph(pool, _) => pools::malloc_from(&*pool, size, native_stream),
     }
 }
 
@@ -118,6 +160,9 @@ pub fn push(handle: Handle, filter: Option<Filter>) -> Result<()> {
         (Named::Default(d), None) => Route::Default(d),
         (Named::Pool(pool), None) => Route::Pool(pool),
         (Named::Pool(pool), Some(filter)) => Route::Filtered(pool, filter),
+        (Named::Graph(..), _) => {
+            return Err(Error::invalid_argument("a graph pool serves captures (gpurt_stream_begin_capture): push a pool made with gpurt_mem_pool_create"))
+        }
     });
     Ok(())
 }
@@ -131,6 +176,7 @@ pub fn stats(handle: Handle) -> Result<gpurt_memory_stats_t> {
     Ok(match named(handle)? {
         Named::Default(d) => pools::default_pool(d)?.stats(),
         Named::Pool(pool) => pool.allocator().stats(),
+        Named::Graph(pool, _) => pool.stats(),
     })
 }
 
@@ -141,6 +187,7 @@ pub fn usage(handle: Handle) -> Result<PoolUsage> {
             pools::DefaultPool::Driver(p) => PoolUsage::from_stats(&p.stats(), 0),
         }),
         Named::Pool(pool) => Ok(pool.usage()),
+        Named::Graph(pool, _) => Ok(PoolUsage::of(&*pool)),
     }
 }
 
@@ -149,6 +196,7 @@ pub fn empty_cache(handle: Handle) -> Result<()> {
     match named(handle)? {
         Named::Default(d) => pools::default_pool(d)?.empty_cache(),
         Named::Pool(pool) => pool.allocator().empty_cache(),
+        Named::Graph(pool, _) => pool.empty_cache(),
     }
     Ok(())
 }
@@ -157,5 +205,6 @@ pub fn device_of(handle: Handle) -> Result<i32> {
     Ok(match named(handle)? {
         Named::Default(d) => d,
         Named::Pool(pool) => pool.device(),
+        Named::Graph(pool, _) => pool.source().device(),
     })
 }

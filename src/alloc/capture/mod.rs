@@ -1,0 +1,329 @@
+//! Private memory pools of captured graphs (`torch.cuda.graph_pool_handle()`):
+//! gpurt allocations made while a stream captures through gpurt come from the
+//! capture's pool, so that the addresses baked into a graph stay valid for every
+//! replay and nobody else gets them meanwhile. `pools` keeps the bookkeeping
+//! (which capture allocates from which pool, references), tested on host memory;
+//! this file runs it over the driver: the capture-mode dance around `cuMemAlloc`,
+//! the device synchronisation a pool's last release needs, and the holders (graphs
+//! and execs, by handle value) that keep a pool's addresses alive.
+
+pub mod pools;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys;
+
+use super::caching::CachingAllocator;
+use super::config::AllocConfig;
+use super::pool::SegmentSource;
+use super::stats::{gpurt_memory_stats_t, RetiredStats};
+use super::stream_key::native_stream_of;
+use super::upstream::DriverSource;
+use crate::boundary::lock;
+use crate::device;
+use crate::driver::check;
+use crate::error::{Error, Result, Status};
+use pools::GraphPools;
+
+/// Device memory for private pools: the device's driver source, with this thread's
+/// capture mode relaxed around `cuMemAlloc` (a plain `cuMemAlloc` would invalidate a
+/// global or thread-local capture; the allocation itself is not part of the graph).
+pub struct CaptureSource {
+    driver: DriverSource,
+    /// Set once the pool has no graph left and the device was synchronised: blocks
+    /// freed during capture with uses on other streams are then reusable.
+    released: AtomicBool,
+}
+
+impl CaptureSource {
+    pub fn device(&self) -> i32 {
+        self.driver.device()
+    }
+}
+
+/// The marker of a block freed during capture with uses on other streams: events
+/// cannot be queried inside a capture, so such a block waits for the pool's release.
+const AFTER_RELEASE: u64 = u64::MAX;
+
+fn exchange_capture_mode(mode: sys::CUstreamCaptureMode) -> Result<sys::CUstreamCaptureMode> {
+    let mut m = mode;
+    check(unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut m) }, "cuThreadExchangeStreamCaptureMode")?;
+    Ok(m)
+}
+
+impl SegmentSource for CaptureSource {
+    fn allocate(&self, size: u64, _stream: u64) -> Result<u64> {
+        let previous = exchange_capture_mode(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+        let result = self.driver.alloc_segment(size);
+        exchange_capture_mode(previous)?;
+        result
+    }
+    fn release(&self, addr: u64, size: u64) {
+        self.driver.release(addr, size)
+    }
+    fn record(&self, stream: u64) -> Result<u64> {
+        let native = native_stream_of(stream) as sys::CUstream;
+        let capture = device::with_device(self.device(), || crate::stream::native_capture_status(native))?;
+        if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Ok(AFTER_RELEASE);
+        }
+        self.driver.record(stream)
+    }
+    fn is_done(&self, marker: u64) -> bool {
+        match marker {
+            AFTER_RELEASE => self.released.load(Ordering::Acquire),
+            m => self.driver.is_done(m),
+        }
+    }
+    fn wait(&self, marker: u64) {
+        if marker != AFTER_RELEASE {
+            self.driver.wait(marker)
+        }
+    }
+    fn memory_info(&self) -> (u64, u64) {
+        self.driver.memory_info()
+    }
+    /// As the default, except that no wait makes an `AFTER_RELEASE` marker done.
+    fn settle(&self, markers: &mut Vec<u64>, wait: bool) -> bool {
+        markers.retain(|&m| {
+            if wait && m != AFTER_RELEASE {
+                self.wait(m);
+                return false;
+            }
+            !self.is_done(m)
+        });
+        markers.is_empty()
+    }
+}
+
+/// The pools, and which graph or exec holds which pool.
+struct Registry {
+    pools: GraphPools<CaptureSource>,
+    /// Graph or exec handle value to the pools whose addresses it holds.
+    holders: HashMap<u64, Vec<u64>>,
+    /// Per device, the statistics of pools that are gone.
+    retired: RetiredStats,
+}
+
+impl Registry {
+    /// Collects pool `id`; a pool that goes leaves its statistics to its device.
+    fn collect(&mut self, id: u64) {
+        if let Some(gone) = self.pools.collect(id) {
+            self.retired.retire(gone.source().device(), &gone.stats());
+        }
+    }
+}
+
+/// Adds the statistics of `device`'s private pools, live and gone, to `stats` (the
+/// device allocator's): gpurt_malloc during capture counts like any other. Current
+/// values and totals are exact; a live pool's peak is added to the totals' current
+/// value, an upper bound of the true peak.
+pub fn add_private_stats(device: i32, stats: &mut gpurt_memory_stats_t) {
+    with_registry(|r| {
+        r.retired.add_to(device, stats);
+        for a in r.pools.allocators().filter(|a| a.source().device() == device) {
+            stats.absorb(&a.stats(), &gpurt_memory_stats_t::new());
+        }
+    })
+}
+
+/// Resets the peaks (`accumulated`: the totals) of `device`'s private pools.
+pub fn reset_private_stats(device: i32, accumulated: bool) {
+    with_registry(|r| {
+        r.pools.allocators().filter(|a| a.source().device() == device).for_each(|a| a.reset_stats(accumulated));
+        r.retired.reset(device, accumulated);
+    })
+}
+
+static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+/// Captures running through gpurt: while zero, `gpurt_malloc` asks the driver nothing.
+static ACTIVE_CAPTURES: AtomicUsize = AtomicUsize::new(0);
+/// Pools alive: while zero, a free that misses the device allocator asks no further.
+static LIVE_POOLS: AtomicUsize = AtomicUsize::new(0);
+
+fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
+    let mut guard = lock(&REGISTRY);
+    let registry = guard.get_or_insert_with(|| Registry { pools: GraphPools::default(), holders: HashMap::new(), retired: RetiredStats::default() });
+    let result = f(registry);
+    LIVE_POOLS.store(registry.pools.len(), Ordering::Release);
+    result
+}
+
+/// A new pool on `device` (a resolved ordinal) with `config`, with one reference
+/// for the caller.
+pub fn new_pool(device: i32, config: AllocConfig) -> u64 {
+    // Private pools keep plain segments: mapping memory inside a capture is untested.
+    let config = AllocConfig { expandable_segments: false, ..config };
+    with_registry(|r| r.pools.create(CaptureSource { driver: DriverSource::new(device), released: AtomicBool::new(false) }, config))
+}
+
+/// Another reference to pool `id`, for a capture on `device`.
+pub fn retain_for(id: u64, device: i32) -> Result<()> {
+    with_registry(|r| match r.pools.allocator(id).map(|a| a.source().device()) {
+        Some(d) if d == device => r.pools.retain(id),
+        Some(d) => Err(Error::invalid_argument(format!("the graph pool is on device {d}, the stream on device {device}"))),
+        None => Err(Error::invalid_handle("the graph pool no longer exists")),
+    })
+}
+
+/// Pool `id`'s allocator and device, while it exists.
+pub fn pool(id: u64) -> Option<Arc<CachingAllocator<CaptureSource>>> {
+    with_registry(|r| r.pools.allocator(id))
+}
+
+/// Starts a capture into pool `id`, which the caller holds a reference to and gives
+/// up: `start` begins the driver's capture and gives its id. Until the capture
+/// ends, gpurt allocations on its streams come from the pool.
+pub fn begin(id: u64, start: impl FnOnce() -> Result<u64>) -> Result<()> {
+    capture_starting(); // before the capture starts, so no pool release synchronises under it
+    let registered = start().and_then(|capture| with_registry(|r| r.pools.begin_capture(capture, id)));
+    // The capture holds its own reference from here; drop the caller's.
+    release_pool(id);
+    if registered.is_ok() {
+        ACTIVE_CAPTURES.fetch_add(1, Ordering::AcqRel);
+    } else {
+        capture_finished();
+    }
+    registered
+}
+
+/// Ends capture `capture`: the pool it allocated from, whose reference passes to
+/// the caller (`give_to` a graph, or `release_pool`).
+pub fn end(capture: u64) -> Option<u64> {
+    let pool = with_registry(|r| r.pools.end_capture(capture));
+    if pool.is_some() {
+        ACTIVE_CAPTURES.fetch_sub(1, Ordering::AcqRel);
+        capture_finished();
+    }
+    pool
+}
+
+/// Orders gpurt's captures against the device-wide synchronisation that a pool's
+/// last release needs: `cuCtxSynchronize` while another thread captures invalidates
+/// that capture (and crashed the driver inside `cuCtxSynchronize` when they raced:
+/// tests/c/soak.c, 8 threads on an H100). `active` counts captures begun through
+/// gpurt and not yet ended; while any is, released pools wait in `deferred`, and the
+/// last capture to end synchronises and collects them. Holding the gate during the
+/// synchronisation keeps new captures from starting under it.
+struct CaptureGate {
+    active: usize,
+    deferred: Vec<(u64, Arc<CachingAllocator<CaptureSource>>)>,
+}
+
+static CAPTURE_GATE: Mutex<CaptureGate> = Mutex::new(CaptureGate { active: 0, deferred: Vec::new() });
+
+fn capture_starting() {
+    lock(&CAPTURE_GATE).active += 1;
+}
+
+fn capture_finished() {
+    let mut gate = lock(&CAPTURE_GATE);
+    gate.active -= 1;
+    if gate.active == 0 {
+        for (id, allocator) in std::mem::take(&mut gate.deferred) {
+            synchronize_and_collect(id, &allocator);
+        }
+    }
+}
+
+/// Waits for the device (a replay may still use the pool's memory), then makes the
+/// blocks freed during capture reusable and gives the free segments back.
+fn synchronize_and_collect(id: u64, allocator: &CachingAllocator<CaptureSource>) {
+    let _ = device::with_device(allocator.source().device(), || check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize"));
+    allocator.source().released.store(true, Ordering::Release);
+    with_registry(|r| r.collect(id));
+}
+
+/// Drops a reference to a pool. The last one synchronises and collects it, at once
+/// or, while gpurt captures, when the last capture ends (see `CaptureGate`).
+pub fn release_pool(id: u64) {
+    if let Ok(Some(allocator)) = with_registry(|r| r.pools.release(id)) {
+        let mut gate = lock(&CAPTURE_GATE);
+        if gate.active > 0 {
+            gate.deferred.push((id, allocator));
+        } else {
+            synchronize_and_collect(id, &allocator);
+        }
+    }
+}
+
+/// The private pool serving a gpurt allocation on a native stream, when that stream
+/// is capturing through gpurt. Costs one atomic load while nothing captures.
+#[inline]
+pub fn capture_allocator(native: u64) -> Result<Option<Arc<CachingAllocator<CaptureSource>>>> {
+    if ACTIVE_CAPTURES.load(Ordering::Acquire) == 0 {
+        return Ok(None);
+    }
+    capture_allocator_slow(native)
+}
+
+#[cold]
+fn capture_allocator_slow(native: u64) -> Result<Option<Arc<CachingAllocator<CaptureSource>>>> {
+    if super::driver_pool::is_active() {
+        return Ok(None); // the driver's pool records memory nodes in the graph
+    }
+    let (status, capture) = crate::stream::native_capture_info(native)?;
+    match status {
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(None),
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => with_registry(|r| r.pools.for_capture(capture))
+            .map(Some)
+            .ok_or_else(|| {
+                Error::new(
+                    Status::GPURT_ERROR_STREAM_CAPTURE,
+                    "the stream is capturing a graph that was not begun with gpurt_stream_begin_capture, so gpurt has no \
+                     private pool for it; allocating from the shared cache would hand the graph's memory to others",
+                )
+            }),
+        _ => Err(Error::new(Status::GPURT_ERROR_STREAM_CAPTURE, "the stream's capture was invalidated")),
+    }
+}
+
+/// Frees `ptr` if a private pool holds it (`None`: none does).
+pub fn free_private(ptr: u64) -> Option<Result<()>> {
+    if LIVE_POOLS.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let (id, allocator) = with_registry(|r| r.pools.owner(ptr))?;
+    let result = allocator.free(ptr);
+    with_registry(|r| r.collect(id));
+    Some(result)
+}
+
+/// Records `native` on a private pool's block, if one holds `ptr`.
+pub fn record_stream_private(ptr: u64, native: u64) -> Option<Result<()>> {
+    if LIVE_POOLS.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let (_, allocator) = with_registry(|r| r.pools.owner(ptr))?;
+    Some(allocator.record_stream(ptr, native))
+}
+
+/// Drops every reference `holder` (a graph's or exec's handle value) holds.
+pub fn release_holder(holder: u64) {
+    let pools = with_registry(|r| r.holders.remove(&holder)).unwrap_or_default();
+    pools.into_iter().for_each(release_pool);
+}
+
+/// `holder` takes a reference to each of `pools`.
+pub fn hold(holder: u64, pools: &[u64]) -> Result<()> {
+    with_registry(|r| {
+        for &id in pools {
+            r.pools.retain(id)?;
+            r.holders.entry(holder).or_default().push(id);
+        }
+        Ok(())
+    })
+}
+
+/// `holder` takes over a reference to `pool` its caller had (a capture's, at its end).
+pub fn give_to(holder: u64, pool: u64) {
+    with_registry(|r| r.holders.entry(holder).or_default().push(pool));
+}
+
+/// The pools `holder` holds.
+pub fn pools_of(holder: u64) -> Vec<u64> {
+    with_registry(|r| r.holders.get(&holder).cloned().unwrap_or_default())
+}
+
