@@ -534,6 +534,25 @@ private:
     bool pushed_ = false;
 };
 
+/** The allocator behind every device's default pool: "native" or "cudaMallocAsync". */
+inline Ret<const char *> allocator_backend() { return detail::out<const char *>(gpurt_allocator_backend); }
+
+/** The bytes another process of this machine opens the live allocation at `ptr`
+ *  with (gpurt::IpcMemory::open). */
+inline Ret<gpurt_ipc_mem_handle_t> ipc_mem_handle(void *ptr) { return detail::out<gpurt_ipc_mem_handle_t>(gpurt_ipc_mem_handle, ptr); }
+
+/** Frees the exported blocks this process freed that no other process holds now. */
+inline Ret<void> ipc_collect() { return detail::finish(gpurt_ipc_collect()); }
+
+/** A block another process exported, open in this one; closed once, when destroyed. */
+class IpcMemory : public detail::Owner<void *, gpurt_ipc_close_mem_handle> {
+public:
+    using Owner::Owner;
+    static Ret<IpcMemory> open(const gpurt_ipc_mem_handle_t &handle) {
+        return detail::make<IpcMemory>(gpurt_ipc_open_mem_handle, &handle);
+    }
+};
+
 #if defined(GPURT_HPP_HAS_PMR) && !defined(GPURT_CPP_NO_EXCEPTIONS)
 /** A std::pmr::memory_resource over gpurt's caching allocator, for one stream:
  *  device memory for containers of trivially copyable types that only the GPU

@@ -12,7 +12,8 @@ from .errors import (CompilationError, CudaError, Error, ForkedError, InvalidArg
                      NoDeviceError, NoDriverError, NotSupportedError, OutOfMemoryError, StreamCaptureError)
 from .graphs import Graph, GraphPool, graph, graph_pool_handle
 from .kernels import elementwise
-from .memory import (DeviceBuffer, empty, empty_cache, max_memory_allocated, max_memory_reserved,
+from .ipc import IpcBuffer, ipc_collect, ipc_handle, ipc_kept
+from .memory import (DeviceBuffer, allocator_backend, empty, empty_cache, max_memory_allocated, max_memory_reserved,
                      memory_allocated, memory_reserved, memory_stats, memory_summary,
                      reset_accumulated_memory_stats, reset_peak_memory_stats, set_allocator_config,
                      set_per_process_memory_fraction)

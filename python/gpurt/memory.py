@@ -105,6 +105,14 @@ _TYPESTRS = {"bool": "|b1", "int8": "|i1", "uint8": "|u1", "int16": "<i2", "uint
              "float16": "<f2", "float32": "<f4", "float64": "<f8"}
 
 
+def allocator_backend():
+    """The allocator behind every device's default pool: "native" or
+    "cudaMallocAsync" (torch.cuda.get_allocator_backend)."""
+    name = ffi.new("const char**")
+    check(lib.gpurt_allocator_backend(name))
+    return ffi.string(name[0]).decode()
+
+
 def _typestr(dtype):
     """The array-interface type string of a dtype name, typestr or numpy dtype."""
     try:
@@ -161,6 +169,11 @@ class DeviceBuffer(Allocation):
                 "strides": None, "version": 3,
                 # The interface's value for the legacy default stream is 1, never 0.
                 "stream": native if native else 1}
+
+    def ipc_handle(self):
+        """The bytes another process opens this buffer with (gpurt.IpcBuffer)."""
+        from .ipc import ipc_handle
+        return ipc_handle(self)
 
     def record_stream(self, stream):
         """Marks the memory as used on `stream` too: on free, its reuse waits for the

@@ -8,7 +8,7 @@
 //! after use on other streams (`record_stream`), which makes the block's stream wait
 //! for their work before the driver may reuse it.
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
 use rustc_hash::FxHashMap as HashMap;
@@ -39,8 +39,6 @@ struct State {
     blocks: gpurt_stat_t,
     bytes: gpurt_stat_t,
     ooms: i64,
-    /// The most bytes it may hand out (`set_memory_fraction`); `None`: no limit.
-    limit: Option<u64>,
 }
 
 /// One device's backend.
@@ -48,6 +46,9 @@ pub struct DriverPool {
     device: i32,
     pool: usize,
     state: Mutex<State>,
+    /// The most bytes it may hand out (`set_memory_fraction`); `u64::MAX`: no limit,
+    /// and no lock taken to check it.
+    limit: AtomicU64,
 }
 
 impl DriverPool {
@@ -66,6 +67,7 @@ impl DriverPool {
             device,
             pool: pool as usize,
             state: Mutex::new(State::default()),
+            limit: AtomicU64::new(u64::MAX),
         })
     }
 
@@ -85,14 +87,9 @@ impl DriverPool {
             let why = format!("more than any device holds: gpurt refuses requests above {}", format_bytes(GPURT_MAX_ALLOCATION_SIZE));
             return Err(self.out_of_memory(size, &why));
         }
-        let over_limit = {
-            let mut state = lock(&self.state);
-            let over = state.limit.filter(|&limit| (state.bytes.current as u64).saturating_add(size) > limit);
-            state.ooms += i64::from(over.is_some());
-            over
-        };
-        if let Some(limit) = over_limit {
-            return Err(self.out_of_memory(size, &format!("the memory fraction allows {}", format_bytes(limit))));
+        let limit = self.limit.load(Relaxed);
+        if limit != u64::MAX {
+            self.check_limit(size, limit)?;
         }
         let stream = native_stream as sys::CUstream;
         let ptr = device::with_device(self.device, || {
@@ -120,6 +117,17 @@ impl DriverPool {
         state.blocks.add(1);
         state.bytes.add(size as i64);
         Ok(ptr)
+    }
+
+    #[cold]
+    fn check_limit(&self, size: u64, limit: u64) -> Result<()> {
+        let mut state = lock(&self.state);
+        if (state.bytes.current as u64).saturating_add(size) <= limit {
+            return Ok(());
+        }
+        state.ooms += 1;
+        drop(state);
+        Err(self.out_of_memory(size, &format!("the memory fraction allows {}", format_bytes(limit))))
     }
 
     fn out_of_memory(&self, requested: u64, cause: &str) -> Error {
@@ -168,7 +176,7 @@ impl DriverPool {
             return Err(Error::invalid_argument(format!("memory fraction {fraction} is not between 0 and 1")));
         }
         let total = self.memory_info().1;
-        lock(&self.state).limit = (fraction < 1.0).then_some((total as f64 * fraction) as u64);
+        self.limit.store(if fraction < 1.0 { (total as f64 * fraction) as u64 } else { u64::MAX }, Relaxed);
         Ok(())
     }
 

@@ -154,6 +154,17 @@ static void with_device(bool real_gpu) {
         CHECK(gpurt::MemPool::default_pool(0) != nullptr);
     }
 
+    // IPC: a handle of a live block; this process cannot open its own.
+    {
+        gpurt::DeviceBuffer<int> shared(1000, s);
+        gpurt_ipc_mem_handle_t handle = gpurt::ipc_mem_handle(shared.data());
+        CHECK(std::memcmp(handle.bytes, "gpurtIPC", 8) == 0);
+        expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_ipc_open_mem_handle", [&] { (void)gpurt::IpcMemory::open(handle); });
+        gpurt::ipc_collect();
+        CHECK(std::strcmp(gpurt::allocator_backend(), "native") == 0);
+        static_assert(!std::is_copy_constructible_v<gpurt::IpcMemory>);
+    }
+
     // A captured graph whose allocation comes from a shared graph pool.
     gpurt::GraphPool gpool = gpurt::GraphPool::create(0);
     gpurt::Graph::begin_capture(s, GPURT_CAPTURE_MODE_THREAD_LOCAL, gpool.get());

@@ -1,6 +1,9 @@
 """Device-present paths, on the stand-in driver in CI and on a GPU in the GPU suite:
 handles, ownership, statistics and the misuse of each."""
 import gc
+import random
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -270,3 +273,55 @@ def test_managed_buffers_count_prefetch_advise_and_check_their_arguments(device)
         gpurt.ManagedBuffer(64, attach="nowhere")
     buf.free()
     assert gpurt.memory_allocated() == before
+
+
+_IPC_CONSUMER = r"""
+import random, sys
+import gpurt
+handle, nbytes, seed = bytes.fromhex(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+buf = gpurt.IpcBuffer(handle, nbytes)
+if sys.argv[4] == "gpu":
+    assert bytes(buf.copy_to_host()) == random.Random(seed).randbytes(nbytes), "other bytes than the producer's"
+print("open", flush=True)
+sys.stdin.readline()
+buf.free()
+print("closed", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_ipc_buffers_are_kept_while_another_process_holds_them(device):
+    from conftest import DRIVER
+    nbytes, seed = (1 << 20) + 3, random.randrange(1 << 30)
+    buf = gpurt.DeviceBuffer(nbytes)
+    if DRIVER == "gpu":
+        buf.copy_from_host(random.Random(seed).randbytes(nbytes))
+    handle = buf.ipc_handle()
+    assert len(handle) == 256 and handle == gpurt.ipc_handle(buf.ptr)
+    with pytest.raises(gpurt.InvalidArgumentError, match="this process exported"):
+        gpurt.IpcBuffer(handle, nbytes)
+    with pytest.raises(ValueError):
+        gpurt.IpcBuffer(handle[:100], nbytes)
+    child = subprocess.Popen([sys.executable, "-c", _IPC_CONSUMER, handle.hex(), str(nbytes), str(seed), DRIVER],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "open"
+        buf.free()
+        kept = gpurt.ipc_kept()
+        assert kept[0] == 1 and kept[1] >= nbytes, kept
+        gpurt.ipc_collect()
+        assert gpurt.ipc_kept()[0] == 1, "the other process still holds it"
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "closed"
+        gpurt.ipc_collect()
+        assert gpurt.ipc_kept() == (0, 0)
+    finally:
+        child.stdin.close()
+        assert child.wait(timeout=60) == 0
+
+
+def test_the_allocator_backend_is_named(device):
+    assert gpurt.allocator_backend() == "native"
+    with pytest.raises(gpurt.InvalidArgumentError, match="chosen once"):
+        gpurt.set_allocator_config("backend:cudaMallocAsync")
