@@ -6,7 +6,7 @@
 #     configuration, staging, graph pools), for undefined behaviour, leaks and data
 #     races in the unsafe code;
 #   - ThreadSanitizer: the multi-threaded unit tests (allocator shards, handle
-#     tables, pinned pool, stream and event state), built with -Zsanitizer=thread;
+#     tables, pinned pool, stream and event state, IPC holds), built with -Zsanitizer=thread;
 #   - cargo-fuzz: each target in fuzz/ for FUZZ_SECONDS (default 15) seconds.
 # NIGHTLY_TOOLS=miri,tsan,fuzz chooses among them (default: all three).
 set -euo pipefail
@@ -24,7 +24,7 @@ has_rust_src() { [ -d "$(rustc +nightly --print sysroot)/lib/rustlib/src/rust/li
 # library), in a hundredth of their native iterations (`test_iterations`). The
 # allocator's own suite (alloc::tests) takes over an hour there (ThreadSanitizer runs
 # it natively): MIRI_FULL=1 adds it.
-miri_tests=(handle:: alloc::blocks alloc::config alloc::stats alloc::owners alloc::mempool copy::staged graph::pool pinned::tests dtype)
+miri_tests=(handle:: alloc::blocks alloc::config alloc::stats alloc::owners alloc::mempool copy::staged alloc::capture::pools pinned::tests dtype)
 [ "${MIRI_FULL:-0}" = 1 ] && miri_tests+=(alloc::tests)
 # Each tool has a time budget, so that a slow or stuck run fails with its name
 # instead of running into CI's limit.
@@ -46,7 +46,7 @@ if [[ $tools == *,tsan,* ]]; then
     if has_rust_src; then
         RUSTFLAGS="-Zsanitizer=thread" TSAN_OPTIONS="halt_on_error=1" \
             budget 1500 ThreadSanitizer cargo +nightly test -Zbuild-std --target "$target" --target-dir target/tsan --lib -- \
-            alloc::tests handle::tests pinned::tests stream::tests event::tests
+            alloc::tests handle::tests pinned::tests stream::tests event::tests ipc::holders
     else
         echo "ThreadSanitizer: skipped (needs nightly's rust-src: rustup component add --toolchain nightly rust-src)"
     fi

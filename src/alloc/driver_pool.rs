@@ -44,6 +44,8 @@ struct State {
 /// One device's backend.
 pub struct DriverPool {
     device: i32,
+    /// The device's primary context (retained for the process's life).
+    context: usize,
     pool: usize,
     state: Mutex<State>,
     /// The most bytes it may hand out (`set_memory_fraction`); `u64::MAX`: no limit,
@@ -65,6 +67,7 @@ impl DriverPool {
         check(unsafe { sys::cuMemPoolSetAttribute(pool, threshold, &mut keep_all as *mut u64 as *mut _) }, "cuMemPoolSetAttribute")?;
         Ok(DriverPool {
             device,
+            context: device::primary_context(device)? as usize,
             pool: pool as usize,
             state: Mutex::new(State::default()),
             limit: AtomicU64::new(u64::MAX),
@@ -73,6 +76,11 @@ impl DriverPool {
 
     pub fn device(&self) -> i32 {
         self.device
+    }
+
+    /// `body` with the device's context current.
+    fn in_context<R>(&self, body: impl FnOnce() -> Result<R>) -> Result<R> {
+        device::with_context(self.context as sys::CUcontext, body)
     }
 
     fn raw_pool(&self) -> sys::CUmemoryPool {
@@ -92,7 +100,7 @@ impl DriverPool {
             self.check_limit(size, limit)?;
         }
         let stream = native_stream as sys::CUstream;
-        let ptr = device::with_device(self.device, || {
+        let ptr = self.in_context(|| {
             let mut ptr = 0;
             let mut code = unsafe { sys::cuMemAllocFromPoolAsync(&mut ptr, size.max(1) as usize, self.raw_pool(), stream) };
             if code == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
@@ -145,7 +153,7 @@ impl DriverPool {
         let mut state = lock(&self.state);
         let block = state.live.get(&ptr)?;
         let stream = native_stream_of(block.stream);
-        let freed = device::with_device(self.device, || {
+        let freed = self.in_context(|| {
             for &other in &block.used_on {
                 wait_for(stream, native_stream_of(other))?;
             }

@@ -119,7 +119,14 @@ pub fn set_current(ordinal: i32) -> Result<()> {
 /// the previous context afterwards (PyTorch's device guard).
 pub fn with_device<R>(ordinal: i32, body: impl FnOnce() -> Result<R>) -> Result<R> {
     let ordinal = resolve(ordinal)?;
-    let wanted = primary_context(ordinal)?;
+    with_context(primary_context(ordinal)?, body)
+}
+
+/// Runs `body` with `wanted` (a retained context) current on this thread and restores
+/// the previous context afterwards: `with_device` for callers that keep their
+/// device's context, sparing the ordinal's checks on a hot path.
+#[inline]
+pub(crate) fn with_context<R>(wanted: CUcontext, body: impl FnOnce() -> Result<R>) -> Result<R> {
     let previous = current_context()?;
     if previous == wanted {
         return body();
