@@ -224,6 +224,13 @@
 #define GPURT_HOST_REGISTER_READ_ONLY 8
 
 /**
+ * The seed every default generator starts from: torch's default CUDA seed
+ * (`default_rng_seed_val`), so a program that never seeds draws the same numbers on
+ * every run, as under PyTorch.
+ */
+#define GPURT_RNG_DEFAULT_SEED 67280421310721
+
+/**
  * The flag of a stream that does not synchronise with the legacy default stream.
  */
 #define GPURT_STREAM_NON_BLOCKING 1
@@ -327,6 +334,8 @@ typedef enum {
   GPURT_DTYPE_F16 = 1,
   GPURT_DTYPE_BF16 = 2,
   GPURT_DTYPE_I32 = 3,
+  GPURT_DTYPE_F64 = 4,
+  GPURT_DTYPE_I64 = 5,
 } gpurt_dtype_t;
 
 /**
@@ -338,6 +347,13 @@ typedef struct gpurt_device_s gpurt_device_s;
  * An event: created, pooled, or opened from another process.
  */
 typedef struct gpurt_event_s gpurt_event_s;
+
+/**
+ * A random number generator: a Philox4x32-10 stream (its seed) and how far it was
+ * drawn (its offset). NULL wherever a generator is taken: the default generator
+ * of the current device (of the stream's device, for fills).
+ */
+typedef struct gpurt_generator_s gpurt_generator_s;
 
 /**
  * An instantiated graph, ready to replay.
@@ -605,6 +621,19 @@ typedef struct {
   int64_t host_alloc_time_ns;
   int64_t host_free_time_ns;
 } gpurt_host_memory_stats_t;
+
+typedef gpurt_generator_s *gpurt_generator_t;
+
+/**
+ * A generator's state as bytes a caller keeps: the seed and the counter offset.
+ */
+typedef struct {
+  uint64_t seed;
+  /**
+   * Philox blocks (128 bits each) drawn so far.
+   */
+  uint64_t offset;
+} gpurt_rng_state_t;
 
 /**
  * A host function for `gpurt_stream_launch_host_func`; it must not call CUDA.
@@ -1444,6 +1473,91 @@ gpurt_status_t gpurt_host_register(void *ptr, size_t size, unsigned int flags);
  * Undoes `gpurt_host_register`.
  */
 gpurt_status_t gpurt_host_unregister(void *ptr);
+
+/**
+ * Seeds `device`'s default generator and rewinds it (torch.cuda.manual_seed).
+ */
+gpurt_status_t gpurt_rng_manual_seed(int device, uint64_t seed);
+
+/**
+ * Seeds every device's default generator (torch.cuda.manual_seed_all).
+ */
+gpurt_status_t gpurt_rng_manual_seed_all(uint64_t seed);
+
+/**
+ * Seeds `device`'s default generator from the system's entropy and gives the seed
+ * (torch.cuda.seed).
+ */
+gpurt_status_t gpurt_rng_seed(int device, uint64_t *seed);
+
+/**
+ * The seed `device`'s default generator was given last (torch.cuda.initial_seed).
+ */
+gpurt_status_t gpurt_rng_initial_seed(int device, uint64_t *seed);
+
+/**
+ * A generator's seed and offset (torch's get_rng_state), to restore it later.
+ */
+gpurt_status_t gpurt_rng_get_state(gpurt_generator_t gen, gpurt_rng_state_t *state);
+
+/**
+ * Restores a generator's seed and offset: its next draws continue exactly as
+ * after gpurt_rng_get_state (torch's set_rng_state).
+ */
+gpurt_status_t gpurt_rng_set_state(gpurt_generator_t gen, const gpurt_rng_state_t *state);
+
+/**
+ * A generator of its own on `device`, seeded with `seed` (torch.Generator("cuda")).
+ */
+gpurt_status_t gpurt_generator_create(int device, uint64_t seed, gpurt_generator_t *gen);
+
+gpurt_status_t gpurt_generator_destroy(gpurt_generator_t gen);
+
+/**
+ * Fills `n` values of `dtype` (F32, F64, F16, BF16) at `out` (device memory
+ * aligned to its elements) with uniform numbers in [0, 1), in `stream`'s order.
+ * Values depend only on the generator's seed and offset and the element's index;
+ * the generator advances by ceil(n / 4) blocks (ceil(n / 2) for F64). Inside a
+ * graph capture, each replay draws new numbers (the generator advances per replay).
+ */
+gpurt_status_t gpurt_random_uniform(gpurt_generator_t gen,
+                                    void *out,
+                                    size_t n,
+                                    int dtype,
+                                    gpurt_stream_t stream);
+
+/**
+ * As gpurt_random_uniform, with normal numbers of `mean` and `std` (Box-Muller).
+ */
+gpurt_status_t gpurt_random_normal(gpurt_generator_t gen,
+                                   void *out,
+                                   size_t n,
+                                   int dtype,
+                                   double mean,
+                                   double std,
+                                   gpurt_stream_t stream);
+
+/**
+ * Random integers in [low, high) into I32 or I64 values (torch's random_(low,
+ * high)); ranges above 2^32 draw 64 bits per value.
+ */
+gpurt_status_t gpurt_random_integers(gpurt_generator_t gen,
+                                     void *out,
+                                     size_t n,
+                                     int dtype,
+                                     int64_t low,
+                                     int64_t high,
+                                     gpurt_stream_t stream);
+
+/**
+ * 1 with probability `p`, else 0, into values of any dtype (torch's bernoulli_(p)).
+ */
+gpurt_status_t gpurt_random_bernoulli(gpurt_generator_t gen,
+                                      void *out,
+                                      size_t n,
+                                      int dtype,
+                                      double p,
+                                      gpurt_stream_t stream);
 
 /**
  * Creates a stream on `device` with `flags` (0 or `GPURT_STREAM_NON_BLOCKING`) and

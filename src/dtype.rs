@@ -1,5 +1,5 @@
 //! `gpurt_dtype_t`: the one element type enum of the whole library (elementwise
-//! kernels today; collectives and random fills take the same codes).
+//! kernels and random fills; collectives will take the same codes).
 
 use crate::error::{Error, Result};
 
@@ -10,10 +10,13 @@ pub enum gpurt_dtype_t {
     GPURT_DTYPE_F16 = 1,
     GPURT_DTYPE_BF16 = 2,
     GPURT_DTYPE_I32 = 3,
+    GPURT_DTYPE_F64 = 4,
+    GPURT_DTYPE_I64 = 5,
 }
 
 impl gpurt_dtype_t {
-    const ALL: [gpurt_dtype_t; 4] = [Self::GPURT_DTYPE_F32, Self::GPURT_DTYPE_F16, Self::GPURT_DTYPE_BF16, Self::GPURT_DTYPE_I32];
+    const ALL: [gpurt_dtype_t; 6] =
+        [Self::GPURT_DTYPE_F32, Self::GPURT_DTYPE_F16, Self::GPURT_DTYPE_BF16, Self::GPURT_DTYPE_I32, Self::GPURT_DTYPE_F64, Self::GPURT_DTYPE_I64];
 
     /// The dtype of a C caller's code; an unknown code is an invalid argument.
     pub fn from_raw(raw: i32) -> Result<Self> {
@@ -28,7 +31,12 @@ impl gpurt_dtype_t {
         match self {
             Self::GPURT_DTYPE_F32 | Self::GPURT_DTYPE_I32 => 4,
             Self::GPURT_DTYPE_F16 | Self::GPURT_DTYPE_BF16 => 2,
+            Self::GPURT_DTYPE_F64 | Self::GPURT_DTYPE_I64 => 8,
         }
+    }
+
+    pub fn is_float(self) -> bool {
+        !matches!(self, Self::GPURT_DTYPE_I32 | Self::GPURT_DTYPE_I64)
     }
 }
 
@@ -43,6 +51,7 @@ mod tests {
         }
         assert_eq!(gpurt_dtype_t::from_raw(2).unwrap(), GPURT_DTYPE_BF16);
         assert!(gpurt_dtype_t::from_raw(9).is_err() && gpurt_dtype_t::from_raw(-1).is_err());
-        assert_eq!((GPURT_DTYPE_F32.size(), GPURT_DTYPE_BF16.size()), (4, 2));
+        assert_eq!((GPURT_DTYPE_F32.size(), GPURT_DTYPE_BF16.size(), GPURT_DTYPE_I64.size()), (4, 2, 8));
+        assert!(GPURT_DTYPE_F64.is_float() && !GPURT_DTYPE_I64.is_float());
     }
 }

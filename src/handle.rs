@@ -35,6 +35,7 @@ pub enum Kind {
     Graph = 8,
     GraphExec = 9,
     MemPool = 11,
+    Generator = 12,
 }
 
 impl Kind {
@@ -50,6 +51,7 @@ impl Kind {
             Kind::Graph => "graph",
             Kind::GraphExec => "graph exec",
             Kind::MemPool => "memory pool",
+            Kind::Generator => "generator",
         }
     }
     fn from_bits(bits: u8) -> Option<Kind> {
@@ -64,6 +66,7 @@ impl Kind {
             Kind::Graph,
             Kind::GraphExec,
             Kind::MemPool,
+            Kind::Generator,
         ].into_iter().find(|k| *k as u8 == bits)
     }
 }

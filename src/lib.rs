@@ -32,6 +32,7 @@ pub mod log;
 pub mod managed;
 pub mod pinned;
 pub mod process;
+pub mod rng;
 pub mod stream;
 pub mod sync_debug;
 

@@ -5,7 +5,8 @@ from .streams import current_stream
 
 # name: (gpurt_dtype_t, bytes per element)
 _DTYPES = {"float32": (lib.GPURT_DTYPE_F32, 4), "float16": (lib.GPURT_DTYPE_F16, 2),
-           "bfloat16": (lib.GPURT_DTYPE_BF16, 2), "int32": (lib.GPURT_DTYPE_I32, 4)}
+           "bfloat16": (lib.GPURT_DTYPE_BF16, 2), "int32": (lib.GPURT_DTYPE_I32, 4),
+           "float64": (lib.GPURT_DTYPE_F64, 8), "int64": (lib.GPURT_DTYPE_I64, 8)}
 
 
 def elementwise(expression, inputs, out, dtype="float32", count=None, stream=None):

@@ -4,6 +4,7 @@
 //! exec holds the pools whose addresses it bakes in, by its handle's value.
 
 pub mod ffi;
+mod replay;
 
 use std::ffi::CString;
 
@@ -14,6 +15,7 @@ use crate::device;
 use crate::driver::{check, has_symbol};
 use crate::error::{Error, Result, Status};
 use crate::handle::{DeviceObject, Handle, HandleTable, Kind};
+pub use replay::{add_replay_hook, ReplayHook};
 
 pub const GPURT_CAPTURE_MODE_GLOBAL: i32 = 0;
 pub const GPURT_CAPTURE_MODE_THREAD_LOCAL: i32 = 1;
@@ -70,15 +72,20 @@ pub fn end_capture(stream: Handle) -> Result<Handle> {
     let mut graph = std::ptr::null_mut();
     let ended = s.run(|cu| check(unsafe { sys::cuStreamEndCapture(cu, &mut graph) }, "cuStreamEndCapture"));
     let pool = capture::end(capture);
+    let hooks = replay::capture_ended(capture);
     let graph = ended.and_then(|()| GRAPHS.insert(DeviceObject { raw: graph as usize, device: s.device() }).inspect_err(|_| unsafe {
         sys::cuGraphDestroy(graph);
     }));
     match (graph, pool) {
         (Ok(g), Some(id)) => {
             capture::give_to(g.0, id);
+            replay::give_to(g.0, hooks);
             Ok(g)
         }
-        (Ok(g), None) => Ok(g),
+        (Ok(g), None) => {
+            replay::give_to(g.0, hooks);
+            Ok(g)
+        }
         (Err(e), pool) => {
             pool.into_iter().for_each(capture::release_pool);
             Err(e)
@@ -90,6 +97,7 @@ pub fn destroy_graph(graph: Handle) -> Result<()> {
     let g = GRAPHS.remove(graph)?;
     let destroyed = check(unsafe { sys::cuGraphDestroy(g.raw as sys::CUgraph) }, "cuGraphDestroy");
     capture::release_holder(graph.0);
+    replay::forget(graph.0);
     destroyed
 }
 
@@ -121,6 +129,7 @@ pub fn instantiate(graph: Handle, flags: u64, upload_stream: Option<Handle>) -> 
         sys::cuGraphExecDestroy(exec);
     })?;
     capture::hold(handle.0, &capture::pools_of(graph.0))?;
+    replay::copy(graph.0, handle.0);
     Ok(handle)
 }
 
@@ -138,13 +147,16 @@ pub fn upload(exec: Handle, stream: Handle) -> Result<()> {
 #[inline]
 pub fn launch(exec: Handle, stream: Handle) -> Result<()> {
     let e = EXECS.get(exec)?;
-    crate::stream::get(stream)?.run(|cu| check(unsafe { sys::cuGraphLaunch(e.raw as sys::CUgraphExec, cu) }, "cuGraphLaunch"))
+    let s = crate::stream::get(stream)?;
+    replay::before_replay(exec.0, s.raw as u64, s.device())?;
+    s.run(|cu| check(unsafe { sys::cuGraphLaunch(e.raw as sys::CUgraphExec, cu) }, "cuGraphLaunch"))
 }
 
 pub fn destroy_exec(exec: Handle) -> Result<()> {
     let e = EXECS.remove(exec)?;
     let destroyed = check(unsafe { sys::cuGraphExecDestroy(e.raw as sys::CUgraphExec) }, "cuGraphExecDestroy");
     capture::release_holder(exec.0);
+    replay::forget(exec.0);
     destroyed
 }
 
@@ -179,6 +191,7 @@ pub fn update(exec: Handle, graph: Handle) -> Result<()> {
     }
     check(code, "cuGraphExecUpdate")?;
     // The exec now holds the new graph's addresses too.
+    replay::copy(graph.0, exec.0);
     capture::hold(exec.0, &capture::pools_of(graph.0))
 }
 

@@ -16,10 +16,12 @@ fn c_types(dtype: gpurt_dtype_t) -> (&'static str, &'static str, &'static str, &
         GPURT_DTYPE_F16 => ("unsigned short", "float", "gpurt_load_f16", "gpurt_store_f16"),
         GPURT_DTYPE_BF16 => ("unsigned short", "float", "gpurt_load_bf16", "gpurt_store_bf16"),
         GPURT_DTYPE_I32 => ("int", "int", "", ""),
+        GPURT_DTYPE_F64 => ("double", "double", "", ""),
+        GPURT_DTYPE_I64 => ("long long", "long long", "", ""),
     }
 }
 
-const CONVERSIONS: &str = r#"
+pub(crate) const CONVERSIONS: &str = r#"
 __device__ __forceinline__ float gpurt_load_f16(unsigned short h) {
     float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
 }
@@ -161,5 +163,7 @@ mod tests {
         assert!(f16.contains("gpurt_out[gpurt_i] = gpurt_store_f16(out);"));
         let i32 = source("r = x + 1", &["x"], GPURT_DTYPE_I32).unwrap();
         assert!(i32.contains("const int x = (gpurt_in0[gpurt_i]);") && i32.contains("int* __restrict__ gpurt_out"));
+        let f64 = source("r = x * 2", &["x"], GPURT_DTYPE_F64).unwrap();
+        assert!(f64.contains("const double x = (gpurt_in0[gpurt_i]);") && f64.contains("double* __restrict__ gpurt_out"));
     }
 }

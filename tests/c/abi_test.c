@@ -85,6 +85,54 @@ static void check_device_handles(int count) {
     }
 }
 
+/* Random numbers: seeds and states round-trip; every bad argument is refused before
+ * anything is drawn, and leaves the generator's state as it was. */
+static void check_random(gpurt_stream_t stream) {
+    gpurt_generator_t gen = NULL;
+    gpurt_rng_state_t state = {0, 0}, after = {0, 0}, resumed = {123, 456};
+    uint64_t seed = 0;
+    void *out = NULL;
+    EXPECT(gpurt_rng_initial_seed(0, &seed), GPURT_SUCCESS);
+    EXPECT_TRUE(seed == GPURT_RNG_DEFAULT_SEED);
+    EXPECT(gpurt_rng_manual_seed(0, 42), GPURT_SUCCESS);
+    EXPECT(gpurt_rng_get_state(NULL, &state), GPURT_SUCCESS);
+    EXPECT_TRUE(state.seed == 42 && state.offset == 0);
+    EXPECT(gpurt_rng_seed(0, &seed), GPURT_SUCCESS);
+    EXPECT(gpurt_rng_initial_seed(0, &state.seed), GPURT_SUCCESS);
+    EXPECT_TRUE(state.seed == seed);
+    EXPECT(gpurt_rng_manual_seed_all(7), GPURT_SUCCESS);
+    EXPECT(gpurt_rng_manual_seed(99, 7), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_rng_seed(0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_rng_get_state(NULL, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_rng_set_state(NULL, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_generator_create(0, 5, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_generator_create(0, 5, &gen), GPURT_SUCCESS);
+    EXPECT(gpurt_rng_set_state(gen, &resumed), GPURT_SUCCESS);
+    EXPECT(gpurt_rng_get_state(gen, &after), GPURT_SUCCESS);
+    EXPECT_TRUE(after.seed == 123 && after.offset == 456);
+    EXPECT(gpurt_rng_get_state((gpurt_generator_t)stream, &after), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_malloc(4096, stream, &out), GPURT_SUCCESS);
+    EXPECT(gpurt_random_uniform(gen, NULL, 16, GPURT_DTYPE_F32, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_random_uniform(gen, out, 0, GPURT_DTYPE_F32, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_random_uniform(gen, out, 16, 77, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_random_uniform(gen, out, 16, GPURT_DTYPE_I32, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_random_uniform(gen, (char *)out + 2, 16, GPURT_DTYPE_F32, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_random_uniform(gen, out, SIZE_MAX, GPURT_DTYPE_F32, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_random_uniform(gen, out, 16, GPURT_DTYPE_F32, NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_random_uniform((gpurt_generator_t)stream, out, 16, GPURT_DTYPE_F32, stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_random_normal(gen, out, 16, GPURT_DTYPE_F32, 0.0, -1.0, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_random_integers(gen, out, 16, GPURT_DTYPE_I32, 5, 5, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_random_integers(gen, out, 16, GPURT_DTYPE_I32, 0, (int64_t)1 << 40, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_random_integers(gen, out, 16, GPURT_DTYPE_F32, 0, 10, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_random_bernoulli(gen, out, 16, GPURT_DTYPE_F32, 1.5, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_rng_get_state(gen, &after), GPURT_SUCCESS);
+    EXPECT_TRUE(after.seed == 123 && after.offset == 456);
+    EXPECT(gpurt_free(out), GPURT_SUCCESS);
+    EXPECT(gpurt_generator_destroy(gen), GPURT_SUCCESS);
+    EXPECT(gpurt_generator_destroy(gen), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_rng_get_state(gen, &after), GPURT_ERROR_INVALID_HANDLE);
+}
+
 /* Pool bookkeeping: a returned pooled event comes back under a new handle (the old
  * one stays invalid); pooled streams are handed out round-robin, 32 per priority. */
 static void check_pools(void) {
@@ -696,6 +744,7 @@ static void check_pinned_and_copies(void) {
     check_filtered_push(stream);
     check_kernels(stream);
     check_graphs(stream);
+    check_random(stream);
     EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);
 }
 

@@ -185,7 +185,7 @@ fn f16_value(h: u16) -> f32 {
 }
 
 /// `out = a * b + c` for each dtype: inputs of fresh random small values, the
-/// result compared to the CPU's (exact for i32 and f32 with a fused multiply-add,
+/// result compared to the CPU's (exact for the integers, f32 and f64 with a fused multiply-add,
 /// within half and bfloat16 rounding otherwise).
 fn elementwise_matches_the_cpu_for_every_dtype() {
     let s = stream();
@@ -195,16 +195,18 @@ fn elementwise_matches_the_cpu_for_every_dtype() {
     let expr = cstr("out = a * b + c");
     let small = |seed: usize| -> Vec<f32> { random_words(n + seed).iter().skip(seed).map(|w| ((*w % 512) as f32 - 256.0) / 8.0).collect() };
     let (a, b, c) = (small(0), small(1), small(2));
-    // A dtype's element from an f32, as a 32-bit word (the low bytes are used), and back.
-    type Codec = (fn(f32) -> u32, fn(u32) -> f32);
-    for dtype in [GPURT_DTYPE_F32, GPURT_DTYPE_F16, GPURT_DTYPE_BF16, GPURT_DTYPE_I32] {
+    // A dtype's element from an f32, as a 64-bit word (the low bytes are used), and back.
+    type Codec = (fn(f32) -> u64, fn(u64) -> f64);
+    for dtype in [GPURT_DTYPE_F32, GPURT_DTYPE_F16, GPURT_DTYPE_BF16, GPURT_DTYPE_I32, GPURT_DTYPE_F64, GPURT_DTYPE_I64] {
         let (encode, decode): Codec = match dtype {
-            GPURT_DTYPE_F32 => (|v| v.to_bits(), f32::from_bits),
-            GPURT_DTYPE_F16 => (|v| f16_bits(v) as u32, |w| f16_value(w as u16)),
-            GPURT_DTYPE_BF16 => (|v| v.to_bits() >> 16, |w| f32::from_bits(w << 16)),
-            gpurt_dtype_t::GPURT_DTYPE_I32 => (|v| (v * 8.0) as i32 as u32, |w| w as i32 as f32),
+            GPURT_DTYPE_F32 => (|v| v.to_bits() as u64, |w| f32::from_bits(w as u32) as f64),
+            GPURT_DTYPE_F16 => (|v| f16_bits(v) as u64, |w| f16_value(w as u16) as f64),
+            GPURT_DTYPE_BF16 => (|v| (v.to_bits() >> 16) as u64, |w| f32::from_bits((w as u32) << 16) as f64),
+            gpurt_dtype_t::GPURT_DTYPE_I32 => (|v| (v * 8.0) as i32 as u32 as u64, |w| w as u32 as i32 as f64),
+            GPURT_DTYPE_F64 => (|v| (v as f64).to_bits(), f64::from_bits),
+            GPURT_DTYPE_I64 => (|v| (v * 8.0) as i64 as u64, |w| w as i64 as f64),
         };
-        let width = if matches!(dtype, GPURT_DTYPE_F16 | GPURT_DTYPE_BF16) { 2 } else { 4 };
+        let width = dtype.size() as usize;
         let to_device = |v: &[f32]| -> u64 {
             let bytes: Vec<u8> = v.iter().flat_map(|x| encode(*x).to_le_bytes()[..width].to_vec()).collect();
             let d = malloc(bytes.len(), s);
@@ -218,13 +220,15 @@ fn elementwise_matches_the_cpu_for_every_dtype() {
         let mut bytes = vec![0u8; n * width];
         expect_status!(gpurt::copy::ffi::gpurt_memcpy(bytes.as_mut_ptr().cast(), out as *const _, n * width, s), GPURT_SUCCESS);
         for i in 0..n {
-            let mut word = [0u8; 4];
+            let mut word = [0u8; 8];
             word[..width].copy_from_slice(&bytes[i * width..(i + 1) * width]);
-            let got = decode(u32::from_le_bytes(word));
+            let got = decode(u64::from_le_bytes(word));
             let (x, y, z) = (decode(encode(a[i])), decode(encode(b[i])), decode(encode(c[i])));
             let want = match dtype {
-                GPURT_DTYPE_I32 => (x as i32).wrapping_mul(y as i32).wrapping_add(z as i32) as f32,
-                _ => x.mul_add(y, z),
+                GPURT_DTYPE_I32 => (x as i32).wrapping_mul(y as i32).wrapping_add(z as i32) as f64,
+                GPURT_DTYPE_I64 => (x as i64).wrapping_mul(y as i64).wrapping_add(z as i64) as f64,
+                GPURT_DTYPE_F64 => x.mul_add(y, z),
+                _ => (x as f32).mul_add(y as f32, z as f32) as f64,
             };
             let tolerance = match dtype {
                 GPURT_DTYPE_F16 => want.abs() / 1024.0 + 1e-3,

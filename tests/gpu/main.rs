@@ -11,6 +11,7 @@ mod kernels;
 mod mempool;
 mod multi;
 mod pinned;
+mod rng;
 mod stream;
 mod util;
 
@@ -26,5 +27,6 @@ fn main() {
     tests.extend_from_slice(pinned::TESTS);
     tests.extend_from_slice(kernels::TESTS);
     tests.extend_from_slice(graphs::TESTS);
+    tests.extend_from_slice(rng::TESTS);
     support::run("gpu", support::Needs::Gpu, &tests, multi::TESTS)
 }
