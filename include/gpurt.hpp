@@ -553,6 +553,23 @@ public:
     }
 };
 
+/** A random number generator of its own (torch.Generator("cuda")): Philox4x32-10
+ *  from `seed`. Fills take it, or nullptr for the stream's device's default one. */
+class Generator : public detail::Owner<gpurt_generator_t, gpurt_generator_destroy> {
+public:
+    using Owner::Owner;
+    static Ret<Generator> create(int device = GPURT_CURRENT_DEVICE, std::uint64_t seed = GPURT_RNG_DEFAULT_SEED) {
+        return detail::make<Generator>(gpurt_generator_create, device, seed);
+    }
+    Ret<gpurt_rng_state_t> state() const { return detail::out<gpurt_rng_state_t>(gpurt_rng_get_state, handle_); }
+    Ret<void> set_state(const gpurt_rng_state_t &state) const { return detail::finish(gpurt_rng_set_state(handle_, &state)); }
+};
+
+/** Seeds `device`'s default generator (torch.cuda.manual_seed). */
+inline Ret<void> manual_seed(std::uint64_t seed, int device = GPURT_CURRENT_DEVICE) {
+    return detail::finish(gpurt_rng_manual_seed(device, seed));
+}
+
 #if defined(GPURT_HPP_HAS_PMR) && !defined(GPURT_CPP_NO_EXCEPTIONS)
 /** A std::pmr::memory_resource over gpurt's caching allocator, for one stream:
  *  device memory for containers of trivially copyable types that only the GPU

@@ -23,6 +23,7 @@ from .pinned import PinnedBuffer, PinnedPool
 from .streams import (Event, ExternalStream, Stream, current_stream, default_stream, per_thread_default_stream,
                       priority_range, set_stream, stream, stream_from_pool)
 
+from . import random
 from . import cupy, torch  # gpurt.torch.use_as_allocator(), gpurt.cupy.use_as_allocator()
 
 __version__ = "0.1.0"

@@ -154,6 +154,19 @@ static void with_device(bool real_gpu) {
         CHECK(gpurt::MemPool::default_pool(0) != nullptr);
     }
 
+    // Random numbers: a generator's state round-trips; a bad fill is refused.
+    {
+        gpurt::manual_seed(7, 0);
+        gpurt::Generator gen = gpurt::Generator::create(0, 11);
+        CHECK(gen.state().seed == 11 && gen.state().offset == 0);
+        gen.set_state(gpurt_rng_state_t{3, 40});
+        CHECK(gen.state().offset == 40);
+        expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_random_uniform", [&] {
+            gpurt::detail::finish(gpurt_random_uniform(gen.get(), nullptr, 4, GPURT_DTYPE_F32, s.get()));
+        });
+        static_assert(!std::is_copy_constructible_v<gpurt::Generator>);
+    }
+
     // IPC: a handle of a live block; this process cannot open its own.
     {
         gpurt::DeviceBuffer<int> shared(1000, s);

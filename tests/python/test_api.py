@@ -64,7 +64,7 @@ def test_python_side_arguments_are_checked():
         with gpurt.stream(5):
             pass
     with pytest.raises(ValueError):
-        gpurt.elementwise("out = a", {}, 0, dtype="float64")
+        gpurt.elementwise("out = a", {}, 0, dtype="complex64")
     with pytest.raises(TypeError):
         gpurt.DeviceBuffer()
     with pytest.raises(ValueError):

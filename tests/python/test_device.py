@@ -325,3 +325,33 @@ def test_the_allocator_backend_is_named(device):
     assert gpurt.allocator_backend() == "native"
     with pytest.raises(gpurt.InvalidArgumentError, match="chosen once"):
         gpurt.set_allocator_config("backend:cudaMallocAsync")
+
+
+def test_random_generators_seed_restore_and_refuse_bad_fills(device):
+    gpurt.random.manual_seed(1234)
+    assert gpurt.random.initial_seed() == 1234 and gpurt.random.get_rng_state() == (1234, 0)
+    with gpurt.random.Generator(seed=5) as gen:
+        gpurt.random.set_rng_state((9, 77), gen)
+        assert gpurt.random.get_rng_state(gen) == (9, 77)
+        ints = gpurt.DeviceBuffer(shape=16, dtype="int32")
+        with pytest.raises(gpurt.InvalidArgumentError, match="floating-point"):
+            gpurt.random.uniform_(ints, gen)
+        with pytest.raises(gpurt.InvalidArgumentError, match="low < high"):
+            gpurt.random.random_(ints, 5, 5, gen)
+        with pytest.raises(TypeError):
+            gpurt.random.uniform_(gpurt.DeviceBuffer(16))
+        assert gpurt.random.get_rng_state(gen) == (9, 77), "a refused fill draws nothing"
+    with pytest.raises(gpurt.InvalidHandleError):
+        gpurt.random.get_rng_state(gen)
+
+
+def test_random_fills_repeat_with_their_seed(gpu):
+    import numpy
+    out = gpurt.DeviceBuffer(shape=100_001, dtype="float32")
+    gpurt.random.manual_seed(99)
+    first = gpurt.random.uniform_(out).to_numpy()
+    assert ((first >= 0) & (first < 1)).all() and abs(first.mean() - 0.5) < 0.01
+    gpurt.random.manual_seed(99)
+    assert numpy.array_equal(gpurt.random.uniform_(out).to_numpy(), first)
+    normal = gpurt.random.normal_(gpurt.DeviceBuffer(shape=100_000, dtype="float64"), 2.0, 3.0).to_numpy()
+    assert abs(normal.mean() - 2.0) < 0.1 and abs(normal.std() - 3.0) < 0.1
