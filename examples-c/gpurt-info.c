@@ -22,6 +22,31 @@ static void print_uuid(const uint8_t *u) {
     }
 }
 
+/* NVML's readings, where NVML loads (else the reason, and no failure). */
+static int print_telemetry(int d) {
+    gpurt_telemetry_t t = GPURT_TELEMETRY_INIT;
+    gpurt_process_t processes[16];
+    size_t count = 0, i;
+    gpurt_status_t s = gpurt_device_telemetry(d, &t);
+    if (s == GPURT_ERROR_NOT_SUPPORTED) {
+        printf("  telemetry                     none: %s\n", gpurt_last_error_message());
+        return 0;
+    }
+    CHECK(s);
+    printf("  memory used / total (NVML)    %llu / %llu bytes\n", (unsigned long long)t.memory_used, (unsigned long long)t.memory_total);
+    printf("  utilization gpu / memory      %d / %d %%\n", t.gpu_utilization, t.memory_utilization);
+    printf("  temperature                   %d C\n", t.temperature_c);
+    printf("  power draw / limit            %lld / %lld mW\n", (long long)t.power_draw_mw, (long long)t.power_limit_mw);
+    printf("  clocks sm / memory            %d / %d MHz\n", t.sm_clock_mhz, t.memory_clock_mhz);
+    printf("  clock event reasons           %#llx\n", (unsigned long long)t.clock_event_reasons);
+    CHECK(gpurt_device_processes(d, processes, 16, &count));
+    printf("  compute processes             %zu\n", count);
+    for (i = 0; i < count && i < 16; i++) {
+        printf("    pid %u: %llu bytes\n", processes[i].pid, (unsigned long long)processes[i].used_bytes);
+    }
+    return 0;
+}
+
 static int print_device(int d) {
     gpurt_device_properties_t p = GPURT_DEVICE_PROPERTIES_INIT;
     size_t free_bytes = 0, total_bytes = 0;
@@ -60,7 +85,7 @@ static int print_device(int d) {
     printf("  cooperative launch            %d\n", p.cooperative_launch);
     printf("  stream priorities             %d\n", p.stream_priorities_supported);
     printf("  tf32 supported                %d\n", p.tf32_supported);
-    return 0;
+    return print_telemetry(d);
 }
 
 int main(void) {

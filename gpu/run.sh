@@ -54,6 +54,7 @@ step no-exceptions-test bin/no_exceptions_test
 step interop bin/interop
 step rmm-test bin/rmm_test
 step compare-props python3 src/compare_props.py bin/gpurt-info
+step compare-telemetry python3 src/compare_telemetry.py bin/gpurt-info
 step torch-native python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-native "$logs/torch_ref.pt"
 step torch-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-gpurt "$logs/torch_ref.pt"
 step torch-on-gpurt-async env GPURT_ALLOC_CONF=backend:cudaMallocAsync python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-gpurt "$logs/torch_ref.pt"

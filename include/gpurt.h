@@ -45,6 +45,9 @@
 /** Initialiser for gpurt_mem_pool_options_t: the driver upstream, the process's configuration, no limit. */
 #define GPURT_MEM_POOL_OPTIONS_INIT GPURT_STRUCT_INIT(gpurt_mem_pool_options_t)
 
+/** Initialiser for gpurt_telemetry_t. */
+#define GPURT_TELEMETRY_INIT GPURT_STRUCT_INIT(gpurt_telemetry_t)
+
 /** Initialiser for gpurt_launch_config_t. */
 #define GPURT_LAUNCH_CONFIG_INIT GPURT_STRUCT_INIT(gpurt_launch_config_t)
 
@@ -639,6 +642,53 @@ typedef struct {
  * A host function for `gpurt_stream_launch_host_func`; it must not call CUDA.
  */
 typedef void (*gpurt_host_fn_t)(void *user);
+
+/**
+ * A device's readings. Extensible: `struct_size` first, fields only added at the
+ * end; initialise with GPURT_TELEMETRY_INIT. A reading this GPU does not report is
+ * -1 (`clock_event_reasons`: UINT64_MAX).
+ */
+typedef struct {
+  size_t struct_size;
+  /**
+   * Device memory in use, free and in all, by every process (bytes).
+   */
+  uint64_t memory_used;
+  uint64_t memory_free;
+  uint64_t memory_total;
+  /**
+   * Power draw and the enforced limit (milliwatts).
+   */
+  int64_t power_draw_mw;
+  int64_t power_limit_mw;
+  /**
+   * Why the clocks are below their maximum now (NVML's clocks event reasons bits).
+   */
+  uint64_t clock_event_reasons;
+  /**
+   * Percent of the last sample period in which a kernel ran / memory was read or written.
+   */
+  int32_t gpu_utilization;
+  int32_t memory_utilization;
+  /**
+   * GPU core temperature (°C).
+   */
+  int32_t temperature_c;
+  /**
+   * SM and memory clocks now (MHz).
+   */
+  int32_t sm_clock_mhz;
+  int32_t memory_clock_mhz;
+} gpurt_telemetry_t;
+
+/**
+ * A process using a device, and its device memory (bytes; UINT64_MAX where the
+ * driver does not say, as under some virtualisation).
+ */
+typedef struct {
+  uint32_t pid;
+  uint64_t used_bytes;
+} gpurt_process_t;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1699,6 +1749,23 @@ gpurt_status_t gpurt_set_sync_debug_mode(int mode);
  * The current sync debug mode.
  */
 gpurt_status_t gpurt_get_sync_debug_mode(int *mode);
+
+/**
+ * The device's readings from NVML (utilization, memory of every process,
+ * temperature, power, clocks), into a struct initialised with GPURT_TELEMETRY_INIT.
+ * GPURT_ERROR_NOT_SUPPORTED, naming the reason, where NVML does not load.
+ */
+gpurt_status_t gpurt_device_telemetry(int device, gpurt_telemetry_t *telemetry);
+
+/**
+ * The compute processes using `device` (torch.cuda.list_gpu_processes): up to
+ * `capacity` of them into `processes` (which may be NULL when `capacity` is 0),
+ * and how many there are into `count`.
+ */
+gpurt_status_t gpurt_device_processes(int device,
+                                      gpurt_process_t *processes,
+                                      size_t capacity,
+                                      size_t *count);
 
 #ifdef __cplusplus
 }  // extern "C"

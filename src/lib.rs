@@ -35,6 +35,7 @@ pub mod process;
 pub mod rng;
 pub mod stream;
 pub mod sync_debug;
+pub mod telemetry;
 
 pub use error::{Error, Result, Status};
 

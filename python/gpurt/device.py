@@ -149,3 +149,46 @@ class Device:
 
     def disable_peer_access(self, peer):
         check(lib.gpurt_device_disable_peer_access(self.index, int(peer)))
+
+
+def telemetry(device=None):
+    """NVML's readings of a device as a namespace (memory_used/free/total bytes,
+    gpu_utilization and memory_utilization %, temperature_c, power_draw_mw,
+    power_limit_mw, sm_clock_mhz, memory_clock_mhz, clock_event_reasons); -1 where
+    the GPU does not report one. NotSupportedError where NVML does not load."""
+    t = ffi.new("gpurt_telemetry_t*", {"struct_size": ffi.sizeof("gpurt_telemetry_t")})
+    check(lib.gpurt_device_telemetry(ordinal(device), t))
+    return SimpleNamespace(**{name: getattr(t, name) for name, _ in ffi.typeof("gpurt_telemetry_t").fields if name != "struct_size"})
+
+
+def utilization(device=None):
+    """Percent of the last sample period a kernel ran (torch.cuda.utilization)."""
+    return telemetry(device).gpu_utilization
+
+
+def temperature(device=None):
+    return telemetry(device).temperature_c
+
+
+def power_draw(device=None):
+    """Milliwatts (torch.cuda.power_draw)."""
+    return telemetry(device).power_draw_mw
+
+
+def clock_rate(device=None):
+    """The SM clock in MHz (torch.cuda.clock_rate)."""
+    return telemetry(device).sm_clock_mhz
+
+
+def device_memory_used(device=None):
+    """Bytes in use on the device by every process (torch.cuda.device_memory_used)."""
+    return telemetry(device).memory_used
+
+
+def list_gpu_processes(device=None):
+    """[(pid, bytes)] of the compute processes on the device."""
+    count = ffi.new("size_t*")
+    check(lib.gpurt_device_processes(ordinal(device), ffi.NULL, 0, count))
+    processes = ffi.new("gpurt_process_t[]", max(count[0], 1))
+    check(lib.gpurt_device_processes(ordinal(device), processes, count[0], count))
+    return [(processes[i].pid, processes[i].used_bytes) for i in range(min(count[0], len(processes)))]

@@ -133,6 +133,33 @@ static void check_random(gpurt_stream_t stream) {
     EXPECT(gpurt_rng_get_state(gen, &after), GPURT_ERROR_INVALID_HANDLE);
 }
 
+/* NVML telemetry: argument checks first; on the stub (no NVML) a clear refusal,
+ * on a GPU readings within physical bounds (gpu/compare_telemetry.py checks them
+ * against nvidia-smi). */
+static void check_telemetry(const gpurt_device_properties_t *props) {
+    gpurt_telemetry_t t = GPURT_TELEMETRY_INIT;
+    gpurt_process_t processes[8];
+    size_t count = 0;
+    gpurt_status_t s;
+    EXPECT(gpurt_device_telemetry(0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_device_processes(0, NULL, 8, &count), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_device_processes(0, processes, 8, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_device_telemetry(99, &t), GPURT_ERROR_INVALID_ARGUMENT);
+    s = gpurt_device_telemetry(0, &t);
+    if (strcmp(props->name, "Fake GPU") == 0) {
+        EXPECT_TRUE(s == GPURT_ERROR_NOT_SUPPORTED && strstr(gpurt_last_error_message(), "libnvidia-ml.so.1") != NULL);
+        return;
+    }
+    EXPECT_TRUE(s == GPURT_SUCCESS);
+    EXPECT_TRUE(t.memory_total >= props->total_memory && t.memory_used + t.memory_free <= t.memory_total + (1u << 20));
+    EXPECT_TRUE(t.temperature_c > 0 && t.temperature_c < 120);
+    EXPECT_TRUE(t.power_draw_mw > 0 && t.power_limit_mw > 0);
+    EXPECT_TRUE(t.sm_clock_mhz > 0 && t.memory_clock_mhz > 0);
+    EXPECT_TRUE(t.gpu_utilization >= 0 && t.gpu_utilization <= 100);
+    EXPECT(gpurt_device_processes(0, processes, 8, &count), GPURT_SUCCESS);
+    EXPECT(gpurt_device_processes(0, NULL, 0, &count), GPURT_SUCCESS);
+}
+
 /* Pool bookkeeping: a returned pooled event comes back under a new handle (the old
  * one stays invalid); pooled streams are handed out round-robin, 32 per priority. */
 static void check_pools(void) {
@@ -229,6 +256,7 @@ static void check_with_gpu(int count) {
     EXPECT(gpurt_device_synchronize(0), GPURT_ERROR_SYNCHRONIZING_CALL);
     EXPECT(gpurt_set_sync_debug_mode(GPURT_SYNC_DEBUG_OFF), GPURT_SUCCESS);
     EXPECT(gpurt_device_synchronize(GPURT_CURRENT_DEVICE), GPURT_SUCCESS);
+    check_telemetry(&props);
 }
 
 /* Staged pageable copies: argument checks, and a multi-chunk round trip whose bytes

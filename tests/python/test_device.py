@@ -355,3 +355,16 @@ def test_random_fills_repeat_with_their_seed(gpu):
     assert numpy.array_equal(gpurt.random.uniform_(out).to_numpy(), first)
     normal = gpurt.random.normal_(gpurt.DeviceBuffer(shape=100_000, dtype="float64"), 2.0, 3.0).to_numpy()
     assert abs(normal.mean() - 2.0) < 0.1 and abs(normal.std() - 3.0) < 0.1
+
+
+def test_telemetry_reads_nvml_or_says_why_not(device):
+    from conftest import DRIVER
+    if DRIVER == "stub":
+        with pytest.raises(gpurt.NotSupportedError, match="libnvidia-ml"):
+            gpurt.telemetry()
+        return
+    t = gpurt.telemetry()
+    assert 0 < t.memory_used <= t.memory_total and 0 < t.temperature_c < 120
+    assert gpurt.utilization() in range(0, 101) and gpurt.power_draw() > 0 and gpurt.clock_rate() > 0
+    assert gpurt.device_memory_used() > 0
+    assert all(pid > 0 for pid, _ in gpurt.list_gpu_processes())

@@ -1,0 +1,36 @@
+use libc::c_int;
+
+use super::{gpurt_process_t, gpurt_telemetry_t, TELEMETRY_V1_SIZE};
+use crate::boundary::{self, write_sized, Out};
+use crate::error::gpurt_status_t;
+
+/// The device's readings from NVML (utilization, memory of every process,
+/// temperature, power, clocks), into a struct initialised with GPURT_TELEMETRY_INIT.
+/// GPURT_ERROR_NOT_SUPPORTED, naming the reason, where NVML does not load.
+#[no_mangle]
+pub extern "C" fn gpurt_device_telemetry(device: c_int, telemetry: *mut gpurt_telemetry_t) -> gpurt_status_t {
+    boundary::call("gpurt_device_telemetry", || {
+        Out::new(telemetry, "telemetry")?;
+        write_sized(telemetry, &super::telemetry(device)?, TELEMETRY_V1_SIZE, "telemetry")
+    })
+}
+
+/// The compute processes using `device` (torch.cuda.list_gpu_processes): up to
+/// `capacity` of them into `processes` (which may be NULL when `capacity` is 0),
+/// and how many there are into `count`.
+#[no_mangle]
+pub extern "C" fn gpurt_device_processes(device: c_int, processes: *mut gpurt_process_t, capacity: usize, count: *mut usize) -> gpurt_status_t {
+    boundary::call("gpurt_device_processes", || {
+        let count = Out::new(count, "count")?;
+        if capacity > 0 && processes.is_null() {
+            return Err(crate::Error::invalid_argument("`processes` is NULL with a capacity above 0"));
+        }
+        let found = super::processes(device)?;
+        for (i, p) in found.iter().take(capacity).enumerate() {
+            // SAFETY: the caller gives `capacity` writable entries.
+            unsafe { processes.add(i).write(*p) };
+        }
+        count.write(found.len());
+        Ok(())
+    })
+}
