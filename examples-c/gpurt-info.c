@@ -1,7 +1,13 @@
-/* gpurt-info: prints every CUDA device gpurt sees, its properties, memory and the
- * peer-access matrix. Says plainly when there is no driver or no device. */
+/* gpurt-info: prints every CUDA device gpurt sees, its properties, memory, NVML
+ * telemetry and the peer-access matrix. Says plainly when there is no driver or no
+ * device. `gpurt-info --watch [SECONDS]` prints each device's readings every second
+ * (until interrupted, or for SECONDS seconds), like a small nvidia-smi. */
+#define _POSIX_C_SOURCE 200809L
 #include <gpurt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #define CHECK(call)                                                              \
     do {                                                                         \
@@ -49,6 +55,7 @@ static int print_telemetry(int d) {
 
 static int print_device(int d) {
     gpurt_device_properties_t p = GPURT_DEVICE_PROPERTIES_INIT;
+    int bf16 = 0;
     size_t free_bytes = 0, total_bytes = 0;
     CHECK(gpurt_device_get_properties(d, &p));
     CHECK(gpurt_mem_get_info(d, &free_bytes, &total_bytes));
@@ -85,10 +92,33 @@ static int print_device(int d) {
     printf("  cooperative launch            %d\n", p.cooperative_launch);
     printf("  stream priorities             %d\n", p.stream_priorities_supported);
     printf("  tf32 supported                %d\n", p.tf32_supported);
+    CHECK(gpurt_device_bf16_supported(d, &bf16));
+    printf("  bf16 supported                %d\n", bf16);
     return print_telemetry(d);
 }
 
-int main(void) {
+static int watch(int count, int seconds) {
+    const struct timespec second = {1, 0};
+    int tick, d;
+    for (tick = 0; seconds <= 0 || tick < seconds; tick++) {
+        for (d = 0; d < count; d++) {
+            gpurt_telemetry_t t = GPURT_TELEMETRY_INIT;
+            gpurt_status_t s = gpurt_device_telemetry(d, &t);
+            if (s != GPURT_SUCCESS) {
+                printf("device %d: no telemetry: %s\n", d, gpurt_last_error_message());
+                return s == GPURT_ERROR_NOT_SUPPORTED ? 0 : 1;
+            }
+            printf("device %d  gpu %3d%%  mem %3d%%  %7.0f / %7.0f MiB  %3d C  %6.1f / %6.1f W  sm %4d MHz  mem %4d MHz\n", d,
+                   t.gpu_utilization, t.memory_utilization, t.memory_used / 1048576.0, t.memory_total / 1048576.0, t.temperature_c,
+                   t.power_draw_mw / 1000.0, t.power_limit_mw / 1000.0, t.sm_clock_mhz, t.memory_clock_mhz);
+        }
+        fflush(stdout);
+        nanosleep(&second, NULL);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
     int available = 0, count = 0, version = 0, d, e;
     gpurt_status_t status;
     printf("gpurt %d.%d.%d (library %d)\n", GPURT_VERSION_MAJOR, GPURT_VERSION_MINOR, GPURT_VERSION_PATCH,
@@ -106,6 +136,7 @@ int main(void) {
         printf("no CUDA device\n");
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "--watch") == 0) return watch(count, argc > 2 ? atoi(argv[2]) : 0);
     for (d = 0; d < count; d++) {
         if (print_device(d) != 0) return 1;
     }

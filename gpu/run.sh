@@ -55,6 +55,7 @@ step interop bin/interop
 step rmm-test bin/rmm_test
 step compare-props python3 src/compare_props.py bin/gpurt-info
 step compare-telemetry python3 src/compare_telemetry.py bin/gpurt-info
+step gpurt-info-watch bin/gpurt-info --watch 2
 step torch-native python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-native "$logs/torch_ref.pt"
 step torch-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-gpurt "$logs/torch_ref.pt"
 step torch-on-gpurt-async env GPURT_ALLOC_CONF=backend:cudaMallocAsync python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-gpurt "$logs/torch_ref.pt"

@@ -1027,6 +1027,12 @@ gpurt_status_t gpurt_device_properties_init(gpurt_device_properties_t *props);
 gpurt_status_t gpurt_device_get_properties(int device, gpurt_device_properties_t *props);
 
 /**
+ * Sets `*supported` to 1 if `device` computes in bfloat16 natively (compute
+ * capability ≥ 8.0; torch.cuda.is_bf16_supported).
+ */
+gpurt_status_t gpurt_device_bf16_supported(int device, int *supported);
+
+/**
  * Sets `*supported` to 1 if `device` has TF32 tensor cores (compute capability ≥ 8.0).
  */
 gpurt_status_t gpurt_device_tf32_supported(int device, int *supported);
@@ -1335,6 +1341,13 @@ gpurt_status_t gpurt_launch_kernel_ex(gpurt_kernel_t kernel,
  * NVRTC's version; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded.
  */
 gpurt_status_t gpurt_rtc_version(int *major, int *minor);
+
+/**
+ * The architectures run-time compilation targets (torch.cuda.get_arch_list), as
+ * compute capability × 10: up to `capacity` into `archs` (NULL when `capacity` is
+ * 0), their number into `count`. GPURT_ERROR_NOT_SUPPORTED without NVRTC.
+ */
+gpurt_status_t gpurt_arch_list(int *archs, size_t capacity, size_t *count);
 
 /**
  * Compiles CUDA C++ `source` with NVRTC options (the current device's architecture

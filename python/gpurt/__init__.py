@@ -5,10 +5,11 @@ Works where there is no CUDA driver: `device_count()` is 0, `is_available()` Fal
 and calls that need a device raise `gpurt.NoDriverError` with the C message.
 """
 from ._native import check as _check, fetch as _fetch, lib as _lib, library_path
-from .device import (Device, DeviceProperties, can_device_access_peer, current_device, device_count,
-                     clock_rate, device_memory_used, driver_version, get_device_capability, get_device_name,
-                     get_device_properties, init, is_available, is_initialized, list_gpu_processes, mem_get_info,
-                     power_draw, set_device, synchronize, telemetry, temperature, utilization)
+from .device import (Device, DeviceProperties, can_device_access_peer, clock_rate, current_device, device_count,
+                     device_memory_used, driver_version, get_arch_list, get_device_capability, get_device_name,
+                     get_device_properties, init, is_available, is_bf16_supported, is_initialized,
+                     list_gpu_processes, mem_get_info, power_draw, set_device, synchronize, telemetry, temperature,
+                     utilization)
 from .errors import (CompilationError, CudaError, Error, ForkedError, InvalidArgumentError, InvalidHandleError,
                      NoDeviceError, NoDriverError, NotSupportedError, OutOfMemoryError, StreamCaptureError)
 from .graphs import Graph, GraphPool, graph, graph_pool_handle

@@ -192,3 +192,18 @@ def list_gpu_processes(device=None):
     processes = ffi.new("gpurt_process_t[]", max(count[0], 1))
     check(lib.gpurt_device_processes(ordinal(device), processes, count[0], count))
     return [(processes[i].pid, processes[i].used_bytes) for i in range(min(count[0], len(processes)))]
+
+
+def is_bf16_supported(device=None):
+    """Whether the device computes in bfloat16 natively (torch.cuda.is_bf16_supported)."""
+    return bool(fetch("int", lib.gpurt_device_bf16_supported, ordinal(device)))
+
+
+def get_arch_list():
+    """The architectures run-time compilation targets, as "sm_90" strings
+    (torch.cuda.get_arch_list). NotSupportedError without NVRTC."""
+    count = ffi.new("size_t*")
+    check(lib.gpurt_arch_list(ffi.NULL, 0, count))
+    archs = ffi.new("int[]", max(count[0], 1))
+    check(lib.gpurt_arch_list(archs, count[0], count))
+    return [f"sm_{archs[i]}" for i in range(count[0])]

@@ -122,6 +122,17 @@ pub extern "C" fn gpurt_device_get_properties(device: c_int, props: *mut gpurt_d
     })
 }
 
+/// Sets `*supported` to 1 if `device` computes in bfloat16 natively (compute
+/// capability ≥ 8.0; torch.cuda.is_bf16_supported).
+#[no_mangle]
+pub extern "C" fn gpurt_device_bf16_supported(device: c_int, supported: *mut c_int) -> gpurt_status_t {
+    boundary::call("gpurt_device_bf16_supported", || {
+        let supported = Out::new(supported, "supported")?;
+        supported.write(super::bf16_supported(device)? as c_int);
+        Ok(())
+    })
+}
+
 /// Sets `*supported` to 1 if `device` has TF32 tensor cores (compute capability ≥ 8.0).
 #[no_mangle]
 pub extern "C" fn gpurt_device_tf32_supported(device: c_int, supported: *mut c_int) -> gpurt_status_t {

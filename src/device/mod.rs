@@ -290,8 +290,17 @@ pub fn properties(ordinal: i32) -> Result<gpurt_device_properties_t> {
 
 /// TF32 tensor-core math needs compute capability 8.0 or newer.
 pub fn tf32_supported(ordinal: i32) -> Result<bool> {
+    capability_at_least(ordinal, 8)
+}
+
+/// Native bfloat16 arithmetic: Ampere (8.0) and later, as torch.cuda.is_bf16_supported.
+pub fn bf16_supported(ordinal: i32) -> Result<bool> {
+    capability_at_least(ordinal, 8)
+}
+
+fn capability_at_least(ordinal: i32, major: i32) -> Result<bool> {
     let d = resolve(ordinal)?;
-    Ok(attribute(d, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? >= 8)
+    Ok(attribute(d, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? >= major)
 }
 
 /// (free, total) device memory in bytes, as `cudaMemGetInfo` reports it.

@@ -144,6 +144,26 @@ pub extern "C" fn gpurt_rtc_version(major: *mut c_int, minor: *mut c_int) -> gpu
     })
 }
 
+/// The architectures run-time compilation targets (torch.cuda.get_arch_list), as
+/// compute capability × 10: up to `capacity` into `archs` (NULL when `capacity` is
+/// 0), their number into `count`. GPURT_ERROR_NOT_SUPPORTED without NVRTC.
+#[no_mangle]
+pub extern "C" fn gpurt_arch_list(archs: *mut c_int, capacity: usize, count: *mut usize) -> gpurt_status_t {
+    boundary::call("gpurt_arch_list", || {
+        let count = Out::new(count, "count")?;
+        if capacity > 0 && archs.is_null() {
+            return Err(crate::Error::invalid_argument("`archs` is NULL with a capacity above 0"));
+        }
+        let all = super::rtc::supported_archs()?;
+        for (i, a) in all.iter().take(capacity).enumerate() {
+            // SAFETY: the caller gives `capacity` writable ints.
+            unsafe { archs.add(i).write(*a) };
+        }
+        count.write(all.len());
+        Ok(())
+    })
+}
+
 /// More options than any NVRTC command line needs: a larger count is a bug, refused
 /// before the caller's array is read.
 pub const GPURT_RTC_MAX_OPTIONS: usize = 1024;

@@ -29,6 +29,8 @@ struct Nvrtc {
     cubin_size: unsafe extern "C" fn(Program, *mut usize) -> c_int,
     cubin: unsafe extern "C" fn(Program, *mut c_char) -> c_int,
     destroy: unsafe extern "C" fn(*mut Program) -> c_int,
+    num_archs: unsafe extern "C" fn(*mut c_int) -> c_int,
+    archs: unsafe extern "C" fn(*mut c_int) -> c_int,
 }
 
 /// Where NVRTC may be: `GPURT_NVRTC_LIBRARY`, the loader's path, then the usual
@@ -73,6 +75,8 @@ fn load() -> std::result::Result<Nvrtc, String> {
         cubin_size: sym!("nvrtcGetCUBINSize"),
         cubin: sym!("nvrtcGetCUBIN"),
         destroy: sym!("nvrtcDestroyProgram"),
+        num_archs: sym!("nvrtcGetNumSupportedArchs"),
+        archs: sym!("nvrtcGetSupportedArchs"),
         _lib: lib,
     })
 }
@@ -83,6 +87,17 @@ pub fn version() -> Result<(i32, i32)> {
     let (mut major, mut minor) = (0, 0);
     nvrtc_check(unsafe { (n.version)(&mut major, &mut minor) }, "nvrtcVersion")?;
     Ok((major, minor))
+}
+
+/// The architectures this NVRTC compiles for, as compute capability × 10 (75, 80,
+/// 90, ...): torch.cuda.get_arch_list's answer for run-time compiled code.
+pub fn supported_archs() -> Result<Vec<i32>> {
+    let n = nvrtc()?;
+    let mut count = 0;
+    nvrtc_check(unsafe { (n.num_archs)(&mut count) }, "nvrtcGetNumSupportedArchs")?;
+    let mut archs = vec![0; count.max(0) as usize];
+    nvrtc_check(unsafe { (n.archs)(archs.as_mut_ptr()) }, "nvrtcGetSupportedArchs")?;
+    Ok(archs)
 }
 
 fn nvrtc_check(code: c_int, call: &str) -> Result<()> {

@@ -160,6 +160,27 @@ static void check_telemetry(const gpurt_device_properties_t *props) {
     EXPECT(gpurt_device_processes(0, NULL, 0, &count), GPURT_SUCCESS);
 }
 
+/* bfloat16 support follows the compute capability; the architecture list is NVRTC's
+ * (absent beside the stub driver) and holds the device's own on a GPU. */
+static void check_arch_queries(const gpurt_device_properties_t *props) {
+    int supported = -1, archs[128], own = 0;
+    size_t count = 0, i;
+    gpurt_status_t s;
+    EXPECT(gpurt_device_bf16_supported(0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_device_bf16_supported(0, &supported), GPURT_SUCCESS);
+    EXPECT_TRUE(supported == (props->major >= 8));
+    EXPECT(gpurt_arch_list(NULL, 4, &count), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_arch_list(archs, 128, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    s = gpurt_arch_list(archs, 128, &count);
+    if (strcmp(props->name, "Fake GPU") == 0) {
+        EXPECT_TRUE(s == GPURT_SUCCESS || s == GPURT_ERROR_NOT_SUPPORTED);
+        return;
+    }
+    EXPECT_TRUE(s == GPURT_SUCCESS && count > 0 && count <= 128);
+    for (i = 0; i < count && i < 128; i++) own |= archs[i] == props->major * 10 + props->minor;
+    EXPECT_TRUE(own);
+}
+
 /* Pool bookkeeping: a returned pooled event comes back under a new handle (the old
  * one stays invalid); pooled streams are handed out round-robin, 32 per priority. */
 static void check_pools(void) {
@@ -257,6 +278,7 @@ static void check_with_gpu(int count) {
     EXPECT(gpurt_set_sync_debug_mode(GPURT_SYNC_DEBUG_OFF), GPURT_SUCCESS);
     EXPECT(gpurt_device_synchronize(GPURT_CURRENT_DEVICE), GPURT_SUCCESS);
     check_telemetry(&props);
+    check_arch_queries(&props);
 }
 
 /* Staged pageable copies: argument checks, and a multi-chunk round trip whose bytes

@@ -368,3 +368,11 @@ def test_telemetry_reads_nvml_or_says_why_not(device):
     assert gpurt.utilization() in range(0, 101) and gpurt.power_draw() > 0 and gpurt.clock_rate() > 0
     assert gpurt.device_memory_used() > 0
     assert all(pid > 0 for pid, _ in gpurt.list_gpu_processes())
+
+
+def test_arch_list_and_bf16(device):
+    from conftest import DRIVER
+    major = gpurt.get_device_capability()[0]
+    assert gpurt.is_bf16_supported() == (major >= 8)
+    if DRIVER == "gpu":
+        assert "sm_%d%d" % gpurt.get_device_capability() in gpurt.get_arch_list()
