@@ -1623,6 +1623,18 @@ gpurt_status_t gpurt_random_bernoulli(gpurt_generator_t gen,
                                       gpurt_stream_t stream);
 
 /**
+ * A random permutation of [0, n) into I32 or I64 values (torch.randperm): index i
+ * gets the image of i under a Feistel bijection keyed by the generator's seed and
+ * offset (Philox rounds, cycle-walked into [0, n)), so each value is computed on
+ * its own; the generator advances by one block per call.
+ */
+gpurt_status_t gpurt_random_permutation(gpurt_generator_t gen,
+                                        void *out,
+                                        size_t n,
+                                        int dtype,
+                                        gpurt_stream_t stream);
+
+/**
  * Creates a stream on `device` with `flags` (0 or `GPURT_STREAM_NON_BLOCKING`) and
  * `priority` in the device's range (see `gpurt_stream_priority_range`; out of range
  * is `GPURT_ERROR_INVALID_ARGUMENT`). Costs a driver call (about 6 µs with destroy);

@@ -81,3 +81,8 @@ def random_(buffer, low, high, generator=None):
 
 def bernoulli_(buffer, p=0.5, generator=None):
     return _fill(lib.gpurt_random_bernoulli, buffer, float(p), generator=generator)
+
+
+def randperm_(buffer, generator=None):
+    """A random permutation of [0, len) into an int32 or int64 buffer (torch.randperm)."""
+    return _fill(lib.gpurt_random_permutation, buffer, generator=generator)

@@ -137,3 +137,12 @@ pub extern "C" fn gpurt_random_integers(
 pub extern "C" fn gpurt_random_bernoulli(gen: gpurt_generator_t, out: *mut c_void, n: usize, dtype: c_int, p: f64, stream: gpurt_stream_t) -> gpurt_status_t {
     fill("gpurt_random_bernoulli", gen, out, n, dtype, Distribution::Bernoulli { p }, stream)
 }
+
+/// A random permutation of [0, n) into I32 or I64 values (torch.randperm): index i
+/// gets the image of i under a Feistel bijection keyed by the generator's seed and
+/// offset (Philox rounds, cycle-walked into [0, n)), so each value is computed on
+/// its own; the generator advances by one block per call.
+#[no_mangle]
+pub extern "C" fn gpurt_random_permutation(gen: gpurt_generator_t, out: *mut c_void, n: usize, dtype: c_int, stream: gpurt_stream_t) -> gpurt_status_t {
+    fill("gpurt_random_permutation", gen, out, n, dtype, Distribution::Permutation, stream)
+}

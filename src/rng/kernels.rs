@@ -20,6 +20,8 @@ pub enum Distribution {
     Integers { low: i64, range: u64 },
     /// 1 with probability `p`, else 0.
     Bernoulli { p: f64 },
+    /// A random permutation of [0, n) (`philox::permutation_index`).
+    Permutation,
 }
 
 impl Distribution {
@@ -29,6 +31,7 @@ impl Distribution {
             Distribution::Normal { .. } => "normal",
             Distribution::Integers { .. } => "integers",
             Distribution::Bernoulli { .. } => "bernoulli",
+            Distribution::Permutation => "permutation",
         }
     }
 
@@ -37,7 +40,24 @@ impl Distribution {
         match self {
             Distribution::Uniform | Distribution::Normal { .. } => dtype == GPURT_DTYPE_F64,
             Distribution::Integers { range, .. } => range > 1 << 32,
-            Distribution::Bernoulli { .. } => false,
+            Distribution::Bernoulli { .. } | Distribution::Permutation => false,
+        }
+    }
+
+    /// Philox blocks a fill of `n` values draws: one per `per_block` values, or one
+    /// key for a whole permutation.
+    pub fn blocks(self, dtype: gpurt_dtype_t, n: u64) -> u64 {
+        match self {
+            Distribution::Permutation => 1,
+            _ => n.div_ceil(self.per_block(dtype)),
+        }
+    }
+
+    /// Threads a fill of `n` values runs: one per block, or one per index.
+    fn threads(self, dtype: gpurt_dtype_t, n: u64) -> u64 {
+        match self {
+            Distribution::Permutation => n,
+            _ => n.div_ceil(self.per_block(dtype)),
         }
     }
 
@@ -53,6 +73,7 @@ impl Distribution {
             Distribution::Normal { mean, std } => (mean.to_bits(), std.to_bits()),
             Distribution::Integers { low, range } => (low as u64, range),
             Distribution::Bernoulli { p } => (p.to_bits(), 0),
+            Distribution::Permutation => (philox::PERMUTATION_ROUNDS as u64, 0),
         }
     }
 
@@ -71,6 +92,7 @@ impl Distribution {
                 Err(Error::invalid_argument("[low, high) does not fit dtype I32"))
             }
             Distribution::Bernoulli { p } if !(0.0..=1.0).contains(&p) => Err(Error::invalid_argument(format!("bernoulli probability {p} is not in [0, 1]"))),
+            Distribution::Permutation if dtype.is_float() => Err(Error::invalid_argument("a permutation needs dtype I32 or I64")),
             _ => Ok(()),
         }
     }
@@ -90,8 +112,8 @@ fn storage(dtype: gpurt_dtype_t) -> (&'static str, &'static str) {
 
 const PHILOX: &str = r#"
 struct gpurt_w4 { unsigned int w[4]; };
-__device__ __forceinline__ gpurt_w4 gpurt_philox(unsigned long long ctr, unsigned long long seed) {
-    unsigned int c0 = (unsigned int)ctr, c1 = (unsigned int)(ctr >> 32), c2 = 0, c3 = 0;
+__device__ __forceinline__ gpurt_w4 gpurt_philox4(const unsigned int c[4], unsigned long long seed) {
+    unsigned int c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
     unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);
 #pragma unroll
     for (int r = 0; r < 10; ++r) {
@@ -104,6 +126,10 @@ __device__ __forceinline__ gpurt_w4 gpurt_philox(unsigned long long ctr, unsigne
     gpurt_w4 r; r.w[0] = c0; r.w[1] = c1; r.w[2] = c2; r.w[3] = c3;
     return r;
 }
+__device__ __forceinline__ gpurt_w4 gpurt_philox(unsigned long long ctr, unsigned long long seed) {
+    const unsigned int c[4] = {(unsigned int)ctr, (unsigned int)(ctr >> 32), 0u, 0u};
+    return gpurt_philox4(c, seed);
+}
 __device__ __forceinline__ double gpurt_unit53(unsigned int hi, unsigned int lo) {
     return (double)((((unsigned long long)hi << 32) | lo) >> 11) * 1.1102230246251565e-16;
 }
@@ -111,8 +137,42 @@ __device__ __forceinline__ double gpurt_unit53(unsigned int hi, unsigned int lo)
 
 pub const KERNEL_NAME: &str = "gpurt_rng";
 
+/// The permutation kernel: a thread per index walks the keyed Feistel bijection.
+fn permutation_source(dtype: gpurt_dtype_t) -> String {
+    let (storage, _) = storage(dtype);
+    format!(
+        "{PHILOX}\n\
+         extern \"C\" __global__ void {KERNEL_NAME}({storage}* __restrict__ gpurt_out, unsigned long long gpurt_n, unsigned long long gpurt_seed,\n\
+         \x20   unsigned long long gpurt_offset, const unsigned long long* gpurt_cell, unsigned long long gpurt_rounds, unsigned long long gpurt_unused) {{\n\
+         \x20   if (gpurt_cell) gpurt_offset += *gpurt_cell;\n\
+         \x20   unsigned int gpurt_bits = 2;\n\
+         \x20   while (gpurt_bits < 64 && (1ull << gpurt_bits) < gpurt_n) gpurt_bits += 2;\n\
+         \x20   const unsigned int gpurt_half = gpurt_bits / 2;\n\
+         \x20   const unsigned long long gpurt_mask = (1ull << gpurt_half) - 1;\n\
+         \x20   for (unsigned long long gpurt_i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; gpurt_i < gpurt_n;\n\
+         \x20        gpurt_i += (unsigned long long)gridDim.x * blockDim.x) {{\n\
+         \x20       unsigned long long x = gpurt_i;\n\
+         \x20       do {{\n\
+         \x20           unsigned long long l = x >> gpurt_half, r = x & gpurt_mask;\n\
+         \x20           for (unsigned int round = 0; round < gpurt_rounds; ++round) {{\n\
+         \x20               const unsigned int c[4] = {{(unsigned int)r, (unsigned int)(r >> 32) ^ round, (unsigned int)gpurt_offset, (unsigned int)(gpurt_offset >> 32)}};\n\
+         \x20               const gpurt_w4 f = gpurt_philox4(c, gpurt_seed);\n\
+         \x20               const unsigned long long mixed = ((unsigned long long)f.w[0] | ((unsigned long long)f.w[1] << 32)) & gpurt_mask;\n\
+         \x20               const unsigned long long t = l ^ mixed; l = r; r = t;\n\
+         \x20           }}\n\
+         \x20           x = (l << gpurt_half) | r;\n\
+         \x20       }} while (x >= gpurt_n);\n\
+         \x20       gpurt_out[gpurt_i] = ({storage})x;\n\
+         \x20   }}\n\
+         }}\n"
+    )
+}
+
 /// The CUDA source filling `dtype` values of `distribution`.
 pub fn source(distribution: Distribution, dtype: gpurt_dtype_t) -> String {
+    if distribution == Distribution::Permutation {
+        return permutation_source(dtype);
+    }
     let (storage, store) = storage(dtype);
     let wide = distribution.wide(dtype);
     let per = distribution.per_block(dtype);
@@ -159,6 +219,7 @@ pub fn source(distribution: Distribution, dtype: gpurt_dtype_t) -> String {
         (Distribution::Integers { .. }, true) => (0..2)
             .map(|k| one(k, &format!("(long long)gpurt_a + (long long)(((((unsigned long long)gpurt_b.w[{}]) << 32) | gpurt_b.w[{}]) % gpurt_c)", 2 * k, 2 * k + 1), "long long"))
             .collect(),
+        (Distribution::Permutation, _) => unreachable!("permutation_source"),
         (Distribution::Bernoulli { .. }, _) => {
             let mut s = String::from("        const double gpurt_p = __longlong_as_double((long long)gpurt_a);\n");
             let compute = if dtype.is_float() { "float" } else { "long long" };
@@ -225,7 +286,7 @@ pub fn launch(fill: &Fill, draw: Draw, stream: Handle) -> Result<()> {
     let (a, c) = distribution.parameters();
     let mut values = [out, n, draw.seed, draw.offset, draw.cell, a, c];
     let mut args: Vec<*mut libc::c_void> = values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
-    let blocks = n.div_ceil(distribution.per_block(dtype)).div_ceil(BLOCK as u64).min(MAX_BLOCKS) as u32;
+    let blocks = distribution.threads(dtype, n).div_ceil(BLOCK as u64).min(MAX_BLOCKS) as u32;
     let shape = crate::kernel::LaunchShape { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_bytes: 0, cluster: [0, 0, 0] };
     // SAFETY: one pointer per kernel parameter (the output and cell are device
     // pointers, the rest values), each a u64 that lives until the call returns.
@@ -235,6 +296,9 @@ pub fn launch(fill: &Fill, draw: Draw, stream: Handle) -> Result<()> {
 /// The values a fill gives, computed on the host: the kernels' reference (normal
 /// values agree to rounding: the GPU's sincospi and log differ in the last bits).
 pub fn reference(distribution: Distribution, dtype: gpurt_dtype_t, n: u64, seed: u64, offset: u64) -> Vec<f64> {
+    if distribution == Distribution::Permutation {
+        return (0..n).map(|i| philox::permutation_index(seed, offset, n, i) as f64).collect();
+    }
     let per = distribution.per_block(dtype);
     let wide = distribution.wide(dtype);
     (0..n.div_ceil(per))
@@ -264,6 +328,7 @@ pub fn reference(distribution: Distribution, dtype: gpurt_dtype_t, n: u64, seed:
                     vec![(low + philox::below_u64(w[0], w[1], range) as i64) as f64, (low + philox::below_u64(w[2], w[3], range) as i64) as f64]
                 }
                 (Distribution::Bernoulli { p }, _) => w.iter().map(|&x| f64::from(u8::from((philox::unit_f32(x) as f64) < p))).collect(),
+                (Distribution::Permutation, _) => unreachable!("handled above"),
             };
             values
         })
@@ -288,6 +353,9 @@ mod tests {
         assert!(Distribution::Integers { low: i32::MAX as i64, range: 2 }.check(GPURT_DTYPE_I32).is_err());
         assert!(Distribution::Integers { low: i32::MAX as i64, range: 1 }.check(GPURT_DTYPE_I32).is_ok());
         assert!(Distribution::Bernoulli { p: 1.5 }.check(GPURT_DTYPE_F32).is_err());
+        assert!(Distribution::Permutation.check(GPURT_DTYPE_F32).is_err());
+        assert_eq!((Distribution::Permutation.blocks(GPURT_DTYPE_I64, 1 << 30), Distribution::Uniform.blocks(GPURT_DTYPE_F32, 9)), (1, 3));
+        assert!(source(Distribution::Permutation, GPURT_DTYPE_I32).contains("while (x >= gpurt_n)"));
     }
 
     #[test]

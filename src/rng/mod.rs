@@ -201,6 +201,9 @@ pub fn fill(handle: Option<Handle>, out: u64, n: u64, dtype: gpurt_dtype_t, dist
     if out == 0 {
         return Err(Error::invalid_argument("out is NULL"));
     }
+    if distribution == Distribution::Permutation && dtype == gpurt_dtype_t::GPURT_DTYPE_I32 && n > i32::MAX as u64 + 1 {
+        return Err(Error::invalid_argument(format!("a permutation of {n} indices needs dtype I64")));
+    }
     let bytes = crate::boundary::checked_bytes(n, dtype.size(), "n")?;
     crate::boundary::check_range(out, bytes, "n")?;
     if out % dtype.size() != 0 {
@@ -214,7 +217,7 @@ pub fn fill(handle: Option<Handle>, out: u64, n: u64, dtype: gpurt_dtype_t, dist
         return Err(Error::invalid_argument(format!("the generator is on device {}, the stream on device {}", generator.device, s.device())));
     }
     let fill = Fill { distribution, dtype, out, n };
-    let blocks = n.div_ceil(distribution.per_block(dtype));
+    let blocks = distribution.blocks(dtype, n);
     let (status, capture) = device::with_device(s.device(), || crate::stream::native_capture_info(s.raw as u64))?;
     if status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
         return fill_in_capture(generator, capture, &fill, blocks, stream);

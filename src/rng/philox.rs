@@ -76,6 +76,41 @@ pub fn below_u64(hi: u32, lo: u32, range: u64) -> u64 {
     ((hi as u64) << 32 | lo as u64) % range
 }
 
+/// Feistel rounds of the permutation's bijection: each round function is a whole
+/// Philox4x32-10 block, so a few rounds mix fully.
+pub(crate) const PERMUTATION_ROUNDS: u32 = 8;
+
+/// The bits a permutation of `n` works in: even (a balanced Feistel network), at
+/// least 2, and at most twice `n`'s range, so a cycle walk takes ≤ 4 steps on average.
+pub fn permutation_bits(n: u64) -> u32 {
+    let bits = (64 - n.saturating_sub(1).leading_zeros()).max(2);
+    bits + bits % 2
+}
+
+/// Where index `i` goes in the permutation of [0, n) keyed by `seed` and `offset`:
+/// a Feistel bijection on `permutation_bits(n)` bits, walked until it lands below
+/// `n` (cycle walking keeps it a bijection of [0, n)). Each index is computed on its
+/// own, so a GPU thread per index writes the permutation in one pass (Mitchell et
+/// al., "Bandwidth-optimal random shuffling for GPUs", use the same construction).
+pub fn permutation_index(seed: u64, offset: u64, n: u64, i: u64) -> u64 {
+    let half = permutation_bits(n) / 2;
+    let mask = (1u64 << half) - 1;
+    let key = [seed as u32, (seed >> 32) as u32];
+    let mut x = i;
+    loop {
+        let (mut left, mut right) = (x >> half, x & mask);
+        for round in 0..PERMUTATION_ROUNDS {
+            let f = philox([right as u32, (right >> 32) as u32 ^ round, offset as u32, (offset >> 32) as u32], key);
+            let mixed = (f[0] as u64 | (f[1] as u64) << 32) & mask;
+            (left, right) = (right, left ^ mixed);
+        }
+        x = left << half | right;
+        if x < n {
+            return x;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +189,26 @@ mod tests {
         assert!(mean.abs() < 5.0 / n.sqrt() && (var - 1.0).abs() < 0.01, "normal mean {mean}, variance {var}");
         let d = ks(&mut normal, normal_cdf);
         assert!(d < ks_bound(normal.len()), "normal KS {d}");
+    }
+
+    #[test]
+    fn permutations_are_bijections_that_differ_by_offset_and_spread_evenly() {
+        for n in [1u64, 2, 3, 5, 10, 1000, 4097] {
+            let mut p: Vec<u64> = (0..n).map(|i| permutation_index(9, 4, n, i)).collect();
+            let first = p.clone();
+            p.sort_unstable();
+            assert!(p.iter().copied().eq(0..n), "n = {n}: a permutation");
+            let other: Vec<u64> = (0..n).map(|i| permutation_index(9, 5, n, i)).collect();
+            assert!(n < 10 || other != first, "n = {n}: another offset, another permutation");
+        }
+        // Where index 0 lands in permutations of 8, over many offsets: uniform.
+        let trials = crate::test_iterations(40_000);
+        let mut counts = [0f64; 8];
+        (0..trials).for_each(|o| counts[permutation_index(3, o, 8, 0) as usize] += 1.0);
+        let expected = trials as f64 / 8.0;
+        let chi2: f64 = counts.iter().map(|c| (c - expected).powi(2) / expected).sum();
+        assert!(chi2 < 24.32, "chi-square {chi2} over 7 degrees of freedom (0.1 % critical value 24.32)");
+        assert_eq!((permutation_bits(1), permutation_bits(4), permutation_bits(5), permutation_bits(1 << 20)), (2, 2, 4, 20));
     }
 
     #[test]

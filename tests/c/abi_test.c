@@ -125,6 +125,8 @@ static void check_random(gpurt_stream_t stream) {
     EXPECT(gpurt_random_integers(gen, out, 16, GPURT_DTYPE_I32, 0, (int64_t)1 << 40, stream), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_random_integers(gen, out, 16, GPURT_DTYPE_F32, 0, 10, stream), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_random_bernoulli(gen, out, 16, GPURT_DTYPE_F32, 1.5, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_random_permutation(gen, out, 16, GPURT_DTYPE_F32, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_random_permutation(gen, NULL, 16, GPURT_DTYPE_I64, stream), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_rng_get_state(gen, &after), GPURT_SUCCESS);
     EXPECT_TRUE(after.seed == 123 && after.offset == 456);
     EXPECT(gpurt_free(out), GPURT_SUCCESS);

@@ -53,6 +53,7 @@ fn fill(gen: gpurt_generator_t, out: u64, n: usize, dtype: gpurt_dtype_t, d: Dis
         Distribution::Normal { mean, std } => gpurt_random_normal(gen, out, n, dt, mean, std, s),
         Distribution::Integers { low, range } => gpurt_random_integers(gen, out, n, dt, low, low + range as i64, s),
         Distribution::Bernoulli { p } => gpurt_random_bernoulli(gen, out, n, dt, p, s),
+        Distribution::Permutation => gpurt_random_permutation(gen, out, n, dt, s),
     };
     assert_eq!(status, gpurt::Status::GPURT_SUCCESS, "{d:?} {dtype:?}: {}", crate::support::last_message());
 }
@@ -77,6 +78,8 @@ fn fills_equal_the_host_reference_for_every_dtype() {
         (Distribution::Integers { low: -(1 << 40), range: 1 << 41 }, GPURT_DTYPE_I64, 0.0),
         (Distribution::Bernoulli { p: 0.3 }, GPURT_DTYPE_F32, 0.0),
         (Distribution::Bernoulli { p: 0.7 }, GPURT_DTYPE_I64, 0.0),
+        (Distribution::Permutation, GPURT_DTYPE_I32, 0.0),
+        (Distribution::Permutation, GPURT_DTYPE_I64, 0.0),
     ];
     for (d, dtype, tolerance) in cases {
         // Aligned, then one element past (the scalar stores).
@@ -89,6 +92,11 @@ fn fills_equal_the_host_reference_for_every_dtype() {
             fill(gen, buffer + shift, n, dtype, d, s);
             let got = read(buffer + shift, n, dtype, s);
             let want = reference(d, dtype, n as u64, seed, state.offset);
+            if d == Distribution::Permutation {
+                let mut sorted: Vec<u64> = got.iter().map(|&v| v as u64).collect();
+                sorted.sort_unstable();
+                assert!(sorted.iter().copied().eq(0..n as u64), "{dtype:?}: a permutation of [0, n)");
+            }
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 let close = if tolerance == 0.0 { g == w } else { (g - w).abs() <= tolerance * w.abs().max(1.0) };
                 assert!(close, "{d:?} {dtype:?} shift {shift}: element {i}: GPU {g}, host {w}");

@@ -353,6 +353,8 @@ def test_random_fills_repeat_with_their_seed(gpu):
     assert ((first >= 0) & (first < 1)).all() and abs(first.mean() - 0.5) < 0.01
     gpurt.random.manual_seed(99)
     assert numpy.array_equal(gpurt.random.uniform_(out).to_numpy(), first)
+    perm = gpurt.random.randperm_(gpurt.DeviceBuffer(shape=1000, dtype="int64")).to_numpy()
+    assert sorted(perm.tolist()) == list(range(1000))
     normal = gpurt.random.normal_(gpurt.DeviceBuffer(shape=100_000, dtype="float64"), 2.0, 3.0).to_numpy()
     assert abs(normal.mean() - 2.0) < 0.1 and abs(normal.std() - 3.0) < 0.1
 
