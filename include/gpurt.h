@@ -399,6 +399,12 @@ typedef struct gpurt_program_s gpurt_program_s;
  */
 typedef struct gpurt_stream_s gpurt_stream_s;
 
+/**
+ * An operation with several implementations, timed per problem signature on
+ * first use (PyTorch's TunableOp).
+ */
+typedef struct gpurt_tunable_op_s gpurt_tunable_op_s;
+
 typedef gpurt_stream_s *gpurt_stream_t;
 
 /**
@@ -689,6 +695,22 @@ typedef struct {
   uint32_t pid;
   uint64_t used_bytes;
 } gpurt_process_t;
+
+typedef gpurt_tunable_op_s *gpurt_tunable_op_t;
+
+/**
+ * A candidate implementation: enqueues the op's work for `args` on `stream` and
+ * returns a gpurt_status_t value (GPURT_SUCCESS, or the error that passes it over).
+ * It may run several times for one gpurt_tunable_op_run (while tuning), so the op
+ * must be safe to repeat.
+ */
+typedef int (*gpurt_tunable_candidate_fn)(void *args, gpurt_stream_t stream, void *context);
+
+/**
+ * Checks candidate number `candidate`'s result for `args` after its first run
+ * (the stream synchronised): nonzero accepts it.
+ */
+typedef int (*gpurt_tunable_validator_fn)(void *args, int candidate, void *context);
 
 #ifdef __cplusplus
 extern "C" {
@@ -1791,6 +1813,65 @@ gpurt_status_t gpurt_device_processes(int device,
                                       gpurt_process_t *processes,
                                       size_t capacity,
                                       size_t *count);
+
+/**
+ * A new op named `name` (no commas or line breaks: it is a field of the results file).
+ */
+gpurt_status_t gpurt_tunable_op_create(const char *name, gpurt_tunable_op_t *op);
+
+gpurt_status_t gpurt_tunable_op_destroy(gpurt_tunable_op_t op);
+
+/**
+ * Adds a candidate that `run` enqueues (with `context` as its last argument). The
+ * first candidate added is the op's default: it runs where tuning is off and no
+ * choice is recorded.
+ */
+gpurt_status_t gpurt_tunable_op_add_callback(gpurt_tunable_op_t op,
+                                             const char *name,
+                                             gpurt_tunable_candidate_fn run,
+                                             void *context);
+
+/**
+ * Adds a candidate that launches `kernel` with `config`'s grid, block and shared
+ * memory (its stream is ignored: the op's run gives one), the run's `args` being
+ * the kernel's parameter array (the cuLaunchKernel convention).
+ */
+gpurt_status_t gpurt_tunable_op_add_kernel(gpurt_tunable_op_t op,
+                                           const char *name,
+                                           gpurt_kernel_t kernel,
+                                           const gpurt_launch_config_t *config);
+
+/**
+ * Sets (or, with NULL, clears) the check each candidate's result must pass while
+ * tuning; a rejected candidate is never chosen.
+ */
+gpurt_status_t gpurt_tunable_op_set_validator(gpurt_tunable_op_t op,
+                                              gpurt_tunable_validator_fn validator,
+                                              void *context);
+
+/**
+ * Runs the op for the problem `signature` (its shape, dtypes...: no commas or line
+ * breaks) with `args` on `stream`. A signature's first run on a device times every
+ * candidate and keeps the fastest (written to the results file), unless a choice
+ * is recorded; during a stream capture no tuning happens (the first candidate
+ * runs). Concurrent first runs of one signature tune once.
+ */
+gpurt_status_t gpurt_tunable_op_run(gpurt_tunable_op_t op,
+                                    const char *signature,
+                                    void *args,
+                                    gpurt_stream_t stream);
+
+/**
+ * The name of the candidate chosen for `signature` on `device` (an empty string
+ * while none is), up to `capacity` bytes with its NUL, and how many signatures the
+ * op has tuned in this process (either output may be NULL).
+ */
+gpurt_status_t gpurt_tunable_op_choice(gpurt_tunable_op_t op,
+                                       int device,
+                                       const char *signature,
+                                       char *name,
+                                       size_t capacity,
+                                       uint64_t *tunings);
 
 #ifdef __cplusplus
 }  // extern "C"

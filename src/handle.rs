@@ -36,6 +36,7 @@ pub enum Kind {
     GraphExec = 9,
     MemPool = 11,
     Generator = 12,
+    TunableOp = 13,
 }
 
 impl Kind {
@@ -52,6 +53,7 @@ impl Kind {
             Kind::GraphExec => "graph exec",
             Kind::MemPool => "memory pool",
             Kind::Generator => "generator",
+            Kind::TunableOp => "TunableOp",
         }
     }
     fn from_bits(bits: u8) -> Option<Kind> {
@@ -67,6 +69,7 @@ impl Kind {
             Kind::GraphExec,
             Kind::MemPool,
             Kind::Generator,
+            Kind::TunableOp,
         ].into_iter().find(|k| *k as u8 == bits)
     }
 }

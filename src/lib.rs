@@ -36,6 +36,7 @@ pub mod rng;
 pub mod stream;
 pub mod sync_debug;
 pub mod telemetry;
+pub mod tunable;
 
 pub use error::{Error, Result, Status};
 

@@ -13,7 +13,7 @@
 #      pkg-config and find_package from there (the package is relocatable);
 #   5. the C ABI test, the fault-injection sweep, the C++ header's tests, the
 #      process-event tests (fork, exit, dlclose), IPC memory between two processes,
-#      the cudaMallocAsync backend
+#      the cudaMallocAsync backend, TunableOp
 #      and the benchmarks against
 #      tests/stub-driver (a stand-in libcuda);
 #   6. Python: `pip install .` into a fresh venv, then pytest without a driver and
@@ -127,6 +127,10 @@ echo "== backend:cudaMallocAsync: the driver's pool behind the default pools (st
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/backend_test.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$stub/backend_test"
 LD_LIBRARY_PATH=$stub "$stub/backend_test"
+echo "== TunableOp: concurrent first runs tune once, the results file, a second process (stub driver)"
+cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/tunable_test.c $(pkg-config --cflags --libs gpurt) \
+   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/tunable_test"
+LD_LIBRARY_PATH=$stub "$stub/tunable_test"
 echo "== soak: 8 threads of mixed calls, final invariants (stub driver; 60 s with byte checks in the GPU suite)"
 cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror tests/c/soak.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/soak"

@@ -1,0 +1,111 @@
+use libc::{c_char, c_int, c_void};
+
+use crate::boundary::{self, in_ref, in_str, Out};
+use crate::error::gpurt_status_t;
+use crate::handle::Handle;
+use crate::kernel::ffi::{gpurt_kernel_t, gpurt_launch_config_t};
+use crate::stream::ffi::gpurt_stream_t;
+
+/// An operation with several implementations, timed per problem signature on
+/// first use (PyTorch's TunableOp).
+pub struct gpurt_tunable_op_s {
+    _opaque: [u8; 0],
+}
+pub type gpurt_tunable_op_t = *mut gpurt_tunable_op_s;
+
+/// A candidate implementation: enqueues the op's work for `args` on `stream` and
+/// returns a gpurt_status_t value (GPURT_SUCCESS, or the error that passes it over).
+/// It may run several times for one gpurt_tunable_op_run (while tuning), so the op
+/// must be safe to repeat.
+pub type gpurt_tunable_candidate_fn = Option<unsafe extern "C" fn(args: *mut c_void, stream: gpurt_stream_t, context: *mut c_void) -> c_int>;
+
+/// Checks candidate number `candidate`'s result for `args` after its first run
+/// (the stream synchronised): nonzero accepts it.
+pub type gpurt_tunable_validator_fn = Option<unsafe extern "C" fn(args: *mut c_void, candidate: c_int, context: *mut c_void) -> c_int>;
+
+fn op(op: gpurt_tunable_op_t) -> Handle {
+    Handle::from_ptr(op)
+}
+
+/// A new op named `name` (no commas or line breaks: it is a field of the results file).
+#[no_mangle]
+pub extern "C" fn gpurt_tunable_op_create(name: *const c_char, op: *mut gpurt_tunable_op_t) -> gpurt_status_t {
+    boundary::call("gpurt_tunable_op_create", || {
+        let out = Out::new(op, "op")?;
+        out.write(super::create(in_str(name, "name")?)?.to_ptr());
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn gpurt_tunable_op_destroy(op: gpurt_tunable_op_t) -> gpurt_status_t {
+    boundary::call("gpurt_tunable_op_destroy", || super::destroy(self::op(op)))
+}
+
+/// Adds a candidate that `run` enqueues (with `context` as its last argument). The
+/// first candidate added is the op's default: it runs where tuning is off and no
+/// choice is recorded.
+#[no_mangle]
+pub extern "C" fn gpurt_tunable_op_add_callback(op: gpurt_tunable_op_t, name: *const c_char, run: gpurt_tunable_candidate_fn, context: *mut c_void) -> gpurt_status_t {
+    boundary::call("gpurt_tunable_op_add_callback", || {
+        let run = run.ok_or_else(|| crate::Error::invalid_argument("argument `run` is NULL"))?;
+        super::add_callback(self::op(op), in_str(name, "name")?, run, context as usize)
+    })
+}
+
+/// Adds a candidate that launches `kernel` with `config`'s grid, block and shared
+/// memory (its stream is ignored: the op's run gives one), the run's `args` being
+/// the kernel's parameter array (the cuLaunchKernel convention).
+#[no_mangle]
+pub extern "C" fn gpurt_tunable_op_add_kernel(op: gpurt_tunable_op_t, name: *const c_char, kernel: gpurt_kernel_t, config: *const gpurt_launch_config_t) -> gpurt_status_t {
+    boundary::call("gpurt_tunable_op_add_kernel", || {
+        let config = in_ref(config, "config")?;
+        let shape = crate::kernel::LaunchShape { grid: config.grid, block: config.block, shared_bytes: config.shared_memory_bytes, cluster: config.cluster };
+        super::add_kernel(self::op(op), in_str(name, "name")?, Handle::from_ptr(kernel), shape)
+    })
+}
+
+/// Sets (or, with NULL, clears) the check each candidate's result must pass while
+/// tuning; a rejected candidate is never chosen.
+#[no_mangle]
+pub extern "C" fn gpurt_tunable_op_set_validator(op: gpurt_tunable_op_t, validator: gpurt_tunable_validator_fn, context: *mut c_void) -> gpurt_status_t {
+    boundary::call("gpurt_tunable_op_set_validator", || super::set_validator(self::op(op), validator.map(|v| (v, context as usize))))
+}
+
+/// Runs the op for the problem `signature` (its shape, dtypes...: no commas or line
+/// breaks) with `args` on `stream`. A signature's first run on a device times every
+/// candidate and keeps the fastest (written to the results file), unless a choice
+/// is recorded; during a stream capture no tuning happens (the first candidate
+/// runs). Concurrent first runs of one signature tune once.
+#[no_mangle]
+pub extern "C" fn gpurt_tunable_op_run(op: gpurt_tunable_op_t, signature: *const c_char, args: *mut c_void, stream: gpurt_stream_t) -> gpurt_status_t {
+    boundary::call("gpurt_tunable_op_run", || super::run(self::op(op), in_str(signature, "signature")?, args as usize, Handle::from_ptr(stream)))
+}
+
+/// The name of the candidate chosen for `signature` on `device` (an empty string
+/// while none is), up to `capacity` bytes with its NUL, and how many signatures the
+/// op has tuned in this process (either output may be NULL).
+#[no_mangle]
+pub extern "C" fn gpurt_tunable_op_choice(
+    op: gpurt_tunable_op_t,
+    device: c_int,
+    signature: *const c_char,
+    name: *mut c_char,
+    capacity: usize,
+    tunings: *mut u64,
+) -> gpurt_status_t {
+    boundary::call("gpurt_tunable_op_choice", || {
+        let (chosen, tuned) = super::choice(self::op(op), device, in_str(signature, "signature")?)?;
+        if !name.is_null() && capacity > 0 {
+            let bytes = chosen.unwrap_or_default().into_bytes();
+            let n = bytes.len().min(capacity - 1);
+            // SAFETY: the caller gives `capacity` writable bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), name.cast::<u8>(), n);
+                name.add(n).write(0);
+            }
+        }
+        boundary::write_optional([(tunings, tuned)]);
+        Ok(())
+    })
+}
