@@ -307,6 +307,40 @@ impl<T: Packed> HandleTable<T> {
 
 // The library's tables are statics and never dropped; a table that is (in tests)
 // gives its chunks back. Dropping needs ownership, so no reader is left.
+/// Objects behind handles of one kind, shared (`Arc`) with the calls using them: a
+/// handle stays valid until `remove`, and a call that got the object keeps it alive
+/// past a concurrent removal.
+pub struct Registry<T> {
+    handles: HandleTable<u64>,
+    objects: Mutex<Option<std::collections::HashMap<u64, std::sync::Arc<T>>>>,
+    next_id: AtomicU64,
+}
+
+impl<T> Registry<T> {
+    pub const fn new(kind: Kind) -> Self {
+        Registry { handles: HandleTable::new(kind), objects: Mutex::new(None), next_id: AtomicU64::new(1) }
+    }
+
+    pub fn insert(&self, object: T) -> Result<Handle> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&self.objects).get_or_insert_with(Default::default).insert(id, std::sync::Arc::new(object));
+        self.handles.insert(id).inspect_err(|_| {
+            lock(&self.objects).as_mut().map(|o| o.remove(&id));
+        })
+    }
+
+    pub fn get(&self, handle: Handle) -> Result<std::sync::Arc<T>> {
+        let id = self.handles.get(handle)?;
+        lock(&self.objects).as_ref().and_then(|o| o.get(&id).cloned()).ok_or_else(|| Error::invalid_handle("the object was destroyed"))
+    }
+
+    pub fn remove(&self, handle: Handle) -> Result<()> {
+        let id = self.handles.remove(handle)?;
+        lock(&self.objects).as_mut().map(|o| o.remove(&id));
+        Ok(())
+    }
+}
+
 impl<T: Packed> Drop for HandleTable<T> {
     fn drop(&mut self) {
         for cell in &mut self.chunks {
@@ -322,6 +356,19 @@ impl<T: Packed> Drop for HandleTable<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn registry_objects_outlive_their_removal_only_where_held() {
+        static REGISTRY: Registry<String> = Registry::new(Kind::Generator);
+        let a = REGISTRY.insert("a".into()).unwrap();
+        let held = REGISTRY.get(a).unwrap();
+        REGISTRY.remove(a).unwrap();
+        assert_eq!(*held, "a", "a caller's reference stays valid");
+        assert!(REGISTRY.get(a).is_err() && REGISTRY.remove(a).is_err(), "the handle is stale");
+        let b = REGISTRY.insert("b".into()).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(*REGISTRY.get(b).unwrap(), "b");
+    }
     use crate::error::Status;
 
     impl Packed for (u64, u64) {

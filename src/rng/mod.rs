@@ -23,7 +23,7 @@ use crate::device::{self, per_device, PerDeviceOnce};
 use crate::driver::check;
 use crate::dtype::gpurt_dtype_t;
 use crate::error::{Error, Result};
-use crate::handle::{Handle, HandleTable, Kind};
+use crate::handle::{Handle, Kind, Registry};
 use kernels::{Distribution, Draw, Fill};
 
 /// The seed every default generator starts from: torch's default CUDA seed
@@ -61,9 +61,7 @@ impl Generator {
 }
 
 static DEFAULTS: PerDeviceOnce<Arc<Generator>> = OnceLock::new();
-static HANDLES: HandleTable<u64> = HandleTable::new(Kind::Generator);
-static CREATED: Mutex<Option<HashMap<u64, Arc<Generator>>>> = Mutex::new(None);
-static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+static CREATED: Registry<Generator> = Registry::new(Kind::Generator);
 
 /// `ordinal`'s default generator.
 fn default_generator(ordinal: i32) -> Result<Arc<Generator>> {
@@ -76,26 +74,16 @@ fn default_generator(ordinal: i32) -> Result<Arc<Generator>> {
 fn generator(handle: Option<Handle>) -> Result<Arc<Generator>> {
     match handle {
         None => default_generator(device::current()?),
-        Some(h) => {
-            let id = HANDLES.get(h)?;
-            lock(&CREATED).as_ref().and_then(|g| g.get(&id).cloned()).ok_or_else(|| Error::invalid_handle("the generator was destroyed"))
-        }
+        Some(h) => CREATED.get(h),
     }
 }
 
 pub fn create(ordinal: i32, seed: u64) -> Result<Handle> {
-    let d = device::resolve(ordinal)?;
-    let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    lock(&CREATED).get_or_insert_with(HashMap::new).insert(id, Arc::new(Generator::new(d, seed)));
-    HANDLES.insert(id).inspect_err(|_| {
-        lock(&CREATED).as_mut().map(|g| g.remove(&id));
-    })
+    CREATED.insert(Generator::new(device::resolve(ordinal)?, seed))
 }
 
 pub fn destroy(handle: Handle) -> Result<()> {
-    let id = HANDLES.remove(handle)?;
-    lock(&CREATED).as_mut().map(|g| g.remove(&id));
-    Ok(())
+    CREATED.remove(handle)
 }
 
 fn seed_generator(generator: &Generator, seed: u64) {

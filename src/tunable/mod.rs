@@ -24,7 +24,7 @@ use cudarc::driver::sys;
 use crate::boundary::lock;
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
-use crate::handle::{Handle, HandleTable, Kind};
+use crate::handle::{Handle, Kind, Registry};
 use crate::stream::ffi::gpurt_stream_t;
 use results::{Choice, Choices, Validators};
 use tuner::{Bench, Budget};
@@ -82,13 +82,10 @@ fn config() -> &'static Config {
     })
 }
 
-static OPS: HandleTable<u64> = HandleTable::new(Kind::TunableOp);
-static LIVE: Mutex<Option<HashMap<u64, Arc<TunableOp>>>> = Mutex::new(None);
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static OPS: Registry<TunableOp> = Registry::new(Kind::TunableOp);
 
 fn op(handle: Handle) -> Result<Arc<TunableOp>> {
-    let id = OPS.get(handle)?;
-    lock(&LIVE).as_ref().and_then(|ops| ops.get(&id).cloned()).ok_or_else(|| Error::invalid_handle("the TunableOp was destroyed"))
+    OPS.get(handle)
 }
 
 pub fn create(name: &str) -> Result<Handle> {
@@ -101,17 +98,11 @@ pub fn create(name: &str) -> Result<Handle> {
         tuning: Mutex::new(()),
         tunings: AtomicU64::new(0),
     };
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    lock(&LIVE).get_or_insert_with(HashMap::new).insert(id, Arc::new(op));
-    OPS.insert(id).inspect_err(|_| {
-        lock(&LIVE).as_mut().map(|ops| ops.remove(&id));
-    })
+    OPS.insert(op)
 }
 
 pub fn destroy(handle: Handle) -> Result<()> {
-    let id = OPS.remove(handle)?;
-    lock(&LIVE).as_mut().map(|ops| ops.remove(&id));
-    Ok(())
+    OPS.remove(handle)
 }
 
 fn add(handle: Handle, name: &str, work: Work) -> Result<()> {
