@@ -1437,6 +1437,22 @@ gpurt_status_t gpurt_elementwise(const char *expression,
                                  gpurt_stream_t stream);
 
 /**
+ * As gpurt_elementwise, with several outputs from one kernel (jiterator's
+ * multi-output functions): `statements` such as "s = a + b; d = s * c" write
+ * `outputs[0]`, `outputs[1]`... in order, and a statement may use the outputs
+ * computed before it. `num_outputs` must match the statements.
+ */
+gpurt_status_t gpurt_elementwise_multi(const char *statements,
+                                       const char *const *input_names,
+                                       const void *const *inputs,
+                                       size_t num_inputs,
+                                       int dtype,
+                                       size_t count,
+                                       void *const *outputs,
+                                       size_t num_outputs,
+                                       gpurt_stream_t stream);
+
+/**
  * Sets the log level: 0 off, 1 error, 2 warn, 3 info, 4 debug. Overrides `GPURT_LOG`.
  */
 gpurt_status_t gpurt_set_log_level(int level);

@@ -1,6 +1,8 @@
-//! Elementwise kernels from a short expression, in the spirit of torch's jiterator:
+//! Elementwise kernels from short statements, in the spirit of torch's jiterator:
 //! `out = a * b + c` over named inputs of one dtype becomes a grid-stride kernel,
-//! compiled once per (expression, inputs, dtype, device) through the NVRTC caches.
+//! compiled once per (statements, inputs, dtype, device) through the NVRTC caches.
+//! Several statements (`s = a + b; d = s * c`) write several outputs from one kernel
+//! (jiterator's multi-output functions); a statement may use the outputs before it.
 //! Half and bfloat16 values are computed in float; the generated source includes no
 //! headers, so it compiles wherever NVRTC does.
 
@@ -43,19 +45,9 @@ fn is_identifier(s: &str) -> bool {
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// Splits `out = expr` into the output's name and the expression, checking names.
-pub fn parse(expression: &str, inputs: &[&str]) -> Result<(String, String)> {
-    let (lhs, rhs) = expression
-        .split_once('=')
-        .filter(|(_, r)| !r.starts_with('='))
-        .ok_or_else(|| Error::invalid_argument(format!("expected `output = expression`, got {expression:?}")))?;
-    let (out, rhs) = (lhs.trim(), rhs.trim());
-    if !is_identifier(out) {
-        return Err(Error::invalid_argument(format!("the output name {out:?} is not an identifier")));
-    }
-    if rhs.is_empty() {
-        return Err(Error::invalid_argument("the expression after `=` is empty"));
-    }
+/// Splits `statements` (`out = expr`, separated by `;`) into each output's name and
+/// expression, checking names: identifiers, none used twice, none reserved.
+pub fn parse(statements: &str, inputs: &[&str]) -> Result<Vec<(String, String)>> {
     if inputs.is_empty() {
         return Err(Error::invalid_argument("an elementwise kernel needs at least one input"));
     }
@@ -63,29 +55,50 @@ pub fn parse(expression: &str, inputs: &[&str]) -> Result<(String, String)> {
         if !is_identifier(name) || name.starts_with("gpurt_") {
             return Err(Error::invalid_argument(format!("input name {name:?} is not an identifier (or uses the reserved gpurt_ prefix)")));
         }
-        if *name == out || inputs[..i].contains(name) {
+        if inputs[..i].contains(name) {
             return Err(Error::invalid_argument(format!("the name {name:?} is used twice")));
         }
     }
-    Ok((out.to_string(), rhs.to_string()))
+    let mut outputs: Vec<(String, String)> = Vec::new();
+    for statement in statements.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let (lhs, rhs) = statement
+            .split_once('=')
+            .filter(|(_, r)| !r.starts_with('='))
+            .ok_or_else(|| Error::invalid_argument(format!("expected `output = expression`, got {statement:?}")))?;
+        let (out, rhs) = (lhs.trim(), rhs.trim());
+        if !is_identifier(out) || out.starts_with("gpurt_") {
+            return Err(Error::invalid_argument(format!("the output name {out:?} is not an identifier (or uses the reserved gpurt_ prefix)")));
+        }
+        if rhs.is_empty() {
+            return Err(Error::invalid_argument(format!("the expression after `{out} =` is empty")));
+        }
+        if inputs.contains(&out) || outputs.iter().any(|(o, _)| o == out) {
+            return Err(Error::invalid_argument(format!("the name {out:?} is used twice")));
+        }
+        outputs.push((out.to_string(), rhs.to_string()));
+    }
+    if outputs.is_empty() {
+        return Err(Error::invalid_argument(format!("expected `output = expression`, got {statements:?}")));
+    }
+    Ok(outputs)
 }
 
 pub const KERNEL_NAME: &str = "gpurt_elementwise";
 
-/// The CUDA C++ source of the kernel.
-pub fn source(expression: &str, inputs: &[&str], dtype: gpurt_dtype_t) -> Result<String> {
-    let (out, rhs) = parse(expression, inputs)?;
+/// The CUDA C++ source of the kernel: inputs, then one output array per statement.
+pub fn source(statements: &str, inputs: &[&str], dtype: gpurt_dtype_t) -> Result<String> {
+    let outputs = parse(statements, inputs)?;
     let (storage, compute, load, store) = c_types(dtype);
-    let params: Vec<String> = (0..inputs.len()).map(|i| format!("const {storage}* __restrict__ gpurt_in{i}")).collect();
+    let mut params: Vec<String> = (0..inputs.len()).map(|i| format!("const {storage}* __restrict__ gpurt_in{i}")).collect();
+    params.extend((0..outputs.len()).map(|i| format!("{storage}* __restrict__ gpurt_out{i}")));
     let loads: String = inputs.iter().enumerate().map(|(i, n)| format!("        const {compute} {n} = {load}(gpurt_in{i}[gpurt_i]);\n")).collect();
+    let computes: String = outputs.iter().map(|(out, rhs)| format!("        const {compute} {out} = ({rhs});\n")).collect();
+    let stores: String = outputs.iter().enumerate().map(|(i, (out, _))| format!("        gpurt_out{i}[gpurt_i] = {store}({out});\n")).collect();
     Ok(format!(
-        "{CONVERSIONS}\nextern \"C\" __global__ void {KERNEL_NAME}({params}, {storage}* __restrict__ gpurt_out, unsigned long long gpurt_n) {{\n\
+        "{CONVERSIONS}\nextern \"C\" __global__ void {KERNEL_NAME}({params}, unsigned long long gpurt_n) {{\n\
          \x20   for (unsigned long long gpurt_i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; gpurt_i < gpurt_n;\n\
          \x20        gpurt_i += (unsigned long long)gridDim.x * blockDim.x) {{\n\
-         {loads}\
-         \x20       {compute} {out};\n\
-         \x20       {out} = ({rhs});\n\
-         \x20       gpurt_out[gpurt_i] = {store}({out});\n\
+         {loads}{computes}{stores}\
          \x20   }}\n}}\n",
         params = params.join(", "),
     ))
@@ -95,44 +108,48 @@ const BLOCK: u32 = 256;
 /// Enough blocks to fill any current GPU; the loop strides over the rest.
 const MAX_BLOCKS: u64 = 65_536;
 
-/// Computes `expression` for `count` elements of `inputs` into `output` on `stream`.
+/// Computes `statements` for `count` elements of `inputs` into `outputs` (one per
+/// statement, in order) on `stream`.
 pub fn launch(
-    expression: &str,
+    statements: &str,
     names: &[&str],
     dtype: gpurt_dtype_t,
     count: u64,
     inputs: &[u64],
-    output: u64,
+    outputs: &[u64],
     stream: Handle,
 ) -> Result<()> {
     if names.len() != inputs.len() {
         return Err(Error::invalid_argument("one input pointer per input name"));
     }
-    // The recipe names the source: the dtype, the expression and the input names,
+    let statements_count = parse(statements, names)?.len();
+    if outputs.len() != statements_count {
+        return Err(Error::invalid_argument(format!("{statements_count} statement(s) need as many output pointers, not {}", outputs.len())));
+    }
+    // The recipe names the source: the dtype, the statements and the input names,
     // each ended by a NUL (which none of them can hold).
-    let mut recipe = format!("{}\0{expression}\0", dtype as i32);
+    let mut recipe = format!("{}\0{statements}\0", dtype as i32);
     names.iter().for_each(|n| recipe.extend([n, "\0"]));
     let s = crate::stream::get(stream)?;
     if count == 0 {
-        return source(expression, names, dtype).map(drop);
+        return Ok(());
     }
-    if output == 0 || inputs.contains(&0) {
-        return Err(Error::invalid_argument("an input or the output pointer is NULL"));
+    if outputs.contains(&0) || inputs.contains(&0) {
+        return Err(Error::invalid_argument("an input or output pointer is NULL"));
     }
     let bytes = crate::boundary::checked_bytes(count, dtype.size(), "count")?;
-    for &p in inputs.iter().chain([&output]) {
+    for &p in inputs.iter().chain(outputs) {
         crate::boundary::check_range(p, bytes, "count")?;
     }
-    let generate = || source(expression, names, dtype);
+    let generate = || source(statements, names, dtype);
     let kernel = crate::device::with_device(s.device(), || super::rtc::get_kernel_by_recipe(&recipe, KERNEL_NAME, generate))?;
-    let mut values: Vec<u64> = inputs.to_vec();
-    values.push(output);
+    let mut values: Vec<u64> = inputs.iter().chain(outputs).copied().collect();
     values.push(count);
     let mut args: Vec<*mut libc::c_void> = values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
     let blocks = count.div_ceil(BLOCK as u64).min(MAX_BLOCKS) as u32;
     let shape = super::LaunchShape { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_bytes: 0, cluster: [0, 0, 0] };
-    // SAFETY: one pointer per parameter of the generated kernel: the inputs, the
-    // output (device pointers) and the count, each a u64 that lives until the call returns.
+    // SAFETY: one pointer per parameter of the generated kernel: the inputs and the
+    // outputs (device pointers) and the count, each a u64 that lives until the call returns.
     unsafe { super::launch(kernel, &shape, stream, args.as_mut_ptr()) }
 }
 
@@ -143,8 +160,11 @@ mod tests {
 
     #[test]
     fn expressions_and_names_are_checked() {
-        assert_eq!(parse("out = a * b + c", &["a", "b", "c"]).unwrap(), ("out".into(), "a * b + c".into()));
-        assert_eq!(parse("y=a>b?a:b", &["a", "b"]).unwrap().1, "a>b?a:b");
+        assert_eq!(parse("out = a * b + c", &["a", "b", "c"]).unwrap(), vec![("out".into(), "a * b + c".into())]);
+        assert_eq!(parse("y=a>=b?a:b", &["a", "b"]).unwrap()[0].1, "a>=b?a:b");
+        assert_eq!(parse("s = a + b; d = s * a;", &["a", "b"]).unwrap(), vec![("s".into(), "a + b".into()), ("d".into(), "s * a".into())]);
+        assert!(parse("s = a; s = b", &["a", "b"]).unwrap_err().message.contains("twice"), "two outputs of one name");
+        assert!(parse(" ; ", &["a"]).is_err(), "no statement");
         for bad in ["a * b", "= a", "1x = a", "out ==a", "out = "] {
             assert!(parse(bad, &["a", "b"]).is_err(), "{bad:?}");
         }
@@ -160,10 +180,13 @@ mod tests {
         let f16 = source("out = a * b", &["a", "b"], GPURT_DTYPE_F16).unwrap();
         assert!(f16.contains("const unsigned short* __restrict__ gpurt_in1"));
         assert!(f16.contains("const float a = gpurt_load_f16(gpurt_in0[gpurt_i]);"));
-        assert!(f16.contains("gpurt_out[gpurt_i] = gpurt_store_f16(out);"));
+        assert!(f16.contains("gpurt_out0[gpurt_i] = gpurt_store_f16(out);"));
         let i32 = source("r = x + 1", &["x"], GPURT_DTYPE_I32).unwrap();
-        assert!(i32.contains("const int x = (gpurt_in0[gpurt_i]);") && i32.contains("int* __restrict__ gpurt_out"));
+        assert!(i32.contains("const int x = (gpurt_in0[gpurt_i]);") && i32.contains("int* __restrict__ gpurt_out0"));
+        let two = source("s = a + b; d = s * 2", &["a", "b"], GPURT_DTYPE_F32).unwrap();
+        assert!(two.contains("float* __restrict__ gpurt_out1, unsigned long long gpurt_n") && two.contains("const float d = (s * 2);"));
+        assert!(two.find("const float s").unwrap() < two.find("const float d").unwrap(), "in statement order");
         let f64 = source("r = x * 2", &["x"], GPURT_DTYPE_F64).unwrap();
-        assert!(f64.contains("const double x = (gpurt_in0[gpurt_i]);") && f64.contains("double* __restrict__ gpurt_out"));
+        assert!(f64.contains("const double x = (gpurt_in0[gpurt_i]);") && f64.contains("double* __restrict__ gpurt_out0"));
     }
 }

@@ -282,11 +282,49 @@ pub extern "C" fn gpurt_elementwise(
     stream: gpurt_stream_t,
 ) -> gpurt_status_t {
     boundary::call("gpurt_elementwise", || {
-        let names = strings(input_names, num_inputs, GPURT_ELEMENTWISE_MAX_INPUTS, "input_names")?;
-        in_ref(inputs, "inputs")?;
-        let pointers: Vec<u64> = boundary::in_array(inputs, num_inputs, GPURT_ELEMENTWISE_MAX_INPUTS, "inputs")?.iter().map(|&p| p as u64).collect();
-        let dtype = gpurt_dtype_t::from_raw(dtype)?;
-        let expression = in_str(expression, "expression")?;
-        super::elementwise::launch(expression, &names, dtype, count as u64, &pointers, output as u64, Handle::from_ptr(stream))
+        elementwise(expression, input_names, inputs, num_inputs, dtype, count, &[output as u64], stream)
     })
+}
+
+/// As gpurt_elementwise, with several outputs from one kernel (jiterator's
+/// multi-output functions): `statements` such as "s = a + b; d = s * c" write
+/// `outputs[0]`, `outputs[1]`... in order, and a statement may use the outputs
+/// computed before it. `num_outputs` must match the statements.
+#[no_mangle]
+pub extern "C" fn gpurt_elementwise_multi(
+    statements: *const c_char,
+    input_names: *const *const c_char,
+    inputs: *const *const c_void,
+    num_inputs: usize,
+    dtype: c_int,
+    count: usize,
+    outputs: *const *mut c_void,
+    num_outputs: usize,
+    stream: gpurt_stream_t,
+) -> gpurt_status_t {
+    boundary::call("gpurt_elementwise_multi", || {
+        in_ref(outputs, "outputs")?;
+        let outputs: Vec<u64> = boundary::in_array(outputs, num_outputs, GPURT_ELEMENTWISE_MAX_INPUTS, "outputs")?.iter().map(|&p| p as u64).collect();
+        elementwise(statements, input_names, inputs, num_inputs, dtype, count, &outputs, stream)
+    })
+}
+
+/// The arguments both elementwise calls share, checked and passed on.
+#[allow(clippy::too_many_arguments)]
+fn elementwise(
+    statements: *const c_char,
+    input_names: *const *const c_char,
+    inputs: *const *const c_void,
+    num_inputs: usize,
+    dtype: c_int,
+    count: usize,
+    outputs: &[u64],
+    stream: gpurt_stream_t,
+) -> crate::Result<()> {
+    let names = strings(input_names, num_inputs, GPURT_ELEMENTWISE_MAX_INPUTS, "input_names")?;
+    in_ref(inputs, "inputs")?;
+    let pointers: Vec<u64> = boundary::in_array(inputs, num_inputs, GPURT_ELEMENTWISE_MAX_INPUTS, "inputs")?.iter().map(|&p| p as u64).collect();
+    let dtype = gpurt_dtype_t::from_raw(dtype)?;
+    let statements = in_str(statements, "expression")?;
+    super::elementwise::launch(statements, &names, dtype, count as u64, &pointers, outputs, Handle::from_ptr(stream))
 }

@@ -648,6 +648,17 @@ static void check_kernels(gpurt_stream_t stream) {
     EXPECT(gpurt_rtc_compile(NULL, NULL, 0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_rtc_program_destroy(NULL), GPURT_ERROR_INVALID_HANDLE);
     EXPECT(gpurt_elementwise("out = a", NULL, NULL, 0, GPURT_DTYPE_F32, 4, NULL, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    {
+        const char *one[] = {"a"};
+        const void *in[1];
+        void *outs[2];
+        in[0] = (const void *)stream;
+        outs[0] = outs[1] = (void *)stream;
+        EXPECT(gpurt_elementwise_multi("s = a; d = s", one, in, 1, GPURT_DTYPE_F32, 4, NULL, 2, stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_elementwise_multi("s = a; d = s", one, in, 1, GPURT_DTYPE_F32, 4, (void *const *)outs, 1, stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_elementwise_multi("s = a; s = a", one, in, 1, GPURT_DTYPE_F32, 4, (void *const *)outs, 2, stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_elementwise_multi("s = a; d = s", one, in, 1, GPURT_DTYPE_F32, 4, (void *const *)outs, (size_t)1 << 62, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    }
 }
 
 /* A graph pool is a memory pool handle (torch's graph_pool_handle() is a MemPool):

@@ -17,6 +17,7 @@ pub const TESTS: &[crate::support::Test] = &[
     ("cluster_launch_runs_every_block", cluster_launch_runs_every_block),
     ("elementwise_matches_the_cpu_for_every_dtype", elementwise_matches_the_cpu_for_every_dtype),
     ("elementwise_kernels_are_told_apart_and_survive_a_cache_clear", elementwise_kernels_are_told_apart_and_survive_a_cache_clear),
+    ("one_elementwise_kernel_writes_several_outputs", one_elementwise_kernel_writes_several_outputs),
 ];
 
 /// Kernels the GPU tests and the graph tests share.
@@ -280,4 +281,45 @@ fn elementwise_kernels_are_told_apart_and_survive_a_cache_clear() {
     expect_status!(gpurt_rtc_clear_cache(), GPURT_SUCCESS);
     assert_eq!(run("out = a * b + c", ["a", "b", "c"]), fma, "after the cache was cleared");
     inputs.into_iter().chain([out]).for_each(free);
+}
+
+/// `s = a + b; d = s * a; m = a > b ? a : b` in one kernel, on fresh random f32
+/// values: each output exact against the CPU (no statement offers a fused multiply-add).
+fn one_elementwise_kernel_writes_several_outputs() {
+    let s = stream();
+    let n = 70_001usize;
+    let values = |seed: usize| -> Vec<f32> { random_words(n + seed).iter().skip(seed).map(|w| (*w % 4096) as f32 / 16.0 - 128.0).collect() };
+    let (a, b) = (values(0), values(1));
+    let upload = |v: &[f32]| -> u64 {
+        let d = malloc(n * 4, s);
+        expect_status!(gpurt::copy::ffi::gpurt_memcpy(d as *mut _, v.as_ptr().cast(), n * 4, s), GPURT_SUCCESS);
+        d
+    };
+    let inputs = [upload(&a), upload(&b)];
+    let outputs = [malloc(n * 4, s), malloc(n * 4, s), malloc(n * 4, s)];
+    let names = [cstr("a"), cstr("b")];
+    let name_ptrs: Vec<_> = names.iter().map(|c| c.as_ptr()).collect();
+    let in_ptrs: Vec<*const libc::c_void> = inputs.iter().map(|&p| p as *const _).collect();
+    let out_ptrs: Vec<*mut libc::c_void> = outputs.iter().map(|&p| p as *mut _).collect();
+    let statements = cstr("s = a + b; d = s * a; m = a > b ? a : b");
+    expect_status!(
+        gpurt_elementwise_multi(statements.as_ptr(), name_ptrs.as_ptr(), in_ptrs.as_ptr(), 2, GPURT_DTYPE_F32 as i32, n, out_ptrs.as_ptr(), 3, s),
+        GPURT_SUCCESS
+    );
+    expect_status!(
+        gpurt_elementwise_multi(statements.as_ptr(), name_ptrs.as_ptr(), in_ptrs.as_ptr(), 2, GPURT_DTYPE_F32 as i32, n, out_ptrs.as_ptr(), 2, s),
+        GPURT_ERROR_INVALID_ARGUMENT
+    );
+    let read = |p: u64| -> Vec<f32> {
+        let mut v = vec![0f32; n];
+        expect_status!(gpurt::copy::ffi::gpurt_memcpy(v.as_mut_ptr().cast(), p as *const _, n * 4, s), GPURT_SUCCESS);
+        v
+    };
+    let (sum, product, max) = (read(outputs[0]), read(outputs[1]), read(outputs[2]));
+    for i in 0..n {
+        let want = a[i] + b[i];
+        assert_eq!((sum[i], product[i], max[i]), (want, want * a[i], if a[i] > b[i] { a[i] } else { b[i] }), "element {i}");
+    }
+    inputs.into_iter().chain(outputs).for_each(free);
+    expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
 }

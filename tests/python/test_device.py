@@ -378,3 +378,15 @@ def test_arch_list_and_bf16(device):
     assert gpurt.is_bf16_supported() == (major >= 8)
     if DRIVER == "gpu":
         assert "sm_%d%d" % gpurt.get_device_capability() in gpurt.get_arch_list()
+
+
+def test_elementwise_writes_several_outputs(gpu):
+    import numpy
+    a = numpy.arange(1000, dtype=numpy.float32) / 7
+    b = numpy.flip(a).copy()
+    da, db = gpurt.DeviceBuffer(shape=1000, dtype="float32"), gpurt.DeviceBuffer(shape=1000, dtype="float32")
+    da.copy_from_host(a)
+    db.copy_from_host(b)
+    s, d = gpurt.DeviceBuffer(shape=1000, dtype="float32"), gpurt.DeviceBuffer(shape=1000, dtype="float32")
+    gpurt.elementwise("s = a + b; d = s * a", {"a": da, "b": db}, [s, d])
+    assert numpy.array_equal(s.to_numpy(), a + b) and numpy.array_equal(d.to_numpy(), (a + b) * a)
