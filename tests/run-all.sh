@@ -98,7 +98,7 @@ LD_LIBRARY_PATH=$stub "$work/gpurt/example-allocator-stats" >/dev/null   # the s
 
 echo "== fault injection: every driver call of a mixed workload failed in turn (stub driver)"
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/fault_test.c $(pkg-config --cflags --libs gpurt) \
-   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -ldl -o "$stub/fault_test"
+   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -ldl -lpthread -o "$stub/fault_test"
 LD_LIBRARY_PATH=$stub "$stub/fault_test"
 
 echo "== the C++ header: g++ and clang++, C++17 and C++20, with and without exceptions (stub driver)"

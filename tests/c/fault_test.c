@@ -9,12 +9,15 @@
  *   - gpurt's reserved bytes equal the device bytes the stub has handed out, and
  *     after empty_cache both are 0; the pinned pool likewise gives every host byte
  *     back to the stub.
- * Runs the sweep with separate and with expandable segments, and prints how many
- * failure points it swept. Needs tests/stub-driver as libcuda.so.1; FAULT_VERBOSE=1
- * prints each failed call and its message. */
+ * Runs the sweep with separate and with expandable segments, then again with the
+ * workload on 4 threads at once (the n-th call among all threads fails: shards,
+ * pools and handle tables shared between threads must stay consistent), and prints
+ * how many failure points it swept. Needs tests/stub-driver as libcuda.so.1;
+ * FAULT_VERBOSE=1 prints each failed call and its message. */
 #define _GNU_SOURCE
 #include <gpurt.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +31,10 @@ static void (*live)(long *, long *, long *, long *);
 #define TRY(call) tried(#call, (call))
 static int tried(const char *what, gpurt_status_t s) {
     if (s == GPURT_SUCCESS) return 1;
-    failed_calls++;
+    __atomic_add_fetch(&failed_calls, 1, __ATOMIC_RELAXED);
     if (getenv("FAULT_VERBOSE")) printf("  %s: %s\n", what, gpurt_last_error_message());
     if (gpurt_last_error_message()[0] == '\0') {
-        failures++;
+        __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
         printf("FAIL: %s returned %s with no message\n", what, gpurt_status_string(s));
     }
     return 0;
@@ -146,6 +149,46 @@ static void check_consistent(const char *what) {
     }
 }
 
+#define THREADS 4
+
+static void *workload_thread(void *unused) {
+    (void)unused;
+    workload();
+    return NULL;
+}
+
+/* The workload on THREADS threads at once. */
+static void threaded_workload(void) {
+    pthread_t threads[THREADS];
+    int i;
+    for (i = 0; i < THREADS; i++) pthread_create(&threads[i], NULL, workload_thread, NULL);
+    for (i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
+}
+
+/* Fails each call of each point in turn while `run` runs; checks after each. */
+static long sweep(const char *const *points, size_t count, const char *config, void (*run)(void), const char *label) {
+    long swept = 0, n;
+    size_t p;
+    char what[200];
+    run(); /* the reference run, no fault */
+    snprintf(what, sizeof what, "a run without faults (%s, %s)", config, label);
+    check_consistent(what);
+    for (p = 0; p < count; p++) {
+        for (n = 1;; n++) {
+            long hit;
+            fail_nth(points[p], n);
+            run();
+            hit = fail_hits();
+            fail_nth(NULL, 0);
+            if (hit == 0) break; /* the workload makes fewer than n such calls */
+            snprintf(what, sizeof what, "failing call %ld of %s (%s, %s)", n, points[p], config, label);
+            check_consistent(what);
+            swept++;
+        }
+    }
+    return swept;
+}
+
 int main(void) {
     static const char *points[] = {"cuMemAlloc_v2", "cuMemHostAlloc", "cuEventCreate", "cuEventRecord",
                                    "cuStreamCreateWithPriority", "cuMemcpyAsync", "cuModuleLoadDataEx",
@@ -153,9 +196,8 @@ int main(void) {
                                    "cuMemAddressReserve", "cuMemCreate", "cuMemMap"};
     static const char *configs[] = {"expandable_segments:False", "expandable_segments:True"};
     void *driver;
-    size_t p, c;
-    long n, swept = 0, by_config[2] = {0, 0};
-    char what[160];
+    size_t c;
+    long swept, threaded = 0, by_config[2] = {0, 0};
     if (gpurt_init() != GPURT_SUCCESS) {
         printf("fault_test: skipped (no driver: %s)\n", gpurt_last_error_message());
         return 0;
@@ -170,25 +212,13 @@ int main(void) {
     }
     for (c = 0; c < 2; c++) {
         if (gpurt_alloc_set_config(configs[c]) != GPURT_SUCCESS) return 1;
-        workload(); /* the reference run, no fault */
-        check_consistent("a run without faults");
-        for (p = 0; p < sizeof points / sizeof points[0]; p++) {
-            for (n = 1;; n++) {
-                long hit;
-                fail_nth(points[p], n);
-                workload();
-                hit = fail_hits();
-                fail_nth(NULL, 0);
-                if (hit == 0) break; /* the workload makes fewer than n such calls */
-                snprintf(what, sizeof what, "failing call %ld of %s (%s)", n, points[p], configs[c]);
-                check_consistent(what);
-                swept++;
-                by_config[c]++;
-            }
-        }
+        by_config[c] = sweep(points, sizeof points / sizeof points[0], configs[c], workload, "one thread");
+        threaded += sweep(points, sizeof points / sizeof points[0], configs[c], threaded_workload, "4 threads");
     }
-    printf("fault_test: %ld failure points swept (%ld with separate segments, %ld expandable), %d injected failures "
-           "reported with a message\n", swept, by_config[0], by_config[1], failed_calls);
-    printf("fault_test: %ld passed, %d failed\n", swept + 2 - failures, failures);
+    swept = by_config[0] + by_config[1] + threaded;
+    printf("fault_test: %ld failure points swept (one thread: %ld with separate segments, %ld expandable; "
+           "4 threads at once: %ld), %d injected failures reported with a message\n",
+           swept, by_config[0], by_config[1], threaded, failed_calls);
+    printf("fault_test: %ld passed, %d failed\n", swept + 4 - failures, failures);
     return failures == 0 ? 0 : 1;
 }

@@ -209,7 +209,9 @@ CUresult cuGraphDebugDotPrint(P g, const char *path, unsigned f) { (void)g; (voi
 /* Virtual memory: reservations are fake address ranges (the stub's copies touch no device memory). */
 static unsigned long long next_reservation = 1ull << 45;
 CUresult cuMemAddressReserve(unsigned long long *p, size_t size, size_t align, unsigned long long addr, unsigned long long f) {
-    (void)align; (void)addr; (void)f; INJECT("cuMemAddressReserve", OOM); *p = next_reservation; next_reservation += size + (1ull << 30); return 0;
+    (void)align; (void)addr; (void)f; INJECT("cuMemAddressReserve", OOM);
+    *p = __atomic_fetch_add(&next_reservation, size + (1ull << 30), __ATOMIC_RELAXED); /* threads reserve at once */
+    return 0;
 }
 CUresult cuMemAddressFree(unsigned long long p, size_t size) { (void)p; (void)size; return 0; }
 CUresult cuMemCreate(unsigned long long *h, size_t size, const void *prop, unsigned long long f) { (void)size; (void)prop; (void)f; INJECT("cuMemCreate", OOM); *h = 1; return 0; }
