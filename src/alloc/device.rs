@@ -154,7 +154,8 @@ pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
     }
     let default = allocator(ordinal)?;
     if ROUTED.load(Ordering::Relaxed) > 0 {
-        let device = default.source().device();
+        // A resolved ordinal is the device; reading the allocator's costs a load on the hot path.
+        let device = if ordinal >= 0 { ordinal } else { default.source().device() };
         let routed = POOL_STACK.try_with(|stack| stack.borrow().route(device, size, native_stream).map(|pool| pool.allocator().malloc(size, key)));
         if let Ok(Some(result)) = routed {
             return result;
