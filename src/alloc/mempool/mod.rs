@@ -263,6 +263,14 @@ impl<S: SegmentSource> PoolStack<S> {
         self.routes.last()?.pool().map(|pool| &**pool)
     }
 
+    /// The top entry's pool when it takes every allocation (no filter).
+    pub fn top_plain(&self) -> Option<&Arc<MemPool<S>>> {
+        match self.routes.last()? {
+            Route::Pool(pool) => Some(pool),
+            _ => None,
+        }
+    }
+
     /// The pool serving this thread's allocation of `size` bytes on `device` for
     /// `stream`: the topmost entry for the device whose filter, if any, accepts it;
     /// `None` for the default pool.
