@@ -28,16 +28,6 @@ static gpurt_memory_stats_t stats_now(void) {
     return stats;
 }
 
-static void fill(unsigned char *bytes, size_t n, uint64_t seed) {
-    size_t i;
-    for (i = 0; i < n; i++) {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        bytes[i] = (unsigned char)seed;
-    }
-}
-
 /* Bytes written on `a` and read on `b` after an event orders them: exact. The block
  * is used on `b`, recorded, and freed: its reuse waits for `b`. */
 static void check_bytes_across_streams(gpurt_stream_t a, gpurt_stream_t b, uint64_t seed) {
@@ -45,7 +35,7 @@ static void check_bytes_across_streams(gpurt_stream_t a, gpurt_stream_t b, uint6
     unsigned char *want = malloc(n), *got = malloc(n);
     void *dev = NULL;
     gpurt_event_t written = NULL;
-    fill(want, n, seed);
+    fill_pattern(want, n, seed);
     EXPECT(gpurt_malloc(n, a, &dev), GPURT_SUCCESS);
     EXPECT(gpurt_memcpy_async(dev, want, n, a), GPURT_SUCCESS);
     EXPECT(gpurt_event_create(0, 0, &written), GPURT_SUCCESS);

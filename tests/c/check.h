@@ -1,9 +1,12 @@
 /* The checks of the C tests: CHECK counts a condition and prints the failed ones
  * with their place, a message and gpurt's last error message; EXPECT checks a
- * call's status. Each test prints `checks` and `failures` at its end. */
+ * call's status. Each test prints `checks` and `failures` at its end. fill_pattern
+ * writes the bytes a test compares: a seed's xorshift stream, so that another
+ * process or stream can check them from the seed alone. */
 #ifndef GPURT_TEST_CHECK_H
 #define GPURT_TEST_CHECK_H
 #include <gpurt.h>
+#include <stdint.h>
 #include <stdio.h>
 
 static int failures = 0, checks = 0;
@@ -19,5 +22,15 @@ static int failures = 0, checks = 0;
         }                                                                                   \
     } while (0)
 #define EXPECT(call, status) CHECK((call) == (status), "%s", #call)
+
+static inline void fill_pattern(unsigned char *bytes, size_t n, uint64_t seed) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        bytes[i] = (unsigned char)seed;
+    }
+}
 
 #endif

@@ -31,16 +31,6 @@ extern char **environ;
 
 /* ---- both sides ------------------------------------------------------------- */
 
-static void pattern(unsigned char *bytes, size_t n, uint64_t seed) {
-    size_t i;
-    for (i = 0; i < n; i++) {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        bytes[i] = (unsigned char)seed;
-    }
-}
-
 static void to_hex(const gpurt_ipc_mem_handle_t *h, char *out) {
     size_t i;
     for (i = 0; i < GPURT_IPC_HANDLE_SIZE; i++) sprintf(out + 2 * i, "%02x", h->bytes[i]);
@@ -79,7 +69,7 @@ static int consumer(int real) {
             if (s == GPURT_SUCCESS && real) {
                 unsigned char *want = malloc(bytes), *got = malloc(bytes);
                 size_t i;
-                pattern(want, bytes, seed);
+                fill_pattern(want, bytes, seed);
                 s = gpurt_memcpy(got, ptr, bytes, legacy());
                 if (s == GPURT_SUCCESS && memcmp(want, got, bytes) != 0) {
                     printf("err 99 the consumer read other bytes than the producer wrote\n");
@@ -188,7 +178,7 @@ static int64_t allocated_now(void) {
 static void *filled_block(size_t bytes, uint64_t seed, int real) {
     void *dev = NULL;
     unsigned char *host = malloc(bytes);
-    pattern(host, bytes, seed);
+    fill_pattern(host, bytes, seed);
     EXPECT(gpurt_malloc_device(0, bytes, &dev), GPURT_SUCCESS);
     if (real) EXPECT(gpurt_memcpy(dev, host, bytes, legacy()), GPURT_SUCCESS);
     free(host);
@@ -248,7 +238,7 @@ static int producer(int real) {
     if (real) {
         unsigned char *want = malloc(bytes), *got = malloc(bytes);
         size_t i;
-        pattern(want, bytes, seed);
+        fill_pattern(want, bytes, seed);
         for (i = 0; i < bytes; i++) want[i] ^= 0x5a;
         EXPECT(gpurt_memcpy(got, a, bytes, legacy()), GPURT_SUCCESS);
         CHECK(memcmp(want, got, bytes) == 0, "the producer sees what the consumer wrote");
