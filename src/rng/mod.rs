@@ -18,6 +18,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
+use crate::alloc::capture::alloc_beside_capture;
+use crate::alloc::pool::SegmentSource;
+use crate::alloc::upstream::DriverSource;
 use crate::boundary::lock;
 use crate::device::{self, per_device, PerDeviceOnce};
 use crate::driver::check;
@@ -54,9 +57,22 @@ pub struct Generator {
     state: Mutex<State>,
 }
 
+/// The replay cell: one u64.
+const CELL_BYTES: u64 = 8;
+
 impl Generator {
     fn new(device: i32, seed: u64) -> Generator {
         Generator { device, state: Mutex::new(State { seed, offset: 0, initial_seed: seed, cell: 0 }) }
+    }
+}
+
+impl Drop for Generator {
+    /// A destroyed generator's cell goes back once no graph's replay hook holds it.
+    fn drop(&mut self) {
+        let cell = lock(&self.state).cell;
+        if cell != 0 {
+            DriverSource::new(self.device).release(cell, CELL_BYTES);
+        }
     }
 }
 
@@ -165,14 +181,7 @@ impl crate::graph::ReplayHook for CapturedDraws {
 /// The generator's replay cell, made on first use (outside the capture's graph).
 fn replay_cell(generator: &Generator, state: &mut State) -> Result<u64> {
     if state.cell == 0 {
-        state.cell = device::with_device(generator.device, || {
-            let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-            check(unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }, "cuThreadExchangeStreamCaptureMode")?;
-            let mut cell = 0;
-            let made = check(unsafe { sys::cuMemAlloc_v2(&mut cell, 8) }, "cuMemAlloc");
-            check(unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }, "cuThreadExchangeStreamCaptureMode")?;
-            made.map(|()| cell)
-        })?;
+        state.cell = alloc_beside_capture(&DriverSource::new(generator.device), CELL_BYTES)?;
     }
     Ok(state.cell)
 }

@@ -53,12 +53,19 @@ fn exchange_capture_mode(mode: sys::CUstreamCaptureMode) -> Result<sys::CUstream
     Ok(m)
 }
 
+/// `size` bytes from `driver`'s `cuMemAlloc`, legal while this thread's stream
+/// captures: the capture mode is relaxed around the call (the allocation is not part
+/// of the graph; a plain `cuMemAlloc` would invalidate a global or thread-local capture).
+pub(crate) fn alloc_beside_capture(driver: &DriverSource, size: u64) -> Result<u64> {
+    let previous = exchange_capture_mode(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+    let result = driver.alloc_segment(size);
+    exchange_capture_mode(previous)?;
+    result
+}
+
 impl SegmentSource for CaptureSource {
     fn allocate(&self, size: u64, _stream: u64) -> Result<u64> {
-        let previous = exchange_capture_mode(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
-        let result = self.driver.alloc_segment(size);
-        exchange_capture_mode(previous)?;
-        result
+        alloc_beside_capture(&self.driver, size)
     }
     fn release(&self, addr: u64, size: u64) {
         self.driver.release(addr, size)
