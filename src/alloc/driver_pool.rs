@@ -19,7 +19,7 @@ use super::caching::{out_of_memory_error, GPURT_MAX_ALLOCATION_SIZE};
 use super::stats::{format_bytes, gpurt_memory_stats_t, gpurt_stat_t, GPURT_STATS_UNKNOWN_WITH_DRIVER_POOL};
 use super::stream_key::native_stream_of;
 use crate::boundary::lock;
-use crate::device::{self, per_device, PerDeviceOnce};
+use crate::device::{self, PerDeviceOnce};
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
 
@@ -155,7 +155,7 @@ impl DriverPool {
         let stream = native_stream_of(block.stream);
         let freed = self.in_context(|| {
             for &other in &block.used_on {
-                wait_for(stream, native_stream_of(other))?;
+                crate::event::native_stream_wait(self.device, stream as sys::CUstream, native_stream_of(other) as sys::CUstream)?;
             }
             check(unsafe { sys::cuMemFreeAsync(ptr, stream as sys::CUstream) }, "cuMemFreeAsync")
         });
@@ -265,30 +265,11 @@ pub(crate) fn is_active() -> bool {
 
 /// The backend of device `d` (a resolved ordinal), made on first use.
 pub(crate) fn for_device(d: i32) -> Result<&'static DriverPool> {
-    let cell = &POOLS.get_or_init(|| per_device(OnceLock::new))[d as usize];
-    if let Some(pool) = cell.get() {
-        return Ok(pool);
-    }
     static MAKING: Mutex<()> = Mutex::new(());
-    let _making = lock(&MAKING);
-    if let Some(pool) = cell.get() {
-        return Ok(pool);
-    }
-    let pool = device::with_device(d, || DriverPool::new(d))?;
-    Ok(cell.get_or_init(|| pool))
+    device::per_device_try_init(&POOLS, &MAKING, d, || device::with_device(d, || DriverPool::new(d)))
 }
 
 /// Every device's backend made so far.
 pub(crate) fn created() -> impl Iterator<Item = &'static DriverPool> {
     POOLS.get().into_iter().flat_map(|p| p.iter().filter_map(OnceLock::get))
-}
-
-/// Makes `stream` wait for the work queued on `other` so far.
-fn wait_for(stream: u64, other: u64) -> Result<()> {
-    let mut event = std::ptr::null_mut();
-    check(unsafe { sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }, "cuEventCreate")?;
-    let waited = check(unsafe { sys::cuEventRecord(event, other as sys::CUstream) }, "cuEventRecord")
-        .and_then(|()| check(unsafe { sys::cuStreamWaitEvent(stream as sys::CUstream, event, 0) }, "cuStreamWaitEvent"));
-    unsafe { sys::cuEventDestroy_v2(event) };
-    waited
 }

@@ -3,7 +3,7 @@
 
 pub mod ffi;
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys::{self, CUcontext, CUdevice_attribute as A, CUresult};
 
@@ -66,6 +66,22 @@ pub(crate) type PerDeviceOnce<T> = OnceLock<Box<[OnceLock<T>]>>;
 /// A table with one entry per device, for lazily filled per-device state.
 pub(crate) fn per_device<T>(make: impl Fn() -> T) -> Box<[T]> {
     (0..count().unwrap_or(0)).map(|_| make()).collect()
+}
+
+/// `table`'s entry for device `d` (a resolved ordinal), made by `make` on first use.
+/// Makers hold `making`, so a `make` that can fail, or that must not run twice
+/// (it creates something), runs once per entry.
+pub(crate) fn per_device_try_init<T>(table: &'static PerDeviceOnce<T>, making: &Mutex<()>, d: i32, make: impl FnOnce() -> Result<T>) -> Result<&'static T> {
+    let cell = &table.get_or_init(|| per_device(OnceLock::new))[d as usize];
+    if let Some(value) = cell.get() {
+        return Ok(value);
+    }
+    let _making = crate::boundary::lock(making);
+    if let Some(value) = cell.get() {
+        return Ok(value);
+    }
+    let value = make()?;
+    Ok(cell.get_or_init(|| value))
 }
 
 /// The primary context of a (checked) device, retained once for the process's

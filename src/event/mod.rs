@@ -277,10 +277,25 @@ pub fn stream_wait_event(handle: Handle, event: Handle) -> Result<()> {
 pub fn stream_wait_stream(handle: Handle, other: Handle) -> Result<()> {
     crate::stream::get(handle)?; // checked before an event is taken
     let source = crate::stream::get(other)?;
-    let event = pool_get(source.device())?;
-    // The wait is bound to the record made before it, so the event can go back to the
-    // pool (and be recorded again) at once.
-    let result = record(event, other).and_then(|()| stream_wait_event(handle, event));
+    with_pooled_event(source.device(), |event| record(event, other).and_then(|()| stream_wait_event(handle, event)))
+}
+
+/// `stream_wait_stream` for native streams of `device` (whose context is current):
+/// the allocators' cross-stream frees.
+pub(crate) fn native_stream_wait(device: i32, waiting: sys::CUstream, other: sys::CUstream) -> Result<()> {
+    with_pooled_event(device, |event| {
+        let raw = get(event)?.cu();
+        check(unsafe { sys::cuEventRecord(raw, other) }, "cuEventRecord")?;
+        check(unsafe { sys::cuStreamWaitEvent(waiting, raw, 0) }, "cuStreamWaitEvent")
+    })
+}
+
+/// Runs `f` with a pooled event of `device`, then gives the event back. A wait is
+/// bound to the record made before it, so the event can go back to the pool (and be
+/// recorded again) at once.
+fn with_pooled_event<R>(device: i32, f: impl FnOnce(Handle) -> Result<R>) -> Result<R> {
+    let event = pool_get(device)?;
+    let result = f(event);
     destroy(event)?;
     result
 }

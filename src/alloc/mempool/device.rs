@@ -13,8 +13,7 @@ use crate::alloc::capture;
 use crate::alloc::device::{self as pools, MEM_POOLS};
 use crate::alloc::upstream::{AsyncSource, DriverSource, ManagedSource, PoolSource, UserFunctions, UserSource, GPURT_MEM_ATTACH_GLOBAL};
 use crate::alloc::stats::gpurt_memory_stats_t;
-use crate::boundary::lock;
-use crate::device::{self, per_device, PerDeviceOnce};
+use crate::device::{self, PerDeviceOnce};
 use crate::error::{Error, Result};
 use crate::handle::{Handle, HandleTable, Kind};
 
@@ -105,18 +104,8 @@ pub fn destroy_graph_pool(handle: Handle) -> Result<()> {
 /// The handle of `ordinal`'s default pool: the same handle at every call.
 pub fn default_handle(ordinal: i32) -> Result<Handle> {
     let d = device::resolve(ordinal)?;
-    let handles = DEFAULT_HANDLES.get_or_init(|| per_device(OnceLock::new));
-    let cell = &handles[d as usize];
-    if let Some(handle) = cell.get() {
-        return Ok(*handle);
-    }
     static MAKING: Mutex<()> = Mutex::new(());
-    let _making = lock(&MAKING);
-    if let Some(handle) = cell.get() {
-        return Ok(*handle);
-    }
-    let handle = HANDLES.insert(DEFAULT_POOL | d as u64)?;
-    Ok(*cell.get_or_init(|| handle))
+    device::per_device_try_init(&DEFAULT_HANDLES, &MAKING, d, || HANDLES.insert(DEFAULT_POOL | d as u64)).copied()
 }
 
 /// Destroys a user pool (see `MemPools::destroy`: refused while it is in use).
