@@ -185,6 +185,49 @@ pub(crate) fn write_sized<T: Copy>(out: *mut T, value: &T, minimum: usize, name:
     Ok(())
 }
 
+/// Copies `text` into a caller's buffer of `capacity` bytes, truncated and
+/// NUL-terminated (nothing when `capacity` is 0). `buffer` is not NULL where
+/// `capacity` is above 0: the caller checked it.
+pub(crate) fn write_c_string(buffer: *mut libc::c_char, capacity: usize, text: &str) {
+    if capacity == 0 {
+        return;
+    }
+    let n = text.len().min(capacity - 1);
+    // SAFETY: the caller provides `capacity` writable bytes at `buffer`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr().cast::<libc::c_char>(), buffer, n);
+        *buffer.add(n) = 0;
+    }
+}
+
+/// A caller's array of `capacity` items and the count of items there are: the C
+/// convention of the listing calls (ask with capacity 0 for the count, then again).
+/// Checked when made, before the list is computed.
+pub(crate) struct ListOut<T> {
+    items: *mut T,
+    capacity: usize,
+    count: Out<usize>,
+}
+
+impl<T: Copy> ListOut<T> {
+    pub(crate) fn new(items: *mut T, capacity: usize, count: *mut usize, name: &str) -> Result<ListOut<T>> {
+        let count = Out::new(count, "count")?;
+        if capacity > 0 && items.is_null() {
+            return Err(Error::invalid_argument(format!("`{name}` is NULL with a capacity above 0")));
+        }
+        Ok(ListOut { items, capacity, count })
+    }
+
+    /// Writes the first `capacity` of `all`, and how many there are.
+    pub(crate) fn write(self, all: &[T]) {
+        for (i, item) in all.iter().take(self.capacity).enumerate() {
+            // SAFETY: the caller gives `capacity` writable items (checked non-NULL).
+            unsafe { self.items.add(i).write(*item) };
+        }
+        self.count.write(all.len());
+    }
+}
+
 /// Writes each value through its out-parameter; NULL ones are skipped (outputs the
 /// caller may not want).
 pub(crate) fn write_optional<const N: usize>(values: [(*mut u64, u64); N]) {

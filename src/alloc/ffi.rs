@@ -162,14 +162,7 @@ pub extern "C" fn gpurt_memory_summary(device: c_int, buffer: *mut c_char, capac
         }
         let text = super::stats::summary(crate::device::resolve(device)?, &super::device::stats(device)?);
         needed.write(text.len() + 1);
-        if capacity > 0 {
-            let n = text.len().min(capacity - 1);
-            // SAFETY: the caller provides `capacity` writable bytes at `buffer`.
-            unsafe {
-                std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), buffer, n);
-                *buffer.add(n) = 0;
-            }
-        }
+        boundary::write_c_string(buffer, capacity, &text);
         Ok(())
     })
 }

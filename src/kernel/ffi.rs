@@ -150,16 +150,8 @@ pub extern "C" fn gpurt_rtc_version(major: *mut c_int, minor: *mut c_int) -> gpu
 #[no_mangle]
 pub extern "C" fn gpurt_arch_list(archs: *mut c_int, capacity: usize, count: *mut usize) -> gpurt_status_t {
     boundary::call("gpurt_arch_list", || {
-        let count = Out::new(count, "count")?;
-        if capacity > 0 && archs.is_null() {
-            return Err(crate::Error::invalid_argument("`archs` is NULL with a capacity above 0"));
-        }
-        let all = super::rtc::supported_archs()?;
-        for (i, a) in all.iter().take(capacity).enumerate() {
-            // SAFETY: the caller gives `capacity` writable ints.
-            unsafe { archs.add(i).write(*a) };
-        }
-        count.write(all.len());
+        let out = boundary::ListOut::new(archs, capacity, count, "archs")?;
+        out.write(&super::rtc::supported_archs()?);
         Ok(())
     })
 }

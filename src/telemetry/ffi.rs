@@ -21,16 +21,8 @@ pub extern "C" fn gpurt_device_telemetry(device: c_int, telemetry: *mut gpurt_te
 #[no_mangle]
 pub extern "C" fn gpurt_device_processes(device: c_int, processes: *mut gpurt_process_t, capacity: usize, count: *mut usize) -> gpurt_status_t {
     boundary::call("gpurt_device_processes", || {
-        let count = Out::new(count, "count")?;
-        if capacity > 0 && processes.is_null() {
-            return Err(crate::Error::invalid_argument("`processes` is NULL with a capacity above 0"));
-        }
-        let found = super::processes(device)?;
-        for (i, p) in found.iter().take(capacity).enumerate() {
-            // SAFETY: the caller gives `capacity` writable entries.
-            unsafe { processes.add(i).write(*p) };
-        }
-        count.write(found.len());
+        let out = boundary::ListOut::new(processes, capacity, count, "processes")?;
+        out.write(&super::processes(device)?);
         Ok(())
     })
 }

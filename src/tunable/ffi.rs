@@ -96,14 +96,8 @@ pub extern "C" fn gpurt_tunable_op_choice(
 ) -> gpurt_status_t {
     boundary::call("gpurt_tunable_op_choice", || {
         let (chosen, tuned) = super::choice(self::op(op), device, in_str(signature, "signature")?)?;
-        if !name.is_null() && capacity > 0 {
-            let bytes = chosen.unwrap_or_default().into_bytes();
-            let n = bytes.len().min(capacity - 1);
-            // SAFETY: the caller gives `capacity` writable bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), name.cast::<u8>(), n);
-                name.add(n).write(0);
-            }
+        if !name.is_null() {
+            boundary::write_c_string(name, capacity, &chosen.unwrap_or_default());
         }
         boundary::write_optional([(tunings, tuned)]);
         Ok(())
