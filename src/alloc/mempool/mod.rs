@@ -259,10 +259,6 @@ impl<S: SegmentSource> PoolStack<S> {
 
     /// The pool pushed last, if it is not a default pool.
     #[inline]
-    pub fn top(&self) -> Option<&MemPool<S>> {
-        self.routes.last()?.pool().map(|pool| &**pool)
-    }
-
     /// The top entry's pool when it takes every allocation (no filter).
     pub fn top_plain(&self) -> Option<&Arc<MemPool<S>>> {
         match self.routes.last()? {
