@@ -234,6 +234,16 @@
 #define GPURT_RNG_DEFAULT_SEED 67280421310721
 
 /**
+ * `gpurt_sanitizer_access`: the work reads the range.
+ */
+#define GPURT_ACCESS_READ 1
+
+/**
+ * `gpurt_sanitizer_access`: the work writes the range (`READ | WRITE`: both, checked as a write).
+ */
+#define GPURT_ACCESS_WRITE 2
+
+/**
  * The flag of a stream that does not synchronise with the legacy default stream.
  */
 #define GPURT_STREAM_NON_BLOCKING 1
@@ -1671,6 +1681,51 @@ gpurt_status_t gpurt_random_permutation(gpurt_generator_t gen,
                                         size_t n,
                                         int dtype,
                                         gpurt_stream_t stream);
+
+/**
+ * Turns the stream sanitizer on (non-zero) or off. Off (the default, unless
+ * `GPURT_SANITIZER=1`), every hook costs one branch. Turning it off forgets what it
+ * tracked; turning it on again starts afresh.
+ */
+gpurt_status_t gpurt_sanitizer_enable(int on);
+
+/**
+ * Whether the sanitizer is on: 1 or 0.
+ */
+gpurt_status_t gpurt_sanitizer_is_enabled(int *on);
+
+/**
+ * With non-zero, a report aborts the process after it is logged (also
+ * `GPURT_SANITIZER_ABORT=1`): for test suites that must stop at the first race.
+ */
+gpurt_status_t gpurt_sanitizer_set_abort(int abort);
+
+/**
+ * With zero, accesses no longer keep their native stacks (reports then name the
+ * streams, tags and ranges only); non-zero keeps them again (the default; also
+ * `GPURT_SANITIZER_STACKS=0`). A stack costs microseconds an access.
+ */
+gpurt_status_t gpurt_sanitizer_set_stacks(int keep);
+
+/**
+ * Races and unsafe frees reported since the process started.
+ */
+gpurt_status_t gpurt_sanitizer_report_count(uint64_t *n);
+
+/**
+ * Declares that work just queued (or about to be queued) on `stream` reads or
+ * writes `size` bytes at `ptr` (`access`: `GPURT_ACCESS_READ`, `GPURT_ACCESS_WRITE`
+ * or both). `tag` (may be NULL) names the work in reports. A race with an earlier
+ * access on another stream that nothing orders is reported through the log
+ * callback at error level, with the word "race", and counted. On a capturing
+ * stream, the access counts at each replay of the graph. While the sanitizer is
+ * off, only `access` is checked and the call returns at once.
+ */
+gpurt_status_t gpurt_sanitizer_access(const void *ptr,
+                                      size_t size,
+                                      int access,
+                                      gpurt_stream_t stream,
+                                      const char *tag);
 
 /**
  * Creates a stream on `device` with `flags` (0 or `GPURT_STREAM_NON_BLOCKING`) and

@@ -33,6 +33,7 @@ pub mod managed;
 pub mod pinned;
 pub mod process;
 pub mod rng;
+pub mod sanitizer;
 pub mod stream;
 pub mod sync_debug;
 pub mod telemetry;

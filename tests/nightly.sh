@@ -24,7 +24,7 @@ has_rust_src() { [ -d "$(rustc +nightly --print sysroot)/lib/rustlib/src/rust/li
 # library), in a hundredth of their native iterations (`test_iterations`). The
 # allocator's own suite (alloc::tests) takes over an hour there (ThreadSanitizer runs
 # it natively): MIRI_FULL=1 adds it.
-miri_tests=(handle:: alloc::blocks alloc::config alloc::stats alloc::owners alloc::mempool copy::staged alloc::capture::pools pinned::tests dtype)
+miri_tests=(handle:: alloc::blocks alloc::config alloc::stats alloc::owners alloc::mempool copy::staged alloc::capture::pools pinned::tests dtype sanitizer::tracker sanitizer::shadow sanitizer::clock)
 [ "${MIRI_FULL:-0}" = 1 ] && miri_tests+=(alloc::tests)
 # Each tool has a time budget, so that a slow or stuck run fails with its name
 # instead of running into CI's limit.

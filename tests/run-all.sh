@@ -131,12 +131,16 @@ echo "== TunableOp: concurrent first runs tune once, the results file, a second 
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/tunable_test.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/tunable_test"
 LD_LIBRARY_PATH=$stub "$stub/tunable_test"
+echo "== stream sanitizer: each happens-before rule, graphs, misuse, 8 ordered threads (stub driver)"
+cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/sanitizer_test.c $(pkg-config --cflags --libs gpurt) \
+   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/sanitizer_test"
+LD_LIBRARY_PATH=$stub "$stub/sanitizer_test"
 echo "== soak: 8 threads of mixed calls, final invariants (stub driver; 60 s with byte checks in the GPU suite)"
 cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror tests/c/soak.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/soak"
 LD_LIBRARY_PATH=$stub "$stub/soak" 3 8
 LD_LIBRARY_PATH=$stub "$stub/dlclose_test" "$(pkg-config --variable=libdir gpurt)/libgpurt.so.0"
-LD_LIBRARY_PATH=$stub GPURT_LIB="$cargo_dir/release/libgpurt.so" cargo bench --bench streams_events --bench alloc
+LD_LIBRARY_PATH=$stub GPURT_LIB="$cargo_dir/release/libgpurt.so" cargo bench --bench streams_events --bench alloc --bench sanitizer
 
 echo "== Python: pip install . into a venv (the wheel builds libgpurt through CMake), pytest without a driver and on the stub"
 venv=$work/python-venv

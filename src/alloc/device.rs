@@ -19,7 +19,8 @@ use super::stats::gpurt_memory_stats_t;
 use crate::boundary::lock;
 use crate::device::{self, per_device};
 use crate::error::{Error, Result};
-use super::stream_key::stream_key;
+use crate::sanitizer;
+use crate::stream::key::{sanitizer_ref, stream_key};
 
 static CONFIG: Mutex<Option<AllocConfig>> = Mutex::new(None);
 static ALLOCATORS: device::PerDeviceOnce<CachingAllocator<DriverSource>> = OnceLock::new();
@@ -186,6 +187,23 @@ fn top_pool(device: Option<i32>) -> Option<&'static MemPool<PoolSource>> {
 /// memory nodes instead), else from the pool this thread has pushed for the device,
 /// else from the device's default pool.
 pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
+    let ptr = malloc_routed(ordinal, size, native_stream)?;
+    if sanitizer::enabled() {
+        tell_sanitizer(ordinal, ptr, size, native_stream);
+    }
+    Ok(ptr)
+}
+
+#[cold]
+#[inline(never)]
+fn tell_sanitizer(ordinal: i32, ptr: u64, size: u64, native_stream: u64) {
+    if let Ok(device) = crate::device::resolve(ordinal) {
+        sanitizer::allocated(ptr, size, sanitizer_ref(device, native_stream, None));
+    }
+}
+
+#[inline(always)]
+fn malloc_routed(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
     let key = stream_key(native_stream);
     if let Some(private) = super::capture::capture_allocator(native_stream)? {
         return private.malloc(size, key);
@@ -218,19 +236,29 @@ fn malloc_from_driver_pool(device: i32, size: u64, native_stream: u64, key: u64)
 /// gpurt with the native backend still takes its private pool).
 pub fn malloc_from_default(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
     match default_pool(ordinal)? {
-        DefaultPool::Caching(a) => malloc_from(a, size, native_stream),
-        DefaultPool::Driver(p) => p.malloc(size, native_stream, stream_key(native_stream)),
+        DefaultPool::Caching(a) => malloc_from(ordinal, a, size, native_stream),
+        DefaultPool::Driver(p) => {
+            let ptr = p.malloc(size, native_stream, stream_key(native_stream))?;
+            if sanitizer::enabled() {
+                tell_sanitizer(ordinal, ptr, size, native_stream);
+            }
+            Ok(ptr)
+        }
     }
 }
 
-/// Allocates from `pool` for `native_stream`, which must be on the pool's device
-/// (`gpurt_mem_pool_malloc`). A capture through gpurt still takes its private pool.
-pub fn malloc_from<S: SegmentSource>(pool: &CachingAllocator<S>, size: u64, native_stream: u64) -> Result<u64> {
+/// Allocates from `pool` (of `device`) for `native_stream`, which must be on that
+/// device (`gpurt_mem_pool_malloc`). A capture through gpurt still takes its private pool.
+pub fn malloc_from<S: SegmentSource>(device: i32, pool: &CachingAllocator<S>, size: u64, native_stream: u64) -> Result<u64> {
     let key = stream_key(native_stream);
-    if let Some(private) = super::capture::capture_allocator(native_stream)? {
-        return private.malloc(size, key);
+    let ptr = match super::capture::capture_allocator(native_stream)? {
+        Some(private) => private.malloc(size, key)?,
+        None => pool.malloc(size, key)?,
+    };
+    if sanitizer::enabled() {
+        tell_sanitizer(device, ptr, size, native_stream);
     }
-    pool.malloc(size, key)
+    Ok(ptr)
 }
 
 /// What a pointer-only call does to its block, in whichever allocator holds it.
@@ -334,7 +362,9 @@ pub fn free(ptr: u64) -> Result<()> {
     match on_owner(ptr, BlockOp::Free) {
         Err(missed) => super::capture::free_private(ptr).unwrap_or(Err(missed)),
         freed => freed,
-    }
+    }?;
+    sanitizer::freed(ptr);
+    Ok(())
 }
 
 /// The device and place of the live block at `ptr` (of a default or user pool).
@@ -355,6 +385,15 @@ pub fn place(ptr: u64) -> Result<(i32, BlockPlace)> {
 }
 
 pub fn record_stream(ptr: u64, native_stream: u64) -> Result<()> {
+    record_stream_in_pools(ptr, native_stream)?;
+    if sanitizer::enabled() {
+        let device = place(ptr).map(|(device, _)| device).unwrap_or_else(|_| crate::device::current().unwrap_or(0));
+        sanitizer::recorded_on(ptr, sanitizer_ref(device, native_stream, None));
+    }
+    Ok(())
+}
+
+fn record_stream_in_pools(ptr: u64, native_stream: u64) -> Result<()> {
     if driver_pool::is_active() {
         if let Some(recorded) = driver_pool::created().find_map(|p| p.try_record_stream(ptr, stream_key(native_stream))) {
             return recorded;

@@ -17,7 +17,7 @@ use cudarc::driver::sys;
 
 use super::caching::{out_of_memory_error, GPURT_MAX_ALLOCATION_SIZE};
 use super::stats::{format_bytes, gpurt_memory_stats_t, gpurt_stat_t, GPURT_STATS_UNKNOWN_WITH_DRIVER_POOL};
-use super::stream_key::native_stream_of;
+use crate::stream::key::native_stream_of;
 use crate::boundary::lock;
 use crate::device::{self, PerDeviceOnce};
 use crate::driver::check;

@@ -20,7 +20,6 @@ pub mod mempool;
 mod owners;
 pub mod pool;
 pub mod stats;
-mod stream_key;
 pub mod upstream;
 
 #[cfg(test)]

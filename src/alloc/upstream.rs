@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use cudarc::driver::sys;
 
 use super::pool::SegmentSource;
-use super::stream_key::native_stream_of;
+use crate::stream::key::native_stream_of;
 use crate::device;
 use crate::driver::check;
 use crate::error::{Error, Result, Status};

@@ -12,11 +12,23 @@ use crate::boundary::{check_range, checked_bytes};
 use crate::driver::check;
 use crate::error::{Error, Result};
 use crate::handle::Handle;
+use crate::sanitizer::{self, Access};
 use crate::stream::Stream;
 use staged::{ChunkTransfer, STAGING_BUFFERS, STAGING_CHUNK};
 
 fn note_uses(stream: Stream, pointers: &[u64]) {
     pointers.iter().for_each(|&p| crate::pinned::note_use(p, stream));
+}
+
+/// Declares a copy's (or memset's, with no source) accesses to the stream sanitizer.
+#[inline]
+fn declare(stream: Stream, dst: (u64, u64), src: Option<(u64, u64)>, what: &str) {
+    if sanitizer::enabled() {
+        if let Some((src, bytes)) = src {
+            sanitizer::access(stream, src, bytes, Access::Read, what);
+        }
+        sanitizer::access(stream, dst.0, dst.1, Access::Write, what);
+    }
 }
 
 /// `bytes` from `src` to `dst`, queued on `stream`.
@@ -28,7 +40,9 @@ pub fn copy_async(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<()> 
 pub fn copy_blocking(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<()> {
     crate::sync_debug::on_blocking_call("gpurt_memcpy")?;
     let s = enqueue_copy(dst, src, bytes, stream)?;
-    s.run(|cu| check(unsafe { sys::cuStreamSynchronize(cu) }, "cuStreamSynchronize"))
+    s.run(|cu| check(unsafe { sys::cuStreamSynchronize(cu) }, "cuStreamSynchronize"))?;
+    sanitizer::stream_synchronized(s);
+    Ok(())
 }
 
 /// Queues the copy; gives the stream, looked up once.
@@ -41,6 +55,7 @@ fn enqueue_copy(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<Stream
     require_ranges(dst, bytes, src, bytes)?;
     s.run(|cu| check(unsafe { sys::cuMemcpyAsync(dst, src, bytes as usize, cu) }, "cuMemcpyAsync"))?;
     note_uses(s, &[dst, src]);
+    declare(s, (dst, bytes), Some((src, bytes)), "gpurt_memcpy");
     Ok(s)
 }
 
@@ -71,7 +86,9 @@ pub fn copy_peer_async(dst: u64, dst_device: i32, src: u64, src_device: i32, byt
     require_ranges(dst, bytes, src, bytes)?;
     s.run(|cu| {
         check(unsafe { sys::cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, bytes as usize, cu) }, "cuMemcpyPeerAsync")
-    })
+    })?;
+    declare(s, (dst, bytes), Some((src, bytes)), "gpurt_memcpy_peer");
+    Ok(())
 }
 
 /// Sets `count` elements of `element_size` bytes (1, 2 or 4) at `dst` to `value`.
@@ -95,7 +112,9 @@ pub fn memset_async(dst: u64, value: u32, element_size: u32, count: u64, stream:
         1 => check(unsafe { sys::cuMemsetD8Async(dst, value as u8, n, cu) }, "cuMemsetD8Async"),
         2 => check(unsafe { sys::cuMemsetD16Async(dst, value as u16, n, cu) }, "cuMemsetD16Async"),
         _ => check(unsafe { sys::cuMemsetD32Async(dst, value, n, cu) }, "cuMemsetD32Async"),
-    })
+    })?;
+    declare(s, (dst, count * u64::from(element_size)), None, "gpurt_memset");
+    Ok(())
 }
 
 /// A 2D copy: `height` rows of `width` bytes, rows `src_pitch` / `dst_pitch` bytes
@@ -113,7 +132,8 @@ pub fn copy_2d_async(dst: u64, dst_pitch: u64, src: u64, src_pitch: u64, width: 
     require_pointers(dst, src)?;
     // The last row ends `pitch × (height − 1) + width` bytes past the start.
     let span = |pitch: u64, name| checked_bytes(pitch, height - 1, name).and_then(|rows| rows.checked_add(width).ok_or_else(|| overflow(name)));
-    require_ranges(dst, span(dst_pitch, "dst_pitch")?, src, span(src_pitch, "src_pitch")?)?;
+    let (dst_span, src_span) = (span(dst_pitch, "dst_pitch")?, span(src_pitch, "src_pitch")?);
+    require_ranges(dst, dst_span, src, src_span)?;
     let unified = sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
     let params = sys::CUDA_MEMCPY2D_st {
         srcXInBytes: 0,
@@ -135,6 +155,8 @@ pub fn copy_2d_async(dst: u64, dst_pitch: u64, src: u64, src_pitch: u64, width: 
     };
     s.run(|cu| check(unsafe { sys::cuMemcpy2DAsync_v2(&params, cu) }, "cuMemcpy2DAsync"))?;
     note_uses(s, &[dst, src]);
+    // Each side as one range from its first row to its last: the gaps between rows too.
+    declare(s, (dst, dst_span), Some((src, src_span)), "gpurt_memcpy_2d");
     Ok(())
 }
 
@@ -180,6 +202,8 @@ impl StreamTransfer {
             require_ranges(device_ptr, bytes, host_ptr, bytes)?;
             require_host_memory(host_ptr)?;
             crate::stream::ensure_not_capturing(handle, "a staged copy")?;
+            let access = if upload { Access::Write } else { Access::Read };
+            sanitizer::access(stream, device_ptr, bytes, access, "gpurt staged copy");
         }
         Ok(StreamTransfer { handle, stream, device_ptr, upload })
     }

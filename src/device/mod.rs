@@ -366,5 +366,7 @@ pub fn set_peer_access(ordinal: i32, peer: i32, enable: bool) -> Result<()> {
 pub fn synchronize(ordinal: i32) -> Result<()> {
     let ordinal = resolve(ordinal)?;
     crate::sync_debug::on_blocking_call("device synchronize")?;
-    with_device(ordinal, || check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize"))
+    with_device(ordinal, || check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize"))?;
+    crate::sanitizer::device_synchronized(ordinal);
+    Ok(())
 }

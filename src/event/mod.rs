@@ -13,6 +13,7 @@ use crate::device::{self, per_device};
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
 use crate::handle::{Handle, HandleTable, Kind, Packed};
+use crate::sanitizer;
 
 pub const GPURT_EVENT_BLOCKING_SYNC: u32 = 0x1;
 pub const GPURT_EVENT_DISABLE_TIMING: u32 = 0x2;
@@ -194,7 +195,10 @@ pub fn destroy(handle: Handle) -> Result<()> {
 #[inline]
 pub fn record(event: Handle, stream: Handle) -> Result<()> {
     let e = get(event)?;
-    crate::stream::get(stream)?.run(|s| check(unsafe { sys::cuEventRecord(e.cu(), s) }, "cuEventRecord"))
+    let s = crate::stream::get(stream)?;
+    s.run(|cu| check(unsafe { sys::cuEventRecord(e.cu(), cu) }, "cuEventRecord"))?;
+    sanitizer::event_recorded(e.raw as u64, s);
+    Ok(())
 }
 
 /// Records `event` on this thread's current stream of the event's device.
@@ -208,7 +212,10 @@ pub fn record_on_current(event: Handle) -> Result<()> {
 pub fn query(event: Handle) -> Result<bool> {
     let e = get(event)?;
     match unsafe { sys::cuEventQuery(e.cu()) } {
-        CUresult::CUDA_SUCCESS => Ok(true),
+        CUresult::CUDA_SUCCESS => {
+            sanitizer::event_synchronized(e.raw as u64);
+            Ok(true)
+        }
         CUresult::CUDA_ERROR_NOT_READY => Ok(false),
         code => Err(crate::driver::error("cuEventQuery", code)),
     }
@@ -217,7 +224,9 @@ pub fn query(event: Handle) -> Result<bool> {
 pub fn synchronize(event: Handle) -> Result<()> {
     let e = get(event)?;
     crate::sync_debug::on_blocking_call("event synchronize")?;
-    check(unsafe { sys::cuEventSynchronize(e.cu()) }, "cuEventSynchronize")
+    check(unsafe { sys::cuEventSynchronize(e.cu()) }, "cuEventSynchronize")?;
+    sanitizer::event_synchronized(e.raw as u64);
+    Ok(())
 }
 
 /// Milliseconds between two recorded, completed timing events.
@@ -269,7 +278,9 @@ pub fn open_ipc(ordinal: i32, bytes: &[u8; 64]) -> Result<Handle> {
 pub fn stream_wait_event(handle: Handle, event: Handle) -> Result<()> {
     let stream = crate::stream::get(handle)?;
     let event = get(event)?;
-    stream.run(|s| check(unsafe { sys::cuStreamWaitEvent(s, event.cu(), 0) }, "cuStreamWaitEvent"))
+    stream.run(|s| check(unsafe { sys::cuStreamWaitEvent(s, event.cu(), 0) }, "cuStreamWaitEvent"))?;
+    sanitizer::stream_waited(stream, event.raw as u64);
+    Ok(())
 }
 
 /// Makes future work on `handle` wait for all work queued on `other` so far, through

@@ -7,6 +7,7 @@ pub mod ffi;
 mod replay;
 
 use std::ffi::CString;
+use std::sync::Arc;
 
 use cudarc::driver::sys;
 
@@ -72,7 +73,11 @@ pub fn end_capture(stream: Handle) -> Result<Handle> {
     let mut graph = std::ptr::null_mut();
     let ended = s.run(|cu| check(unsafe { sys::cuStreamEndCapture(cu, &mut graph) }, "cuStreamEndCapture"));
     let pool = capture::end(capture);
-    let hooks = replay::capture_ended(capture);
+    let mut hooks = replay::capture_ended(capture);
+    let accesses = crate::sanitizer::take_captured(capture);
+    if !accesses.is_empty() {
+        hooks.push(Arc::new(accesses));
+    }
     let graph = ended.and_then(|()| GRAPHS.insert(DeviceObject { raw: graph as usize, device: s.device() }).inspect_err(|_| unsafe {
         sys::cuGraphDestroy(graph);
     }));

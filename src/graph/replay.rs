@@ -69,6 +69,15 @@ pub(super) fn forget(holder: u64) {
     }
 }
 
+/// A capture's accesses declared to the stream sanitizer, declared again on the
+/// launch stream at each replay.
+impl ReplayHook for crate::sanitizer::CapturedAccesses {
+    fn before_replay(&self, native_stream: u64, device: i32) -> Result<()> {
+        crate::sanitizer::replayed(self, crate::stream::key::sanitizer_ref(device, native_stream, None));
+        Ok(())
+    }
+}
+
 pub(super) fn before_replay(exec: u64, native_stream: u64, device: i32) -> Result<()> {
     if HOLDERS.load(Ordering::Acquire) == 0 {
         return Ok(());

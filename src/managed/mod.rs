@@ -39,7 +39,7 @@ pub fn malloc(size: u64, flags: u32) -> Result<u64> {
         }
     };
     let stream = crate::stream::get(crate::stream::current(d)?)?;
-    pools::malloc_from(pool.allocator(), size, stream.raw as u64)
+    pools::malloc_from(d, pool.allocator(), size, stream.raw as u64)
 }
 
 /// A prefetch target or advice location meaning host memory.

@@ -215,6 +215,7 @@ pub fn fill(handle: Option<Handle>, out: u64, n: u64, dtype: gpurt_dtype_t, dist
     }
     let fill = Fill { distribution, dtype, out, n };
     let blocks = distribution.blocks(dtype, n);
+    crate::sanitizer::access(s, out, bytes, crate::sanitizer::Access::Write, "gpurt_rng fill");
     let (status, capture) = device::with_device(s.device(), || crate::stream::native_capture_info(s.raw as u64))?;
     if status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
         return fill_in_capture(generator, capture, &fill, blocks, stream);

@@ -3,6 +3,7 @@
 //! synchronise, cross-stream waits, host callbacks and capture status.
 
 pub mod ffi;
+pub(crate) mod key;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,6 +16,7 @@ use crate::device::{self, per_device};
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
 use crate::handle::{Handle, HandleTable, Kind, Packed};
+use crate::sanitizer::{self, StreamKind};
 
 /// The flag of a stream that does not synchronise with the legacy default stream.
 pub const GPURT_STREAM_NON_BLOCKING: u32 = 1;
@@ -99,6 +101,18 @@ impl Stream {
         } else {
             body(self.cu())
         }
+    }
+}
+
+impl From<Stream> for sanitizer::StreamRef {
+    /// The stream as the sanitizer names it, keyed as the allocators key it.
+    fn from(stream: Stream) -> Self {
+        let kind = match stream.origin() {
+            Origin::LegacyDefault => StreamKind::Legacy,
+            _ if stream.flags() & GPURT_STREAM_NON_BLOCKING != 0 => StreamKind::NonBlocking,
+            _ => StreamKind::Blocking,
+        };
+        key::sanitizer_ref(stream.device(), stream.raw as u64, Some(kind))
     }
 }
 
@@ -197,8 +211,12 @@ pub fn destroy(handle: Handle) -> Result<()> {
     let stream = get(handle)?;
     match stream.origin() {
         Origin::Pooled | Origin::LegacyDefault | Origin::PerThreadDefault => Ok(()),
-        Origin::External => STREAMS.remove(handle).map(drop),
-        Origin::Owned => retire(STREAMS.remove(handle)?),
+        Origin::External => STREAMS.remove(handle).map(sanitizer::stream_forgotten),
+        Origin::Owned => {
+            let stream = STREAMS.remove(handle)?;
+            sanitizer::stream_forgotten(stream);
+            retire(stream)
+        }
     }
 }
 
@@ -302,26 +320,57 @@ fn build_pool(d: i32, high_priority: bool) -> Result<Pool> {
 }
 
 pub fn query(handle: Handle) -> Result<bool> {
-    get(handle)?.run(|s| match unsafe { sys::cuStreamQuery(s) } {
+    let stream = get(handle)?;
+    let idle = stream.run(|s| match unsafe { sys::cuStreamQuery(s) } {
         sys::CUresult::CUDA_SUCCESS => Ok(true),
         sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
         code => Err(crate::driver::error("cuStreamQuery", code)),
-    })
+    })?;
+    if idle {
+        sanitizer::stream_synchronized(stream);
+    }
+    Ok(idle)
 }
 
 pub fn synchronize(handle: Handle) -> Result<()> {
     let stream = get(handle)?;
     crate::sync_debug::on_blocking_call("stream synchronize")?;
-    stream.run(|s| check(unsafe { sys::cuStreamSynchronize(s) }, "cuStreamSynchronize"))
+    stream.run(|s| check(unsafe { sys::cuStreamSynchronize(s) }, "cuStreamSynchronize"))?;
+    sanitizer::stream_synchronized(stream);
+    Ok(())
 }
 
 /// A host function queued on a stream, called once with `user` when the work before
 /// it is done. It must not call CUDA (the driver's rule for host functions).
 pub fn launch_host_func(handle: Handle, func: sys::CUhostFn, user: *mut libc::c_void) -> Result<()> {
-    if func.is_none() {
+    let Some(callback) = func else {
         return Err(Error::invalid_argument("argument `func` is NULL"));
+    };
+    let stream = get(handle)?;
+    match sanitizer::host_function_queued(stream) {
+        None => stream.run(|s| check(unsafe { sys::cuLaunchHostFunc(s, func, user) }, "cuLaunchHostFunc")),
+        Some(finished) => {
+            let told = Box::into_raw(Box::new(TellingHostFn { callback, user: user as usize, finished }));
+            stream
+                .run(|s| check(unsafe { sys::cuLaunchHostFunc(s, Some(tell_then_call), told.cast()) }, "cuLaunchHostFunc"))
+                .inspect_err(|_| drop(unsafe { Box::from_raw(told) }))
+        }
     }
-    get(handle)?.run(|s| check(unsafe { sys::cuLaunchHostFunc(s, func, user) }, "cuLaunchHostFunc"))
+}
+
+/// A host function queued while the sanitizer is on: when it runs, the sanitizer
+/// learns that the work queued before it finished.
+struct TellingHostFn {
+    callback: unsafe extern "C" fn(*mut libc::c_void),
+    user: usize,
+    finished: Box<sanitizer::VectorClock>,
+}
+
+unsafe extern "C" fn tell_then_call(data: *mut libc::c_void) {
+    // SAFETY: `data` is the box `launch_host_func` leaked for this one call.
+    let told = unsafe { Box::from_raw(data.cast::<TellingHostFn>()) };
+    let _ = std::panic::catch_unwind(|| sanitizer::host_function_ran(&told.finished));
+    unsafe { (told.callback)(told.user as *mut libc::c_void) }
 }
 
 /// The driver's unique id of a stream (CUDA 12.0+).

@@ -19,7 +19,7 @@ use super::caching::CachingAllocator;
 use super::config::AllocConfig;
 use super::pool::SegmentSource;
 use super::stats::{gpurt_memory_stats_t, RetiredStats};
-use super::stream_key::native_stream_of;
+use crate::stream::key::native_stream_of;
 use super::upstream::DriverSource;
 use crate::boundary::lock;
 use crate::device;

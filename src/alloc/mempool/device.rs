@@ -135,9 +135,9 @@ pub fn malloc(handle: Handle, size: u64, stream_device: i32, native_stream: u64)
         Named::Default(d) if d != stream_device => Err(wrong_device(d)),
         Named::Default(d) => pools::malloc_from_default(d, size, native_stream),
         Named::Pool(pool) if pool.device() != stream_device => Err(wrong_device(pool.device())),
-        Named::Pool(pool) => pools::malloc_from(pool.allocator(), size, native_stream),
+        Named::Pool(pool) => pools::malloc_from(stream_device, pool.allocator(), size, native_stream),
         Named::Graph(pool, _) if pool.source().device() != stream_device => Err(wrong_device(pool.source().device())),
-        Named::Graph(pool, _) => pools::malloc_from(&*pool, size, native_stream),
+        Named::Graph(pool, _) => pools::malloc_from(stream_device, &*pool, size, native_stream),
     }
 }
 

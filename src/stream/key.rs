@@ -1,10 +1,10 @@
-//! Stream keys: how the allocators name the stream a block belongs to. A native
+//! Stream keys: how the allocators and the sanitizer name a stream. A native
 //! stream is its own key, but the legacy default stream has two spellings, and the
 //! per-thread default stream is one value naming a different stream on every thread.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::stream::{NATIVE_LEGACY as LEGACY, NATIVE_PER_THREAD as PER_THREAD};
+use super::{NATIVE_LEGACY as LEGACY, NATIVE_PER_THREAD as PER_THREAD};
 
 static NEXT_PER_THREAD_KEY: AtomicU64 = AtomicU64::new(3);
 
@@ -41,6 +41,12 @@ pub(crate) fn native_stream_of(key: u64) -> u64 {
     } else {
         LEGACY
     }
+}
+
+/// A native stream of `device` as the sanitizer names it (its kind, when known).
+#[inline]
+pub(crate) fn sanitizer_ref(device: i32, native: u64, kind: Option<crate::sanitizer::StreamKind>) -> crate::sanitizer::StreamRef {
+    crate::sanitizer::StreamRef { id: crate::sanitizer::StreamId { device, key: stream_key(native) }, native, kind }
 }
 
 #[cfg(test)]
