@@ -325,7 +325,27 @@ typedef enum {
    * cannot be used there (start workers with spawn, or fork before using gpurt).
    */
   GPURT_ERROR_FORKED = 15,
+  /**
+   * A file could not be read or written (`gpurt_gds_*`); the message holds the
+   * path, the operation and the system's reason.
+   */
+  GPURT_ERROR_IO = 16,
 } gpurt_status_t;
+
+typedef enum {
+  /**
+   * cuFile with GPUDirect Storage: the storage's DMA reaches device memory.
+   */
+  GPURT_GDS_MODE_GDS = 1,
+  /**
+   * cuFile in its compatibility mode (no `nvidia-fs`), asked for with `GPURT_GDS_MODE=cufile`.
+   */
+  GPURT_GDS_MODE_COMPAT = 2,
+  /**
+   * gpurt's staged path: the file through pinned buffers, overlapped with the copies.
+   */
+  GPURT_GDS_MODE_STAGED = 3,
+} gpurt_gds_mode_t;
 
 typedef enum {
   /**
@@ -360,6 +380,11 @@ typedef struct gpurt_device_s gpurt_device_s;
  * An event: created, pooled, or opened from another process.
  */
 typedef struct gpurt_event_s gpurt_event_s;
+
+/**
+ * A file opened for transfers to and from device memory (`torch.cuda.gds.GdsFile`).
+ */
+typedef struct gpurt_gds_file_s gpurt_gds_file_s;
 
 /**
  * A random number generator: a Philox4x32-10 stream (its seed) and how far it was
@@ -579,6 +604,8 @@ typedef gpurt_event_s *gpurt_event_t;
 typedef struct {
   uint8_t reserved[64];
 } gpurt_ipc_event_handle_t;
+
+typedef gpurt_gds_file_s *gpurt_gds_file_t;
 
 /**
  * A private memory pool that several captures share (torch.cuda.graph_pool_handle()):
@@ -1199,6 +1226,77 @@ gpurt_status_t gpurt_stream_wait_event(gpurt_stream_t stream, gpurt_event_t even
  * Work queued on `stream` after this waits for all work queued on `other` so far.
  */
 gpurt_status_t gpurt_stream_wait_stream(gpurt_stream_t stream, gpurt_stream_t other);
+
+/**
+ * Opens `path` with POSIX `open` flags (`O_RDONLY`, `O_WRONLY` or `O_RDWR`, with
+ * `O_CREAT`, `O_TRUNC`, `O_DIRECT` as wanted; a created file gets mode 0644).
+ * `GPURT_ERROR_IO` with the system's reason where the file cannot be opened.
+ */
+gpurt_status_t gpurt_gds_file_open(const char *path, int flags, gpurt_gds_file_t *file);
+
+/**
+ * Closes the file's handle; transfers still queued on streams keep the file open
+ * until they have run. Gives the error of a queued transfer not reported yet.
+ */
+gpurt_status_t gpurt_gds_file_close(gpurt_gds_file_t file);
+
+/**
+ * Registers `size` bytes of device memory at `ptr` for transfers (cuFile pins it
+ * for the storage's DMA). Optional: unregistered device memory works too.
+ */
+gpurt_status_t gpurt_gds_register_buffer(void *ptr, size_t size);
+
+gpurt_status_t gpurt_gds_deregister_buffer(void *ptr);
+
+/**
+ * Reads `size` bytes of the file at `file_offset` into device memory at `dev_ptr`,
+ * and returns when they are there (as cuFileRead: not ordered after work queued on
+ * streams; see gpurt_gds_read_async). `bytes` (may be NULL) receives the bytes
+ * read, fewer at the end of the file; with NULL a short read is `GPURT_ERROR_IO`.
+ */
+gpurt_status_t gpurt_gds_read(gpurt_gds_file_t file,
+                              void *dev_ptr,
+                              size_t size,
+                              int64_t file_offset,
+                              size_t *bytes);
+
+/**
+ * Writes `size` bytes of device memory at `dev_ptr` to the file at `file_offset`,
+ * and returns when they are written. `bytes` (may be NULL) receives the count.
+ */
+gpurt_status_t gpurt_gds_write(gpurt_gds_file_t file,
+                               const void *dev_ptr,
+                               size_t size,
+                               int64_t file_offset,
+                               size_t *bytes);
+
+/**
+ * Queues a read of `size` bytes at `file_offset` into `dev_ptr` on `stream`: it
+ * starts after the work queued there before it, and work queued after it sees the
+ * bytes. A read past the end of the file is refused at once; an error found when
+ * the stream runs it is given by the next call on the file (or its close).
+ */
+gpurt_status_t gpurt_gds_read_async(gpurt_gds_file_t file,
+                                    void *dev_ptr,
+                                    size_t size,
+                                    int64_t file_offset,
+                                    gpurt_stream_t stream);
+
+/**
+ * Queues a write of `size` bytes from `dev_ptr` to the file at `file_offset` on
+ * `stream`, in stream order (see gpurt_gds_read_async).
+ */
+gpurt_status_t gpurt_gds_write_async(gpurt_gds_file_t file,
+                                     const void *dev_ptr,
+                                     size_t size,
+                                     int64_t file_offset,
+                                     gpurt_stream_t stream);
+
+/**
+ * Which path the GDS calls take (chosen once, see `GPURT_GDS_MODE`): cuFile with
+ * GPUDirect Storage, cuFile's compatibility mode, or gpurt's staged path.
+ */
+gpurt_status_t gpurt_gds_mode(gpurt_gds_mode_t *mode);
 
 /**
  * Begins capturing `stream` into a graph; `mode` is `GPURT_CAPTURE_MODE_GLOBAL`,

@@ -37,6 +37,7 @@ pub enum Kind {
     MemPool = 11,
     Generator = 12,
     TunableOp = 13,
+    GdsFile = 14,
 }
 
 impl Kind {
@@ -54,6 +55,7 @@ impl Kind {
             Kind::MemPool => "memory pool",
             Kind::Generator => "generator",
             Kind::TunableOp => "TunableOp",
+            Kind::GdsFile => "GDS file",
         }
     }
     fn from_bits(bits: u8) -> Option<Kind> {
@@ -70,6 +72,7 @@ impl Kind {
             Kind::MemPool,
             Kind::Generator,
             Kind::TunableOp,
+            Kind::GdsFile,
         ].into_iter().find(|k| *k as u8 == bits)
     }
 }

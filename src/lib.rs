@@ -24,6 +24,7 @@ pub mod driver;
 pub mod dtype;
 pub mod error;
 pub mod event;
+pub mod gds;
 pub mod graph;
 pub mod handle;
 pub mod ipc;

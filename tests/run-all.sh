@@ -135,6 +135,10 @@ echo "== stream sanitizer: each happens-before rule, graphs, misuse, 8 ordered t
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/sanitizer_test.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/sanitizer_test"
 LD_LIBRARY_PATH=$stub "$stub/sanitizer_test"
+echo "== GPUDirect Storage calls: round trips, short and removed files, misuse (stub driver: statuses only)"
+cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/gds_test.c $(pkg-config --cflags --libs gpurt) \
+   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$stub/gds_test"
+LD_LIBRARY_PATH=$stub "$stub/gds_test"
 echo "== soak: 8 threads of mixed calls, final invariants (stub driver; 60 s with byte checks in the GPU suite)"
 cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror tests/c/soak.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/soak"

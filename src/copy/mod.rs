@@ -169,10 +169,22 @@ fn overflow(name: &str) -> Error {
 /// `stream`, through pinned staging buffers (see `staged`). Returns once `src` may be
 /// reused; the transfer completes in stream order.
 pub fn upload_staged(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<()> {
-    let mut transfer = StreamTransfer::new(stream, dst, src, bytes, true)?;
+    require_host_side(dst, src, bytes)?;
     // SAFETY: the caller gives `bytes` readable bytes at `src`; require_host_memory
     // refused device addresses.
-    with_staging(&mut transfer, bytes, |t, buffers| unsafe { staged::upload(t, buffers, src as *const u8, bytes) })
+    upload_filled(dst, bytes, stream, |buffer, offset, len| unsafe {
+        staged::copy_chunk(buffer, (src + offset) as *const u8, len);
+        Ok(())
+    })
+}
+
+/// Uploads `bytes` to the device at `dst` on `stream` through pinned staging
+/// buffers, each chunk filled by `fill(buffer, offset, len)` (a file's bytes for
+/// `gds`). Returns once the last chunk is filled; the transfers complete in stream order.
+pub(crate) fn upload_filled(dst: u64, bytes: u64, stream: Handle, fill: impl FnMut(*mut u8, u64, u64) -> Result<()>) -> Result<()> {
+    let mut transfer = StreamTransfer::new(stream, dst, bytes, true)?;
+    // SAFETY: with_staging gives buffers of STAGING_CHUNK bytes.
+    with_staging(&mut transfer, bytes, |t, buffers| unsafe { staged::upload_filled(t, buffers, bytes, fill) })
 }
 
 /// Downloads `bytes` from the device at `src` into pageable host memory at `dst`,
@@ -180,9 +192,31 @@ pub fn upload_staged(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<(
 /// data: a synchronising call.
 pub fn download_staged(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<()> {
     crate::sync_debug::on_blocking_call("gpurt_memcpy_dtoh_staged")?;
-    let mut transfer = StreamTransfer::new(stream, src, dst, bytes, false)?;
+    require_host_side(src, dst, bytes)?;
     // SAFETY: as in upload_staged, for `bytes` writable bytes at `dst`.
-    with_staging(&mut transfer, bytes, |t, buffers| unsafe { staged::download(t, buffers, dst as *mut u8, bytes) })
+    download_drained(src, bytes, stream, |buffer, offset, len| unsafe {
+        staged::copy_chunk((dst + offset) as *mut u8, buffer, len);
+        Ok(())
+    })
+}
+
+/// Downloads `bytes` from the device at `src` on `stream` through pinned staging
+/// buffers, each chunk handed to `drain(buffer, offset, len)` once it has arrived.
+/// Returns once the last chunk is drained.
+pub(crate) fn download_drained(src: u64, bytes: u64, stream: Handle, drain: impl FnMut(*const u8, u64, u64) -> Result<()>) -> Result<()> {
+    let mut transfer = StreamTransfer::new(stream, src, bytes, false)?;
+    // SAFETY: with_staging gives buffers of STAGING_CHUNK bytes.
+    with_staging(&mut transfer, bytes, |t, buffers| unsafe { staged::download_drained(t, buffers, bytes, drain) })
+}
+
+/// A staged copy's two sides: non-NULL, in the address space, the host side host memory.
+fn require_host_side(device_ptr: u64, host_ptr: u64, bytes: u64) -> Result<()> {
+    if bytes > 0 {
+        require_pointers(device_ptr, host_ptr)?;
+        require_ranges(device_ptr, bytes, host_ptr, bytes)?;
+        require_host_memory(host_ptr)?;
+    }
+    Ok(())
 }
 
 /// A staged copy's DMA side: chunks between pinned buffers and `device_ptr` on one
@@ -195,12 +229,13 @@ struct StreamTransfer {
 }
 
 impl StreamTransfer {
-    fn new(handle: Handle, device_ptr: u64, host_ptr: u64, bytes: u64, upload: bool) -> Result<StreamTransfer> {
+    fn new(handle: Handle, device_ptr: u64, bytes: u64, upload: bool) -> Result<StreamTransfer> {
         let stream = crate::stream::get(handle)?;
         if bytes > 0 {
-            require_pointers(device_ptr, host_ptr)?;
-            require_ranges(device_ptr, bytes, host_ptr, bytes)?;
-            require_host_memory(host_ptr)?;
+            if device_ptr == 0 {
+                return Err(Error::invalid_argument("a staged copy needs a non-NULL device pointer"));
+            }
+            check_range(device_ptr, bytes, "device pointer")?;
             crate::stream::ensure_not_capturing(handle, "a staged copy")?;
             let access = if upload { Access::Write } else { Access::Read };
             sanitizer::access(stream, device_ptr, bytes, access, "gpurt staged copy");

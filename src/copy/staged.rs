@@ -1,7 +1,8 @@
-//! Copies between pageable host memory and the device, pipelined through a few
-//! pinned staging buffers: several threads copy chunk k into a buffer while the DMA
-//! engine moves chunk k−1. The driver stages pageable copies itself with one thread
-//! and reaches ~8 GB/s; the pipeline is limited by host memory bandwidth instead.
+//! Copies between pageable host memory (or a file: `gds`) and the device, pipelined
+//! through a few pinned staging buffers: several threads fill chunk k into a buffer
+//! while the DMA engine moves chunk k−1. The driver stages pageable copies itself
+//! with one thread and reaches ~8 GB/s; the pipeline is limited by host memory
+//! bandwidth instead.
 //!
 //! The trade-off: `STAGING_BUFFERS` × `STAGING_CHUNK` bytes of pinned memory stay
 //! cached in the default pinned pool, a few host threads are busy during the copy,
@@ -40,29 +41,36 @@ pub fn chunks(bytes: u64) -> impl Iterator<Item = (u64, u64)> {
     (0..bytes).step_by(STAGING_CHUNK as usize).map(move |offset| (offset, STAGING_CHUNK.min(bytes - offset)))
 }
 
+/// Runs `f(at, n)` over stripes covering `[0, len)`: one for a small `len`, else one
+/// per staging thread, each starting at a multiple of 4096 (as direct I/O needs).
+/// The first error is the result.
+pub fn for_stripes(len: usize, f: impl Fn(usize, usize) -> Result<()> + Sync) -> Result<()> {
+    if len < PARALLEL_COPY_MIN {
+        return f(0, len);
+    }
+    // Under Miri, stripes of a cache line, run in turn: the staging threads live as
+    // long as the process, which Miri reports as threads left running.
+    let (threads, align) = if cfg!(miri) { (4, 64) } else { (copy_threads().current_num_threads(), 4096) };
+    let stripe = len.div_ceil(threads).next_multiple_of(align);
+    let run = |at: usize| f(at, stripe.min(len - at));
+    if cfg!(miri) {
+        (0..len).step_by(stripe).try_for_each(run)
+    } else {
+        copy_threads().install(|| (0..len).into_par_iter().step_by(stripe).try_for_each(run))
+    }
+}
+
 /// Copies `len` bytes from `src` to `dst`, with several threads for large chunks.
 ///
 /// # Safety
 /// `src` and `dst` must be valid for `len` bytes and must not overlap.
 unsafe fn copy_host(dst: *mut u8, src: *const u8, len: usize) {
-    if len < PARALLEL_COPY_MIN {
-        std::ptr::copy_nonoverlapping(src, dst, len);
-        return;
-    }
-    // Under Miri, stripes of a cache line, copied in turn: the copy threads live as
-    // long as the process, which Miri reports as threads left running.
-    let (threads, align) = if cfg!(miri) { (4, 64) } else { (copy_threads().current_num_threads(), 4096) };
-    let stripe = len.div_ceil(threads).next_multiple_of(align);
     let (dst, src) = (dst as usize, src as usize);
-    let copy_stripe = |at: usize| {
-        let n = stripe.min(len - at);
+    let copied = for_stripes(len, |at, n| {
         std::ptr::copy_nonoverlapping((src + at) as *const u8, (dst + at) as *mut u8, n);
-    };
-    if cfg!(miri) {
-        (0..len).step_by(stripe).for_each(copy_stripe);
-    } else {
-        copy_threads().install(|| (0..len).into_par_iter().step_by(stripe).for_each(copy_stripe));
-    }
+        Ok(())
+    });
+    debug_assert!(copied.is_ok());
 }
 
 /// The threads that fill and drain staging buffers: few, since host memory bandwidth
@@ -80,12 +88,38 @@ fn copy_threads() -> &'static rayon::ThreadPool {
     })
 }
 
+/// Copies one chunk between pageable memory and a staging buffer (either way).
+///
+/// # Safety
+/// As `copy_host`.
+pub unsafe fn copy_chunk(dst: *mut u8, src: *const u8, len: u64) {
+    copy_host(dst, src, len as usize)
+}
+
 /// Uploads `bytes` from `src` through the staging `buffers` (each `STAGING_CHUNK`
 /// bytes). Returns once `src` may be reused; the last transfers may still be queued.
 ///
 /// # Safety
 /// `src` must be valid for `bytes` bytes, each buffer for `STAGING_CHUNK` bytes.
-pub unsafe fn upload(t: &mut impl ChunkTransfer, buffers: &[*mut u8], src: *const u8, bytes: u64) -> Result<()> {
+#[cfg(test)]
+unsafe fn upload(t: &mut impl ChunkTransfer, buffers: &[*mut u8], src: *const u8, bytes: u64) -> Result<()> {
+    upload_filled(t, buffers, bytes, |buffer, offset, len| {
+        copy_host(buffer, src.add(offset as usize), len as usize);
+        Ok(())
+    })
+}
+
+/// Uploads `bytes` through the staging `buffers`, each chunk filled by
+/// `fill(buffer, offset, len)` before its transfer is queued.
+///
+/// # Safety
+/// Each buffer must be valid for `STAGING_CHUNK` bytes.
+pub unsafe fn upload_filled(
+    t: &mut impl ChunkTransfer,
+    buffers: &[*mut u8],
+    bytes: u64,
+    mut fill: impl FnMut(*mut u8, u64, u64) -> Result<()>,
+) -> Result<()> {
     let mut pending: Vec<Option<u64>> = vec![None; buffers.len()];
     let result = (|| {
         for (k, (offset, len)) in chunks(bytes).enumerate() {
@@ -93,7 +127,7 @@ pub unsafe fn upload(t: &mut impl ChunkTransfer, buffers: &[*mut u8], src: *cons
             if let Some(m) = pending[b].take() {
                 t.wait(m);
             }
-            copy_host(buffers[b], src.add(offset as usize), len as usize);
+            fill(buffers[b], offset, len)?;
             t.enqueue(buffers[b], offset, len)?;
             pending[b] = Some(t.mark()?);
         }
@@ -108,7 +142,25 @@ pub unsafe fn upload(t: &mut impl ChunkTransfer, buffers: &[*mut u8], src: *cons
 ///
 /// # Safety
 /// `dst` must be valid for `bytes` bytes, each buffer for `STAGING_CHUNK` bytes.
-pub unsafe fn download(t: &mut impl ChunkTransfer, buffers: &[*mut u8], dst: *mut u8, bytes: u64) -> Result<()> {
+#[cfg(test)]
+unsafe fn download(t: &mut impl ChunkTransfer, buffers: &[*mut u8], dst: *mut u8, bytes: u64) -> Result<()> {
+    download_drained(t, buffers, bytes, |buffer, offset, len| {
+        copy_host(dst.add(offset as usize), buffer, len as usize);
+        Ok(())
+    })
+}
+
+/// Downloads `bytes` through the staging `buffers`, each chunk handed to
+/// `drain(buffer, offset, len)` once it has arrived.
+///
+/// # Safety
+/// Each buffer must be valid for `STAGING_CHUNK` bytes.
+pub unsafe fn download_drained(
+    t: &mut impl ChunkTransfer,
+    buffers: &[*mut u8],
+    bytes: u64,
+    mut drain: impl FnMut(*const u8, u64, u64) -> Result<()>,
+) -> Result<()> {
     let count = bytes.div_ceil(STAGING_CHUNK);
     let chunk = |k: u64| (k * STAGING_CHUNK, STAGING_CHUNK.min(bytes - k * STAGING_CHUNK));
     let mut pending: Vec<Option<u64>> = vec![None; buffers.len()];
@@ -124,7 +176,7 @@ pub unsafe fn download(t: &mut impl ChunkTransfer, buffers: &[*mut u8], dst: *mu
                 t.wait(m);
             }
             let (offset, len) = chunk(k);
-            copy_host(dst.add(offset as usize), buffers[b], len as usize);
+            drain(buffers[b], offset, len)?;
             let next = k + buffers.len() as u64;
             if next < count {
                 let (next_offset, next_len) = chunk(next);

@@ -48,12 +48,15 @@ pub enum gpurt_status_t {
     /// The process is a `fork()` child of a process that had initialised CUDA, which
     /// cannot be used there (start workers with spawn, or fork before using gpurt).
     GPURT_ERROR_FORKED = 15,
+    /// A file could not be read or written (`gpurt_gds_*`); the message holds the
+    /// path, the operation and the system's reason.
+    GPURT_ERROR_IO = 16,
 }
 
 pub use gpurt_status_t as Status;
 
 impl Status {
-    const ALL: [Status; 16] = [
+    const ALL: [Status; 17] = [
         Status::GPURT_SUCCESS,
         Status::GPURT_ERROR_INVALID_ARGUMENT,
         Status::GPURT_ERROR_INVALID_HANDLE,
@@ -70,6 +73,7 @@ impl Status {
         Status::GPURT_ERROR_COMPILATION,
         Status::GPURT_ERROR_GRAPH_UPDATE,
         Status::GPURT_ERROR_FORKED,
+        Status::GPURT_ERROR_IO,
     ];
 
     /// The status with this numeric value, if there is one.
@@ -96,6 +100,7 @@ impl Status {
             Status::GPURT_ERROR_COMPILATION => c"compilation failed",
             Status::GPURT_ERROR_GRAPH_UPDATE => c"graph update not possible",
             Status::GPURT_ERROR_FORKED => c"CUDA cannot be used in a forked child",
+            Status::GPURT_ERROR_IO => c"file I/O error",
         }
     }
 

@@ -183,7 +183,22 @@ CUresult cuMemsetD32Async(unsigned long long d, unsigned v, size_t n, P st) { (v
 CUresult cuMemcpyHtoDAsync_v2(unsigned long long d, const void *s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; return 0; }
 CUresult cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; return 0; }
 /* Every pointer is unknown to the fake driver: host memory, as for pageable memory. */
-CUresult cuPointerGetAttribute(void *v, int a, unsigned long long p) { (void)v; (void)a; (void)p; return 1; }
+/* Memory type (2: device) and device ordinal (0) of a live cuMemAlloc block; for
+ * any other address, an error (not memory the driver knows). */
+static int in_device_block(unsigned long long p) {
+    int i, found = 0;
+    pthread_mutex_lock(&ranges_lock);
+    for (i = 0; i < 4096 && !found; i++) found = ranges[i].addr != 0 && p >= ranges[i].addr && p < ranges[i].addr + ranges[i].size;
+    pthread_mutex_unlock(&ranges_lock);
+    return found;
+}
+CUresult cuPointerGetAttribute(void *v, int a, unsigned long long p) {
+    if (!in_device_block(p)) return 1;
+    if (a == 2) *(unsigned *)v = 2;      /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE: device */
+    else if (a == 9) *(int *)v = 0;      /* CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL */
+    else return 1;
+    return 0;
+}
 
 CUresult cuModuleLoadDataEx(P *m, const void *image, unsigned n, int *o, void **v) { (void)image; (void)n; (void)o; (void)v; INJECT("cuModuleLoadDataEx", UNKNOWN); *m = malloc(16); return 0; }
 CUresult cuModuleUnload(P m) { free(m); return 0; }
