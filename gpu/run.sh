@@ -24,6 +24,11 @@ step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matc
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+# cuFile's configuration for the GDS test in cuFile mode and the raw cuFile side of the
+# GDS benchmark: its compatibility mode allowed (the lent machines have no nvidia-fs).
+echo '{ "properties": { "allow_compat_mode": true } }' > cufile.json
+export CUFILE_ENV_PATH_JSON=$PWD/cufile.json
+echo "nvidia-fs: $(cat /proc/driver/nvidia-fs/version 2>/dev/null || echo absent)"
 echo "NVRTC: $(ls /usr/local/cuda/lib64/libnvrtc.so.* 2>/dev/null | head -1) (gpurt also looks on the loader path and in \$CUDA_HOME)"
 step build-gpurt-info cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/gpurt-info.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/gpurt-info
 step build-abi-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/abi_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/abi_test

@@ -186,6 +186,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         self.shards.iter().filter_map(OnceLock::get)
     }
 
+    #[inline(always)]
     fn shard_mutex(&self, index: u32) -> &Mutex<ShardState<S>> {
         &self.shards[index as usize].get().expect("shard indices come from created shards").state
     }

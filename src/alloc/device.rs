@@ -350,7 +350,15 @@ fn free_elsewhere(ptr: u64) -> Option<Result<()>> {
     driver_pool::is_active().then(|| driver_pool::created().find_map(|p| p.try_free(ptr))).flatten()
 }
 
+#[inline(always)]
 pub fn free(ptr: u64) -> Result<()> {
+    free_in_pools(ptr)?;
+    sanitizer::freed(ptr);
+    Ok(())
+}
+
+#[inline]
+fn free_in_pools(ptr: u64) -> Result<()> {
     if ptr == 0 {
         return Ok(());
     }
@@ -362,9 +370,7 @@ pub fn free(ptr: u64) -> Result<()> {
     match on_owner(ptr, BlockOp::Free) {
         Err(missed) => super::capture::free_private(ptr).unwrap_or(Err(missed)),
         freed => freed,
-    }?;
-    sanitizer::freed(ptr);
-    Ok(())
+    }
 }
 
 /// The device and place of the live block at `ptr` (of a default or user pool).

@@ -12,6 +12,7 @@ pub struct gpurt_stat_t {
 }
 
 impl gpurt_stat_t {
+    #[inline]
     pub fn add(&mut self, amount: i64) {
         self.current += amount;
         self.peak = self.peak.max(self.current);
@@ -57,10 +58,12 @@ pub struct gpurt_stat_array_t {
 }
 
 impl gpurt_stat_array_t {
+    #[inline]
     pub fn add(&mut self, pool: PoolKind, amount: i64) {
         self.all.add(amount);
         self.pool(pool).add(amount);
     }
+    #[inline]
     pub fn sub(&mut self, pool: PoolKind, amount: i64) {
         self.all.sub(amount);
         self.pool(pool).sub(amount);

@@ -208,14 +208,20 @@ pub fn record_on_current(event: Handle) -> Result<()> {
 }
 
 /// True when the work captured by the last record is done (or it was never recorded).
-#[inline]
+#[inline(always)]
 pub fn query(event: Handle) -> Result<bool> {
     let e = get(event)?;
+    let done = native_query(e)?;
+    if done {
+        sanitizer::event_synchronized(e.raw as u64);
+    }
+    Ok(done)
+}
+
+#[inline(always)]
+fn native_query(e: Event) -> Result<bool> {
     match unsafe { sys::cuEventQuery(e.cu()) } {
-        CUresult::CUDA_SUCCESS => {
-            sanitizer::event_synchronized(e.raw as u64);
-            Ok(true)
-        }
+        CUresult::CUDA_SUCCESS => Ok(true),
         CUresult::CUDA_ERROR_NOT_READY => Ok(false),
         code => Err(crate::driver::error("cuEventQuery", code)),
     }

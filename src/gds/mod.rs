@@ -147,8 +147,16 @@ static FILES: Registry<GdsFile> = Registry::new(Kind::GdsFile);
 /// `O_CREAT`, `O_TRUNC`, `O_DIRECT`, ...); a created file gets mode 0644.
 pub fn open(path: &str, flags: i32) -> Result<Handle> {
     let inner = FileInner::open(path, flags)?;
+    // A file cuFile refuses (a file system it does not support, with its
+    // compatibility mode off) takes the staged path: the calls still work.
     let cufile = match backend() {
-        Backend::CuFile { cufile, .. } => Some(cufile.register_fd(inner.fd.as_raw_fd()).map_err(|e| Error::new(Status::GPURT_ERROR_IO, format!("{path:?}: {e}")))? as usize),
+        Backend::CuFile { cufile, .. } => match cufile.register_fd(inner.fd.as_raw_fd()) {
+            Ok(handle) => Some(handle as usize),
+            Err(why) => {
+                crate::log::log(crate::log::Level::Info, &format!("GDS: {path:?} takes the staged path: {why}"));
+                None
+            }
+        },
         Backend::Staged => None,
     };
     FILES.insert(GdsFile { inner: Arc::new(inner), cufile })
