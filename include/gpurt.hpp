@@ -570,6 +570,40 @@ inline Ret<void> manual_seed(std::uint64_t seed, int device = GPURT_CURRENT_DEVI
     return detail::finish(gpurt_rng_manual_seed(device, seed));
 }
 
+/** A file for transfers to and from device memory (torch.cuda.gds.GdsFile). */
+class GdsFile : public detail::Owner<gpurt_gds_file_t, gpurt_gds_file_close> {
+public:
+    using Owner::Owner;
+    /** `flags`: POSIX open flags (O_RDONLY, O_RDWR | O_CREAT, ...). */
+    static Ret<GdsFile> open(const char *path, int flags) { return detail::make<GdsFile>(gpurt_gds_file_open, path, flags); }
+    /** Reads up to `size` bytes at `offset` into device memory; gives the bytes read. */
+    Ret<std::size_t> read(void *device_ptr, std::size_t size, std::int64_t offset) const {
+        return detail::out<std::size_t>(gpurt_gds_read, handle_, device_ptr, size, offset);
+    }
+    Ret<std::size_t> write(const void *device_ptr, std::size_t size, std::int64_t offset) const {
+        return detail::out<std::size_t>(gpurt_gds_write, handle_, device_ptr, size, offset);
+    }
+    Ret<void> read_async(void *device_ptr, std::size_t size, std::int64_t offset, const Stream &stream) const {
+        return detail::finish(gpurt_gds_read_async(handle_, device_ptr, size, offset, stream.get()));
+    }
+    Ret<void> write_async(const void *device_ptr, std::size_t size, std::int64_t offset, const Stream &stream) const {
+        return detail::finish(gpurt_gds_write_async(handle_, device_ptr, size, offset, stream.get()));
+    }
+};
+
+/** Which path GDS transfers take. */
+inline Ret<gpurt_gds_mode_t> gds_mode() { return detail::out<gpurt_gds_mode_t>(gpurt_gds_mode); }
+
+/** The stream sanitizer (torch.cuda._sanitizer). */
+namespace sanitizer {
+inline Ret<void> enable(bool on = true) { return detail::finish(gpurt_sanitizer_enable(on ? 1 : 0)); }
+/** Declares that work queued on `stream` reads (or writes) `size` bytes at `ptr`. */
+inline Ret<void> access(const void *ptr, std::size_t size, int access, const Stream &stream, const char *tag = nullptr) {
+    return detail::finish(gpurt_sanitizer_access(ptr, size, access, stream.get(), tag));
+}
+inline Ret<std::uint64_t> report_count() { return detail::out<std::uint64_t>(gpurt_sanitizer_report_count); }
+} // namespace sanitizer
+
 #if defined(GPURT_HPP_HAS_PMR) && !defined(GPURT_CPP_NO_EXCEPTIONS)
 /** A std::pmr::memory_resource over gpurt's caching allocator, for one stream:
  *  device memory for containers of trivially copyable types that only the GPU

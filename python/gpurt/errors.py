@@ -51,11 +51,16 @@ class ForkedError(Error):
     """GPURT_ERROR_FORKED: CUDA cannot be used in a fork()ed child; use spawn."""
 
 
+class FileError(Error, OSError):
+    """GPURT_ERROR_IO: a file could not be read or written (gpurt.gds)."""
+
+
 _BY_NAME = {"GPURT_ERROR_INVALID_ARGUMENT": InvalidArgumentError, "GPURT_ERROR_INVALID_HANDLE": InvalidHandleError,
             "GPURT_ERROR_NO_DRIVER": NoDriverError, "GPURT_ERROR_NO_DEVICE": NoDeviceError,
             "GPURT_ERROR_OUT_OF_MEMORY": OutOfMemoryError, "GPURT_ERROR_NOT_SUPPORTED": NotSupportedError,
             "GPURT_ERROR_STREAM_CAPTURE": StreamCaptureError, "GPURT_ERROR_CUDA": CudaError,
-            "GPURT_ERROR_COMPILATION": CompilationError, "GPURT_ERROR_FORKED": ForkedError}
+            "GPURT_ERROR_COMPILATION": CompilationError, "GPURT_ERROR_FORKED": ForkedError,
+            "GPURT_ERROR_IO": FileError}
 
 
 def error_for(name):

@@ -13,6 +13,9 @@
 #include <type_traits>
 #include <vector>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 static int checks = 0, failures = 0;
 
 #define CHECK(cond)                                                                  \
@@ -165,6 +168,40 @@ static void with_device(bool real_gpu) {
             gpurt::detail::finish(gpurt_random_uniform(gen.get(), nullptr, 4, GPURT_DTYPE_F32, s.get()));
         });
         static_assert(!std::is_copy_constructible_v<gpurt::Generator>);
+    }
+
+    // GDS: a file's bytes to device memory and back; the sanitizer sees an unordered pair.
+    {
+        char path[64];
+        std::snprintf(path, sizeof path, "/tmp/gpurt_hpp_gds_%d", static_cast<int>(getpid()));
+        gpurt::DeviceBuffer<unsigned char> buffer(5000, s);
+        std::vector<unsigned char> bytes(5000), back(5000);
+        for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 131 + 7);
+        s.synchronize();
+        {
+            gpurt::GdsFile file = gpurt::GdsFile::open(path, O_RDWR | O_CREAT | O_TRUNC);
+            gpurt::detail::finish(gpurt_memcpy(buffer.data(), bytes.data(), bytes.size(), s.get()));
+            CHECK(file.write(buffer.data(), 5000, 0) == 5000);
+            CHECK(file.read(buffer.data(), 8000, 0) == 5000); // the file ends at 5000
+            file.read_async(buffer.data(), 100, 10, s);
+            gpurt::detail::finish(gpurt_memcpy(back.data(), buffer.data(), back.size(), s.get()));
+            CHECK(!real_gpu || std::memcmp(back.data(), bytes.data() + 10, 100) == 0);
+            gpurt_gds_mode_t mode = gpurt::gds_mode();
+            CHECK(mode == GPURT_GDS_MODE_GDS || mode == GPURT_GDS_MODE_COMPAT || mode == GPURT_GDS_MODE_STAGED);
+        }
+        std::remove(path);
+        expect_error(GPURT_ERROR_IO, "gpurt_gds_file_open", [&] { (void)gpurt::GdsFile::open("/nonexistent/x", O_RDONLY); });
+
+        gpurt::Stream other = gpurt::Stream::create(0, GPURT_STREAM_NON_BLOCKING);
+        std::uint64_t before = gpurt::sanitizer::report_count();
+        gpurt_set_log_callback([](int, const char *, void *) {}, nullptr); // the report is expected
+        gpurt::sanitizer::enable();
+        gpurt::sanitizer::access(buffer.data(), 64, GPURT_ACCESS_WRITE, s, "writer");
+        gpurt::sanitizer::access(buffer.data(), 64, GPURT_ACCESS_READ, other, "reader");
+        gpurt::sanitizer::enable(false);
+        gpurt_set_log_callback(nullptr, nullptr);
+        CHECK(gpurt::sanitizer::report_count() == before + 1);
+        s.synchronize();
     }
 
     // IPC: a handle of a live block; this process cannot open its own.

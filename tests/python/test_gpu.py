@@ -148,3 +148,47 @@ def test_managed_memory_is_exact_on_both_sides(gpu):
         managed.prefetch("host")
         managed.stream.synchronize()
         assert bytes(managed.view()) == b"\x5a" * len(data)
+
+
+@pytest.mark.parametrize("nbytes", [1, 4097, (5 << 20) + 3])
+def test_gds_round_trip_is_exact(gpu, tmp_path, nbytes):
+    data = os.urandom(nbytes + 11)
+    path = tmp_path / "weights.bin"
+    path.write_bytes(data)
+    stream = gpurt.Stream()
+    with gpurt.DeviceBuffer(nbytes, stream=stream) as buf, gpurt.gds.GdsFile(path, os.O_RDWR) as f:
+        assert f.read(buf, offset=11) == nbytes
+        assert bytes(buf.copy_to_host()) == data[11:]
+        assert f.write(buf, offset=3) == nbytes
+        f.write_async(buf, offset=nbytes + 100, stream=stream)
+        stream.synchronize()
+    back = path.read_bytes()
+    assert back[3:3 + nbytes] == data[11:] and back[nbytes + 100:] == data[11:]
+    assert gpurt.gds.mode() in ("gds", "cufile-compat", "staged")
+
+
+def test_sanitizer_reports_an_unordered_pair(device):
+    a, b = gpurt.Stream(), gpurt.Stream()
+    buf = gpurt.DeviceBuffer(256, stream=a)
+    before = gpurt.sanitizer.report_count()
+    gpurt.sanitizer.enable()
+    try:
+        gpurt.sanitizer.access(buf, 256, gpurt.sanitizer.WRITE, a, "producer")
+        gpurt.sanitizer.access(buf, 256, gpurt.sanitizer.READ, b, "consumer")
+        assert gpurt.sanitizer.report_count() == before + 1
+    finally:
+        gpurt.sanitizer.enable(False)
+    with pytest.raises(gpurt.InvalidArgumentError):
+        gpurt.sanitizer.access(buf, 8, 7, a)
+
+
+def test_gds_errors_are_python_exceptions(device, tmp_path):
+    with pytest.raises(gpurt.FileError) as e:
+        gpurt.gds.GdsFile(tmp_path / "missing.bin")
+    assert "missing.bin" in str(e.value)
+    path = tmp_path / "ro.bin"
+    path.write_bytes(b"x" * 100)
+    buf = gpurt.DeviceBuffer(100, stream=gpurt.Stream())
+    with gpurt.gds.GdsFile(path) as f:
+        with pytest.raises(gpurt.InvalidArgumentError, match="read-only"):
+            f.write(buf)
