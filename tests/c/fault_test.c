@@ -1,7 +1,8 @@
 /* Fault injection through the stub driver: a mixed workload (two streams, the
  * caching allocator with cross-stream use and record_stream, events, the pinned pool
  * with copies, a staged copy, a graph capture that allocates from its private pool,
- * a module load, a user memory pool routed to by push, managed memory) runs once
+ * a module load, a user memory pool routed to by push, managed memory, a file
+ * written and read back through the GDS calls, synchronous and queued) runs once
  * for every driver call it makes, with that one call made to fail. After each run,
  * with the fault disarmed:
  *   - every failed gpurt call returned a status other than success and a message;
@@ -17,6 +18,8 @@
 #define _GNU_SOURCE
 #include <gpurt.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +113,23 @@ static void workload(void) {
         TRY(gpurt_mem_pool_destroy(user_pool));
     }
     if (TRY(gpurt_malloc_managed(3 << 20, GPURT_MEM_ATTACH_GLOBAL, &managed))) TRY(gpurt_free(managed));
+    /* A file through the staged GDS path: 9 MiB written and read back, then queued. */
+    if (s[1] != NULL && TRY(gpurt_malloc(9 << 20, s[1], &staged_dev))) {
+        char path[96];
+        gpurt_gds_file_t file = NULL;
+        snprintf(path, sizeof path, "/tmp/gpurt_fault_%d_%lx.bin", (int)getpid(), (unsigned long)pthread_self());
+        if (TRY(gpurt_gds_file_open(path, O_RDWR | O_CREAT | O_TRUNC, &file))) {
+            size_t done = 0;
+            TRY(gpurt_gds_write(file, staged_dev, 9 << 20, 0, &done));
+            TRY(gpurt_gds_read(file, staged_dev, 9 << 20, 0, &done));
+            TRY(gpurt_gds_write_async(file, staged_dev, 5 << 20, 100, s[1]));
+            TRY(gpurt_gds_read_async(file, staged_dev, 5 << 20, 100, s[1]));
+            TRY(gpurt_stream_synchronize(s[1]));
+            TRY(gpurt_gds_file_close(file));
+        }
+        remove(path);
+        TRY(gpurt_free(staged_dev));
+    }
     for (i = 0; i < BLOCKS; i++)
         if (blocks[i] != NULL) TRY(gpurt_free(blocks[i]));
     if (timing != NULL) TRY(gpurt_event_destroy(timing));
@@ -193,7 +213,8 @@ int main(void) {
     static const char *points[] = {"cuMemAlloc_v2", "cuMemHostAlloc", "cuEventCreate", "cuEventRecord",
                                    "cuStreamCreateWithPriority", "cuMemcpyAsync", "cuModuleLoadDataEx",
                                    "cuStreamBeginCapture_v2", "cuGraphInstantiateWithFlags", "cuGraphLaunch",
-                                   "cuMemAddressReserve", "cuMemCreate", "cuMemMap"};
+                                   "cuMemAddressReserve", "cuMemCreate", "cuMemMap", "cuLaunchHostFunc",
+                                   "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2"};
     static const char *configs[] = {"expandable_segments:False", "expandable_segments:True"};
     void *driver;
     size_t c;

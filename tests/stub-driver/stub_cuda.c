@@ -95,7 +95,7 @@ CUresult cuStreamGetPriority(P s, int *p) { (void)s; *p = 0; return 0; }
  * capture routing runs here; the default streams (small constants) never capture. */
 static int capturing(P s) { return (unsigned long)s > 4096 ? *(int *)s : 0; }
 CUresult cuStreamIsCapturing(P s, int *c) { *c = capturing(s); return 0; }
-CUresult cuLaunchHostFunc(P s, void (*f)(void *), void *u) { (void)s; f(u); return 0; }
+CUresult cuLaunchHostFunc(P s, void (*f)(void *), void *u) { (void)s; INJECT("cuLaunchHostFunc", UNKNOWN); f(u); return 0; }
 CUresult cuEventCreate(P *e, unsigned f) { (void)f; INJECT("cuEventCreate", UNKNOWN); *e = malloc(64); count(&live_events, 1); return 0; }
 CUresult cuEventDestroy_v2(P e) { free(e); count(&live_events, -1); return 0; }
 CUresult cuEventRecord(P e, P s) { (void)e; (void)s; INJECT("cuEventRecord", UNKNOWN); return 0; }
@@ -180,8 +180,8 @@ CUresult cuMemcpy2DAsync_v2(const void *params, P st) { (void)params; (void)st; 
 CUresult cuMemsetD8Async(unsigned long long d, unsigned char v, size_t n, P st) { (void)d; (void)v; (void)n; (void)st; return 0; }
 CUresult cuMemsetD16Async(unsigned long long d, unsigned short v, size_t n, P st) { (void)d; (void)v; (void)n; (void)st; return 0; }
 CUresult cuMemsetD32Async(unsigned long long d, unsigned v, size_t n, P st) { (void)d; (void)v; (void)n; (void)st; return 0; }
-CUresult cuMemcpyHtoDAsync_v2(unsigned long long d, const void *s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; return 0; }
-CUresult cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; return 0; }
+CUresult cuMemcpyHtoDAsync_v2(unsigned long long d, const void *s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; INJECT("cuMemcpyHtoDAsync_v2", UNKNOWN); return 0; }
+CUresult cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; INJECT("cuMemcpyDtoHAsync_v2", UNKNOWN); return 0; }
 /* Every pointer is unknown to the fake driver: host memory, as for pageable memory. */
 /* Memory type (2: device) and device ordinal (0) of a live cuMemAlloc block; for
  * any other address, an error (not memory the driver knows). */
