@@ -150,7 +150,13 @@ pub fn launch(
     let shape = super::LaunchShape { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_bytes: 0, cluster: [0, 0, 0] };
     // SAFETY: one pointer per parameter of the generated kernel: the inputs and the
     // outputs (device pointers) and the count, each a u64 that lives until the call returns.
-    unsafe { super::launch(kernel, &shape, stream, args.as_mut_ptr()) }
+    unsafe { super::launch(kernel, &shape, stream, args.as_mut_ptr()) }?;
+    if crate::sanitizer::enabled() {
+        use crate::sanitizer::Access;
+        let accesses = inputs.iter().map(|&p| (p, Access::Read)).chain(outputs.iter().map(|&p| (p, Access::Write)));
+        accesses.for_each(|(p, access)| crate::sanitizer::access(s, p, bytes, access, "gpurt_elementwise"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

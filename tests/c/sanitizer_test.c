@@ -323,6 +323,30 @@ int main(void) {
         printf("sanitizer_test: the unordered copy read %u of %u words wrong; reported\n", wrong, 1u << 20);
         EXPECT_REPORTS(0, "the same, ordered by an event", { wrong = race_on_gpu(kernel, 1, seed + 1); });
         CHECK(wrong == 0, "ordered: %u wrong words", wrong);
+        {
+            /* gpurt's elementwise helper declares its input and output. */
+            static float host[1024];
+            void *x = NULL, *y = NULL;
+            const char *names[1] = {"x"};
+            const void *inputs[1];
+            EXPECT(gpurt_malloc(sizeof host, a, &x), GPURT_SUCCESS);
+            EXPECT(gpurt_malloc(sizeof host, a, &y), GPURT_SUCCESS);
+            EXPECT(gpurt_memset_async(x, 0x3f800000u, 4, 1024, a), GPURT_SUCCESS);
+            inputs[0] = x;
+            EXPECT_REPORTS(1, "an elementwise output read on another stream, unordered", {
+                EXPECT(gpurt_elementwise("y = x * 2", names, inputs, 1, GPURT_DTYPE_F32, 1024, y, a), GPURT_SUCCESS);
+                EXPECT(gpurt_memcpy(host, y, sizeof host, b), GPURT_SUCCESS);
+            });
+            EXPECT_REPORTS(0, "the same, ordered", {
+                EXPECT(gpurt_elementwise("y = x * 2", names, inputs, 1, GPURT_DTYPE_F32, 1024, y, a), GPURT_SUCCESS);
+                EXPECT(gpurt_stream_wait_stream(b, a), GPURT_SUCCESS);
+                EXPECT(gpurt_memcpy(host, y, sizeof host, b), GPURT_SUCCESS);
+            });
+            CHECK(host[0] == 2.0f && host[1023] == 2.0f, "2 * 1.0 = %g", (double)host[1023]);
+            EXPECT(gpurt_free(x), GPURT_SUCCESS);
+            EXPECT(gpurt_record_stream(y, b), GPURT_SUCCESS);
+            EXPECT(gpurt_free(y), GPURT_SUCCESS);
+        }
     } else {
         printf("sanitizer_test: the real-kernel race skipped: the stub driver runs no kernels\n");
     }
