@@ -39,6 +39,7 @@ step build-backend-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclud
 step build-tunable-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/tunable_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/tunable_test
 step build-sanitizer-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sanitizer_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/sanitizer_test
 step build-gds-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/gds_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/gds_test
+step build-comm-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/comm_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/comm_test
 step build-soak cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/soak.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/soak
 step build-dlclose-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror src/dlclose_test.c -ldl -o bin/dlclose_test
 step build-hpp-test c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/hpp_test.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/hpp_test
@@ -59,6 +60,7 @@ step backend-test bin/backend_test
 step tunable-test bin/tunable_test
 step sanitizer-test bin/sanitizer_test
 step gds-test bin/gds_test
+step comm-test bin/comm_test
 step gds-test-cufile env GPURT_GDS_MODE=cufile bin/gds_test
 step dlclose-test bin/dlclose_test "$lib/libgpurt.so.0"
 step hpp-test bin/hpp_test

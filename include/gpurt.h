@@ -330,6 +330,11 @@ typedef enum {
    * path, the operation and the system's reason.
    */
   GPURT_ERROR_IO = 16,
+  /**
+   * A collective or communicator failed because of a peer, the network or NCCL,
+   * or a peer did not join in time (`gpurt_comm_*`); the message says which.
+   */
+  GPURT_ERROR_COMM = 17,
 } gpurt_status_t;
 
 typedef enum {
@@ -370,6 +375,25 @@ typedef enum {
   GPURT_DTYPE_F64 = 4,
   GPURT_DTYPE_I64 = 5,
 } gpurt_dtype_t;
+
+/**
+ * Reduction operators, with NCCL's values.
+ */
+typedef enum {
+  GPURT_REDUCE_SUM = 0,
+  GPURT_REDUCE_PROD = 1,
+  GPURT_REDUCE_MAX = 2,
+  GPURT_REDUCE_MIN = 3,
+  /**
+   * The sum divided by the number of ranks (floating-point types).
+   */
+  GPURT_REDUCE_AVG = 4,
+} gpurt_reduce_op_t;
+
+/**
+ * A communicator: one rank of a group of GPUs (NCCL's `ncclComm_t`).
+ */
+typedef struct gpurt_comm_s gpurt_comm_s;
 
 /**
  * A device handle; the same for every call with the same ordinal.
@@ -545,6 +569,16 @@ typedef gpurt_mem_pool_s *gpurt_mem_pool_t;
  * when the pushed pool should serve this allocation (`stream`: a CUstream).
  */
 typedef int (*gpurt_mem_pool_filter_fn)(size_t, int, void*, void*);
+
+typedef gpurt_comm_s *gpurt_comm_t;
+
+/**
+ * The bytes that name a group: made by one rank with gpurt_comm_unique_id and
+ * shipped to the others by any means (a file, a socket, MPI, a key-value store).
+ */
+typedef struct {
+  uint8_t internal[128];
+} gpurt_comm_id_t;
 
 typedef gpurt_device_s *gpurt_device_t;
 
@@ -959,6 +993,157 @@ gpurt_status_t gpurt_mem_pool_empty_cache(gpurt_mem_pool_t pool);
  * The device the pool serves.
  */
 gpurt_status_t gpurt_mem_pool_get_device(gpurt_mem_pool_t pool, int *device);
+
+/**
+ * NCCL's version (`major*10000 + minor*100 + patch`). Without NCCL:
+ * `GPURT_ERROR_NOT_SUPPORTED`, naming libnccl.so.2; every comm call answers so.
+ */
+gpurt_status_t gpurt_comm_version(int *version);
+
+/**
+ * One communicator per device of `devices[0..n]` (ranks in that order), for one
+ * process over several GPUs; `comms` receives `n` handles.
+ */
+gpurt_status_t gpurt_comm_init_all(const int *devices, int n, gpurt_comm_t *comms);
+
+/**
+ * A new group's id, for gpurt_comm_init_rank on every rank.
+ */
+gpurt_status_t gpurt_comm_unique_id(gpurt_comm_id_t *id);
+
+/**
+ * Joins the group `id` names as rank `rank` of `nranks`, on `device`: one process
+ * per GPU, on one machine or many. Waits for the other ranks at most
+ * `GPURT_COMM_INIT_TIMEOUT_MS` (5 minutes by default; see
+ * gpurt_comm_init_rank_timeout): a rank that never joins is `GPURT_ERROR_COMM`,
+ * and this rank can go on.
+ */
+gpurt_status_t gpurt_comm_init_rank(const gpurt_comm_id_t *id,
+                                    int nranks,
+                                    int rank,
+                                    int device,
+                                    gpurt_comm_t *comm);
+
+/**
+ * gpurt_comm_init_rank with its own timeout, in milliseconds.
+ */
+gpurt_status_t gpurt_comm_init_rank_timeout(const gpurt_comm_id_t *id,
+                                            int nranks,
+                                            int rank,
+                                            int device,
+                                            uint64_t timeout_ms,
+                                            gpurt_comm_t *comm);
+
+/**
+ * Destroys a communicator (NCCL's resources go once no call on it is running).
+ */
+gpurt_status_t gpurt_comm_destroy(gpurt_comm_t comm);
+
+/**
+ * Aborts a communicator, cancelling its pending work, and destroys the handle:
+ * after a peer failed (see gpurt_comm_get_async_error).
+ */
+gpurt_status_t gpurt_comm_abort(gpurt_comm_t comm);
+
+/**
+ * The error NCCL found running this communicator's work, if any (success
+ * otherwise): poll it while waiting on a collective that may never finish.
+ */
+gpurt_status_t gpurt_comm_get_async_error(gpurt_comm_t comm);
+
+/**
+ * The communicator's rank, number of ranks and device (each may be NULL).
+ */
+gpurt_status_t gpurt_comm_info(gpurt_comm_t comm, int *rank, int *nranks, int *device);
+
+/**
+ * Reduces `count` elements of `send` over all ranks with `op`; every rank gets the
+ * result in `recv` (may be `send`). Stream-ordered on `stream` (of the
+ * communicator's device), and capturable into graphs.
+ */
+gpurt_status_t gpurt_comm_all_reduce(const void *send,
+                                     void *recv,
+                                     size_t count,
+                                     int dtype,
+                                     int op,
+                                     gpurt_comm_t comm,
+                                     gpurt_stream_t stream);
+
+/**
+ * Copies `count` elements of rank `root`'s `send` to every rank's `recv` (NCCL's
+ * broadcast collective; gpurt_comm_broadcast is torch.cuda.comm's helper).
+ */
+gpurt_status_t gpurt_comm_bcast(const void *send,
+                                void *recv,
+                                size_t count,
+                                int dtype,
+                                int root,
+                                gpurt_comm_t comm,
+                                gpurt_stream_t stream);
+
+/**
+ * Reduces `count` elements of `send` over all ranks into rank `root`'s `recv`.
+ */
+gpurt_status_t gpurt_comm_reduce(const void *send,
+                                 void *recv,
+                                 size_t count,
+                                 int dtype,
+                                 int op,
+                                 int root,
+                                 gpurt_comm_t comm,
+                                 gpurt_stream_t stream);
+
+/**
+ * Gathers `send_count` elements from every rank into `recv` (nranks × send_count,
+ * in rank order) on every rank.
+ */
+gpurt_status_t gpurt_comm_all_gather(const void *send,
+                                     void *recv,
+                                     size_t send_count,
+                                     int dtype,
+                                     gpurt_comm_t comm,
+                                     gpurt_stream_t stream);
+
+/**
+ * Reduces `send` (nranks × recv_count elements) over all ranks with `op`; rank i
+ * gets block i of the result in `recv`.
+ */
+gpurt_status_t gpurt_comm_reduce_scatter(const void *send,
+                                         void *recv,
+                                         size_t recv_count,
+                                         int dtype,
+                                         int op,
+                                         gpurt_comm_t comm,
+                                         gpurt_stream_t stream);
+
+/**
+ * Sends `count` elements to rank `peer` (which calls gpurt_comm_recv); pair them
+ * in gpurt_comm_group_start/_end for exchanges in both directions.
+ */
+gpurt_status_t gpurt_comm_send(const void *buffer,
+                               size_t count,
+                               int dtype,
+                               int peer,
+                               gpurt_comm_t comm,
+                               gpurt_stream_t stream);
+
+/**
+ * Receives `count` elements from rank `peer`.
+ */
+gpurt_status_t gpurt_comm_recv(void *buffer,
+                               size_t count,
+                               int dtype,
+                               int peer,
+                               gpurt_comm_t comm,
+                               gpurt_stream_t stream);
+
+/**
+ * Opens a group: the collectives and sends/receives until gpurt_comm_group_end
+ * are issued together (one process driving several GPUs must group them).
+ */
+gpurt_status_t gpurt_comm_group_start(void);
+
+gpurt_status_t gpurt_comm_group_end(void);
 
 /**
  * Copies `bytes` from `src` to `dst` on `stream`, asynchronously. Either side may be

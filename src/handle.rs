@@ -38,6 +38,7 @@ pub enum Kind {
     Generator = 12,
     TunableOp = 13,
     GdsFile = 14,
+    Comm = 15,
 }
 
 impl Kind {
@@ -56,6 +57,7 @@ impl Kind {
             Kind::Generator => "generator",
             Kind::TunableOp => "TunableOp",
             Kind::GdsFile => "GDS file",
+            Kind::Comm => "communicator",
         }
     }
     fn from_bits(bits: u8) -> Option<Kind> {
@@ -73,6 +75,7 @@ impl Kind {
             Kind::Generator,
             Kind::TunableOp,
             Kind::GdsFile,
+            Kind::Comm,
         ].into_iter().find(|k| *k as u8 == bits)
     }
 }

@@ -18,6 +18,7 @@ compile_error!("gpurt packs handles into 64-bit pointers and supports only 64-bi
 
 pub mod alloc;
 pub mod boundary;
+pub mod comm;
 pub mod copy;
 pub mod device;
 pub mod driver;

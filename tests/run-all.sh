@@ -139,6 +139,10 @@ echo "== GPUDirect Storage calls: round trips, short and removed files, misuse (
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/gds_test.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$stub/gds_test"
 LD_LIBRARY_PATH=$stub "$stub/gds_test"
+echo "== communicators without NCCL: every comm call says NCCL is missing (stub driver; collectives run in the GPU suite)"
+cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/comm_test.c $(pkg-config --cflags --libs gpurt) \
+   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$stub/comm_test"
+LD_LIBRARY_PATH=$stub "$stub/comm_test"
 echo "== soak: 8 threads of mixed calls, final invariants (stub driver; 60 s with byte checks in the GPU suite)"
 cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror tests/c/soak.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/soak"

@@ -51,12 +51,15 @@ pub enum gpurt_status_t {
     /// A file could not be read or written (`gpurt_gds_*`); the message holds the
     /// path, the operation and the system's reason.
     GPURT_ERROR_IO = 16,
+    /// A collective or communicator failed because of a peer, the network or NCCL,
+    /// or a peer did not join in time (`gpurt_comm_*`); the message says which.
+    GPURT_ERROR_COMM = 17,
 }
 
 pub use gpurt_status_t as Status;
 
 impl Status {
-    const ALL: [Status; 17] = [
+    const ALL: [Status; 18] = [
         Status::GPURT_SUCCESS,
         Status::GPURT_ERROR_INVALID_ARGUMENT,
         Status::GPURT_ERROR_INVALID_HANDLE,
@@ -74,6 +77,7 @@ impl Status {
         Status::GPURT_ERROR_GRAPH_UPDATE,
         Status::GPURT_ERROR_FORKED,
         Status::GPURT_ERROR_IO,
+        Status::GPURT_ERROR_COMM,
     ];
 
     /// The status with this numeric value, if there is one.
@@ -101,6 +105,7 @@ impl Status {
             Status::GPURT_ERROR_GRAPH_UPDATE => c"graph update not possible",
             Status::GPURT_ERROR_FORKED => c"CUDA cannot be used in a forked child",
             Status::GPURT_ERROR_IO => c"file I/O error",
+            Status::GPURT_ERROR_COMM => c"communication error",
         }
     }
 

@@ -1,0 +1,306 @@
+use libc::{c_int, c_void};
+
+use super::{bytes, gpurt_reduce_op_t, nccl_dtype, Buffer};
+use crate::boundary::{self, in_array, in_ref, Out};
+use crate::dtype::gpurt_dtype_t;
+use crate::error::gpurt_status_t;
+use crate::handle::Handle;
+use crate::sanitizer::Access;
+use crate::stream::ffi::gpurt_stream_t;
+
+/// A communicator: one rank of a group of GPUs (NCCL's `ncclComm_t`).
+pub struct gpurt_comm_s {
+    _opaque: [u8; 0],
+}
+pub type gpurt_comm_t = *mut gpurt_comm_s;
+
+/// The bytes that name a group: made by one rank with gpurt_comm_unique_id and
+/// shipped to the others by any means (a file, a socket, MPI, a key-value store).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct gpurt_comm_id_t {
+    pub internal: [u8; 128],
+}
+
+fn handle_of(comm: gpurt_comm_t) -> Handle {
+    Handle::from_ptr(comm)
+}
+
+/// NCCL's version (`major*10000 + minor*100 + patch`). Without NCCL:
+/// `GPURT_ERROR_NOT_SUPPORTED`, naming libnccl.so.2; every comm call answers so.
+#[no_mangle]
+pub extern "C" fn gpurt_comm_version(version: *mut c_int) -> gpurt_status_t {
+    boundary::call("gpurt_comm_version", || {
+        let out = Out::new(version, "version")?;
+        out.write(super::version()?);
+        Ok(())
+    })
+}
+
+/// One communicator per device of `devices[0..n]` (ranks in that order), for one
+/// process over several GPUs; `comms` receives `n` handles.
+#[no_mangle]
+pub extern "C" fn gpurt_comm_init_all(devices: *const c_int, n: c_int, comms: *mut gpurt_comm_t) -> gpurt_status_t {
+    boundary::call("gpurt_comm_init_all", || {
+        if n < 1 {
+            return Err(crate::Error::invalid_argument(format!("n is {n}: at least one device")));
+        }
+        let devices = in_array(devices, n as usize, 4096, "devices")?;
+        if comms.is_null() {
+            return Err(crate::Error::invalid_argument("argument `comms` is NULL"));
+        }
+        let handles = super::init_all(devices)?;
+        for (i, h) in handles.into_iter().enumerate() {
+            // SAFETY: the caller gives room for `n` handles.
+            unsafe { *comms.add(i) = h.to_ptr() };
+        }
+        Ok(())
+    })
+}
+
+/// A new group's id, for gpurt_comm_init_rank on every rank.
+#[no_mangle]
+pub extern "C" fn gpurt_comm_unique_id(id: *mut gpurt_comm_id_t) -> gpurt_status_t {
+    boundary::call("gpurt_comm_unique_id", || {
+        let out = Out::new(id, "id")?;
+        out.write(gpurt_comm_id_t { internal: super::unique_id()? });
+        Ok(())
+    })
+}
+
+/// Joins the group `id` names as rank `rank` of `nranks`, on `device`: one process
+/// per GPU, on one machine or many. Waits for the other ranks at most
+/// `GPURT_COMM_INIT_TIMEOUT_MS` (5 minutes by default; see
+/// gpurt_comm_init_rank_timeout): a rank that never joins is `GPURT_ERROR_COMM`,
+/// and this rank can go on.
+#[no_mangle]
+pub extern "C" fn gpurt_comm_init_rank(id: *const gpurt_comm_id_t, nranks: c_int, rank: c_int, device: c_int, comm: *mut gpurt_comm_t) -> gpurt_status_t {
+    gpurt_comm_init_rank_timeout(id, nranks, rank, device, super::default_timeout().as_millis().min(u64::MAX as u128) as u64, comm)
+}
+
+/// gpurt_comm_init_rank with its own timeout, in milliseconds.
+#[no_mangle]
+pub extern "C" fn gpurt_comm_init_rank_timeout(
+    id: *const gpurt_comm_id_t,
+    nranks: c_int,
+    rank: c_int,
+    device: c_int,
+    timeout_ms: u64,
+    comm: *mut gpurt_comm_t,
+) -> gpurt_status_t {
+    boundary::call("gpurt_comm_init_rank", || {
+        let out = Out::new(comm, "comm")?;
+        let id = in_ref(id, "id")?;
+        out.write(super::init_rank(&id.internal, nranks, rank, device, std::time::Duration::from_millis(timeout_ms))?.to_ptr());
+        Ok(())
+    })
+}
+
+/// Destroys a communicator (NCCL's resources go once no call on it is running).
+#[no_mangle]
+pub extern "C" fn gpurt_comm_destroy(comm: gpurt_comm_t) -> gpurt_status_t {
+    boundary::call("gpurt_comm_destroy", || super::destroy(handle_of(comm)))
+}
+
+/// Aborts a communicator, cancelling its pending work, and destroys the handle:
+/// after a peer failed (see gpurt_comm_get_async_error).
+#[no_mangle]
+pub extern "C" fn gpurt_comm_abort(comm: gpurt_comm_t) -> gpurt_status_t {
+    boundary::call("gpurt_comm_abort", || super::abort(handle_of(comm)))
+}
+
+/// The error NCCL found running this communicator's work, if any (success
+/// otherwise): poll it while waiting on a collective that may never finish.
+#[no_mangle]
+pub extern "C" fn gpurt_comm_get_async_error(comm: gpurt_comm_t) -> gpurt_status_t {
+    boundary::call("gpurt_comm_get_async_error", || super::async_error(handle_of(comm)))
+}
+
+/// The communicator's rank, number of ranks and device (each may be NULL).
+#[no_mangle]
+pub extern "C" fn gpurt_comm_info(comm: gpurt_comm_t, rank: *mut c_int, nranks: *mut c_int, device: *mut c_int) -> gpurt_status_t {
+    boundary::call("gpurt_comm_info", || {
+        let c = super::get(handle_of(comm))?;
+        for (out, value) in [(rank, c.rank), (nranks, c.nranks), (device, c.device)] {
+            if !out.is_null() {
+                // SAFETY: a non-NULL out-parameter points to an int.
+                unsafe { *out = value };
+            }
+        }
+        Ok(())
+    })
+}
+
+fn dtype_and_bytes(dtype: c_int, count: usize) -> crate::Result<(gpurt_dtype_t, u64)> {
+    let dtype = gpurt_dtype_t::from_raw(dtype)?;
+    Ok((dtype, bytes(count as u64, dtype)?))
+}
+
+fn read(ptr: *const c_void, bytes: u64) -> Buffer {
+    Buffer { ptr: ptr as u64, bytes, access: Access::Read }
+}
+
+fn write(ptr: *mut c_void, bytes: u64) -> Buffer {
+    Buffer { ptr: ptr as u64, bytes, access: Access::Write }
+}
+
+/// Reduces `count` elements of `send` over all ranks with `op`; every rank gets the
+/// result in `recv` (may be `send`). Stream-ordered on `stream` (of the
+/// communicator's device), and capturable into graphs.
+#[no_mangle]
+pub extern "C" fn gpurt_comm_all_reduce(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    op: c_int,
+    comm: gpurt_comm_t,
+    stream: gpurt_stream_t,
+) -> gpurt_status_t {
+    boundary::call("gpurt_comm_all_reduce", || {
+        let (dtype, n) = dtype_and_bytes(dtype, count)?;
+        let op = gpurt_reduce_op_t::from_raw(op)?;
+        super::run(handle_of(comm), Handle::from_ptr(stream), &[read(send, n), write(recv, n)], "ncclAllReduce", |nccl, c, s| unsafe {
+            (nccl.all_reduce)(send, recv, count, nccl_dtype(dtype), op as c_int, c, s)
+        })
+    })
+}
+
+/// Copies `count` elements of rank `root`'s `send` to every rank's `recv` (NCCL's
+/// broadcast collective; gpurt_comm_broadcast is torch.cuda.comm's helper).
+#[no_mangle]
+pub extern "C" fn gpurt_comm_bcast(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    root: c_int,
+    comm: gpurt_comm_t,
+    stream: gpurt_stream_t,
+) -> gpurt_status_t {
+    boundary::call("gpurt_comm_bcast", || {
+        let (dtype, n) = dtype_and_bytes(dtype, count)?;
+        let c = super::get(handle_of(comm))?;
+        check_rank(root, c.nranks, "root")?;
+        let sent = if c.rank == root { n } else { 0 };
+        super::run(handle_of(comm), Handle::from_ptr(stream), &[read(send, sent), write(recv, n)], "ncclBroadcast", |nccl, c, s| unsafe {
+            (nccl.broadcast)(send, recv, count, nccl_dtype(dtype), root, c, s)
+        })
+    })
+}
+
+/// Reduces `count` elements of `send` over all ranks into rank `root`'s `recv`.
+#[no_mangle]
+pub extern "C" fn gpurt_comm_reduce(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    op: c_int,
+    root: c_int,
+    comm: gpurt_comm_t,
+    stream: gpurt_stream_t,
+) -> gpurt_status_t {
+    boundary::call("gpurt_comm_reduce", || {
+        let (dtype, n) = dtype_and_bytes(dtype, count)?;
+        let op = gpurt_reduce_op_t::from_raw(op)?;
+        let c = super::get(handle_of(comm))?;
+        check_rank(root, c.nranks, "root")?;
+        let received = if c.rank == root { n } else { 0 };
+        super::run(handle_of(comm), Handle::from_ptr(stream), &[read(send, n), write(recv, received)], "ncclReduce", |nccl, c, s| unsafe {
+            (nccl.reduce)(send, recv, count, nccl_dtype(dtype), op as c_int, root, c, s)
+        })
+    })
+}
+
+/// Gathers `send_count` elements from every rank into `recv` (nranks × send_count,
+/// in rank order) on every rank.
+#[no_mangle]
+pub extern "C" fn gpurt_comm_all_gather(
+    send: *const c_void,
+    recv: *mut c_void,
+    send_count: usize,
+    dtype: c_int,
+    comm: gpurt_comm_t,
+    stream: gpurt_stream_t,
+) -> gpurt_status_t {
+    boundary::call("gpurt_comm_all_gather", || {
+        let (dtype, n) = dtype_and_bytes(dtype, send_count)?;
+        let all = n.checked_mul(super::get(handle_of(comm))?.nranks as u64).ok_or_else(|| crate::Error::invalid_argument("send_count × nranks overflows"))?;
+        super::run(handle_of(comm), Handle::from_ptr(stream), &[read(send, n), write(recv, all)], "ncclAllGather", |nccl, c, s| unsafe {
+            (nccl.all_gather)(send, recv, send_count, nccl_dtype(dtype), c, s)
+        })
+    })
+}
+
+/// Reduces `send` (nranks × recv_count elements) over all ranks with `op`; rank i
+/// gets block i of the result in `recv`.
+#[no_mangle]
+pub extern "C" fn gpurt_comm_reduce_scatter(
+    send: *const c_void,
+    recv: *mut c_void,
+    recv_count: usize,
+    dtype: c_int,
+    op: c_int,
+    comm: gpurt_comm_t,
+    stream: gpurt_stream_t,
+) -> gpurt_status_t {
+    boundary::call("gpurt_comm_reduce_scatter", || {
+        let (dtype, n) = dtype_and_bytes(dtype, recv_count)?;
+        let op = gpurt_reduce_op_t::from_raw(op)?;
+        let all = n.checked_mul(super::get(handle_of(comm))?.nranks as u64).ok_or_else(|| crate::Error::invalid_argument("recv_count × nranks overflows"))?;
+        super::run(handle_of(comm), Handle::from_ptr(stream), &[read(send, all), write(recv, n)], "ncclReduceScatter", |nccl, c, s| unsafe {
+            (nccl.reduce_scatter)(send, recv, recv_count, nccl_dtype(dtype), op as c_int, c, s)
+        })
+    })
+}
+
+/// Sends `count` elements to rank `peer` (which calls gpurt_comm_recv); pair them
+/// in gpurt_comm_group_start/_end for exchanges in both directions.
+#[no_mangle]
+pub extern "C" fn gpurt_comm_send(buffer: *const c_void, count: usize, dtype: c_int, peer: c_int, comm: gpurt_comm_t, stream: gpurt_stream_t) -> gpurt_status_t {
+    boundary::call("gpurt_comm_send", || {
+        let (dtype, n) = dtype_and_bytes(dtype, count)?;
+        check_rank(peer, super::get(handle_of(comm))?.nranks, "peer")?;
+        super::run(handle_of(comm), Handle::from_ptr(stream), &[read(buffer, n)], "ncclSend", |nccl, c, s| unsafe {
+            (nccl.send)(buffer, count, nccl_dtype(dtype), peer, c, s)
+        })
+    })
+}
+
+/// Receives `count` elements from rank `peer`.
+#[no_mangle]
+pub extern "C" fn gpurt_comm_recv(buffer: *mut c_void, count: usize, dtype: c_int, peer: c_int, comm: gpurt_comm_t, stream: gpurt_stream_t) -> gpurt_status_t {
+    boundary::call("gpurt_comm_recv", || {
+        let (dtype, n) = dtype_and_bytes(dtype, count)?;
+        check_rank(peer, super::get(handle_of(comm))?.nranks, "peer")?;
+        super::run(handle_of(comm), Handle::from_ptr(stream), &[write(buffer, n)], "ncclRecv", |nccl, c, s| unsafe {
+            (nccl.recv)(buffer, count, nccl_dtype(dtype), peer, c, s)
+        })
+    })
+}
+
+/// Opens a group: the collectives and sends/receives until gpurt_comm_group_end
+/// are issued together (one process driving several GPUs must group them).
+#[no_mangle]
+pub extern "C" fn gpurt_comm_group_start() -> gpurt_status_t {
+    boundary::call("gpurt_comm_group_start", || {
+        let nccl = super::nccl::get()?;
+        nccl.check("ncclGroupStart", unsafe { (nccl.group_start)() }, std::ptr::null_mut())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn gpurt_comm_group_end() -> gpurt_status_t {
+    boundary::call("gpurt_comm_group_end", || {
+        let nccl = super::nccl::get()?;
+        nccl.check("ncclGroupEnd", unsafe { (nccl.group_end)() }, std::ptr::null_mut())
+    })
+}
+
+fn check_rank(rank: c_int, nranks: i32, name: &str) -> crate::Result<()> {
+    if rank < 0 || rank >= nranks {
+        return Err(crate::Error::invalid_argument(format!("{name} {rank} is not a rank of this communicator (0..{nranks})")));
+    }
+    Ok(())
+}

@@ -1,0 +1,273 @@
+//! Multi-GPU communication through NCCL (loaded at run time, `nccl.rs`):
+//! communicators as gpurt handles, for one process over several GPUs
+//! (`init_all`) or one process per GPU on one host or many (`unique_id` +
+//! `init_rank`, with a timeout so that a peer that never joins is an error, not a
+//! hang), and the collectives on gpurt streams. A collective records its stream on
+//! the gpurt blocks it uses (as `gpurt_record_stream`), so that a free waits for it,
+//! and declares its accesses to the stream sanitizer.
+
+pub mod ffi;
+pub mod nccl;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::dtype::gpurt_dtype_t;
+use crate::error::{Error, Result, Status};
+use crate::handle::{Handle, Kind, Registry};
+use crate::sanitizer::{self, Access};
+use nccl::{Nccl, RawComm};
+
+/// Reduction operators, with NCCL's values.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum gpurt_reduce_op_t {
+    GPURT_REDUCE_SUM = 0,
+    GPURT_REDUCE_PROD = 1,
+    GPURT_REDUCE_MAX = 2,
+    GPURT_REDUCE_MIN = 3,
+    /// The sum divided by the number of ranks (floating-point types).
+    GPURT_REDUCE_AVG = 4,
+}
+
+impl gpurt_reduce_op_t {
+    pub fn from_raw(raw: i32) -> Result<Self> {
+        use gpurt_reduce_op_t::*;
+        [GPURT_REDUCE_SUM, GPURT_REDUCE_PROD, GPURT_REDUCE_MAX, GPURT_REDUCE_MIN, GPURT_REDUCE_AVG]
+            .into_iter()
+            .find(|op| *op as i32 == raw)
+            .ok_or_else(|| Error::invalid_argument(format!("unknown reduce op {raw} (GPURT_REDUCE_SUM ... GPURT_REDUCE_AVG)")))
+    }
+}
+
+/// NCCL's `ncclDataType_t` for a gpurt dtype.
+pub fn nccl_dtype(dtype: gpurt_dtype_t) -> i32 {
+    match dtype {
+        gpurt_dtype_t::GPURT_DTYPE_I32 => 2,
+        gpurt_dtype_t::GPURT_DTYPE_I64 => 4,
+        gpurt_dtype_t::GPURT_DTYPE_F16 => 6,
+        gpurt_dtype_t::GPURT_DTYPE_F32 => 7,
+        gpurt_dtype_t::GPURT_DTYPE_F64 => 8,
+        gpurt_dtype_t::GPURT_DTYPE_BF16 => 9,
+    }
+}
+
+/// A communicator: one rank of a group, on one device.
+pub struct Comm {
+    raw: usize,
+    pub device: i32,
+    pub rank: i32,
+    pub nranks: i32,
+    aborted: AtomicBool,
+}
+
+impl Drop for Comm {
+    /// The last holder destroys it (a collective in flight on another thread keeps
+    /// it alive until it returns).
+    fn drop(&mut self) {
+        if !self.aborted.load(Ordering::Acquire) {
+            if let Ok(nccl) = nccl::get() {
+                let _ = crate::device::with_device(self.device, || nccl.check("ncclCommDestroy", unsafe { (nccl.comm_destroy)(self.raw as RawComm) }, std::ptr::null_mut()));
+            }
+        }
+    }
+}
+
+static COMMS: Registry<Comm> = Registry::new(Kind::Comm);
+
+/// A communicator. Without NCCL there can be none: the answer names the missing
+/// library rather than the handle.
+pub fn get(handle: Handle) -> Result<std::sync::Arc<Comm>> {
+    nccl::get()?;
+    COMMS.get(handle)
+}
+
+/// NCCL's version code (major × 10000 + minor × 100 + patch for 2.9 and later).
+pub fn version() -> Result<i32> {
+    let nccl = nccl::get()?;
+    let mut v = 0;
+    nccl.check("ncclGetVersion", unsafe { (nccl.get_version)(&mut v) }, std::ptr::null_mut())?;
+    Ok(v)
+}
+
+/// The bytes every rank of a new group passes to `init_rank` (made by one of them).
+pub fn unique_id() -> Result<[u8; 128]> {
+    let nccl = nccl::get()?;
+    let mut id = nccl::UniqueId { internal: [0; 128] };
+    nccl.check("ncclGetUniqueId", unsafe { (nccl.get_unique_id)(&mut id) }, std::ptr::null_mut())?;
+    Ok(id.internal.map(|c| c as u8))
+}
+
+fn insert(raw: RawComm, device: i32, rank: i32, nranks: i32) -> Result<Handle> {
+    COMMS.insert(Comm { raw: raw as usize, device, rank, nranks, aborted: AtomicBool::new(false) })
+}
+
+/// One communicator per device of `devices`, ranks in that order, in this process.
+pub fn init_all(devices: &[i32]) -> Result<Vec<Handle>> {
+    let nccl = nccl::get()?;
+    let resolved: Vec<i32> = devices.iter().map(|&d| crate::device::resolve(d)).collect::<Result<_>>()?;
+    if let Some(d) = resolved.iter().find(|d| resolved.iter().filter(|e| e == d).count() > 1) {
+        return Err(Error::invalid_argument(format!("device {d} appears twice: NCCL needs one rank per device")));
+    }
+    let mut raws: Vec<RawComm> = vec![std::ptr::null_mut(); resolved.len()];
+    let n = resolved.len() as i32;
+    nccl.check("ncclCommInitAll", unsafe { (nccl.comm_init_all)(raws.as_mut_ptr(), n, resolved.as_ptr()) }, std::ptr::null_mut())?;
+    let mut handles = Vec::with_capacity(raws.len());
+    for (rank, (&raw, &device)) in raws.iter().zip(&resolved).enumerate() {
+        match insert(raw, device, rank as i32, n) {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                handles.into_iter().for_each(|h| drop(COMMS.remove(h)));
+                for &r in &raws[rank..] {
+                    unsafe { (nccl.comm_destroy)(r) };
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(handles)
+}
+
+/// The timeout of `init_rank`: `GPURT_COMM_INIT_TIMEOUT_MS`, else 5 minutes.
+pub fn default_timeout() -> Duration {
+    let ms = std::env::var("GPURT_COMM_INIT_TIMEOUT_MS").ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(300_000);
+    Duration::from_millis(ms)
+}
+
+/// Rank `rank` of `nranks` on `device`, joining the group `id` names. Initialises
+/// without blocking and waits at most `timeout` for the other ranks: a peer that
+/// never joins is `GPURT_ERROR_COMM`, and this rank's half-made communicator is
+/// aborted, so the process can go on.
+pub fn init_rank(id: &[u8; 128], nranks: i32, rank: i32, device: i32, timeout: Duration) -> Result<Handle> {
+    let nccl = nccl::get()?;
+    if nranks < 1 || rank < 0 || rank >= nranks {
+        return Err(Error::invalid_argument(format!("rank {rank} of {nranks}: ranks run from 0 to nranks - 1")));
+    }
+    let d = crate::device::resolve(device)?;
+    let raw = crate::device::with_device(d, || {
+        let mut config = nccl::Config::non_blocking();
+        let mut raw: RawComm = std::ptr::null_mut();
+        let unique = nccl::UniqueId { internal: id.map(|b| b as libc::c_char) };
+        let started = unsafe { (nccl.comm_init_rank_config)(&mut raw, nranks, unique, rank, &mut config) };
+        if started != nccl::SUCCESS && started != nccl::IN_PROGRESS {
+            let e = nccl.error("ncclCommInitRankConfig", started, raw);
+            abort_raw(nccl, raw);
+            return Err(e);
+        }
+        wait_for_init(nccl, raw, nranks, rank, timeout).inspect_err(|_| abort_raw(nccl, raw))?;
+        Ok(raw)
+    })?;
+    insert(raw, d, rank, nranks).inspect_err(|_| abort_raw(nccl, raw))
+}
+
+fn wait_for_init(nccl: &Nccl, raw: RawComm, nranks: i32, rank: i32, timeout: Duration) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let mut state = nccl::IN_PROGRESS;
+        nccl.check("ncclCommGetAsyncError", unsafe { (nccl.comm_get_async_error)(raw, &mut state) }, raw)?;
+        match state {
+            nccl::SUCCESS => return Ok(()),
+            nccl::IN_PROGRESS if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(1)),
+            nccl::IN_PROGRESS => {
+                return Err(Error::new(
+                    Status::GPURT_ERROR_COMM,
+                    format!("rank {rank} of {nranks}: the other ranks did not join within {} ms; this rank's communicator was aborted", timeout.as_millis()),
+                ))
+            }
+            code => return Err(nccl.error("ncclCommInitRankConfig", code, raw)),
+        }
+    }
+}
+
+fn abort_raw(nccl: &Nccl, raw: RawComm) {
+    if !raw.is_null() {
+        unsafe { (nccl.comm_abort)(raw) };
+    }
+}
+
+/// Destroys a communicator's handle; NCCL's communicator goes once no collective
+/// call holds it.
+pub fn destroy(handle: Handle) -> Result<()> {
+    get(handle)?;
+    COMMS.remove(handle)
+}
+
+/// Aborts a communicator (its pending work is cancelled) and releases the handle:
+/// for a group whose peer failed.
+pub fn abort(handle: Handle) -> Result<()> {
+    let comm = get(handle)?;
+    let nccl = nccl::get()?;
+    if !comm.aborted.swap(true, Ordering::AcqRel) {
+        abort_raw(nccl, comm.raw as RawComm);
+    }
+    COMMS.remove(handle)
+}
+
+/// A failure NCCL found while running this communicator's work (a peer lost, the
+/// network): its error, else success.
+pub fn async_error(handle: Handle) -> Result<()> {
+    let comm = get(handle)?;
+    let nccl = nccl::get()?;
+    let mut state = nccl::SUCCESS;
+    let raw = comm.raw as RawComm;
+    nccl.check("ncclCommGetAsyncError", unsafe { (nccl.comm_get_async_error)(raw, &mut state) }, raw)?;
+    nccl.check("the communicator's work", state, raw)
+}
+
+/// One buffer of a collective: where, how many bytes, and how it is used.
+pub struct Buffer {
+    pub ptr: u64,
+    pub bytes: u64,
+    pub access: Access,
+}
+
+/// Runs a collective call of `comm` on `stream` over `buffers`, then records the
+/// stream on the gpurt blocks among them and declares their use to the sanitizer.
+pub fn run(
+    comm: Handle,
+    stream: Handle,
+    buffers: &[Buffer],
+    call: &str,
+    f: impl FnOnce(&Nccl, RawComm, *mut libc::c_void) -> nccl::NcclResult,
+) -> Result<()> {
+    let c = get(comm)?;
+    let s = crate::stream::get(stream)?;
+    if s.device() != c.device {
+        return Err(Error::invalid_argument(format!("the stream is on device {}, the communicator on device {}", s.device(), c.device)));
+    }
+    for b in buffers.iter().filter(|b| b.bytes > 0) {
+        if b.ptr == 0 {
+            return Err(Error::invalid_argument("a buffer is NULL"));
+        }
+        crate::boundary::check_range(b.ptr, b.bytes, "buffer")?;
+    }
+    let nccl = nccl::get()?;
+    let raw = c.raw as RawComm;
+    crate::device::with_device(c.device, || nccl.check(call, f(nccl, raw, s.cu().cast()), raw))?;
+    for b in buffers.iter().filter(|b| b.bytes > 0) {
+        // Only blocks of gpurt's pools are recorded; other memory is the caller's.
+        let _ = crate::alloc::device::record_stream(b.ptr, s.raw as u64);
+        sanitizer::access(s, b.ptr, b.bytes, b.access, call);
+    }
+    Ok(())
+}
+
+/// Bytes of `count` elements of `dtype`.
+pub fn bytes(count: u64, dtype: gpurt_dtype_t) -> Result<u64> {
+    crate::boundary::checked_bytes(count, dtype.size(), "count")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtypes_and_ops_have_ncclls_codes() {
+        use gpurt_dtype_t::*;
+        let codes: Vec<i32> = [GPURT_DTYPE_F32, GPURT_DTYPE_F16, GPURT_DTYPE_BF16, GPURT_DTYPE_I32, GPURT_DTYPE_F64, GPURT_DTYPE_I64].map(nccl_dtype).to_vec();
+        assert_eq!(codes, vec![7, 6, 9, 2, 8, 4]);
+        assert_eq!(gpurt_reduce_op_t::from_raw(4).unwrap(), gpurt_reduce_op_t::GPURT_REDUCE_AVG);
+        assert!(gpurt_reduce_op_t::from_raw(5).is_err() && gpurt_reduce_op_t::from_raw(-1).is_err());
+        assert_eq!(std::mem::size_of::<nccl::Config>(), 48, "NCCL 2.14's ncclConfig_t");
+    }
+}
