@@ -62,6 +62,21 @@ pub(crate) const fn test_iterations(n: u64) -> u64 {
     }
 }
 
+/// `n` bytes of a seed's xorshift stream: tests' fresh data that another side can
+/// check from the seed alone.
+#[cfg(test)]
+pub(crate) fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -119,30 +119,22 @@ cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/process_test.c $(pkg-config 
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/process_test"
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/dlclose_test.c -ldl -o "$stub/dlclose_test"
 LD_LIBRARY_PATH=$stub "$stub/process_test"
-echo "== IPC memory between two processes: export, open, free while held, collect, SIGKILL (stub driver)"
-cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/ipc_test.c $(pkg-config --cflags --libs gpurt) \
-   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$stub/ipc_test"
-LD_LIBRARY_PATH=$stub "$stub/ipc_test"
-echo "== backend:cudaMallocAsync: the driver's pool behind the default pools (stub driver)"
-cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/backend_test.c $(pkg-config --cflags --libs gpurt) \
-   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$stub/backend_test"
-LD_LIBRARY_PATH=$stub "$stub/backend_test"
-echo "== TunableOp: concurrent first runs tune once, the results file, a second process (stub driver)"
-cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/tunable_test.c $(pkg-config --cflags --libs gpurt) \
-   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/tunable_test"
-LD_LIBRARY_PATH=$stub "$stub/tunable_test"
-echo "== stream sanitizer: each happens-before rule, graphs, misuse, 8 ordered threads (stub driver)"
-cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/sanitizer_test.c $(pkg-config --cflags --libs gpurt) \
-   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/sanitizer_test"
-LD_LIBRARY_PATH=$stub "$stub/sanitizer_test"
-echo "== GPUDirect Storage calls: round trips, short and removed files, misuse (stub driver: statuses only)"
-cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/gds_test.c $(pkg-config --cflags --libs gpurt) \
-   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$stub/gds_test"
-LD_LIBRARY_PATH=$stub "$stub/gds_test"
-echo "== communicators without NCCL: every comm call says NCCL is missing (stub driver; collectives run in the GPU suite)"
-cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/comm_test.c $(pkg-config --cflags --libs gpurt) \
-   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$stub/comm_test"
-LD_LIBRARY_PATH=$stub "$stub/comm_test"
+
+# stub_c_test NAME DESCRIPTION [LINK-FLAGS...]: builds tests/c/NAME.c against the
+# installed gpurt (pkg-config) and runs it on the stub driver.
+stub_c_test() {
+  local name=$1 what=$2; shift 2
+  echo "== $what"
+  cc -std=c99 -Wall -Wextra -pedantic -Werror "tests/c/$name.c" $(pkg-config --cflags --libs gpurt) \
+     -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" "$@" -o "$stub/$name"
+  LD_LIBRARY_PATH=$stub "$stub/$name"
+}
+stub_c_test ipc_test "IPC memory between two processes: export, open, free while held, collect, SIGKILL (stub driver)"
+stub_c_test backend_test "backend:cudaMallocAsync: the driver's pool behind the default pools (stub driver)"
+stub_c_test tunable_test "TunableOp: concurrent first runs tune once, the results file, a second process (stub driver)" -lpthread
+stub_c_test sanitizer_test "stream sanitizer: each happens-before rule, graphs, misuse, 8 ordered threads (stub driver)" -lpthread
+stub_c_test gds_test "GPUDirect Storage calls: round trips, short and removed files, misuse (stub driver: statuses only)"
+stub_c_test comm_test "communicators without NCCL: every comm call says NCCL is missing (stub driver; collectives run in the GPU suite)"
 echo "== soak: 8 threads of mixed calls, final invariants (stub driver; 60 s with byte checks in the GPU suite)"
 cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror tests/c/soak.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/soak"

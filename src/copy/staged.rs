@@ -194,6 +194,7 @@ pub unsafe fn download_drained(
 mod tests {
     use super::*;
     use crate::error::{Error, Status};
+    use crate::random_bytes;
 
     /// A device that runs transfers only when a marker is waited for (or at the end),
     /// so that a buffer overwritten before its transfer ran shows up as wrong data.
@@ -246,18 +247,6 @@ mod tests {
         fn forget(&mut self, _marker: u64) {
             self.live_markers -= 1;
         }
-    }
-
-    fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
     }
 
     fn ring(n: usize) -> Vec<Vec<u8>> {

@@ -160,18 +160,7 @@ pub fn queue(file: &Arc<FileInner>, device_ptr: u64, size: u64, offset: u64, str
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
+    use crate::random_bytes;
 
     fn temp_path(name: &str) -> String {
         format!("{}/gpurt_gds_{}_{name}", std::env::temp_dir().display(), std::process::id())
