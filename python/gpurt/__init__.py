@@ -10,7 +10,7 @@ from .device import (Device, DeviceProperties, can_device_access_peer, clock_rat
                      get_device_properties, init, is_available, is_bf16_supported, is_initialized,
                      list_gpu_processes, mem_get_info, power_draw, set_device, synchronize, telemetry, temperature,
                      utilization)
-from .errors import (CompilationError, CudaError, Error, FileError, ForkedError, InvalidArgumentError, InvalidHandleError,
+from .errors import (CommError, CompilationError, CudaError, Error, FileError, ForkedError, InvalidArgumentError, InvalidHandleError,
                      NoDeviceError, NoDriverError, NotSupportedError, OutOfMemoryError, StreamCaptureError)
 from .graphs import Graph, GraphPool, graph, graph_pool_handle
 from .kernels import elementwise
@@ -25,7 +25,7 @@ from .pinned import PinnedBuffer, PinnedPool
 from .streams import (Event, ExternalStream, Stream, current_stream, default_stream, per_thread_default_stream,
                       priority_range, set_stream, stream, stream_from_pool)
 
-from . import gds, random, sanitizer
+from . import comm, gds, random, sanitizer
 from . import cupy, torch  # gpurt.torch.use_as_allocator(), gpurt.cupy.use_as_allocator()
 
 __version__ = "0.1.0"

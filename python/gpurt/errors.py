@@ -55,12 +55,16 @@ class FileError(Error, OSError):
     """GPURT_ERROR_IO: a file could not be read or written (gpurt.gds)."""
 
 
+class CommError(Error):
+    """GPURT_ERROR_COMM: a peer, the network or NCCL failed, or a peer did not join in time."""
+
+
 _BY_NAME = {"GPURT_ERROR_INVALID_ARGUMENT": InvalidArgumentError, "GPURT_ERROR_INVALID_HANDLE": InvalidHandleError,
             "GPURT_ERROR_NO_DRIVER": NoDriverError, "GPURT_ERROR_NO_DEVICE": NoDeviceError,
             "GPURT_ERROR_OUT_OF_MEMORY": OutOfMemoryError, "GPURT_ERROR_NOT_SUPPORTED": NotSupportedError,
             "GPURT_ERROR_STREAM_CAPTURE": StreamCaptureError, "GPURT_ERROR_CUDA": CudaError,
             "GPURT_ERROR_COMPILATION": CompilationError, "GPURT_ERROR_FORKED": ForkedError,
-            "GPURT_ERROR_IO": FileError}
+            "GPURT_ERROR_IO": FileError, "GPURT_ERROR_COMM": CommError}
 
 
 def error_for(name):

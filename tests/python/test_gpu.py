@@ -192,3 +192,26 @@ def test_gds_errors_are_python_exceptions(device, tmp_path):
     with gpurt.gds.GdsFile(path) as f:
         with pytest.raises(gpurt.InvalidArgumentError, match="read-only"):
             f.write(buf)
+
+
+def test_comm_without_nccl_says_so_or_all_reduces_exactly(device):
+    from conftest import DRIVER
+    try:
+        gpurt.comm.version()
+    except gpurt.NotSupportedError as e:
+        assert "libnccl.so.2" in str(e)
+        with pytest.raises(gpurt.NotSupportedError):
+            gpurt.comm.Comm.init_all([0])
+        return
+    assert DRIVER == "gpu"
+    (comm,) = gpurt.comm.Comm.init_all([0])
+    data = np.random.default_rng(5).standard_normal(10_001).astype(np.float32)
+    stream = gpurt.Stream()
+    buf = gpurt.DeviceBuffer(data.nbytes, stream=stream)
+    buf.copy_from_host(data.tobytes())
+    out = gpurt.DeviceBuffer(data.nbytes, stream=stream)
+    comm.all_reduce(buf, out, op=gpurt.comm.MAX, stream=stream)
+    assert bytes(out.copy_to_host()) == data.tobytes()  # one rank: the reduction is the input
+    with pytest.raises(gpurt.CommError, match="did not join"):
+        gpurt.comm.Comm.init_rank(gpurt.comm.unique_id(), 2, 0, 0, timeout_ms=1000)
+    comm.close()
