@@ -160,8 +160,9 @@ pub extern "C" fn gpurt_comm_all_reduce(
     boundary::call("gpurt_comm_all_reduce", || {
         let (dtype, n) = dtype_and_bytes(dtype, count)?;
         let op = gpurt_reduce_op_t::from_raw(op)?;
-        super::run(handle_of(comm), Handle::from_ptr(stream), &[read(send, n), write(recv, n)], "ncclAllReduce", |nccl, c, s| unsafe {
-            (nccl.all_reduce)(send, recv, count, nccl_dtype(dtype), op as c_int, c, s)
+        let c = super::get(handle_of(comm))?;
+        super::run(&c, Handle::from_ptr(stream), &[read(send, n), write(recv, n)], "ncclAllReduce", |nccl, raw, s| unsafe {
+            (nccl.all_reduce)(send, recv, count, nccl_dtype(dtype), op as c_int, raw, s)
         })
     })
 }
@@ -183,8 +184,8 @@ pub extern "C" fn gpurt_comm_bcast(
         let c = super::get(handle_of(comm))?;
         check_rank(root, c.nranks, "root")?;
         let sent = if c.rank == root { n } else { 0 };
-        super::run(handle_of(comm), Handle::from_ptr(stream), &[read(send, sent), write(recv, n)], "ncclBroadcast", |nccl, c, s| unsafe {
-            (nccl.broadcast)(send, recv, count, nccl_dtype(dtype), root, c, s)
+        super::run(&c, Handle::from_ptr(stream), &[read(send, sent), write(recv, n)], "ncclBroadcast", |nccl, raw, s| unsafe {
+            (nccl.broadcast)(send, recv, count, nccl_dtype(dtype), root, raw, s)
         })
     })
 }
@@ -207,8 +208,8 @@ pub extern "C" fn gpurt_comm_reduce(
         let c = super::get(handle_of(comm))?;
         check_rank(root, c.nranks, "root")?;
         let received = if c.rank == root { n } else { 0 };
-        super::run(handle_of(comm), Handle::from_ptr(stream), &[read(send, n), write(recv, received)], "ncclReduce", |nccl, c, s| unsafe {
-            (nccl.reduce)(send, recv, count, nccl_dtype(dtype), op as c_int, root, c, s)
+        super::run(&c, Handle::from_ptr(stream), &[read(send, n), write(recv, received)], "ncclReduce", |nccl, raw, s| unsafe {
+            (nccl.reduce)(send, recv, count, nccl_dtype(dtype), op as c_int, root, raw, s)
         })
     })
 }
@@ -226,9 +227,10 @@ pub extern "C" fn gpurt_comm_all_gather(
 ) -> gpurt_status_t {
     boundary::call("gpurt_comm_all_gather", || {
         let (dtype, n) = dtype_and_bytes(dtype, send_count)?;
-        let all = n.checked_mul(super::get(handle_of(comm))?.nranks as u64).ok_or_else(|| crate::Error::invalid_argument("send_count × nranks overflows"))?;
-        super::run(handle_of(comm), Handle::from_ptr(stream), &[read(send, n), write(recv, all)], "ncclAllGather", |nccl, c, s| unsafe {
-            (nccl.all_gather)(send, recv, send_count, nccl_dtype(dtype), c, s)
+        let c = super::get(handle_of(comm))?;
+        let all = n.checked_mul(c.nranks as u64).ok_or_else(|| crate::Error::invalid_argument("send_count × nranks overflows"))?;
+        super::run(&c, Handle::from_ptr(stream), &[read(send, n), write(recv, all)], "ncclAllGather", |nccl, raw, s| unsafe {
+            (nccl.all_gather)(send, recv, send_count, nccl_dtype(dtype), raw, s)
         })
     })
 }
@@ -248,9 +250,10 @@ pub extern "C" fn gpurt_comm_reduce_scatter(
     boundary::call("gpurt_comm_reduce_scatter", || {
         let (dtype, n) = dtype_and_bytes(dtype, recv_count)?;
         let op = gpurt_reduce_op_t::from_raw(op)?;
-        let all = n.checked_mul(super::get(handle_of(comm))?.nranks as u64).ok_or_else(|| crate::Error::invalid_argument("recv_count × nranks overflows"))?;
-        super::run(handle_of(comm), Handle::from_ptr(stream), &[read(send, all), write(recv, n)], "ncclReduceScatter", |nccl, c, s| unsafe {
-            (nccl.reduce_scatter)(send, recv, recv_count, nccl_dtype(dtype), op as c_int, c, s)
+        let c = super::get(handle_of(comm))?;
+        let all = n.checked_mul(c.nranks as u64).ok_or_else(|| crate::Error::invalid_argument("recv_count × nranks overflows"))?;
+        super::run(&c, Handle::from_ptr(stream), &[read(send, all), write(recv, n)], "ncclReduceScatter", |nccl, raw, s| unsafe {
+            (nccl.reduce_scatter)(send, recv, recv_count, nccl_dtype(dtype), op as c_int, raw, s)
         })
     })
 }
@@ -261,9 +264,10 @@ pub extern "C" fn gpurt_comm_reduce_scatter(
 pub extern "C" fn gpurt_comm_send(buffer: *const c_void, count: usize, dtype: c_int, peer: c_int, comm: gpurt_comm_t, stream: gpurt_stream_t) -> gpurt_status_t {
     boundary::call("gpurt_comm_send", || {
         let (dtype, n) = dtype_and_bytes(dtype, count)?;
-        check_rank(peer, super::get(handle_of(comm))?.nranks, "peer")?;
-        super::run(handle_of(comm), Handle::from_ptr(stream), &[read(buffer, n)], "ncclSend", |nccl, c, s| unsafe {
-            (nccl.send)(buffer, count, nccl_dtype(dtype), peer, c, s)
+        let c = super::get(handle_of(comm))?;
+        check_rank(peer, c.nranks, "peer")?;
+        super::run(&c, Handle::from_ptr(stream), &[read(buffer, n)], "ncclSend", |nccl, raw, s| unsafe {
+            (nccl.send)(buffer, count, nccl_dtype(dtype), peer, raw, s)
         })
     })
 }
@@ -273,9 +277,10 @@ pub extern "C" fn gpurt_comm_send(buffer: *const c_void, count: usize, dtype: c_
 pub extern "C" fn gpurt_comm_recv(buffer: *mut c_void, count: usize, dtype: c_int, peer: c_int, comm: gpurt_comm_t, stream: gpurt_stream_t) -> gpurt_status_t {
     boundary::call("gpurt_comm_recv", || {
         let (dtype, n) = dtype_and_bytes(dtype, count)?;
-        check_rank(peer, super::get(handle_of(comm))?.nranks, "peer")?;
-        super::run(handle_of(comm), Handle::from_ptr(stream), &[write(buffer, n)], "ncclRecv", |nccl, c, s| unsafe {
-            (nccl.recv)(buffer, count, nccl_dtype(dtype), peer, c, s)
+        let c = super::get(handle_of(comm))?;
+        check_rank(peer, c.nranks, "peer")?;
+        super::run(&c, Handle::from_ptr(stream), &[write(buffer, n)], "ncclRecv", |nccl, raw, s| unsafe {
+            (nccl.recv)(buffer, count, nccl_dtype(dtype), peer, raw, s)
         })
     })
 }

@@ -221,16 +221,15 @@ pub struct Buffer {
     pub access: Access,
 }
 
-/// Runs a collective call of `comm` on `stream` over `buffers`, then records the
+/// Runs a collective call of `c` on `stream` over `buffers`, then records the
 /// stream on the gpurt blocks among them and declares their use to the sanitizer.
 pub fn run(
-    comm: Handle,
+    c: &Comm,
     stream: Handle,
     buffers: &[Buffer],
     call: &str,
     f: impl FnOnce(&Nccl, RawComm, *mut libc::c_void) -> nccl::NcclResult,
 ) -> Result<()> {
-    let c = get(comm)?;
     let s = crate::stream::get(stream)?;
     if s.device() != c.device {
         return Err(Error::invalid_argument(format!("the stream is on device {}, the communicator on device {}", s.device(), c.device)));

@@ -173,7 +173,7 @@ pub fn upload_staged(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<(
     // SAFETY: the caller gives `bytes` readable bytes at `src`; require_host_memory
     // refused device addresses.
     upload_filled(dst, bytes, stream, |buffer, offset, len| unsafe {
-        staged::copy_chunk(buffer, (src + offset) as *const u8, len);
+        staged::copy_host(buffer, (src + offset) as *const u8, len as usize);
         Ok(())
     })
 }
@@ -195,7 +195,7 @@ pub fn download_staged(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result
     require_host_side(src, dst, bytes)?;
     // SAFETY: as in upload_staged, for `bytes` writable bytes at `dst`.
     download_drained(src, bytes, stream, |buffer, offset, len| unsafe {
-        staged::copy_chunk((dst + offset) as *mut u8, buffer, len);
+        staged::copy_host((dst + offset) as *mut u8, buffer, len as usize);
         Ok(())
     })
 }

@@ -60,11 +60,12 @@ pub fn for_stripes(len: usize, f: impl Fn(usize, usize) -> Result<()> + Sync) ->
     }
 }
 
-/// Copies `len` bytes from `src` to `dst`, with several threads for large chunks.
+/// Copies `len` bytes from `src` to `dst` (pageable memory and a staging buffer,
+/// either way), with several threads for large chunks.
 ///
 /// # Safety
 /// `src` and `dst` must be valid for `len` bytes and must not overlap.
-unsafe fn copy_host(dst: *mut u8, src: *const u8, len: usize) {
+pub unsafe fn copy_host(dst: *mut u8, src: *const u8, len: usize) {
     let (dst, src) = (dst as usize, src as usize);
     let copied = for_stripes(len, |at, n| {
         std::ptr::copy_nonoverlapping((src + at) as *const u8, (dst + at) as *mut u8, n);
@@ -86,14 +87,6 @@ fn copy_threads() -> &'static rayon::ThreadPool {
             .build()
             .expect("building the staging copy threads")
     })
-}
-
-/// Copies one chunk between pageable memory and a staging buffer (either way).
-///
-/// # Safety
-/// As `copy_host`.
-pub unsafe fn copy_chunk(dst: *mut u8, src: *const u8, len: u64) {
-    copy_host(dst, src, len as usize)
 }
 
 /// Uploads `bytes` from `src` through the staging `buffers` (each `STAGING_CHUNK`

@@ -298,8 +298,11 @@ pub fn queue(handle: Handle, ptr: u64, size: u64, offset: i64, stream: Handle, w
         return Err(Error::invalid_argument(format!("the stream is on device {}, the buffer on device {device}", s.device())));
     }
     let offset = offset as u64;
-    if !write && offset + size > file.inner.len()? {
-        return Err(file.inner.short(file.inner.len()?));
+    if !write {
+        let len = file.inner.len()?;
+        if offset + size > len {
+            return Err(file.inner.short(len));
+        }
     }
     if size == 0 {
         return Ok(());

@@ -257,9 +257,8 @@ impl<S: SegmentSource> PoolStack<S> {
         self.routes.is_empty()
     }
 
-    /// The pool pushed last, if it is not a default pool.
-    #[inline]
     /// The top entry's pool when it takes every allocation (no filter).
+    #[inline]
     pub fn top_plain(&self) -> Option<&Arc<MemPool<S>>> {
         match self.routes.last()? {
             Route::Pool(pool) => Some(pool),
