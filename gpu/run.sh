@@ -40,6 +40,7 @@ step build-tunable-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclud
 step build-sanitizer-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sanitizer_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/sanitizer_test
 step build-gds-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/gds_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/gds_test
 step build-comm-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/comm_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/comm_test
+step build-memory-history-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/memory_history_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/memory_history_test
 step build-soak cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/soak.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/soak
 step build-dlclose-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror src/dlclose_test.c -ldl -o bin/dlclose_test
 step build-hpp-test c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/hpp_test.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/hpp_test
@@ -61,6 +62,11 @@ step tunable-test bin/tunable_test
 step sanitizer-test bin/sanitizer_test
 step gds-test bin/gds_test
 step comm-test bin/comm_test
+mkdir -p "$logs/snapshots"
+step memory-history-test bin/memory_history_test "$logs/snapshots"
+# PyTorch's own tools read gpurt's pickle (this machine has no browser: the viewer's
+# headless-browser test runs in the README's test command).
+step snapshot-torch-viz python3 src/check.py "$logs/snapshots" --torch
 step gds-test-cufile env GPURT_GDS_MODE=cufile bin/gds_test
 step dlclose-test bin/dlclose_test "$lib/libgpurt.so.0"
 step hpp-test bin/hpp_test

@@ -78,6 +78,26 @@
 #define GPURT_MAX_ALLOCATION_SIZE 281474976710656
 
 /**
+ * `gpurt_memory_record_history` flag: capture each event's native stack.
+ */
+#define GPURT_HISTORY_STACKS 1
+
+/**
+ * `gpurt_memory_record_history` flag: forget the events recorded so far.
+ */
+#define GPURT_HISTORY_CLEAR 2
+
+/**
+ * Events a ring keeps when the caller gives 0 (PyTorch's default `max_entries`).
+ */
+#define GPURT_HISTORY_DEFAULT_ENTRIES 10000
+
+/**
+ * The most events a ring may keep: 2^24 events are some GiB of memory.
+ */
+#define GPURT_HISTORY_MAX_ENTRIES (1 << 24)
+
+/**
  * Upstream of a pool: segments from cuMemAlloc (or expandable segments, as the
  * pool's configuration says), as the default pools take them.
  */
@@ -389,6 +409,25 @@ typedef enum {
    */
   GPURT_REDUCE_AVG = 4,
 } gpurt_reduce_op_t;
+
+/**
+ * What a memory snapshot is written as.
+ */
+typedef enum {
+  /**
+   * JSON with the structure of `torch.cuda.memory._snapshot()`, for any tool.
+   */
+  GPURT_SNAPSHOT_JSON = 0,
+  /**
+   * A pickle with the structure of `torch.cuda.memory._snapshot()`: PyTorch's
+   * `python -m torch.cuda._memory_viz` and its viewer read it.
+   */
+  GPURT_SNAPSHOT_PICKLE = 1,
+  /**
+   * One self-contained HTML page that draws the snapshot (no network needed).
+   */
+  GPURT_SNAPSHOT_HTML = 2,
+} gpurt_snapshot_format_t;
 
 /**
  * A communicator: one rank of a group of GPUs (NCCL's `ncclComm_t`).
@@ -993,6 +1032,46 @@ gpurt_status_t gpurt_mem_pool_empty_cache(gpurt_mem_pool_t pool);
  * The device the pool serves.
  */
 gpurt_status_t gpurt_mem_pool_get_device(gpurt_mem_pool_t pool, int *device);
+
+/**
+ * Starts (`enabled` non-zero) or stops recording the allocator's memory history: a
+ * ring per device of its allocations, frees, segment and mapping changes, and
+ * out-of-memory failures, keeping the newest `max_entries` (0: 10 000). Flags:
+ * `GPURT_HISTORY_STACKS` (each event keeps the caller's native stack, symbolised when
+ * a snapshot is written), `GPURT_HISTORY_CLEAR` (forget the events so far).
+ * Stopping keeps the events for a snapshot. (`torch.cuda.memory._record_memory_history`.)
+ */
+gpurt_status_t gpurt_memory_record_history(int enabled, size_t max_entries, unsigned int flags);
+
+/**
+ * Attaches `name` to the history events of what this thread does next, until the
+ * matching `gpurt_memory_annotate_pop`; nested names join as "outer > inner".
+ */
+gpurt_status_t gpurt_memory_annotate_push(const char *name);
+
+/**
+ * Removes this thread's innermost annotation.
+ */
+gpurt_status_t gpurt_memory_annotate_pop(void);
+
+/**
+ * Writes a snapshot of `device`'s memory (`GPURT_CURRENT_DEVICE`: the current one)
+ * to the file `path` as `format`: every segment of its pools with its blocks
+ * (address, size, requested size, state, pool, stream, and where history recorded
+ * them, the allocating stack and annotation) and the device's history.
+ */
+gpurt_status_t gpurt_memory_snapshot(int device, int format, const char *path);
+
+/**
+ * `gpurt_memory_snapshot` into a caller's buffer: `*size` gets the snapshot's
+ * bytes; a `buffer` too small (or NULL with `capacity` 0, to ask the size) is
+ * filled with nothing and gives GPURT_ERROR_INVALID_ARGUMENT.
+ */
+gpurt_status_t gpurt_memory_snapshot_buffer(int device,
+                                            int format,
+                                            void *buffer,
+                                            size_t capacity,
+                                            size_t *size);
 
 /**
  * NCCL's version (`major*10000 + minor*100 + patch`). Without NCCL:

@@ -29,6 +29,8 @@ command -v c++ >/dev/null || missing+=(g++)
 command -v clang++ >/dev/null || missing+=(clang)
 command -v python3 >/dev/null || missing+=(python3)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+# The memory snapshot viewer is tested in a real browser.
+command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || missing+=(chromium-headless-shell)
 if ((${#missing[@]})); then
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}"
@@ -120,21 +122,26 @@ cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/process_test.c $(pkg-config 
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/dlclose_test.c -ldl -o "$stub/dlclose_test"
 LD_LIBRARY_PATH=$stub "$stub/process_test"
 
-# stub_c_test NAME DESCRIPTION [LINK-FLAGS...]: builds tests/c/NAME.c against the
-# installed gpurt (pkg-config) and runs it on the stub driver.
+# stub_c_test NAME DESCRIPTION [ARGUMENT]: builds tests/c/NAME.c against the
+# installed gpurt (pkg-config) and runs it on the stub driver, with ARGUMENT.
 stub_c_test() {
-  local name=$1 what=$2; shift 2
-  echo "== $what"
+  local name=$1 what=$2 dir=${3:-}
+  [ -z "$what" ] || echo "== $what"
   cc -std=c99 -Wall -Wextra -pedantic -Werror "tests/c/$name.c" $(pkg-config --cflags --libs gpurt) \
-     -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" "$@" -o "$stub/$name"
-  LD_LIBRARY_PATH=$stub "$stub/$name"
+     -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/$name"
+  LD_LIBRARY_PATH=$stub "$stub/$name" $dir
 }
 stub_c_test ipc_test "IPC memory between two processes: export, open, free while held, collect, SIGKILL (stub driver)"
 stub_c_test backend_test "backend:cudaMallocAsync: the driver's pool behind the default pools (stub driver)"
-stub_c_test tunable_test "TunableOp: concurrent first runs tune once, the results file, a second process (stub driver)" -lpthread
-stub_c_test sanitizer_test "stream sanitizer: each happens-before rule, graphs, misuse, 8 ordered threads (stub driver)" -lpthread
+stub_c_test tunable_test "TunableOp: concurrent first runs tune once, the results file, a second process (stub driver)"
+stub_c_test sanitizer_test "stream sanitizer: each happens-before rule, graphs, misuse, 8 ordered threads (stub driver)"
 stub_c_test gds_test "GPUDirect Storage calls: round trips, short and removed files, misuse (stub driver: statuses only)"
 stub_c_test comm_test "communicators without NCCL: every comm call says NCCL is missing (stub driver; collectives run in the GPU suite)"
+echo "== memory history and snapshots: misuse, a workload ending out of memory, JSON / pickle / HTML; the viewer in headless Chromium (stub driver)"
+snapshots=$stub/snapshots
+mkdir -p "$snapshots"
+stub_c_test memory_history_test "" "$snapshots"
+python3 tests/snapshot/check.py "$snapshots" --browser
 echo "== soak: 8 threads of mixed calls, final invariants (stub driver; 60 s with byte checks in the GPU suite)"
 cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror tests/c/soak.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/soak"

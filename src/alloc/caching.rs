@@ -31,8 +31,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::config::AllocConfig;
+use super::history::{self, Action};
 use super::owners::SegmentOwner;
-use super::pool::{BlockPlace, Pool, SegmentSource, Segments};
+use super::pool::{BlockPlace, Pool, SegmentSource, SegmentView, Segments};
 use super::stats::{format_bytes, gpurt_memory_stats_t};
 use crate::boundary::lock;
 use crate::error::{Error, Result, Status};
@@ -160,6 +161,8 @@ pub struct CachingAllocator<S: SegmentSource> {
     /// of a thread that met contention on the shared one (`SPLIT_AFTER`).
     streams: Mutex<HashMap<(u64, u32), u32>>,
     totals: Mutex<gpurt_memory_stats_t>,
+    /// Where its pools' events go while the memory history is on (`None`: host memory).
+    history: Option<history::Tag>,
 }
 
 fn is_oom(e: &Error) -> bool {
@@ -168,14 +171,21 @@ fn is_oom(e: &Error) -> bool {
 
 impl<S: SegmentSource> CachingAllocator<S> {
     pub fn new(source: S, config: AllocConfig) -> Self {
+        let id = NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed);
         CachingAllocator {
-            id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
+            id,
+            history: source.history_device().map(|device| history::Tag::new(device, id)),
             shared: Segments::new(source),
             config: Mutex::new(config),
             shards: (0..MAX_SHARDS).map(|_| OnceLock::new()).collect(),
             streams: Mutex::default(),
             totals: Mutex::new(gpurt_memory_stats_t::new()),
         }
+    }
+
+    /// This allocator's id in the memory history's events.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     pub fn source(&self) -> &S {
@@ -237,7 +247,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         let count = streams.len();
         let index = *streams.entry(key).or_insert((count % MAX_SHARDS) as u32);
         self.shards[index as usize].get_or_init(|| {
-            let pool = Pool::new(self.shared.clone(), index, lock(&self.config).clone());
+            let pool = Pool::new(self.shared.clone(), index, lock(&self.config).clone(), self.history.clone());
             Shard { state: Mutex::new(ShardState { flushed: pool.stats(), pool }) }
         });
         index
@@ -396,7 +406,11 @@ impl<S: SegmentSource> CachingAllocator<S> {
     }
 
     fn out_of_memory_error(&self, requested: u64, cause: &str) -> Error {
-        out_of_memory_error(requested, cause, &self.stats(), self.shared.source.memory_info())
+        let memory = self.shared.source.memory_info();
+        if let Some(tag) = self.history.as_ref().filter(|_| history::is_on()) {
+            tag.record(Action::Oom, 0, requested, 0, memory.0);
+        }
+        out_of_memory_error(requested, cause, &self.stats(), memory)
     }
 
     /// Holds the lock of `stream`'s shared shard until the result is dropped; for
@@ -405,6 +419,18 @@ impl<S: SegmentSource> CachingAllocator<S> {
     pub(crate) fn hold_shared_shard(&self, stream: u64) -> impl Sized + '_ {
         let index = lock(&self.streams)[&(stream, 0)];
         self.shard(index)
+    }
+
+    /// Every segment of every shard with its blocks, by address; parked blocks are
+    /// returned to the free lists first, as for `stats`, so the two agree.
+    pub fn segment_views(&self) -> Vec<SegmentView> {
+        let mut views = Vec::new();
+        self.for_each_shard(|pool| {
+            pool.flush_parked();
+            views.extend(pool.segment_views());
+        });
+        views.sort_by_key(|v| v.addr);
+        views
     }
 
     /// Every segment and the shard that owns it.

@@ -27,6 +27,8 @@ struct HostState {
     /// Marker -> done.
     markers: HashMap<u64, bool>,
     next_marker: u64,
+    /// The device its pools' memory history is recorded for (`on_device`).
+    device: Option<i32>,
 }
 
 impl HostSource {
@@ -56,7 +58,14 @@ impl HostSource {
             mapped: 0,
             markers: HashMap::new(),
             next_marker: 1,
+            device: None,
         }))
+    }
+
+    /// The same source, its pools' events recorded in `device`'s memory history.
+    pub fn on_device(self, device: i32) -> Self {
+        self.state().device = Some(device);
+        self
     }
     fn state(&self) -> std::sync::MutexGuard<'_, HostState> {
         lock(&self.0)
@@ -167,6 +176,9 @@ impl SegmentSource for HostSource {
     }
     fn free_addresses(&self, addr: u64, size: u64) {
         assert_eq!(self.state().reservations.remove(&addr), Some(size), "freed addresses that were not reserved");
+    }
+    fn history_device(&self) -> Option<i32> {
+        self.state().device
     }
 }
 

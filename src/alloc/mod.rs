@@ -15,10 +15,12 @@ pub mod config;
 pub mod device;
 pub mod driver_pool;
 pub mod ffi;
+pub mod history;
 pub mod host;
 pub mod mempool;
 mod owners;
 pub mod pool;
+pub mod snapshot;
 pub mod stats;
 pub mod upstream;
 

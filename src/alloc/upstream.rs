@@ -55,6 +55,9 @@ impl DriverSource {
 }
 
 impl SegmentSource for DriverSource {
+    fn history_device(&self) -> Option<i32> {
+        Some(self.device)
+    }
     fn allocate(&self, size: u64, stream: u64) -> Result<u64> {
         self.may_allocate(stream)?;
         self.alloc_segment(size)
@@ -180,6 +183,9 @@ macro_rules! markers_from {
         }
         fn in_context(&self, f: &mut dyn FnMut()) -> Result<()> {
             self.$field.in_context(f)
+        }
+        fn history_device(&self) -> Option<i32> {
+            self.$field.history_device()
         }
     };
 }
@@ -355,6 +361,9 @@ impl SegmentSource for Box<dyn SegmentSource> {
     }
     fn map_granularity(&self) -> u64 {
         (**self).map_granularity()
+    }
+    fn history_device(&self) -> Option<i32> {
+        (**self).history_device()
     }
     fn record_all(&self, streams: &[u64]) -> Result<Vec<u64>> {
         (**self).record_all(streams)

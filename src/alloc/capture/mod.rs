@@ -92,6 +92,9 @@ impl SegmentSource for CaptureSource {
     fn memory_info(&self) -> (u64, u64) {
         self.driver.memory_info()
     }
+    fn history_device(&self) -> Option<i32> {
+        self.driver.history_device()
+    }
     /// As the default, except that no wait makes an `AFTER_RELEASE` marker done.
     fn settle(&self, markers: &mut Vec<u64>, wait: bool) -> bool {
         markers.retain(|&m| {
@@ -134,6 +137,11 @@ pub fn add_private_stats(device: i32, stats: &mut gpurt_memory_stats_t) {
             stats.absorb(&a.stats(), &gpurt_memory_stats_t::new());
         }
     })
+}
+
+/// The live private pools of `device`, with their ids.
+pub fn private_pools(device: i32) -> Vec<(u64, Arc<CachingAllocator<CaptureSource>>)> {
+    with_registry(|r| r.pools.by_id().filter(|(_, a)| a.source().device() == device).map(|(id, a)| (id, a.clone())).collect())
 }
 
 /// Resets the peaks (`accumulated`: the totals) of `device`'s private pools.

@@ -75,7 +75,12 @@ impl<S: SegmentSource> GraphPools<S> {
 
     /// Every pool's allocator.
     pub fn allocators(&self) -> impl Iterator<Item = &Arc<CachingAllocator<S>>> {
-        self.pools.values().map(|e| &e.allocator)
+        self.by_id().map(|(_, a)| a)
+    }
+
+    /// Every pool's id and allocator.
+    pub fn by_id(&self) -> impl Iterator<Item = (u64, &Arc<CachingAllocator<S>>)> {
+        self.pools.iter().map(|(&id, e)| (id, &e.allocator))
     }
 
     /// A capture sequence allocates from pool `id` until `end_capture`; the capture

@@ -159,6 +159,11 @@ impl<S: SegmentSource> MemPools<S> {
         self.live.load().iter().filter(|p| p.allocator.may_hold(ptr)).find_map(|p| f(p))
     }
 
+    /// The live pools of `device`.
+    pub fn on_device(&self, device: i32) -> Vec<Arc<MemPool<S>>> {
+        self.live.load().iter().filter(|p| p.device == device).cloned().collect()
+    }
+
     /// Adds the statistics of `device`'s pools, live and destroyed, to `stats`. Current
     /// values and totals are exact; a live pool's peak is added to the current values,
     /// an upper bound of the true peak of the sum.

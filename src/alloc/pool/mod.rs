@@ -17,9 +17,13 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::blocks::{Arena, Block, BlockId, FreeLists, State, MIN_BLOCK, NO_BLOCK};
 use super::config::AllocConfig;
+use super::history::{self, Action};
 use super::owners::{SegmentOwner, SegmentOwners};
 use super::stats::{gpurt_memory_stats_t, PoolKind};
 use crate::error::{Error, Result, Status};
+
+mod view;
+pub use view::{BlockState, BlockView, SegmentView};
 
 const MIB: u64 = 1 << 20;
 const SMALL_SIZE: u64 = MIB;
@@ -82,6 +86,11 @@ pub trait SegmentSource: Send + Sync {
     /// The unit of `map` and `unmap`.
     fn map_granularity(&self) -> u64 {
         2 * MIB
+    }
+    /// The device whose memory this source gives, for the memory history; `None`
+    /// (host memory) keeps its pools out of it.
+    fn history_device(&self) -> Option<i32> {
+        None
     }
 
     /// A marker on each of `streams`. On failure, the markers already recorded are
@@ -330,6 +339,8 @@ pub struct Pool<S: SegmentSource> {
     expandable: HashMap<(u64, usize), Expandable>,
     /// Segments taken so far: the next segment's number in its blocks' ranks.
     segments_taken: u64,
+    /// Where this pool's events go while the memory history is on.
+    history: Option<history::Tag>,
 }
 
 /// An expandable segment: a reserved address range whose first bytes are backed by
@@ -416,7 +427,7 @@ fn segment_size(size: u64) -> u64 {
 }
 
 impl<S: SegmentSource> Pool<S> {
-    pub fn new(shared: Arc<Segments<S>>, shard: u32, config: AllocConfig) -> Self {
+    pub fn new(shared: Arc<Segments<S>>, shard: u32, config: AllocConfig, history: Option<history::Tag>) -> Self {
         Pool {
             shared,
             shard,
@@ -434,6 +445,17 @@ impl<S: SegmentSource> Pool<S> {
             parked_reuses: [(0, 0); 2],
             expandable: HashMap::default(),
             segments_taken: 0,
+            history,
+        }
+    }
+
+    /// Records an event in the memory history, if it is on.
+    #[inline(always)]
+    fn note(&self, action: Action, addr: u64, size: u64, stream: u64) {
+        if history::is_on() {
+            if let Some(tag) = &self.history {
+                tag.record(action, addr, size, stream, 0);
+            }
         }
     }
 
@@ -566,6 +588,7 @@ impl<S: SegmentSource> Pool<S> {
             if self.shared.source.settle(&mut self.pending[i].1, wait) {
                 let (id, _) = self.pending.swap_remove(i);
                 let block = &self.blocks[id];
+                self.note(Action::FreeCompleted, block.addr, block.size, self.stream_of(block));
                 self.stats.active.sub(block.pool, 1);
                 self.stats.active_bytes.sub(block.pool, block.size as i64);
                 self.coalesce_into_free(id);
@@ -589,6 +612,7 @@ impl<S: SegmentSource> Pool<S> {
         }
         let rounded = self.config.round_size(size);
         if let Some(addr) = self.unpark(stream, rounded, size) {
+            self.note(Action::Alloc, addr, size, stream);
             return Ok(Some(addr));
         }
         self.malloc_from_free_lists(size, rounded, stream, collected)
@@ -622,6 +646,7 @@ impl<S: SegmentSource> Pool<S> {
         }
         count_handed_out(&mut self.stats, &mut self.blocks[id], size);
         self.by_addr.insert(addr, id);
+        self.note(Action::Alloc, addr, size, stream);
         Ok(Some(addr))
     }
 
@@ -643,6 +668,7 @@ impl<S: SegmentSource> Pool<S> {
         }
         let size = segment_size(rounded);
         let addr = self.shared.take(size, stream, self.shard)?;
+        self.note(Action::SegmentAlloc, addr, size, stream);
         Ok(self.add_segment(pool, stream, addr, size))
     }
 
@@ -705,6 +731,11 @@ impl<S: SegmentSource> Pool<S> {
         if block.used_elsewhere {
             return Some(self.free_after_other_streams(id));
         }
+        if history::is_on() {
+            let stream = self.stream_of(block);
+            self.note(Action::FreeRequested, addr, block.requested, stream);
+            self.note(Action::FreeCompleted, addr, block.requested, stream);
+        }
         if self.recent_sizes.contains(&block.size) {
             self.park(id);
         } else {
@@ -722,6 +753,8 @@ impl<S: SegmentSource> Pool<S> {
     fn free_after_other_streams(&mut self, id: BlockId) -> Result<()> {
         let markers = self.shared.source.record_all(&self.used_on[&id])?;
         self.used_on.remove(&id);
+        let block = &self.blocks[id];
+        self.note(Action::FreeRequested, block.addr, block.requested, self.stream_of(block));
         let block = &mut self.blocks[id];
         block.used_elsewhere = false;
         block.state = State::PendingFree;
@@ -827,6 +860,7 @@ impl<S: SegmentSource> Pool<S> {
                 self.shared.free_expandable(base, reserved);
                 return Err(e);
             }
+            self.note(Action::SegmentMap, base, size, stream);
             let id = self.add_segment(pool, stream, base, size);
             self.expandable.insert(key, Expandable { base, reserved, tail: id });
             return Ok(id);
@@ -841,6 +875,7 @@ impl<S: SegmentSource> Pool<S> {
         }
         let end = seg.base + mapped;
         self.shared.grow(end, grow)?;
+        self.note(Action::SegmentMap, end, grow, stream);
         self.count_device_memory(pool, grow as i64);
         self.segment_mut(seg.base).size = mapped + grow;
         if tail_free {
@@ -876,6 +911,7 @@ impl<S: SegmentSource> Pool<S> {
             let release = end - keep_end;
             self.remove_free(seg.tail);
             self.shared.shrink(keep_end, release);
+            self.note(Action::SegmentUnmap, keep_end, release, key.0);
             self.count_device_memory(pool, -(release as i64));
             if keep_end > tail_addr {
                 self.blocks[seg.tail].size -= release;
@@ -920,6 +956,7 @@ impl<S: SegmentSource> Pool<S> {
         let mut released = Vec::with_capacity(whole.len());
         for (start, id) in whole {
             let Block { size, pool, .. } = self.blocks[id];
+            self.note(Action::SegmentFree, start, size, self.stream_of(&self.blocks[id]));
             self.remove_free(id);
             self.forget_segment(start, id);
             released.push((start, size));
