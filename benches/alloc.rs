@@ -4,7 +4,8 @@
 //! Workloads and targets (from the allocator issue):
 //!   1. alloc+free pairs on one stream, 512 B / 64 KiB / 1 MiB / 64 MiB: ≤ 100 ns/pair;
 //!      through a pushed user pool (`gpurt_mem_pool_push`): ≤ the default pool's
-//!      pair, sampled in turns with it, + 10 ns;
+//!      pair, sampled in turns with it, + 10 ns; with the memory history recording:
+//!      ≤ the pair with it off, sampled in turns, + 60 ns;
 //!   2. 200 000 random operations, sizes log-uniform 256 B–32 MiB, ≤ 2000 live
 //!      (five rounds, each from an empty cache):
 //!      ≤ 150 ns/op, fragmentation (peak reserved / peak live bytes) ≤ 1.15;
@@ -44,6 +45,7 @@ struct Gpurt {
     pool_destroy: unsafe extern "C" fn(H) -> i32,
     pool_push: unsafe extern "C" fn(H) -> i32,
     pool_pop: unsafe extern "C" fn() -> i32,
+    record_history: unsafe extern "C" fn(i32, usize, u32) -> i32,
 }
 
 fn load(lib: &libloading::Library, base: common::Basics) -> Gpurt {
@@ -58,6 +60,7 @@ fn load(lib: &libloading::Library, base: common::Basics) -> Gpurt {
             pool_destroy: sym!(lib, "gpurt_mem_pool_destroy"),
             pool_push: sym!(lib, "gpurt_mem_pool_push"),
             pool_pop: sym!(lib, "gpurt_mem_pool_pop"),
+            record_history: sym!(lib, "gpurt_memory_record_history"),
         }
     }
 }
@@ -103,6 +106,33 @@ impl Allocator for Pushed<'_> {
     }
     fn leave(&self) {
         unsafe { st((self.0 .0.pool_pop)()) };
+    }
+}
+
+/// gpurt with the memory history recording (no stacks) during each sample.
+struct Recording<'a>(&'a OnGpurt<'a>);
+
+impl Allocator for Recording<'_> {
+    fn alloc(&self, size: usize, stream: usize) -> usize {
+        self.0.alloc(size, stream)
+    }
+    fn free(&self, ptr: usize, stream: usize) {
+        self.0.free(ptr, stream)
+    }
+    fn peak_reserved(&self) -> u64 {
+        self.0.peak_reserved()
+    }
+    fn reset_peak(&self) {
+        self.0.reset_peak()
+    }
+    fn release_cache(&self) {
+        self.0.release_cache()
+    }
+    fn enter(&self) {
+        unsafe { st((self.0 .0.record_history)(1, 0, 0)) };
+    }
+    fn leave(&self) {
+        unsafe { st((self.0 .0.record_history)(0, 0, 0)) };
     }
 }
 
@@ -456,6 +486,20 @@ fn main() {
     for (label, size, n) in [("512 B", 512, 20_000), ("64 KiB", 64 << 10, 20_000), ("1 MiB", 1 << 20, 20_000), ("64 MiB", 64 << 20, 2_000)] {
         let [a, b] = pairs_ns(&both, size, n).map(|samples| Judged::of_samples(&samples));
         println!("| alloc+free pair, {label} (ns), {full_all} | {} | {} | <= 100 | {} |", a.cell(), b.cell(), a.verdict(100.0));
+    }
+    // The memory history's cost: pairs with it recording (events kept in the default
+    // 10 000-event rings), sampled in turns with pairs with it off.
+    let recording = Recording(&ours);
+    for (label, size) in [("512 B", 512), ("64 KiB", 64 << 10)] {
+        let [off, on] = pairs_ns(&[&ours, &recording], size, 20_000).map(|samples| Judged::of_samples(&samples));
+        let base = off.full.unwrap_or(off.all);
+        println!(
+            "| alloc+free pair, {label} (ns), {full_all}: memory history recording (3 events a pair); off in the same rounds {} | {} | | <= {:.1} (off + 60) | {} |",
+            off.cell(),
+            on.cell(),
+            base + 60.0,
+            on.verdict(base + 60.0)
+        );
     }
     // With a user pool alive (a free may then have several allocators to ask): the
     // default pool's pair, and the pair through the user pool while pushed, sampled

@@ -408,7 +408,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
     fn out_of_memory_error(&self, requested: u64, cause: &str) -> Error {
         let memory = self.shared.source.memory_info();
         if let Some(tag) = self.history.as_ref().filter(|_| history::is_on()) {
-            tag.record(Action::Oom, 0, requested, 0, memory.0);
+            tag.recorder.record(&[Action::Oom], 0, requested, 0, tag.allocator, memory.0);
         }
         out_of_memory_error(requested, cause, &self.stats(), memory)
     }
@@ -421,16 +421,19 @@ impl<S: SegmentSource> CachingAllocator<S> {
         self.shard(index)
     }
 
-    /// Every segment of every shard with its blocks, by address; parked blocks are
-    /// returned to the free lists first, as for `stats`, so the two agree.
-    pub fn segment_views(&self) -> Vec<SegmentView> {
-        let mut views = Vec::new();
+    /// Every segment of every shard with its blocks, by address (parked blocks are
+    /// returned to the free lists first, as for `stats`, so the two agree); and the
+    /// shards' history events (each shard's oldest first) into `events`, with the
+    /// number they overwrote for room.
+    pub fn segment_views(&self, events: &mut Vec<history::Slot>) -> (Vec<SegmentView>, u64) {
+        let (mut views, mut overwritten) = (Vec::new(), 0);
         self.for_each_shard(|pool| {
             pool.flush_parked();
             views.extend(pool.segment_views());
+            overwritten += pool.history_events(events);
         });
         views.sort_by_key(|v| v.addr);
-        views
+        (views, overwritten)
     }
 
     /// Every segment and the shard that owns it.

@@ -9,8 +9,7 @@
 //! locked, and the ring's lock is taken last, never held while another is taken.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -65,9 +64,9 @@ impl Action {
 /// bytes then).
 #[derive(Debug, Clone)]
 pub struct Event {
-    /// Position in its ring's history: consecutive, whatever the ring dropped.
+    /// Position in the device's history, as `Recorder::events` merged it.
     pub seq: u64,
-    /// Nanoseconds since the process's first event.
+    /// Nanoseconds since the history's clock started.
     pub time_ns: u64,
     pub action: Action,
     pub addr: u64,
@@ -77,20 +76,125 @@ pub struct Event {
     pub allocator: u64,
     pub device_free: u64,
     /// The recording thread's annotations, outermost first, joined by " > ".
-    pub context: Option<Arc<str>>,
-    pub stack: Option<Arc<[usize]>>,
+    pub context: Option<Arc<String>>,
+    pub stack: Option<Arc<Vec<usize>>>,
 }
 
-/// A device's ring.
+/// An event as a ring keeps it: one cache line, the time in clock ticks, the
+/// driver's free bytes of an `Oom` in `addr`.
+#[derive(Clone)]
+pub struct Slot {
+    ticks: u64,
+    addr: u64,
+    size: u64,
+    stream: u64,
+    allocator: u32,
+    action: Action,
+    context: Option<Arc<String>>,
+    stack: Option<Arc<Vec<usize>>>,
+}
+
+/// A bounded ring of events. Each pool shard keeps one, written under the shard's
+/// lock, which the allocator holds anyway: an event then costs a clock read and a
+/// slot written, where a shared ring's lock cost as much again (a pair with history
+/// on took 131 ns against 40 off, with one ring per device; see docs/performance.md).
+/// Once full, the newest overwrites the oldest (at `head`).
+#[derive(Default)]
+pub struct Ring {
+    slots: Vec<Slot>,
+    head: usize,
+    /// Events overwritten for room.
+    overwritten: u64,
+    /// The `GENERATION` the events belong to: an older ring was cleared meanwhile.
+    generation: u64,
+    /// The last event's ticks: a ring's times never go back, whichever core read them.
+    last_ticks: u64,
+}
+
+impl Ring {
+    /// Appends one event per action, alike but for the action (a free that completes
+    /// at once is two), with the calling thread's annotation and, if asked, stack.
+    #[cold]
+    #[inline(never)]
+    pub fn record(&mut self, actions: &[Action], addr: u64, size: u64, stream: u64, allocator: u64, device_free: u64) {
+        let generation = GENERATION.load(Ordering::Relaxed);
+        if self.generation != generation {
+            *self = Ring { generation, ..Ring::default() };
+        }
+        let capacity = CAPACITY.load(Ordering::Relaxed);
+        if self.slots.len() > capacity {
+            self.resize(capacity);
+        }
+        let context = CONTEXT.try_with(|c| c.borrow().last().cloned()).ok().flatten();
+        let stack = STACKS.load(Ordering::Relaxed).then(capture_stack);
+        let ticks = ticks().max(self.last_ticks);
+        self.last_ticks = ticks;
+        for &action in actions {
+            let addr = if action == Action::Oom { device_free } else { addr };
+            let slot = Slot { ticks, addr, size, stream, allocator: allocator as u32, action, context: context.clone(), stack: stack.clone() };
+            if self.slots.len() < capacity {
+                self.slots.push(slot);
+            } else {
+                self.slots[self.head] = slot;
+                self.head = (self.head + 1) % self.slots.len();
+                self.overwritten += 1;
+            }
+        }
+    }
+
+    /// The events of the current generation, oldest first.
+    fn ordered(&self) -> impl Iterator<Item = &Slot> {
+        let current = self.generation == GENERATION.load(Ordering::Relaxed);
+        let (newer, older) = if current { self.slots.split_at(self.head) } else { (&[][..], &[][..]) };
+        older.iter().chain(newer)
+    }
+
+    /// Keeps the newest `capacity` events.
+    fn resize(&mut self, capacity: usize) {
+        let kept: Vec<Slot> = self.ordered().cloned().collect();
+        let skip = kept.len().saturating_sub(capacity);
+        self.overwritten += skip as u64;
+        self.slots = kept.into_iter().skip(skip).collect();
+        self.head = 0;
+    }
+
+    /// Copies the events (oldest first) into `out`; the events overwritten so far.
+    pub fn collect(&self, out: &mut Vec<Slot>) -> u64 {
+        out.extend(self.ordered().cloned());
+        if self.generation == GENERATION.load(Ordering::Relaxed) {
+            self.overwritten
+        } else {
+            0
+        }
+    }
+
+    /// Moves the events into `other`, oldest first (a pool that goes leaves its events
+    /// to its device's ring).
+    fn move_into(&mut self, other: &mut Ring) {
+        if self.generation != GENERATION.load(Ordering::Relaxed) || self.slots.is_empty() {
+            return;
+        }
+        let generation = GENERATION.load(Ordering::Relaxed);
+        if other.generation != generation {
+            *other = Ring { generation, ..Ring::default() };
+        }
+        let mut all: Vec<Slot> = other.ordered().cloned().collect();
+        all.extend(self.ordered().cloned());
+        all.sort_by_key(|s| s.ticks);
+        other.overwritten += self.overwritten;
+        other.slots = all;
+        other.head = 0;
+        other.resize(CAPACITY.load(Ordering::Relaxed));
+        *self = Ring::default();
+    }
+}
+
+/// A device's history: the events recorded outside any pool (out of memory,
+/// snapshots) and those of pools that are gone; the live pools' rings are merged
+/// with it when it is read.
 pub struct Recorder {
     device: i32,
     ring: Mutex<Ring>,
-}
-
-#[derive(Default)]
-struct Ring {
-    events: VecDeque<Event>,
-    next_seq: u64,
 }
 
 impl Recorder {
@@ -98,68 +202,64 @@ impl Recorder {
         Recorder { device, ring: Mutex::new(Ring::default()) }
     }
 
-    pub fn device(&self) -> i32 {
-        self.device
+    pub fn record(&self, actions: &[Action], addr: u64, size: u64, stream: u64, allocator: u64, device_free: u64) {
+        lock(&self.ring).record(actions, addr, size, stream, allocator, device_free)
     }
 
-    /// Appends an event, the oldest dropped past the ring's capacity.
-    #[cold]
-    #[inline(never)]
-    pub fn record(&self, action: Action, addr: u64, size: u64, stream: u64, allocator: u64, device_free: u64) {
-        let context = CONTEXT.try_with(|c| c.borrow().last().cloned()).ok().flatten();
-        let stack = STACKS.load(Ordering::Relaxed).then(capture_stack);
-        let capacity = CAPACITY.load(Ordering::Relaxed);
-        let mut ring = lock(&self.ring);
-        let event = Event { seq: ring.next_seq, time_ns: now_ns(), action, addr, size, stream, allocator, device_free, context, stack };
-        ring.next_seq += 1;
-        while ring.events.len() >= capacity {
-            ring.events.pop_front();
-        }
-        ring.events.push_back(event);
+    /// Takes in the events of a pool that goes.
+    pub fn absorb(&self, ring: &mut Ring) {
+        ring.move_into(&mut lock(&self.ring));
     }
 
-    /// The events kept, oldest first.
-    pub fn events(&self) -> Vec<Event> {
-        lock(&self.ring).events.iter().cloned().collect()
-    }
-
-    /// Events dropped for room since the last clear.
-    pub fn dropped(&self) -> u64 {
-        let ring = lock(&self.ring);
-        ring.next_seq - ring.events.len() as u64
-    }
-
-    fn trim(&self, capacity: usize, clear: bool) {
-        let mut ring = lock(&self.ring);
-        if clear {
-            *ring = Ring::default();
-        }
-        while ring.events.len() > capacity {
-            ring.events.pop_front();
-        }
+    /// The device's events: this ring's and `more` (the live pools' events, each
+    /// pool's oldest first, and the events they overwrote), merged by time and cut
+    /// to the newest `max_entries`; and how many were dropped for room.
+    pub fn events(&self, more: Vec<Slot>, overwritten: u64) -> (Vec<Event>, u64) {
+        let mut all = more;
+        let dropped = overwritten + lock(&self.ring).collect(&mut all);
+        // Stable: events of one pool at one tick keep their order.
+        all.sort_by_key(|s| s.ticks);
+        let skip = all.len().saturating_sub(CAPACITY.load(Ordering::Relaxed));
+        let clock = clock();
+        let events = all
+            .into_iter()
+            .skip(skip)
+            .enumerate()
+            .map(|(i, s)| Event {
+                seq: i as u64,
+                time_ns: clock.ns(s.ticks),
+                action: s.action,
+                addr: if s.action == Action::Oom { 0 } else { s.addr },
+                size: s.size,
+                stream: s.stream,
+                allocator: s.allocator as u64,
+                device_free: if s.action == Action::Oom { s.addr } else { 0 },
+                context: s.context,
+                stack: s.stack,
+            })
+            .collect();
+        (events, dropped + skip as u64)
     }
 }
 
-/// Where one allocator's events go: its device's ring, with the allocator's id.
+/// Where one allocator's events go: its device's history, with the allocator's id.
 #[derive(Clone)]
 pub struct Tag {
-    recorder: Arc<Recorder>,
-    allocator: u64,
+    pub recorder: Arc<Recorder>,
+    pub allocator: u64,
 }
 
 impl Tag {
     pub fn new(device: i32, allocator: u64) -> Tag {
         Tag { recorder: recorder(device), allocator }
     }
-
-    pub fn record(&self, action: Action, addr: u64, size: u64, stream: u64, device_free: u64) {
-        self.recorder.record(action, addr, size, stream, self.allocator, device_free)
-    }
 }
 
 static ON: AtomicBool = AtomicBool::new(false);
 static STACKS: AtomicBool = AtomicBool::new(false);
 static CAPACITY: AtomicUsize = AtomicUsize::new(GPURT_HISTORY_DEFAULT_ENTRIES);
+/// Bumped by each clear: rings of an older generation are empty.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
 static RECORDERS: Mutex<Vec<Arc<Recorder>>> = Mutex::new(Vec::new());
 
 /// Whether events are recorded: what every allocator operation asks first.
@@ -180,11 +280,6 @@ pub fn recorder(device: i32) -> Arc<Recorder> {
     r
 }
 
-/// The rings made so far.
-pub fn recorders() -> Vec<Arc<Recorder>> {
-    lock(&RECORDERS).clone()
-}
-
 /// Turns recording on (keeping at most `max_entries` events per device; 0: the
 /// default) or off (the events stay, for a snapshot). Flags: `GPURT_HISTORY_STACKS`,
 /// `GPURT_HISTORY_CLEAR`.
@@ -197,29 +292,66 @@ pub fn record_history(enabled: bool, max_entries: usize, flags: u32) -> Result<(
     }
     let capacity = if max_entries == 0 { GPURT_HISTORY_DEFAULT_ENTRIES } else { max_entries };
     if enabled {
+        clock();
         CAPACITY.store(capacity, Ordering::Relaxed);
         STACKS.store(flags & GPURT_HISTORY_STACKS != 0, Ordering::Relaxed);
     }
-    for r in recorders() {
-        r.trim(CAPACITY.load(Ordering::Relaxed), flags & GPURT_HISTORY_CLEAR != 0);
+    if flags & GPURT_HISTORY_CLEAR != 0 {
+        GENERATION.fetch_add(1, Ordering::Relaxed);
     }
     ON.store(enabled, Ordering::Relaxed);
     Ok(())
 }
 
-/// Whether stacks are captured.
-pub fn stacks_on() -> bool {
-    STACKS.load(Ordering::Relaxed)
+/// The events' clock: the CPU's time-stamp counter on x86-64 (invariant there: one
+/// rate on every core, in every power state), read in ~7 ns where the system's
+/// monotonic clock takes ~30, which was more than half of an event's cost; the
+/// system clock elsewhere. Ticks become nanoseconds only when events are read.
+#[inline(always)]
+fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: every x86-64 CPU has rdtsc. (It may run a little ahead of the ring's
+    // lock: `record` keeps times from going back.)
+    unsafe {
+        std::arch::x86_64::_rdtsc()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static BASE: OnceLock<Instant> = OnceLock::new();
+        BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}
+
+/// Ticks to nanoseconds since the clock's first use.
+struct Clock {
+    ticks: u64,
+    ns_per_tick: f64,
+}
+
+impl Clock {
+    fn ns(&self, ticks: u64) -> u64 {
+        (ticks.saturating_sub(self.ticks) as f64 * self.ns_per_tick) as u64
+    }
+}
+
+/// The clock, its rate measured over 2 ms at its first use (when history is turned
+/// on, not inside an allocation).
+fn clock() -> &'static Clock {
+    static CLOCK: OnceLock<Clock> = OnceLock::new();
+    CLOCK.get_or_init(|| {
+        let (start, first) = (Instant::now(), ticks());
+        epoch();
+        while start.elapsed().as_micros() < 2000 {
+            std::hint::spin_loop();
+        }
+        let (elapsed, last) = (start.elapsed().as_nanos() as f64, ticks());
+        Clock { ticks: first, ns_per_tick: elapsed / (last - first).max(1) as f64 }
+    })
 }
 
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     *EPOCH.get_or_init(Instant::now)
-}
-
-/// Nanoseconds since the process's first event (or snapshot).
-pub fn now_ns() -> u64 {
-    epoch().elapsed().as_nanos() as u64
 }
 
 /// The wall-clock time of `time_ns`, in microseconds since 1970 (PyTorch's
@@ -238,7 +370,7 @@ pub fn unix_us(time_ns: u64) -> u64 {
 thread_local! {
     /// This thread's annotations: each entry is the whole path so far, so that an
     /// event copies one pointer.
-    static CONTEXT: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
+    static CONTEXT: RefCell<Vec<Arc<String>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Separates nested annotations in an event's context.
@@ -248,10 +380,10 @@ pub const CONTEXT_SEPARATOR: &str = " > ";
 pub fn annotate_push(name: &str) -> usize {
     CONTEXT.with(|c| {
         let mut stack = c.borrow_mut();
-        let path: Arc<str> = match stack.last() {
-            Some(outer) => format!("{outer}{CONTEXT_SEPARATOR}{name}").into(),
-            None => name.into(),
-        };
+        let path = Arc::new(match stack.last() {
+            Some(outer) => format!("{outer}{CONTEXT_SEPARATOR}{name}"),
+            None => name.to_string(),
+        });
         stack.push(path);
         stack.len()
     })
@@ -267,19 +399,19 @@ pub fn annotate_pop() -> Result<usize> {
 }
 
 /// This thread's current annotation path.
-pub fn current_context() -> Option<Arc<str>> {
+pub fn current_context() -> Option<Arc<String>> {
     CONTEXT.with(|c| c.borrow().last().cloned())
 }
 
 // ---- stacks -----------------------------------------------------------------------
 
-fn capture_stack() -> Arc<[usize]> {
+fn capture_stack() -> Arc<Vec<usize>> {
     let mut ips = Vec::with_capacity(STACK_DEPTH);
     backtrace::trace(|frame| {
         ips.push(frame.ip() as usize);
         ips.len() < STACK_DEPTH
     });
-    ips.into()
+    Arc::new(ips)
 }
 
 /// A symbolised stack frame, as PyTorch's snapshots give them.
@@ -349,6 +481,11 @@ mod tests {
     use super::*;
     use super::TEST_SERIAL as SERIAL;
 
+    /// The events of a device ring alone, merged as a snapshot does.
+    fn events_of(r: &Recorder) -> (Vec<Event>, u64) {
+        r.events(Vec::new(), 0)
+    }
+
     #[test]
     fn ring_keeps_the_newest_in_order_under_8_threads() {
         let _serial = lock(&SERIAL);
@@ -359,41 +496,59 @@ mod tests {
                 let r = &r;
                 s.spawn(move || {
                     for i in 0..5000u64 {
-                        r.record(Action::Alloc, t, i, 0, 0, 0);
+                        r.record(&[Action::Alloc], t, i, 0, 0, 0);
                     }
                 });
             }
         });
         record_history(false, 0, 0).unwrap();
-        let events = r.events();
+        let (events, dropped) = events_of(&r);
         assert_eq!(events.len(), 1000);
-        assert_eq!(r.dropped(), 8 * 5000 - 1000);
+        assert_eq!(dropped, 8 * 5000 - 1000);
         for pair in events.windows(2) {
             assert_eq!(pair[1].seq, pair[0].seq + 1, "sequence numbers are consecutive");
             assert!(pair[1].time_ns >= pair[0].time_ns, "times follow the sequence");
         }
-        assert_eq!(events.last().unwrap().seq, 8 * 5000 - 1);
         for t in 0..8 {
             let mine: Vec<u64> = events.iter().filter(|e| e.addr == t).map(|e| e.size).collect();
             assert!(mine.windows(2).all(|w| w[1] > w[0]), "thread {t}'s events keep its order");
-            if let Some(&last) = mine.last() {
-                assert_eq!(last, 4999, "a thread's newest event is kept");
-            }
         }
+        assert!(events.iter().any(|e| e.size == 4999), "the newest events are kept");
     }
 
     #[test]
     fn shrinking_and_clearing_keep_the_newest() {
         let _serial = lock(&SERIAL);
         let r = Recorder::new(901);
-        record_history(true, 10, 0).unwrap();
-        (0..10).for_each(|i| r.record(Action::Alloc, i, 1, 0, 0, 0));
-        r.trim(4, false);
-        assert_eq!(r.events().iter().map(|e| e.addr).collect::<Vec<_>>(), [6, 7, 8, 9]);
-        r.trim(4, true);
-        assert!(r.events().is_empty());
-        assert_eq!(r.dropped(), 0);
+        record_history(true, 10, GPURT_HISTORY_CLEAR).unwrap();
+        (0..10).for_each(|i| r.record(&[Action::Alloc], i, 1, 0, 0, 0));
+        record_history(true, 4, 0).unwrap();
+        assert_eq!(events_of(&r).0.iter().map(|e| e.addr).collect::<Vec<_>>(), [6, 7, 8, 9]);
+        r.record(&[Action::Alloc], 10, 1, 0, 0, 0);
+        let (events, dropped) = events_of(&r);
+        assert_eq!(events.iter().map(|e| e.addr).collect::<Vec<_>>(), [7, 8, 9, 10]);
+        assert_eq!(dropped, 7);
+        record_history(true, 4, GPURT_HISTORY_CLEAR).unwrap();
+        let (events, dropped) = events_of(&r);
+        assert!(events.is_empty() && dropped == 0, "a clear forgets the events");
         record_history(false, 0, 0).unwrap();
+    }
+
+    #[test]
+    fn a_pool_that_goes_leaves_its_events_to_the_device() {
+        let _serial = lock(&SERIAL);
+        let r = Recorder::new(903);
+        record_history(true, 100, GPURT_HISTORY_CLEAR).unwrap();
+        let mut pool_ring = Ring::default();
+        pool_ring.record(&[Action::Alloc], 1, 1, 0, 0, 0);
+        r.record(&[Action::Oom], 0, 5, 0, 0, 77);
+        pool_ring.record(&[Action::FreeRequested, Action::FreeCompleted], 1, 1, 0, 0, 0);
+        r.absorb(&mut pool_ring);
+        record_history(false, 0, 0).unwrap();
+        let (events, _) = events_of(&r);
+        let actions: Vec<Action> = events.iter().map(|e| e.action).collect();
+        assert_eq!(actions, [Action::Alloc, Action::Oom, Action::FreeRequested, Action::FreeCompleted], "merged by time");
+        assert_eq!((events[1].device_free, events[1].addr), (77, 0));
     }
 
     #[test]
@@ -408,16 +563,16 @@ mod tests {
     fn annotations_nest_per_thread() {
         assert_eq!(annotate_push("request 7"), 1);
         assert_eq!(annotate_push("layer 3"), 2);
-        assert_eq!(current_context().as_deref(), Some("request 7 > layer 3"));
+        assert_eq!(current_context().as_deref().map(String::as_str), Some("request 7 > layer 3"));
         std::thread::spawn(|| {
             assert_eq!(current_context(), None, "another thread sees none of this thread's annotations");
             annotate_push("other");
-            assert_eq!(current_context().as_deref(), Some("other"));
+            assert_eq!(current_context().as_deref().map(String::as_str), Some("other"));
         })
         .join()
         .unwrap();
         assert_eq!(annotate_pop().unwrap(), 1);
-        assert_eq!(current_context().as_deref(), Some("request 7"));
+        assert_eq!(current_context().as_deref().map(String::as_str), Some("request 7"));
         assert_eq!(annotate_pop().unwrap(), 0);
         assert!(annotate_pop().is_err());
         assert_eq!(current_context(), None);
@@ -429,12 +584,12 @@ mod tests {
         let r = Recorder::new(902);
         record_history(true, 16, GPURT_HISTORY_STACKS | GPURT_HISTORY_CLEAR).unwrap();
         annotate_push("decode");
-        r.record(Action::Alloc, 1, 2, 3, 4, 0);
+        r.record(&[Action::Alloc], 1, 2, 3, 4, 0);
         annotate_pop().unwrap();
-        r.record(Action::FreeRequested, 1, 2, 3, 4, 0);
+        r.record(&[Action::FreeRequested], 1, 2, 3, 4, 0);
         record_history(false, 0, 0).unwrap();
-        let events = r.events();
-        assert_eq!(events[0].context.as_deref(), Some("decode"));
+        let (events, _) = events_of(&r);
+        assert_eq!(events[0].context.as_deref().map(String::as_str), Some("decode"));
         assert_eq!(events[1].context, None);
         let stack = events[0].stack.clone().expect("stacks were asked for");
         assert!(!stack.is_empty());

@@ -341,6 +341,17 @@ pub struct Pool<S: SegmentSource> {
     segments_taken: u64,
     /// Where this pool's events go while the memory history is on.
     history: Option<history::Tag>,
+    /// This shard's part of the memory history (see `history::Ring`).
+    events: history::Ring,
+}
+
+impl<S: SegmentSource> Drop for Pool<S> {
+    /// The history keeps the events of a pool that goes.
+    fn drop(&mut self) {
+        if let Some(tag) = &self.history {
+            tag.recorder.absorb(&mut self.events);
+        }
+    }
 }
 
 /// An expandable segment: a reserved address range whose first bytes are backed by
@@ -446,17 +457,24 @@ impl<S: SegmentSource> Pool<S> {
             expandable: HashMap::default(),
             segments_taken: 0,
             history,
+            events: history::Ring::default(),
         }
     }
 
-    /// Records an event in the memory history, if it is on.
+    /// Records events in this shard's ring of the memory history, if it is on.
     #[inline(always)]
-    fn note(&self, action: Action, addr: u64, size: u64, stream: u64) {
+    fn note(&mut self, actions: &[Action], addr: u64, size: u64, stream: u64) {
         if history::is_on() {
             if let Some(tag) = &self.history {
-                tag.record(action, addr, size, stream, 0);
+                self.events.record(actions, addr, size, stream, tag.allocator, 0);
             }
         }
+    }
+
+    /// This shard's history events, oldest first, into `out`; the events it
+    /// overwrote for room.
+    pub fn history_events(&self, out: &mut Vec<history::Slot>) -> u64 {
+        self.events.collect(out)
     }
 
     pub fn set_config(&mut self, config: AllocConfig) {
@@ -588,7 +606,9 @@ impl<S: SegmentSource> Pool<S> {
             if self.shared.source.settle(&mut self.pending[i].1, wait) {
                 let (id, _) = self.pending.swap_remove(i);
                 let block = &self.blocks[id];
-                self.note(Action::FreeCompleted, block.addr, block.size, self.stream_of(block));
+                let (addr, size, stream) = (block.addr, block.size, self.stream_of(block));
+                self.note(&[Action::FreeCompleted], addr, size, stream);
+                let block = &self.blocks[id];
                 self.stats.active.sub(block.pool, 1);
                 self.stats.active_bytes.sub(block.pool, block.size as i64);
                 self.coalesce_into_free(id);
@@ -612,7 +632,7 @@ impl<S: SegmentSource> Pool<S> {
         }
         let rounded = self.config.round_size(size);
         if let Some(addr) = self.unpark(stream, rounded, size) {
-            self.note(Action::Alloc, addr, size, stream);
+            self.note(&[Action::Alloc], addr, size, stream);
             return Ok(Some(addr));
         }
         self.malloc_from_free_lists(size, rounded, stream, collected)
@@ -646,7 +666,7 @@ impl<S: SegmentSource> Pool<S> {
         }
         count_handed_out(&mut self.stats, &mut self.blocks[id], size);
         self.by_addr.insert(addr, id);
-        self.note(Action::Alloc, addr, size, stream);
+        self.note(&[Action::Alloc], addr, size, stream);
         Ok(Some(addr))
     }
 
@@ -668,7 +688,7 @@ impl<S: SegmentSource> Pool<S> {
         }
         let size = segment_size(rounded);
         let addr = self.shared.take(size, stream, self.shard)?;
-        self.note(Action::SegmentAlloc, addr, size, stream);
+        self.note(&[Action::SegmentAlloc], addr, size, stream);
         Ok(self.add_segment(pool, stream, addr, size))
     }
 
@@ -732,10 +752,10 @@ impl<S: SegmentSource> Pool<S> {
             return Some(self.free_after_other_streams(id));
         }
         if history::is_on() {
-            let stream = self.stream_of(block);
-            self.note(Action::FreeRequested, addr, block.requested, stream);
-            self.note(Action::FreeCompleted, addr, block.requested, stream);
+            let (requested, stream) = (block.requested, self.stream_of(block));
+            self.note(&[Action::FreeRequested, Action::FreeCompleted], addr, requested, stream);
         }
+        let block = &self.blocks[id];
         if self.recent_sizes.contains(&block.size) {
             self.park(id);
         } else {
@@ -754,7 +774,8 @@ impl<S: SegmentSource> Pool<S> {
         let markers = self.shared.source.record_all(&self.used_on[&id])?;
         self.used_on.remove(&id);
         let block = &self.blocks[id];
-        self.note(Action::FreeRequested, block.addr, block.requested, self.stream_of(block));
+        let (addr, requested, stream) = (block.addr, block.requested, self.stream_of(block));
+        self.note(&[Action::FreeRequested], addr, requested, stream);
         let block = &mut self.blocks[id];
         block.used_elsewhere = false;
         block.state = State::PendingFree;
@@ -860,7 +881,7 @@ impl<S: SegmentSource> Pool<S> {
                 self.shared.free_expandable(base, reserved);
                 return Err(e);
             }
-            self.note(Action::SegmentMap, base, size, stream);
+            self.note(&[Action::SegmentMap], base, size, stream);
             let id = self.add_segment(pool, stream, base, size);
             self.expandable.insert(key, Expandable { base, reserved, tail: id });
             return Ok(id);
@@ -875,7 +896,7 @@ impl<S: SegmentSource> Pool<S> {
         }
         let end = seg.base + mapped;
         self.shared.grow(end, grow)?;
-        self.note(Action::SegmentMap, end, grow, stream);
+        self.note(&[Action::SegmentMap], end, grow, stream);
         self.count_device_memory(pool, grow as i64);
         self.segment_mut(seg.base).size = mapped + grow;
         if tail_free {
@@ -911,7 +932,7 @@ impl<S: SegmentSource> Pool<S> {
             let release = end - keep_end;
             self.remove_free(seg.tail);
             self.shared.shrink(keep_end, release);
-            self.note(Action::SegmentUnmap, keep_end, release, key.0);
+            self.note(&[Action::SegmentUnmap], keep_end, release, key.0);
             self.count_device_memory(pool, -(release as i64));
             if keep_end > tail_addr {
                 self.blocks[seg.tail].size -= release;
@@ -956,7 +977,8 @@ impl<S: SegmentSource> Pool<S> {
         let mut released = Vec::with_capacity(whole.len());
         for (start, id) in whole {
             let Block { size, pool, .. } = self.blocks[id];
-            self.note(Action::SegmentFree, start, size, self.stream_of(&self.blocks[id]));
+            let stream = self.stream_of(&self.blocks[id]);
+            self.note(&[Action::SegmentFree], start, size, stream);
             self.remove_free(id);
             self.forget_segment(start, id);
             released.push((start, size));

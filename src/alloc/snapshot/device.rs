@@ -5,8 +5,25 @@
 
 use super::{build, encode, gpurt_snapshot_format_t, PoolPart, Snapshot};
 use crate::alloc::device::{self as alloc_device, DefaultPool, MEM_POOLS};
-use crate::alloc::history::{self, Action};
+use crate::alloc::caching::CachingAllocator;
+use crate::alloc::history::{self, Action, Slot};
+use crate::alloc::pool::{SegmentSource, SegmentView};
 use crate::error::{Error, Result, Status};
+
+/// A pool of any segment source, as a snapshot reads it.
+trait PoolSegments {
+    fn id(&self) -> u64;
+    fn views(&self, events: &mut Vec<Slot>) -> (Vec<SegmentView>, u64);
+}
+
+impl<S: SegmentSource> PoolSegments for CachingAllocator<S> {
+    fn id(&self) -> u64 {
+        CachingAllocator::id(self)
+    }
+    fn views(&self, events: &mut Vec<Slot>) -> (Vec<SegmentView>, u64) {
+        self.segment_views(events)
+    }
+}
 
 /// The snapshot of `ordinal`'s device; a "snapshot" event marks it in the history.
 pub fn take(ordinal: i32) -> Result<Snapshot> {
@@ -15,20 +32,26 @@ pub fn take(ordinal: i32) -> Result<Snapshot> {
     let recorder = history::recorder(device);
     let recording = history::is_on();
     if recording {
-        recorder.record(Action::Snapshot, 0, 0, 0, 0, 0);
+        recorder.record(&[Action::Snapshot], 0, 0, 0, 0, 0);
     }
-    let mut parts = Vec::new();
+    let (mut parts, mut slots, mut overwritten) = (Vec::new(), Vec::new(), 0);
+    let mut add = |pool_id: (i64, u64), a: &dyn PoolSegments| {
+        let (segments, dropped) = a.views(&mut slots);
+        overwritten += dropped;
+        parts.push(PoolPart { pool_id, allocator: a.id(), segments });
+    };
     if let DefaultPool::Caching(a) = default {
-        parts.push(PoolPart { pool_id: (0, 0), allocator: a.id(), segments: a.segment_views() });
+        add((0, 0), a);
     }
     for pool in MEM_POOLS.on_device(device) {
-        parts.push(PoolPart { pool_id: (1, pool.id()), allocator: pool.allocator().id(), segments: pool.allocator().segment_views() });
+        add((1, pool.id()), pool.allocator());
     }
     for (id, a) in crate::alloc::capture::private_pools(device) {
-        parts.push(PoolPart { pool_id: (2, id), allocator: a.id(), segments: a.segment_views() });
+        add((2, id), &*a);
     }
     let stats = alloc_device::stats(ordinal)?;
-    Ok(build(device, &parts, &recorder.events(), recorder.dropped(), recording, &stats))
+    let (events, dropped) = recorder.events(slots, overwritten);
+    Ok(build(device, &parts, &events, dropped, recording, &stats))
 }
 
 /// The snapshot of `ordinal`'s device, encoded in `format`.

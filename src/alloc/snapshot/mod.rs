@@ -134,7 +134,7 @@ const GONE: i64 = -1;
 /// first), `stats` its statistics taken with the parts.
 pub fn build(device: i32, parts: &[PoolPart], events: &[Event], dropped: u64, recording: bool, stats: &gpurt_memory_stats_t) -> Snapshot {
     let mut symbols = Symbolizer::default();
-    let mut frames = |stack: &Option<std::sync::Arc<[usize]>>| stack.as_ref().map(|s| symbols.frames(s)).unwrap_or_default();
+    let mut frames = |stack: &Option<std::sync::Arc<Vec<usize>>>| stack.as_ref().map(|s| symbols.frames(s)).unwrap_or_default();
     let pool_of: HashMap<u64, (i64, u64)> = parts.iter().map(|p| (p.allocator, p.pool_id)).collect();
     // The event that made each live block and each segment: its stack and annotation.
     let mut origin: HashMap<(u64, u64), &Event> = HashMap::new();
@@ -158,7 +158,7 @@ pub fn build(device: i32, parts: &[PoolPart], events: &[Event], dropped: u64, re
             stream: e.stream,
             time_us: super::history::unix_us(e.time_ns),
             frames: frames(&e.stack),
-            user_metadata: e.context.as_deref().unwrap_or("").into(),
+            user_metadata: e.context.as_deref().cloned().unwrap_or_default(),
             device_free: (e.action == Action::Oom).then_some(e.device_free),
             seq: e.seq,
             pool: pool_of.get(&e.allocator).copied().unwrap_or((GONE, e.allocator)),
@@ -179,7 +179,7 @@ pub fn build(device: i32, parts: &[PoolPart], events: &[Event], dropped: u64, re
                         requested_size: b.requested,
                         state: b.state.name().into(),
                         frames: made.map(|e| frames(&e.stack)).unwrap_or_default(),
-                        annotation: made.and_then(|e| e.context.as_deref().map(String::from)),
+                        annotation: made.and_then(|e| e.context.as_deref().cloned()),
                     }
                 })
                 .collect();

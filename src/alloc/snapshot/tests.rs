@@ -16,9 +16,10 @@ fn allocator(config: &str) -> CachingAllocator<HostSource> {
 }
 
 fn snapshot_of(a: &CachingAllocator<HostSource>) -> Snapshot {
-    let recorder = history::recorder(DEVICE);
-    let parts = [PoolPart { pool_id: (0, 0), allocator: a.id(), segments: a.segment_views() }];
-    build(DEVICE, &parts, &recorder.events(), recorder.dropped(), history::is_on(), &a.stats())
+    let mut slots = Vec::new();
+    let (segments, overwritten) = a.segment_views(&mut slots);
+    let (events, dropped) = history::recorder(DEVICE).events(slots, overwritten);
+    build(DEVICE, &[PoolPart { pool_id: (0, 0), allocator: a.id(), segments }], &events, dropped, history::is_on(), &a.stats())
 }
 
 fn actions(s: &Snapshot) -> Vec<&str> {
@@ -44,6 +45,36 @@ fn a_pair_records_alloc_free_and_the_segment() {
     assert!(s.segments.is_empty());
 }
 
+/// 8 threads on streams of their own (so on shards of their own): the merged
+/// history is the newest `max_entries` events by time, each thread's in its order.
+#[test]
+fn shards_merge_into_one_ordered_bounded_history() {
+    let _serial = lock(&history::TEST_SERIAL);
+    let a = allocator("");
+    record_history(true, 1000, GPURT_HISTORY_CLEAR).unwrap();
+    std::thread::scope(|s| {
+        for t in 1..=8u64 {
+            let a = &a;
+            s.spawn(move || {
+                for i in 1..=2000u64 {
+                    let p = a.malloc(512 * i, t).unwrap();
+                    a.free(p).unwrap();
+                }
+            });
+        }
+    });
+    record_history(false, 0, 0).unwrap();
+    let s = snapshot_of(&a);
+    let trace = &s.device_traces[DEVICE as usize];
+    assert_eq!(trace.len(), 1000);
+    assert!(s.gpurt.history_dropped > 8 * 2000 * 3 - 1000, "the older events are counted as dropped");
+    assert!(trace.windows(2).all(|w| w[1].time_us >= w[0].time_us && w[1].seq == w[0].seq + 1));
+    for t in 1..=8 {
+        let allocs: Vec<u64> = trace.iter().filter(|e| e.stream == t && e.action == "alloc").map(|e| e.size).collect();
+        assert!(allocs.windows(2).all(|w| w[1] > w[0]), "stream {t}'s allocations keep their order");
+    }
+}
+
 #[test]
 fn history_off_records_nothing() {
     let _serial = lock(&history::TEST_SERIAL);
@@ -51,7 +82,7 @@ fn history_off_records_nothing() {
     let a = allocator("");
     let p = a.malloc(4096, 0).unwrap();
     a.free(p).unwrap();
-    assert!(history::recorder(DEVICE).events().is_empty());
+    assert!(snapshot_of(&a).device_traces[DEVICE as usize].is_empty());
 }
 
 /// Random operations over two streams, deferred frees and expandable segments; the
