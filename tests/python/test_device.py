@@ -390,3 +390,32 @@ def test_elementwise_writes_several_outputs(gpu):
     s, d = gpurt.DeviceBuffer(shape=1000, dtype="float32"), gpurt.DeviceBuffer(shape=1000, dtype="float32")
     gpurt.elementwise("s = a + b; d = s * a", {"a": da, "b": db}, [s, d])
     assert numpy.array_equal(s.to_numpy(), a + b) and numpy.array_equal(d.to_numpy(), (a + b) * a)
+
+
+def test_memory_history_snapshot_and_annotations(device, tmp_path):
+    """torch.cuda.memory's history calls: a snapshot with PyTorch's structure, whose
+    live blocks carry the annotation they were allocated under."""
+    gpurt.empty_cache()
+    gpurt.record_memory_history(max_entries=1000, clear=True)
+    try:
+        with gpurt.annotate("request 1"):
+            with gpurt.annotate("layer 2"):
+                kept = [gpurt.DeviceBuffer(size) for size in (1000, 70_000, 3 << 20)]
+        freed = gpurt.DeviceBuffer(4096)
+        del freed
+    finally:
+        gpurt.record_memory_history(enabled=False)
+    snap = gpurt.memory_snapshot()
+    live = {b["address"]: b for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"}
+    for buf in kept:
+        block = live[buf.__cuda_array_interface__["data"][0]]
+        assert block["annotation"] == "request 1 > layer 2"
+        assert block["requested_size"] == buf.nbytes
+    actions = [e["action"] for e in snap["device_traces"][0]]
+    assert actions.count("alloc") == 4 and actions.count("free_requested") == 1
+    assert snap["gpurt"]["allocated_bytes"] == gpurt.memory_allocated()
+    for fmt in ("json", "pickle", "html"):
+        gpurt.dump_snapshot(tmp_path / f"s.{fmt}", format=fmt)
+        assert (tmp_path / f"s.{fmt}").stat().st_size > 100
+    with pytest.raises(ValueError):
+        gpurt.dump_snapshot(tmp_path / "s.x", format="x")
