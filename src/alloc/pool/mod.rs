@@ -461,13 +461,29 @@ impl<S: SegmentSource> Pool<S> {
         }
     }
 
-    /// Records events in this shard's ring of the memory history, if it is on.
+    /// Records events in this shard's ring of the memory history, if it is on: off,
+    /// a load and a branch.
     #[inline(always)]
     fn note(&mut self, actions: &[Action], addr: u64, size: u64, stream: u64) {
         if history::is_on() {
-            if let Some(tag) = &self.history {
-                self.events.record(actions, addr, size, stream, tag.allocator, 0);
-            }
+            self.record_events(actions, addr, size, stream);
+        }
+    }
+
+    /// `note` for block `id`, of `size` bytes, on its stream.
+    #[cold]
+    #[inline(never)]
+    fn note_block(&mut self, actions: &[Action], id: BlockId, size: u64) {
+        let block = &self.blocks[id];
+        let (addr, stream) = (block.addr, self.stream_of(block));
+        self.record_events(actions, addr, size, stream);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn record_events(&mut self, actions: &[Action], addr: u64, size: u64, stream: u64) {
+        if let Some(tag) = &self.history {
+            self.events.record(actions, addr, size, stream, tag.allocator, 0);
         }
     }
 
@@ -751,17 +767,15 @@ impl<S: SegmentSource> Pool<S> {
         if block.used_elsewhere {
             return Some(self.free_after_other_streams(id));
         }
+        let (pool, size, requested) = (block.pool, block.size, block.requested);
         if history::is_on() {
-            let (requested, stream) = (block.requested, self.stream_of(block));
-            self.note(&[Action::FreeRequested, Action::FreeCompleted], addr, requested, stream);
+            self.note_block(&[Action::FreeRequested, Action::FreeCompleted], id, requested);
         }
-        let block = &self.blocks[id];
-        if self.recent_sizes.contains(&block.size) {
+        if self.recent_sizes.contains(&size) {
             self.park(id);
         } else {
-            let (pool, size, requested) = (block.pool, block.size as i64, block.requested as i64);
-            uncount_use(&mut self.stats, pool, 1, size);
-            self.stats.requested_bytes.sub(pool, requested);
+            uncount_use(&mut self.stats, pool, 1, size as i64);
+            self.stats.requested_bytes.sub(pool, requested as i64);
             self.coalesce_into_free(id);
         }
         Some(Ok(()))
