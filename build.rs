@@ -7,5 +7,13 @@ fn main() {
     }
     // Tests compile C and C++ with the `cc` crate, which needs the target triple.
     println!("cargo:rustc-env=GPURT_TARGET={}", std::env::var("TARGET").unwrap());
+    // NVTX's own implementation (third_party/nvtx3), for gpurt_nvtx_*.
+    cc::Build::new()
+        .file("src/nvtx/shim.c")
+        .include("third_party")
+        .warnings(false)
+        .flag_if_supported("-Werror=implicit-function-declaration")
+        .compile("gpurt_nvtx");
+    println!("cargo:rerun-if-changed=src/nvtx/shim.c");
     println!("cargo:rerun-if-changed=build.rs");
 }

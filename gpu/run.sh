@@ -41,6 +41,8 @@ step build-sanitizer-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iincl
 step build-gds-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/gds_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/gds_test
 step build-comm-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/comm_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/comm_test
 step build-memory-history-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/memory_history_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/memory_history_test
+step build-nvtx-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/nvtx_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/nvtx_test
+step build-ncu-kernels cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/ncu_kernels.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/ncu_kernels
 step build-soak cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/soak.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/soak
 step build-dlclose-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror src/dlclose_test.c -ldl -o bin/dlclose_test
 step build-hpp-test c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/hpp_test.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/hpp_test
@@ -67,6 +69,9 @@ step memory-history-test bin/memory_history_test "$logs/snapshots"
 # PyTorch's own tools read gpurt's pickle (this machine has no browser: the viewer's
 # headless-browser test runs in the README's test command).
 step snapshot-torch-viz python3 src/check.py "$logs/snapshots" --torch
+step nvtx-test bin/nvtx_test
+# Nsight Compute as the NVTX tool: it profiles exactly the kernels inside a named range.
+step nvtx-ncu-filter bash src/ncu_filter.sh bin/ncu_kernels
 step gds-test-cufile env GPURT_GDS_MODE=cufile bin/gds_test
 step dlclose-test bin/dlclose_test "$lib/libgpurt.so.0"
 step hpp-test bin/hpp_test

@@ -214,6 +214,11 @@
 #define GPURT_ELEMENTWISE_MAX_INPUTS 256
 
 /**
+ * What NVTX returns for a push or pop when no tool tracks the ranges.
+ */
+#define GPURT_NVTX_NO_TRACKING -2
+
+/**
  * Advice for gpurt_mem_advise: the range is mostly read (copies may live on each reader).
  */
 #define GPURT_MEM_ADVISE_SET_READ_MOSTLY 1
@@ -483,6 +488,11 @@ typedef struct gpurt_mem_pool_s gpurt_mem_pool_s;
 typedef struct gpurt_module_s gpurt_module_s;
 
 /**
+ * An NVTX domain (`nvtxDomainHandle_t`); NULL is NVTX's default domain.
+ */
+typedef struct gpurt_nvtx_domain_s gpurt_nvtx_domain_s;
+
+/**
  * A caching pool of pinned (page-locked) host memory.
  */
 typedef struct gpurt_pinned_pool_s gpurt_pinned_pool_s;
@@ -722,6 +732,8 @@ typedef gpurt_program_s *gpurt_program_t;
  * A log sink: `(level, NUL-terminated message, user pointer)`; NULL means stderr.
  */
 typedef void (*gpurt_log_callback_t)(int level, const char *message, void *user);
+
+typedef gpurt_nvtx_domain_s *gpurt_nvtx_domain_t;
 
 typedef gpurt_pinned_pool_s *gpurt_pinned_pool_t;
 
@@ -1835,6 +1847,71 @@ gpurt_status_t gpurt_set_log_level(int level);
  * logging functions. Messages are still filtered by the log level.
  */
 gpurt_status_t gpurt_set_log_callback(gpurt_log_callback_t callback, void *user);
+
+/**
+ * A domain for a library's or a component's events (`nvtxDomainCreateA`).
+ */
+gpurt_status_t gpurt_nvtx_domain_create(const char *name, gpurt_nvtx_domain_t *domain);
+
+gpurt_status_t gpurt_nvtx_domain_destroy(gpurt_nvtx_domain_t domain);
+
+/**
+ * Names category `category` of `domain` (NULL: the default domain) for tools.
+ */
+gpurt_status_t gpurt_nvtx_name_category(gpurt_nvtx_domain_t domain,
+                                        uint32_t category,
+                                        const char *name);
+
+/**
+ * An instantaneous event in the default domain (`torch.cuda.nvtx.mark`).
+ */
+gpurt_status_t gpurt_nvtx_mark(const char *message);
+
+/**
+ * Opens a range on this thread's stack in the default domain
+ * (`torch.cuda.nvtx.range_push`); `*depth` (may be NULL) gets NVTX's answer: the
+ * new range's 0-based depth, or GPURT_NVTX_NO_TRACKING (-2) when no tool tracks
+ * ranges.
+ */
+gpurt_status_t gpurt_nvtx_range_push(const char *message, int *depth);
+
+/**
+ * Closes this thread's innermost range of the default domain; `*depth` (may be
+ * NULL) as for the push.
+ */
+gpurt_status_t gpurt_nvtx_range_pop(int *depth);
+
+/**
+ * Opens a range that any thread may end (`torch.cuda.nvtx.range_start`): its id.
+ */
+gpurt_status_t gpurt_nvtx_range_start(const char *message, uint64_t *id);
+
+gpurt_status_t gpurt_nvtx_range_end(uint64_t id);
+
+/**
+ * `gpurt_nvtx_mark` in `domain` (NULL: the default one), with a colour (`argb`,
+ * 0xAARRGGBB; 0: none) and a category (0: none).
+ */
+gpurt_status_t gpurt_nvtx_mark_ex(gpurt_nvtx_domain_t domain,
+                                  const char *message,
+                                  uint32_t argb,
+                                  uint32_t category);
+
+gpurt_status_t gpurt_nvtx_range_push_ex(gpurt_nvtx_domain_t domain,
+                                        const char *message,
+                                        uint32_t argb,
+                                        uint32_t category,
+                                        int *depth);
+
+gpurt_status_t gpurt_nvtx_range_pop_ex(gpurt_nvtx_domain_t domain, int *depth);
+
+gpurt_status_t gpurt_nvtx_range_start_ex(gpurt_nvtx_domain_t domain,
+                                         const char *message,
+                                         uint32_t argb,
+                                         uint32_t category,
+                                         uint64_t *id);
+
+gpurt_status_t gpurt_nvtx_range_end_ex(gpurt_nvtx_domain_t domain, uint64_t id);
 
 /**
  * Allocates `size` bytes of managed (unified) memory, accessible from the host and

@@ -157,7 +157,7 @@ pub(crate) fn try_copy(bytes: &[u8], extra: usize) -> Result<Vec<u8>> {
 }
 
 #[cold]
-fn null_argument(name: &str) -> Error {
+pub(crate) fn null_argument(name: &str) -> Error {
     Error::invalid_argument(format!("argument `{name}` is NULL"))
 }
 

@@ -39,6 +39,7 @@ pub enum Kind {
     TunableOp = 13,
     GdsFile = 14,
     Comm = 15,
+    NvtxDomain = 16,
 }
 
 impl Kind {
@@ -58,6 +59,7 @@ impl Kind {
             Kind::TunableOp => "TunableOp",
             Kind::GdsFile => "GDS file",
             Kind::Comm => "communicator",
+            Kind::NvtxDomain => "NVTX domain",
         }
     }
     fn from_bits(bits: u8) -> Option<Kind> {
@@ -76,6 +78,7 @@ impl Kind {
             Kind::TunableOp,
             Kind::GdsFile,
             Kind::Comm,
+            Kind::NvtxDomain,
         ].into_iter().find(|k| *k as u8 == bits)
     }
 }

@@ -31,6 +31,7 @@ pub mod handle;
 pub mod ipc;
 pub mod kernel;
 pub mod log;
+pub mod nvtx;
 pub mod managed;
 pub mod pinned;
 pub mod process;

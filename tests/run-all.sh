@@ -142,12 +142,15 @@ snapshots=$stub/snapshots
 mkdir -p "$snapshots"
 stub_c_test memory_history_test "" "$snapshots"
 python3 tests/snapshot/check.py "$snapshots" --browser
+stub_c_test nvtx_test "NVTX: no tool attached; then every call through a recording tool that NVTX_INJECTION64_PATH loads, as Nsight's are"
+cc -O2 -Wall -Wextra -Werror -shared -fPIC -Ithird_party tests/nvtx/record_injection.c -o "$stub/librecord_nvtx.so"
+NVTX_INJECTION64_PATH=$stub/librecord_nvtx.so GPURT_NVTX_RECORD=$stub/nvtx.rec LD_LIBRARY_PATH=$stub "$stub/nvtx_test" "$stub/nvtx.rec"
 echo "== soak: 8 threads of mixed calls, final invariants (stub driver; 60 s with byte checks in the GPU suite)"
 cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror tests/c/soak.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/soak"
 LD_LIBRARY_PATH=$stub "$stub/soak" 3 8
 LD_LIBRARY_PATH=$stub "$stub/dlclose_test" "$(pkg-config --variable=libdir gpurt)/libgpurt.so.0"
-LD_LIBRARY_PATH=$stub GPURT_LIB="$cargo_dir/release/libgpurt.so" cargo bench --bench streams_events --bench alloc --bench sanitizer
+LD_LIBRARY_PATH=$stub GPURT_LIB="$cargo_dir/release/libgpurt.so" cargo bench --bench streams_events --bench alloc --bench sanitizer --bench nvtx
 
 echo "== Python: pip install . into a venv (the wheel builds libgpurt through CMake), pytest without a driver and on the stub"
 venv=$work/python-venv

@@ -85,3 +85,15 @@ def test_without_a_driver_device_calls_raise_no_driver(no_driver, make):
     with pytest.raises(gpurt.NoDriverError) as raised:
         make()
     assert "libcuda" in str(raised.value)
+
+
+def test_nvtx_calls_need_no_device():
+    """torch.cuda.nvtx's calls: with no tool attached, pushes report -2 (NVTX's
+    'not tracked') and everything succeeds, with or without a driver."""
+    from gpurt import nvtx
+    nvtx.mark("hello")
+    assert nvtx.range_push("outer") == -2
+    assert nvtx.range_pop() == -2
+    with nvtx.range("block"):
+        pass
+    nvtx.range_end(nvtx.range_start("across threads"))
