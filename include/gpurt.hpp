@@ -604,6 +604,59 @@ inline Ret<void> access(const void *ptr, std::size_t size, int access, const Str
 inline Ret<std::uint64_t> report_count() { return detail::out<std::uint64_t>(gpurt_sanitizer_report_count); }
 } // namespace sanitizer
 
+/** The allocator's memory history and snapshots (torch.cuda.memory's
+ *  _record_memory_history and _dump_snapshot). */
+namespace memory {
+inline Ret<void> record_history(bool enabled = true, std::size_t max_entries = 0, unsigned flags = 0) {
+    return detail::finish(gpurt_memory_record_history(enabled ? 1 : 0, max_entries, flags));
+}
+inline Ret<void> snapshot(const char *path, gpurt_snapshot_format_t format = GPURT_SNAPSHOT_PICKLE, int device = GPURT_CURRENT_DEVICE) {
+    return detail::finish(gpurt_memory_snapshot(device, format, path));
+}
+/** Tags what this thread allocates during a scope with `name` in the history. */
+class Annotation {
+public:
+    explicit Annotation(const char *name) {
+        gpurt_status_t s = gpurt_memory_annotate_push(name);
+        pushed_ = s == GPURT_SUCCESS;
+        (void)detail::finish(s);
+    }
+    Annotation(const Annotation &) = delete;
+    Annotation &operator=(const Annotation &) = delete;
+    ~Annotation() {
+        if (pushed_) (void)gpurt_memory_annotate_pop();
+    }
+
+private:
+    bool pushed_ = false;
+};
+} // namespace memory
+
+/** NVTX marks and ranges (torch.cuda.nvtx). */
+namespace nvtx {
+inline Ret<void> mark(const char *message) { return detail::finish(gpurt_nvtx_mark(message)); }
+/** A push/pop range for a scope; `depth()` is NVTX's answer to the push (-2,
+ *  GPURT_NVTX_NO_TRACKING, when no tool tracks ranges). */
+class Range {
+public:
+    explicit Range(const char *message) {
+        gpurt_status_t s = gpurt_nvtx_range_push(message, &depth_);
+        pushed_ = s == GPURT_SUCCESS;
+        (void)detail::finish(s);
+    }
+    Range(const Range &) = delete;
+    Range &operator=(const Range &) = delete;
+    ~Range() {
+        if (pushed_) (void)gpurt_nvtx_range_pop(nullptr);
+    }
+    int depth() const noexcept { return depth_; }
+
+private:
+    bool pushed_ = false;
+    int depth_ = GPURT_NVTX_NO_TRACKING;
+};
+} // namespace nvtx
+
 #if defined(GPURT_HPP_HAS_PMR) && !defined(GPURT_CPP_NO_EXCEPTIONS)
 /** A std::pmr::memory_resource over gpurt's caching allocator, for one stream:
  *  device memory for containers of trivially copyable types that only the GPU

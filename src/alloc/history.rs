@@ -125,7 +125,12 @@ impl Ring {
         if self.slots.len() > capacity {
             self.resize(capacity);
         }
-        let context = CONTEXT.try_with(|c| c.borrow().last().cloned()).ok().flatten();
+        // A thread-local read from a shared library is a call (`__tls_get_addr`):
+        // skipped while no thread has an annotation.
+        let context = match ANNOTATING.load(Ordering::Relaxed) {
+            0 => None,
+            _ => CONTEXT.try_with(|c| c.borrow().last().cloned()).ok().flatten(),
+        };
         let stack = STACKS.load(Ordering::Relaxed).then(capture_stack);
         let ticks = ticks().max(self.last_ticks);
         self.last_ticks = ticks;
@@ -373,6 +378,9 @@ thread_local! {
     static CONTEXT: RefCell<Vec<Arc<String>>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Threads whose annotation stack is not empty.
+static ANNOTATING: AtomicUsize = AtomicUsize::new(0);
+
 /// Separates nested annotations in an event's context.
 pub const CONTEXT_SEPARATOR: &str = " > ";
 
@@ -385,6 +393,9 @@ pub fn annotate_push(name: &str) -> usize {
             None => name.to_string(),
         });
         stack.push(path);
+        if stack.len() == 1 {
+            ANNOTATING.fetch_add(1, Ordering::Relaxed);
+        }
         stack.len()
     })
 }
@@ -394,6 +405,9 @@ pub fn annotate_pop() -> Result<usize> {
     CONTEXT.with(|c| {
         let mut stack = c.borrow_mut();
         stack.pop().ok_or_else(|| Error::invalid_argument("this thread has no annotation to pop (gpurt_memory_annotate_pop without a push)"))?;
+        if stack.is_empty() {
+            ANNOTATING.fetch_sub(1, Ordering::Relaxed);
+        }
         Ok(stack.len())
     })
 }

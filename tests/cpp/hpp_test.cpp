@@ -204,6 +204,31 @@ static void with_device(bool real_gpu) {
         s.synchronize();
     }
 
+    // Memory history, snapshots and NVTX through their scope guards.
+    {
+        gpurt::memory::record_history(true, 100, GPURT_HISTORY_CLEAR);
+        {
+            gpurt::nvtx::Range range("hpp_test");
+            CHECK(range.depth() == GPURT_NVTX_NO_TRACKING);
+            gpurt::memory::Annotation tag("hpp block");
+            gpurt::DeviceBuffer<int> tagged(1000, s);
+            gpurt::nvtx::mark("allocated");
+        }
+        gpurt::memory::record_history(false);
+        const char *path = "/tmp/gpurt_hpp_snapshot.json";
+        gpurt::memory::snapshot(path, GPURT_SNAPSHOT_JSON, 0);
+        std::FILE *f = std::fopen(path, "r");
+        CHECK(f != nullptr);
+        if (f) {
+            std::string text(1 << 20, '\0');
+            text.resize(std::fread(&text[0], 1, text.size(), f));
+            std::fclose(f);
+            CHECK(text.find("\"user_metadata\":\"hpp block\"") != std::string::npos);
+        }
+        std::remove(path);
+        expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_memory_snapshot", [&] { gpurt::memory::snapshot(path, (gpurt_snapshot_format_t)7); });
+    }
+
     // IPC: a handle of a live block; this process cannot open its own.
     {
         gpurt::DeviceBuffer<int> shared(1000, s);

@@ -87,14 +87,16 @@ def torch_check(directory, snap):
         html = getattr(viz, name)(snap)
         check(isinstance(html, str) and len(html) > 1000, f"torch.cuda._memory_viz.{name} made a page of {len(html)} characters")
     # memory and segments end in a flame graph drawn by flamegraph.pl, which PyTorch
-    # downloads; the text they give it is what reads the snapshot.
-    viz.format_flamegraph = lambda text, *args, **kwargs: text
+    # downloads: they are given a formatter that keeps the text that reads the snapshot.
+    def keep_text(text, *args, **kwargs):
+        return text
+
     for name in ("segsum", "trace", "memory", "segments"):
         fn = getattr(viz, name, None)
         if fn is None:
             print(f"skip torch.cuda._memory_viz.{name}: not in this PyTorch")
             continue
-        out = fn(snap)
+        out = fn(snap, format_flamegraph=keep_text) if name in ("memory", "segments") else fn(snap)
         check(out is not None and len(str(out)) > 0, f"torch.cuda._memory_viz.{name} read the snapshot ({len(str(out))} characters)")
         if name == "segsum":
             print(out)
