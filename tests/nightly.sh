@@ -6,7 +6,8 @@
 #     configuration, staging, graph pools), for undefined behaviour, leaks and data
 #     races in the unsafe code;
 #   - ThreadSanitizer: the multi-threaded unit tests (allocator shards, handle
-#     tables, pinned pool, stream and event state, IPC holds), built with -Zsanitizer=thread;
+#     tables, pinned pool, stream and event state, IPC holds, the memory history's rings
+#     and snapshots), built with -Zsanitizer=thread;
 #   - cargo-fuzz: each target in fuzz/ for FUZZ_SECONDS (default 15) seconds.
 # NIGHTLY_TOOLS=miri,tsan,fuzz chooses among them (default: all three).
 set -euo pipefail
@@ -46,7 +47,7 @@ if [[ $tools == *,tsan,* ]]; then
     if has_rust_src; then
         RUSTFLAGS="-Zsanitizer=thread" TSAN_OPTIONS="halt_on_error=1" \
             budget 1500 ThreadSanitizer cargo +nightly test -Zbuild-std --target "$target" --target-dir target/tsan --lib -- \
-            alloc::tests handle::tests pinned::tests stream::tests event::tests ipc::holders
+            alloc::tests alloc::history alloc::snapshot handle::tests pinned::tests stream::tests event::tests ipc::holders
     else
         echo "ThreadSanitizer: skipped (needs nightly's rust-src: rustup component add --toolchain nightly rust-src)"
     fi
