@@ -81,58 +81,35 @@ trait Allocator: Sync {
     fn leave(&self) {}
 }
 
-/// gpurt with a user pool pushed on the timing thread during each sample, so that
-/// `gpurt_malloc` routes to it.
-struct Pushed<'a>(&'a OnGpurt<'a>, usize);
-
-impl Allocator for Pushed<'_> {
-    fn alloc(&self, size: usize, stream: usize) -> usize {
-        self.0.alloc(size, stream)
-    }
-    fn free(&self, ptr: usize, stream: usize) {
-        self.0.free(ptr, stream)
-    }
-    fn peak_reserved(&self) -> u64 {
-        self.0.peak_reserved()
-    }
-    fn reset_peak(&self) {
-        self.0.reset_peak()
-    }
-    fn release_cache(&self) {
-        self.0.release_cache()
-    }
-    fn enter(&self) {
-        unsafe { st((self.0 .0.pool_push)(self.1 as H)) };
-    }
-    fn leave(&self) {
-        unsafe { st((self.0 .0.pool_pop)()) };
-    }
+/// gpurt with something switched on for the timing thread during each sample: a
+/// user pool pushed (so that `gpurt_malloc` routes to it), or the memory history.
+struct During<'a> {
+    gpurt: &'a OnGpurt<'a>,
+    enter: Box<dyn Fn() + Sync + 'a>,
+    leave: Box<dyn Fn() + Sync + 'a>,
 }
 
-/// gpurt with the memory history recording (no stacks) during each sample.
-struct Recording<'a>(&'a OnGpurt<'a>);
-
-impl Allocator for Recording<'_> {
+impl Allocator for During<'_> {
     fn alloc(&self, size: usize, stream: usize) -> usize {
-        self.0.alloc(size, stream)
+        self.gpurt.alloc(size, stream)
     }
     fn free(&self, ptr: usize, stream: usize) {
-        self.0.free(ptr, stream)
+        self.gpurt.free(ptr, stream)
     }
     fn peak_reserved(&self) -> u64 {
-        self.0.peak_reserved()
+        self.gpurt.peak_reserved()
     }
     fn reset_peak(&self) {
-        self.0.reset_peak()
+        self.gpurt.reset_peak()
     }
     fn release_cache(&self) {
-        self.0.release_cache()
+        self.gpurt.release_cache()
     }
     fn enter(&self) {
-        unsafe { st((self.0 .0.record_history)(1, 0, 0)) };
+        (self.enter)()
     }
     fn leave(&self) {
-        unsafe { st((self.0 .0.record_history)(0, 0, 0)) };
+        (self.leave)()
     }
 }
 
@@ -489,7 +466,11 @@ fn main() {
     }
     // The memory history's cost: pairs with it recording (events kept in the default
     // 10 000-event rings), sampled in turns with pairs with it off.
-    let recording = Recording(&ours);
+    let recording = During {
+        gpurt: &ours,
+        enter: Box::new(|| unsafe { st((g.record_history)(1, 0, 0)) }),
+        leave: Box::new(|| unsafe { st((g.record_history)(0, 0, 0)) }),
+    };
     for (label, size) in [("512 B", 512), ("64 KiB", 64 << 10)] {
         let [off, on] = pairs_ns(&[&ours, &recording], size, 20_000).map(|samples| Judged::of_samples(&samples));
         let base = off.full.unwrap_or(off.all);
@@ -506,7 +487,12 @@ fn main() {
     // in turns in the same rounds.
     let mut user_pool = std::ptr::null_mut();
     unsafe { st((g.pool_create)(0, std::ptr::null(), &mut user_pool)) };
-    let pushed = Pushed(&ours, user_pool as usize);
+    let pool_handle = user_pool as usize;
+    let pushed = During {
+        gpurt: &ours,
+        enter: Box::new(move || unsafe { st((g.pool_push)(pool_handle as H)) }),
+        leave: Box::new(|| unsafe { st((g.pool_pop)()) }),
+    };
     for (label, size) in [("512 B", 512), ("64 KiB", 64 << 10)] {
         let [default, routed] = pairs_ns(&[&ours, &pushed], size, 20_000).map(|samples| Judged::of_samples(&samples));
         let base = default.full.unwrap_or(default.all);

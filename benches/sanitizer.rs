@@ -10,24 +10,9 @@ use std::hint::black_box;
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{median, st, sym, H};
+use common::{median, per_call, st, sym, H};
 use gpurt::sanitizer::{self, StreamId, StreamRef};
 
-const SAMPLES: usize = 31;
-const CALLS: usize = 2_000_000;
-
-/// Median ns per call of `f` over `SAMPLES` runs of `CALLS` calls.
-fn per_call(mut f: impl FnMut(u64)) -> f64 {
-    median(
-        (0..SAMPLES)
-            .map(|_| {
-                let t = std::time::Instant::now();
-                (0..CALLS as u64).for_each(|i| f(black_box(i)));
-                t.elapsed().as_nanos() as f64 / CALLS as f64
-            })
-            .collect(),
-    )
-}
 
 fn main() {
     let lib = common::library();
