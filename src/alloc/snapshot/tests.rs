@@ -164,8 +164,15 @@ fn stacks_name_the_allocating_function() {
     let s = snapshot_of(&a);
     let block = s.segments[0].blocks.iter().find(|b| b.address == p).unwrap();
     assert!(!block.frames.is_empty());
-    assert!(block.frames[0].name.starts_with("gpurt::alloc::snapshot::tests::stacks_name_the_allocating_function"), "{:?}", block.frames);
-    assert!(block.frames[0].filename.ends_with("tests.rs") && block.frames[0].line > 0);
+    let allocator_frame = |f: &crate::alloc::history::Frame| f.name.starts_with("gpurt::alloc::caching") || f.name.starts_with("gpurt::alloc::pool");
+    assert!(!block.frames.iter().any(allocator_frame), "the allocator's own frames are left out: {:?}", block.frames);
+    if cfg!(debug_assertions) {
+        // Debug builds carry line tables, with the functions inlined into the test's
+        // (release builds here have neither).
+        let first = &block.frames[0];
+        assert!(first.name.starts_with("gpurt::alloc::snapshot::tests::stacks_name_the_allocating_function"), "{:?}", block.frames);
+        assert!(first.filename.ends_with("tests.rs") && first.line > 0, "{first:?}");
+    }
     a.free(p).unwrap();
 }
 
