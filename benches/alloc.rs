@@ -464,27 +464,30 @@ fn main() {
         let [a, b] = pairs_ns(&both, size, n).map(|samples| Judged::of_samples(&samples));
         println!("| alloc+free pair, {label} (ns), {full_all} | {} | {} | <= 100 | {} |", a.cell(), b.cell(), a.verdict(100.0));
     }
+    // Pairs through `side`, sampled in turns in the same rounds with the default
+    // pool's pairs (`base`); the target is `base` + `margin`.
+    let beside = |side: &dyn Allocator, what: &str, base_name: &str, margin: f64| {
+        for (label, size) in [("512 B", 512), ("64 KiB", 64 << 10)] {
+            let [base, with] = pairs_ns(&[&ours, side], size, 20_000).map(|samples| Judged::of_samples(&samples));
+            let limit = base.full.unwrap_or(base.all) + margin;
+            println!(
+                "| alloc+free pair, {label} (ns), {full_all}: {what}; {base_name} in the same rounds {} | {} | | <= {limit:.1} ({base_name} + {margin}) | {} |",
+                base.cell(),
+                with.cell(),
+                with.verdict(limit)
+            );
+        }
+    };
     // The memory history's cost: pairs with it recording (events kept in the default
-    // 10 000-event rings), sampled in turns with pairs with it off.
+    // 10 000-event rings) beside pairs with it off.
     let recording = During {
         gpurt: &ours,
         enter: Box::new(|| unsafe { st((g.record_history)(1, 0, 0)) }),
         leave: Box::new(|| unsafe { st((g.record_history)(0, 0, 0)) }),
     };
-    for (label, size) in [("512 B", 512), ("64 KiB", 64 << 10)] {
-        let [off, on] = pairs_ns(&[&ours, &recording], size, 20_000).map(|samples| Judged::of_samples(&samples));
-        let base = off.full.unwrap_or(off.all);
-        println!(
-            "| alloc+free pair, {label} (ns), {full_all}: memory history recording (3 events a pair); off in the same rounds {} | {} | | <= {:.1} (off + 60) | {} |",
-            off.cell(),
-            on.cell(),
-            base + 60.0,
-            on.verdict(base + 60.0)
-        );
-    }
+    beside(&recording, "memory history recording (3 events a pair)", "off", 60.0);
     // With a user pool alive (a free may then have several allocators to ask): the
-    // default pool's pair, and the pair through the user pool while pushed, sampled
-    // in turns in the same rounds.
+    // pair through the user pool while pushed, beside the default pool's.
     let mut user_pool = std::ptr::null_mut();
     unsafe { st((g.pool_create)(0, std::ptr::null(), &mut user_pool)) };
     let pool_handle = user_pool as usize;
@@ -493,17 +496,7 @@ fn main() {
         enter: Box::new(move || unsafe { st((g.pool_push)(pool_handle as H)) }),
         leave: Box::new(|| unsafe { st((g.pool_pop)()) }),
     };
-    for (label, size) in [("512 B", 512), ("64 KiB", 64 << 10)] {
-        let [default, routed] = pairs_ns(&[&ours, &pushed], size, 20_000).map(|samples| Judged::of_samples(&samples));
-        let base = default.full.unwrap_or(default.all);
-        println!(
-            "| alloc+free pair, {label} (ns), {full_all}: through a pushed user pool; the default pool's in the same rounds {} | {} | | <= {:.1} (the default pool's + 10) | {} |",
-            default.cell(),
-            routed.cell(),
-            base + 10.0,
-            routed.verdict(base + 10.0)
-        );
-    }
+    beside(&pushed, "through a pushed user pool", "the default pool's", 10.0);
     unsafe {
         ok(sys::cuCtxSynchronize());
         st((g.pool_destroy)(user_pool));

@@ -4,9 +4,10 @@
 //! when asked, the caller's native stack: raw return addresses, symbolised only when
 //! a snapshot is written (`symbolize`).
 //!
-//! Off, an allocator operation pays one relaxed load and a branch (`is_on`). On, an
-//! event takes the device ring's lock once: the pools call in with their shard
-//! locked, and the ring's lock is taken last, never held while another is taken.
+//! Off, an allocator operation pays one relaxed load and a branch (`is_on`). On, each
+//! pool shard writes its events into a ring of its own under the shard's lock (see
+//! `Ring`); a device's `Recorder` keeps the events recorded outside any shard and
+//! merges all of them by time when they are read.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -382,7 +383,7 @@ thread_local! {
 static ANNOTATING: AtomicUsize = AtomicUsize::new(0);
 
 /// Separates nested annotations in an event's context.
-pub const CONTEXT_SEPARATOR: &str = " > ";
+const CONTEXT_SEPARATOR: &str = " > ";
 
 /// Attaches `name` to what this thread allocates until the matching `annotate_pop`.
 pub fn annotate_push(name: &str) -> usize {

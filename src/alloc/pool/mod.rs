@@ -470,10 +470,17 @@ impl<S: SegmentSource> Pool<S> {
         }
     }
 
-    /// `note` for block `id`, of `size` bytes, on its stream.
+    /// `note` for block `id` (its address and stream), with `size` bytes.
+    #[inline]
+    fn note_block(&mut self, actions: &[Action], id: BlockId, size: u64) {
+        if history::is_on() {
+            self.record_block_events(actions, id, size);
+        }
+    }
+
     #[cold]
     #[inline(never)]
-    fn note_block(&mut self, actions: &[Action], id: BlockId, size: u64) {
+    fn record_block_events(&mut self, actions: &[Action], id: BlockId, size: u64) {
         let block = &self.blocks[id];
         let (addr, stream) = (block.addr, self.stream_of(block));
         self.record_events(actions, addr, size, stream);
@@ -621,9 +628,7 @@ impl<S: SegmentSource> Pool<S> {
         while i < self.pending.len() {
             if self.shared.source.settle(&mut self.pending[i].1, wait) {
                 let (id, _) = self.pending.swap_remove(i);
-                let block = &self.blocks[id];
-                let (addr, size, stream) = (block.addr, block.size, self.stream_of(block));
-                self.note(&[Action::FreeCompleted], addr, size, stream);
+                self.note_block(&[Action::FreeCompleted], id, self.blocks[id].size);
                 let block = &self.blocks[id];
                 self.stats.active.sub(block.pool, 1);
                 self.stats.active_bytes.sub(block.pool, block.size as i64);
@@ -768,9 +773,7 @@ impl<S: SegmentSource> Pool<S> {
             return Some(self.free_after_other_streams(id));
         }
         let (pool, size, requested) = (block.pool, block.size, block.requested);
-        if history::is_on() {
-            self.note_block(&[Action::FreeRequested, Action::FreeCompleted], id, requested);
-        }
+        self.note_block(&[Action::FreeRequested, Action::FreeCompleted], id, requested);
         if self.recent_sizes.contains(&size) {
             self.park(id);
         } else {
@@ -787,9 +790,7 @@ impl<S: SegmentSource> Pool<S> {
     fn free_after_other_streams(&mut self, id: BlockId) -> Result<()> {
         let markers = self.shared.source.record_all(&self.used_on[&id])?;
         self.used_on.remove(&id);
-        let block = &self.blocks[id];
-        let (addr, requested, stream) = (block.addr, block.requested, self.stream_of(block));
-        self.note(&[Action::FreeRequested], addr, requested, stream);
+        self.note_block(&[Action::FreeRequested], id, self.blocks[id].requested);
         let block = &mut self.blocks[id];
         block.used_elsewhere = false;
         block.state = State::PendingFree;
@@ -991,8 +992,8 @@ impl<S: SegmentSource> Pool<S> {
         let mut released = Vec::with_capacity(whole.len());
         for (start, id) in whole {
             let Block { size, pool, .. } = self.blocks[id];
-            let stream = self.stream_of(&self.blocks[id]);
-            self.note(&[Action::SegmentFree], start, size, stream);
+            // The segment's one block starts at the segment.
+            self.note_block(&[Action::SegmentFree], id, size);
             self.remove_free(id);
             self.forget_segment(start, id);
             released.push((start, size));

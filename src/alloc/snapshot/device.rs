@@ -7,22 +7,15 @@ use super::{build, encode, gpurt_snapshot_format_t, PoolPart, Snapshot};
 use crate::alloc::device::{self as alloc_device, DefaultPool, MEM_POOLS};
 use crate::alloc::caching::CachingAllocator;
 use crate::alloc::history::{self, Action, Slot};
-use crate::alloc::pool::{SegmentSource, SegmentView};
+use crate::alloc::pool::SegmentSource;
 use crate::error::{Error, Result, Status};
 
-/// A pool of any segment source, as a snapshot reads it.
-trait PoolSegments {
-    fn id(&self) -> u64;
-    fn views(&self, events: &mut Vec<Slot>) -> (Vec<SegmentView>, u64);
-}
-
-impl<S: SegmentSource> PoolSegments for CachingAllocator<S> {
-    fn id(&self) -> u64 {
-        CachingAllocator::id(self)
-    }
-    fn views(&self, events: &mut Vec<Slot>) -> (Vec<SegmentView>, u64) {
-        self.segment_views(events)
-    }
+/// One pool's part, its history events added to `slots` and the events it
+/// overwrote to `overwritten`.
+fn part<S: SegmentSource>(pool_id: (i64, u64), pool: &CachingAllocator<S>, slots: &mut Vec<Slot>, overwritten: &mut u64) -> PoolPart {
+    let (segments, dropped) = pool.segment_views(slots);
+    *overwritten += dropped;
+    PoolPart { pool_id, allocator: pool.id(), segments }
 }
 
 /// The snapshot of `ordinal`'s device; a "snapshot" event marks it in the history.
@@ -35,19 +28,14 @@ pub fn take(ordinal: i32) -> Result<Snapshot> {
         recorder.record(&[Action::Snapshot], 0, 0, 0, 0, 0);
     }
     let (mut parts, mut slots, mut overwritten) = (Vec::new(), Vec::new(), 0);
-    let mut add = |pool_id: (i64, u64), a: &dyn PoolSegments| {
-        let (segments, dropped) = a.views(&mut slots);
-        overwritten += dropped;
-        parts.push(PoolPart { pool_id, allocator: a.id(), segments });
-    };
     if let DefaultPool::Caching(a) = default {
-        add((0, 0), a);
+        parts.push(part((0, 0), a, &mut slots, &mut overwritten));
     }
     for pool in MEM_POOLS.on_device(device) {
-        add((1, pool.id()), pool.allocator());
+        parts.push(part((1, pool.id()), pool.allocator(), &mut slots, &mut overwritten));
     }
     for (id, a) in crate::alloc::capture::private_pools(device) {
-        add((2, id), &*a);
+        parts.push(part((2, id), &a, &mut slots, &mut overwritten));
     }
     let stats = alloc_device::stats(ordinal)?;
     let (events, dropped) = recorder.events(slots, overwritten);

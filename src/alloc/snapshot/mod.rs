@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::history::{Action, Event, Frame, Symbolizer};
-use super::pool::SegmentView;
+use super::pool::{BlockState, SegmentView};
 use super::stats::gpurt_memory_stats_t;
 use crate::error::{Error, Result, Status};
 
@@ -183,16 +183,13 @@ pub fn build(device: i32, parts: &[PoolPart], events: &[Event], dropped: u64, re
                     }
                 })
                 .collect();
-            let sum = |active: bool| {
-                let chosen = view.blocks.iter().filter(|b| b.state.name().starts_with("active") && (active || b.state.name() == "active_allocated"));
-                chosen.map(|b| b.size).sum()
-            };
+            let bytes = |counted: fn(BlockState) -> bool| view.blocks.iter().filter(|b| counted(b.state)).map(|b| b.size).sum();
             segments.push(Segment {
                 device,
                 address: view.addr,
                 total_size: view.size,
-                allocated_size: sum(false),
-                active_size: sum(true),
+                allocated_size: bytes(|s| s == BlockState::ActiveAllocated),
+                active_size: bytes(|s| s != BlockState::Inactive),
                 requested_size: view.blocks.iter().map(|b| b.requested).sum(),
                 stream: view.stream,
                 segment_type: if view.small { "small" } else { "large" }.into(),
