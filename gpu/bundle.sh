@@ -13,9 +13,10 @@ cp target/release/libgpurt.a "$out/lib/"
 cp target/release/libgpurt.so "$out/lib/libgpurt.so.0"
 ln -s libgpurt.so.0 "$out/lib/libgpurt.so"
 cp include/gpurt.h include/gpurt.hpp include/gpurt_rmm.hpp "$out/include/"
-cp examples-c/gpurt-info.c tests/c/abi_test.c tests/c/process_test.c tests/c/ipc_test.c tests/c/backend_test.c tests/c/tunable_test.c tests/c/sanitizer_test.c tests/c/gds_test.c tests/c/comm_test.c tests/c/memory_history_test.c tests/snapshot/check.py tests/c/nvtx_test.c tests/nvtx/ncu_kernels.c tests/nvtx/ncu_filter.sh tests/c/check.h tests/c/dlclose_test.c tests/c/soak.c tests/cpp/hpp_test.cpp tests/cpp/no_exceptions_test.cpp tests/cpp/rmm_test.cpp gpu/interop.cu gpu/compare_props.py gpu/compare_telemetry.py gpu/alloc_frameworks.py "$out/src/"
+cp examples-c/gpurt-info.c tests/c/abi_test.c tests/c/process_test.c tests/c/ipc_test.c tests/c/backend_test.c tests/c/tunable_test.c tests/c/sanitizer_test.c tests/c/gds_test.c tests/c/comm_test.c tests/c/memory_history_test.c tests/snapshot/check.py tests/c/nvtx_test.c tests/nvtx/ncu_kernels.c tests/nvtx/ncu_filter.sh tests/c/check.h tests/c/dlclose_test.c tests/c/soak.c tests/cpp/hpp_test.cpp tests/cpp/no_exceptions_test.cpp tests/cpp/rmm_test.cpp gpu/interop.cu gpu/compare_props.py gpu/compare_telemetry.py gpu/alloc_frameworks.py gpu/record_traces.py gpu/trace_replay.cpp "$out/src/"
 cp examples-c/*.c examples-c/*.h examples-cpp/*.cpp "$out/src/"
 cp gpu/run.sh "$out/run.sh"
+cp -r gpu/traces "$out/traces"
 cp -r tests/python "$out/pytests"
 
 # RMM's C++ headers and library (librmm-cu13 and its logger), for the RMM adaptor's test.

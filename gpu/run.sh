@@ -120,6 +120,15 @@ done
 for b in benches/*; do
     [ -e "$b" ] && step "bench-$(basename "$b")" "$b"
 done
+# Allocation traces of PyTorch models, replayed through gpurt beside the driver's
+# pool, PyTorch's allocator and RMM's pool (docs/performance.md, "Trace replay").
+torch_dir=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
+step record-traces python3 src/record_traces.py recorded-traces
+mkdir -p plain-traces && for t in traces/*.trace.gz; do gunzip -c "$t" > "plain-traces/$(basename "$t" .gz)"; done
+step build-trace-replay c++ -std=c++20 -O2 -Wall -Werror -DWITH_TORCH -DWITH_RMM -Iinclude -isystem "$torch_dir/include" \
+    src/trace_replay.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -L"$torch_dir/lib" -lc10_cuda -lc10 -Wl,-rpath,"$torch_dir/lib" \
+    "${rmm_flags[@]}" -lcuda -o bin/trace_replay
+step trace-replay env LD_LIBRARY_PATH="$PWD/rmm/rapids_logger/lib64" bin/trace_replay "${TRACE_REPS:-5}" plain-traces/*.trace
 
 echo
 echo "===== gpurt GPU summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"

@@ -347,6 +347,31 @@ fn expandable_segments_grow_in_place_and_unmap_their_free_end() {
     assert_eq!((p.stats().reserved_bytes.all.current, p.source().live_segments()), (0, 0));
 }
 
+/// Past 16 granules mapped, a segment grows by 1/16 of what it has mapped (fewer
+/// driver calls from cold), and by what it lacks where the source refuses the step.
+#[test]
+fn expandable_segments_grow_in_steps_of_a_share_of_what_is_mapped() {
+    for (capacity, after_step) in [(GIB, 68 * MIB), (66 * MIB, 66 * MIB)] {
+        let p = expandable(capacity);
+        let big = p.malloc(64 * MIB, 1).unwrap();
+        let next = p.malloc(2 * MIB, 1).unwrap();
+        assert_eq!(next, big + 64 * MIB);
+        assert_eq!(p.source().mapped_bytes(), after_step, "capacity {capacity}");
+        check(&p);
+        if after_step > 66 * MIB {
+            assert_eq!(p.malloc(2 * MIB, 1).unwrap(), next + 2 * MIB, "served from the step's rest");
+            assert_eq!(p.source().mapped_bytes(), after_step, "no new mapping");
+            p.free(next + 2 * MIB).unwrap();
+        }
+        assert_eq!(p.stats().reserved_bytes.all.current, after_step as i64);
+        p.free(next).unwrap();
+        p.free(big).unwrap();
+        p.empty_cache();
+        check(&p);
+        assert_eq!((p.stats().reserved_bytes.all.current, p.source().mapped_bytes()), (0, 0));
+    }
+}
+
 /// The benchmark's random workload on host memory, over several seeds (one seed's
 /// figure swings with small policy changes): expandable segments keep the peak
 /// reserved memory closer to the peak in use than separate segments do.

@@ -1,0 +1,377 @@
+// Replays recorded allocation traces (record_traces.py) through gpurt's pools
+// (default and expandable segments), the driver's stream-ordered pool, PyTorch's
+// caching allocator and RMM's pool, in one process, each from an empty cache.
+//
+//   trace_replay REPS TRACE...
+//
+// Per trace and allocator: ns per operation of the first replay into a fresh pool
+// ("cold", the median of REPS fresh pools) and of a replay into a pool that has seen
+// the trace once ("warm", median of REPS), and fragmentation: the pool's peak
+// reserved bytes over the trace's peak live bytes. PyTorch's allocator and RMM are
+// compiled in when their headers are there (WITH_TORCH, WITH_RMM).
+#include <gpurt.h>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#ifdef WITH_TORCH
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+#ifdef WITH_RMM
+#include <rmm/mr/cuda_memory_resource.hpp>
+#include <rmm/mr/pool_memory_resource.hpp>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+void check(bool ok, const char *what) {
+    if (!ok) {
+        std::fprintf(stderr, "trace_replay: %s failed\n", what);
+        std::exit(1);
+    }
+}
+
+void check_gpurt(gpurt_status_t status, const char *what) {
+    if (status != GPURT_SUCCESS) {
+        std::fprintf(stderr, "trace_replay: %s: %s\n", what, gpurt_last_error_message());
+        std::exit(1);
+    }
+}
+
+struct Op {
+    uint32_t id;
+    uint32_t stream;  // UINT32_MAX: a free
+    uint64_t size;
+};
+
+struct Trace {
+    std::string name;
+    std::vector<Op> ops;
+    uint32_t ids = 0, streams = 0;
+    uint64_t peak_live = 0;
+};
+
+Trace load(const std::string &path) {
+    std::ifstream in(path);
+    check(bool(in), "opening a trace");
+    Trace t;
+    std::vector<uint64_t> sizes;
+    uint64_t live = 0;
+    std::string line;
+    while (std::getline(in, line)) {
+        std::istringstream fields(line);
+        char kind = 0;
+        fields >> kind;
+        if (kind == '#') {
+            fields >> t.name;
+        } else if (kind == 'a') {
+            Op op{};
+            fields >> op.id >> op.size >> op.stream;
+            t.ids = std::max(t.ids, op.id + 1);
+            t.streams = std::max(t.streams, op.stream + 1);
+            sizes.resize(t.ids);
+            sizes[op.id] = op.size;
+            live += op.size;
+            t.peak_live = std::max(t.peak_live, live);
+            t.ops.push_back(op);
+        } else if (kind == 'f') {
+            Op op{};
+            fields >> op.id;
+            op.stream = UINT32_MAX;
+            live -= sizes.at(op.id);
+            t.ops.push_back(op);
+        }
+    }
+    return t;
+}
+
+// One allocator under test: a fresh pool per cold replay.
+struct Allocator {
+    virtual ~Allocator() = default;
+    virtual void *alloc(uint64_t size, uint32_t stream) = 0;
+    virtual void free(void *ptr, uint64_t size, uint32_t stream) = 0;
+    virtual uint64_t peak_reserved() = 0;
+};
+
+struct Streams {
+    std::vector<gpurt_stream_t> gpurt;
+    std::vector<cudaStream_t> native;
+    explicit Streams(uint32_t n) {
+        for (uint32_t i = 0; i < n; i++) {
+            gpurt_stream_t s;
+            check_gpurt(gpurt_stream_create(0, GPURT_STREAM_NON_BLOCKING, 0, &s), "gpurt_stream_create");
+            void *raw;
+            check_gpurt(gpurt_stream_native(s, &raw), "gpurt_stream_native");
+            gpurt.push_back(s);
+            native.push_back(static_cast<cudaStream_t>(raw));
+        }
+    }
+};
+
+struct GpurtPool : Allocator {
+    gpurt_mem_pool_t pool;
+    Streams &streams;
+    GpurtPool(Streams &s, const char *config) : streams(s) {
+        gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
+        check_gpurt(gpurt_mem_pool_options_init(&options), "gpurt_mem_pool_options_init");
+        options.config = config;
+        check_gpurt(gpurt_mem_pool_create(0, &options, &pool), "gpurt_mem_pool_create");
+    }
+    ~GpurtPool() override { check_gpurt(gpurt_mem_pool_destroy(pool), "gpurt_mem_pool_destroy"); }
+    void *alloc(uint64_t size, uint32_t stream) override {
+        void *p;
+        check_gpurt(gpurt_mem_pool_malloc(pool, size, streams.gpurt[stream], &p), "gpurt_mem_pool_malloc");
+        return p;
+    }
+    void free(void *ptr, uint64_t, uint32_t) override { check_gpurt(gpurt_free(ptr), "gpurt_free"); }
+    uint64_t peak_reserved() override {
+        gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
+        check_gpurt(gpurt_mem_pool_stats(pool, &stats), "gpurt_mem_pool_stats");
+        return uint64_t(stats.reserved_bytes.all.peak);
+    }
+};
+
+struct DriverPool : Allocator {
+    cudaMemPool_t pool;
+    Streams &streams;
+    explicit DriverPool(Streams &s) : streams(s) {
+        cudaMemPoolProps props{};
+        props.allocType = cudaMemAllocationTypePinned;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = 0;
+        check(cudaMemPoolCreate(&pool, &props) == cudaSuccess, "cudaMemPoolCreate");
+        uint64_t keep = UINT64_MAX;  // a cache, as PyTorch's cudaMallocAsync backend sets it
+        check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess, "release threshold");
+    }
+    ~DriverPool() override { cudaMemPoolDestroy(pool); }
+    void *alloc(uint64_t size, uint32_t stream) override {
+        void *p;
+        check(cudaMallocFromPoolAsync(&p, size, pool, streams.native[stream]) == cudaSuccess, "cudaMallocFromPoolAsync");
+        return p;
+    }
+    void free(void *ptr, uint64_t, uint32_t stream) override {
+        check(cudaFreeAsync(ptr, streams.native[stream]) == cudaSuccess, "cudaFreeAsync");
+    }
+    uint64_t peak_reserved() override {
+        uint64_t high = 0;
+        cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high);
+        return high;
+    }
+};
+
+#ifdef WITH_TORCH
+namespace torch_alloc = c10::cuda::CUDACachingAllocator;
+struct TorchCache : Allocator {
+    Streams &streams;
+    explicit TorchCache(Streams &s) : streams(s) {
+        torch_alloc::emptyCache();
+        torch_alloc::resetPeakStats(0);
+    }
+    ~TorchCache() override { torch_alloc::emptyCache(); }
+    void *alloc(uint64_t size, uint32_t stream) override {
+        return torch_alloc::raw_alloc_with_stream(size, streams.native[stream]);
+    }
+    void free(void *ptr, uint64_t, uint32_t) override { torch_alloc::raw_delete(ptr); }
+    uint64_t peak_reserved() override {
+        auto stats = torch_alloc::getDeviceStats(0);
+        return uint64_t(stats.reserved_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].peak);
+    }
+};
+#endif
+
+#ifdef WITH_RMM
+struct RmmPool : Allocator {
+    rmm::mr::pool_memory_resource pool{rmm::mr::cuda_memory_resource{}, 0};
+    Streams &streams;
+    explicit RmmPool(Streams &s) : streams(s) {}
+    void *alloc(uint64_t size, uint32_t stream) override {
+        return pool.allocate(cuda::stream_ref{streams.native[stream]}, size, 256);
+    }
+    void free(void *ptr, uint64_t size, uint32_t stream) override {
+        pool.deallocate(cuda::stream_ref{streams.native[stream]}, ptr, size, 256);
+    }
+    uint64_t peak_reserved() override { return pool.pool_size(); }  // an RMM pool never shrinks
+};
+#endif
+
+// What a replay keeps per allocation id: RMM's free takes the size back.
+struct Live {
+    void *ptr;
+    uint64_t size;
+    uint32_t stream;
+};
+
+// Seconds for one replay of the whole trace.
+double replay(Allocator &a, const Trace &t, Streams &streams, std::vector<Live> &live) {
+    auto start = std::chrono::steady_clock::now();
+    for (const Op &op : t.ops) {
+        if (op.stream != UINT32_MAX) {
+            live[op.id] = Live{a.alloc(op.size, op.stream), op.size, op.stream};
+        } else {
+            const Live &l = live[op.id];
+            a.free(l.ptr, l.size, l.stream);
+        }
+    }
+    for (cudaStream_t s : streams.native) cudaStreamSynchronize(s);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+struct Row {
+    std::string name;
+    double cold_ns, warm_ns, fragmentation;
+};
+
+// Frees what the trace leaves live, so that the next pool starts from nothing.
+void free_rest(Allocator &a, const Trace &t, std::vector<Live> &live) {
+    std::vector<bool> held(t.ids, false);
+    for (const Op &op : t.ops) held[op.id] = op.stream != UINT32_MAX;
+    for (uint32_t id = 0; id < t.ids; id++)
+        if (held[id]) a.free(live[id].ptr, live[id].size, live[id].stream);
+}
+
+Row measure(const std::string &name, const std::function<std::unique_ptr<Allocator>()> &make, const Trace &t,
+            Streams &streams, int reps) try {
+    std::vector<Live> live(t.ids);
+    std::vector<double> cold, warm;
+    double fragmentation = 0;
+    for (int r = 0; r < reps; r++) {
+        auto a = make();
+        cold.push_back(replay(*a, t, streams, live));
+        free_rest(*a, t, live);
+        warm.push_back(replay(*a, t, streams, live));
+        free_rest(*a, t, live);
+        fragmentation = double(a->peak_reserved()) / double(t.peak_live);
+        if (r == 0) {
+            size_t free_bytes = 0, total = 0;
+            cudaMemGetInfo(&free_bytes, &total);
+            std::printf("  (%s on %s: peak reserved %.1f MiB; device free %.1f MiB)\n", name.c_str(), t.name.c_str(),
+                        a->peak_reserved() / 1048576.0, free_bytes / 1048576.0);
+        }
+        for (cudaStream_t s : streams.native) cudaStreamSynchronize(s);
+    }
+    double ops = double(t.ops.size());
+    return Row{name, median(cold) * 1e9 / ops, median(warm) * 1e9 / ops, fragmentation};
+} catch (const std::exception &e) {  // RMM's and PyTorch's out of memory
+    std::printf("%-16s %-22s failed: %s\n", t.name.c_str(), name.c_str(), e.what());
+    return Row{name, 1e30, 1e30, 1e30};
+}
+
+// What one growth step costs the driver, by size: a segment (cuMemAlloc), or memory
+// mapped into reserved addresses (cuMemCreate, cuMemMap, cuMemSetAccess).
+void growth_costs() {
+    auto since = [](std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
+    };
+    std::printf("Driver cost of one growth step (us, median of 9)\n%10s %12s %12s %12s %15s\n", "size MiB",
+                "cuMemAlloc", "cuMemCreate", "cuMemMap", "cuMemSetAccess");
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (size_t mib : {2, 32, 512}) {
+        size_t size = mib << 20;
+        std::vector<double> alloc, create, map, set;
+        for (int i = 0; i < 9; i++) {
+            CUdeviceptr p, va;
+            CUmemGenericAllocationHandle h;
+            auto t = std::chrono::steady_clock::now();
+            check(cuMemAlloc(&p, size) == CUDA_SUCCESS, "cuMemAlloc");
+            alloc.push_back(since(t));
+            cuMemFree(p);
+            check(cuMemAddressReserve(&va, size, 0, 0, 0) == CUDA_SUCCESS, "cuMemAddressReserve");
+            t = std::chrono::steady_clock::now();
+            check(cuMemCreate(&h, size, &prop, 0) == CUDA_SUCCESS, "cuMemCreate");
+            create.push_back(since(t));
+            t = std::chrono::steady_clock::now();
+            check(cuMemMap(va, size, 0, h, 0) == CUDA_SUCCESS, "cuMemMap");
+            map.push_back(since(t));
+            t = std::chrono::steady_clock::now();
+            check(cuMemSetAccess(va, size, &access, 1) == CUDA_SUCCESS, "cuMemSetAccess");
+            set.push_back(since(t));
+            cuMemUnmap(va, size);
+            cuMemRelease(h);
+            cuMemAddressFree(va, size);
+        }
+        std::printf("%10zu %12.1f %12.1f %12.1f %15.1f\n", mib, median(alloc), median(create), median(map), median(set));
+    }
+    std::printf("\n");
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    check(argc >= 3, "usage: trace_replay REPS TRACE...");
+    int reps = std::atoi(argv[1]);
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    check(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice");
+    cudaFree(nullptr);
+#ifdef WITH_TORCH
+    int devices = 0;
+    cudaGetDeviceCount(&devices);
+    torch_alloc::init(devices);
+#endif
+    growth_costs();
+    std::printf("Allocation traces replayed from an empty cache (ns per operation, median of %d fresh pools; "
+                "fragmentation = peak reserved / peak live)\n\n",
+                reps);
+    std::printf("%-16s %-22s %10s %10s %8s\n", "trace", "allocator", "cold ns", "warm ns", "frag");
+    int misses = 0;
+    for (int i = 2; i < argc; i++) {
+        Trace t = load(argv[i]);
+        Streams streams(t.streams);
+        std::vector<Row> rows;
+        rows.push_back(measure("gpurt", [&] { return std::make_unique<GpurtPool>(streams, "expandable_segments:False"); },
+                               t, streams, reps));
+        rows.push_back(measure("gpurt expandable",
+                               [&] { return std::make_unique<GpurtPool>(streams, "expandable_segments:True"); }, t,
+                               streams, reps));
+        size_t anchors = rows.size();
+        rows.push_back(measure("driver pool", [&] { return std::make_unique<DriverPool>(streams); }, t, streams, reps));
+#ifdef WITH_TORCH
+        rows.push_back(measure("pytorch", [&] { return std::make_unique<TorchCache>(streams); }, t, streams, reps));
+#endif
+#ifdef WITH_RMM
+        rows.push_back(measure("rmm pool", [&] { return std::make_unique<RmmPool>(streams); }, t, streams, reps));
+#endif
+        double fastest = 1e30, tightest = 1e30;
+        for (size_t r = anchors; r < rows.size(); r++) {
+            fastest = std::min(fastest, rows[r].cold_ns);
+            tightest = std::min(tightest, rows[r].fragmentation);
+        }
+        std::printf("%-16s %zu ops, peak live %.1f MiB\n", t.name.c_str(), t.ops.size(), t.peak_live / 1048576.0);
+        for (size_t r = 0; r < rows.size(); r++) {
+            const Row &row = rows[r];
+            std::printf("%-16s %-22s %10.1f %10.1f %8.3f", "", row.name.c_str(), row.cold_ns, row.warm_ns,
+                        row.fragmentation);
+            if (r < anchors) {
+                bool fast = row.cold_ns <= 0.5 * fastest, tight = row.fragmentation <= tightest;
+                std::printf("   cold %.2fx the fastest anchor (target <= 0.5): %s; fragmentation vs %.3f: %s",
+                            row.cold_ns / fastest, fast ? "PASS" : "MISS", tightest, tight ? "PASS" : "MISS");
+                misses += !fast + !tight;
+            }
+            std::printf("\n");
+        }
+        for (gpurt_stream_t s : streams.gpurt) gpurt_stream_destroy(s);
+    }
+    std::printf("\ntrace replay: %d target misses\n", misses);
+    return 0;
+}
