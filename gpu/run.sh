@@ -40,6 +40,7 @@ step build-tunable-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclud
 step build-sanitizer-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sanitizer_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/sanitizer_test
 step build-gds-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/gds_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/gds_test
 step build-comm-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/comm_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/comm_test
+step build-comm-helpers-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/comm_helpers_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/comm_helpers_test
 step build-memory-history-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/memory_history_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/memory_history_test
 step build-nvtx-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/nvtx_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/nvtx_test
 step build-ncu-kernels cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/ncu_kernels.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/ncu_kernels
@@ -64,6 +65,7 @@ step tunable-test bin/tunable_test
 step sanitizer-test bin/sanitizer_test
 step gds-test bin/gds_test
 step comm-test bin/comm_test
+step comm-helpers-test bin/comm_helpers_test
 mkdir -p "$logs/snapshots"
 step memory-history-test bin/memory_history_test "$logs/snapshots"
 # PyTorch's own tools read gpurt's pickle (this machine has no browser: the viewer's

@@ -1237,6 +1237,99 @@ gpurt_status_t gpurt_comm_group_start(void);
 gpurt_status_t gpurt_comm_group_end(void);
 
 /**
+ * torch.cuda.comm.broadcast: `count` elements of `dtype` at `src` (memory of
+ * `src_device`) copied to each of `devices[0..n]`. `outputs[i]` receives a new
+ * buffer on `devices[i]` (the source's device included), allocated from its pools
+ * and ready on its current stream; free each with gpurt_free. The source is read
+ * after the work queued on `src_device`'s current stream, which then waits for the
+ * copies. Needs no NCCL; a device may appear twice.
+ */
+gpurt_status_t gpurt_comm_broadcast(const void *src,
+                                    int src_device,
+                                    size_t count,
+                                    int dtype,
+                                    const int *devices,
+                                    int n,
+                                    void **outputs);
+
+/**
+ * torch.cuda.comm.broadcast_coalesced: `srcs[j]` (`counts[j]` elements of `dtype`,
+ * all on `src_device`) to each of `devices[0..n]`, packed into buckets of up to
+ * `bucket_bytes` (0: 10 MiB) so that each bucket is one copy per device.
+ * `outputs[i * num_buffers + j]` receives buffer j's copy on `devices[i]`, a buffer of
+ * its own (as gpurt_comm_broadcast's).
+ */
+gpurt_status_t gpurt_comm_broadcast_coalesced(const void *const *srcs,
+                                              const size_t *counts,
+                                              size_t num_buffers,
+                                              int dtype,
+                                              int src_device,
+                                              const int *devices,
+                                              int n,
+                                              size_t bucket_bytes,
+                                              void **outputs);
+
+/**
+ * torch.cuda.comm.reduce_add: the elementwise sum of `inputs[i]` (`count` elements
+ * of `dtype` on `devices[i]`, i < n) in a new buffer on `destination`, ready on its
+ * current stream (`*output`; free it with gpurt_free). Each input is read after the
+ * work queued on its device's current stream, which then waits for the read. Half
+ * and bfloat16 are added in float, left to right.
+ */
+gpurt_status_t gpurt_comm_reduce_add(const void *const *inputs,
+                                     const int *devices,
+                                     int n,
+                                     size_t count,
+                                     int dtype,
+                                     int destination,
+                                     void **output);
+
+/**
+ * torch.cuda.comm.reduce_add_coalesced: `inputs[i * num_buffers + j]` is buffer j
+ * on `devices[i]` (`counts[j]` elements of `dtype`); `outputs[j]` receives the sum
+ * of buffer j over the devices, on `destination`. Packed into buckets of up to
+ * `bucket_bytes` (0: 10 MiB): one copy and one sum per bucket and device.
+ */
+gpurt_status_t gpurt_comm_reduce_add_coalesced(const void *const *inputs,
+                                               const int *devices,
+                                               int n,
+                                               const size_t *counts,
+                                               size_t num_buffers,
+                                               int dtype,
+                                               int destination,
+                                               size_t bucket_bytes,
+                                               void **outputs);
+
+/**
+ * torch.cuda.comm.scatter: the `count` elements of `dtype` at `src` (on
+ * `src_device`) cut into n chunks, chunk i copied to a new buffer on `devices[i]`
+ * (`outputs[i]`, NULL for an empty chunk). `chunk_counts` (n element counts adding
+ * up to `count`) sets the chunks; NULL: torch's `chunk`, ceil(count / n) each, the
+ * last ones smaller. Streams as gpurt_comm_broadcast's.
+ */
+gpurt_status_t gpurt_comm_scatter(const void *src,
+                                  int src_device,
+                                  size_t count,
+                                  int dtype,
+                                  const int *devices,
+                                  int n,
+                                  const size_t *chunk_counts,
+                                  void **outputs);
+
+/**
+ * torch.cuda.comm.gather: `inputs[i]` (`counts[i]` elements of `dtype` on
+ * `devices[i]`, i < n) one after the other in a new buffer on `destination`
+ * (`*output`), ready on its current stream. Streams as gpurt_comm_reduce_add's.
+ */
+gpurt_status_t gpurt_comm_gather(const void *const *inputs,
+                                 const int *devices,
+                                 const size_t *counts,
+                                 int n,
+                                 int dtype,
+                                 int destination,
+                                 void **output);
+
+/**
  * Copies `bytes` from `src` to `dst` on `stream`, asynchronously. Either side may be
  * device memory, pinned or plain host memory (from pageable memory the driver
  * stages the copy and returns once the source was read).

@@ -228,6 +228,18 @@ impl<T: Copy> ListOut<T> {
     }
 }
 
+/// Writes `values` into the caller's array at `out`, which holds room for them.
+pub(crate) fn write_array<T: Copy>(out: *mut T, values: &[T], name: &str) -> Result<()> {
+    if out.is_null() {
+        return Err(null_argument(name));
+    }
+    for (i, &value) in values.iter().enumerate() {
+        // SAFETY: non-NULL; the caller gives room for `values.len()` items.
+        unsafe { out.add(i).write(value) };
+    }
+    Ok(())
+}
+
 /// Writes each value through its out-parameter; NULL ones are skipped (outputs the
 /// caller may not want).
 pub(crate) fn write_optional<const N: usize>(values: [(*mut u64, u64); N]) {

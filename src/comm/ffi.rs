@@ -47,14 +47,10 @@ pub extern "C" fn gpurt_comm_init_all(devices: *const c_int, n: c_int, comms: *m
         }
         let devices = in_array(devices, n as usize, 4096, "devices")?;
         if comms.is_null() {
-            return Err(crate::Error::invalid_argument("argument `comms` is NULL"));
+            return Err(boundary::null_argument("comms"));
         }
-        let handles = super::init_all(devices)?;
-        for (i, h) in handles.into_iter().enumerate() {
-            // SAFETY: the caller gives room for `n` handles.
-            unsafe { *comms.add(i) = h.to_ptr() };
-        }
-        Ok(())
+        let handles: Vec<gpurt_comm_t> = super::init_all(devices)?.into_iter().map(|h| h.to_ptr()).collect();
+        boundary::write_array(comms, &handles, "comms")
     })
 }
 

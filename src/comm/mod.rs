@@ -7,6 +7,7 @@
 //! and declares its accesses to the stream sanitizer.
 
 pub mod ffi;
+pub mod helpers;
 pub mod nccl;
 
 use std::sync::atomic::{AtomicBool, Ordering};
