@@ -133,9 +133,10 @@ inline Ret<void> finish(gpurt_status_t status) {
 }
 
 /** A failure found by the C++ layer itself (an argument the C call never saw). */
-inline Ret<void> invalid_argument(const char *message) {
+template <class T = void>
+inline Ret<T> invalid_argument(const char *message) {
 #if defined(GPURT_CPP_NO_EXCEPTIONS)
-    return Result<void>(Error(GPURT_ERROR_INVALID_ARGUMENT, message));
+    return Result<T>(Error(GPURT_ERROR_INVALID_ARGUMENT, message));
 #else
     throw Error(GPURT_ERROR_INVALID_ARGUMENT, message);
 #endif
@@ -446,6 +447,9 @@ public:
         gpurt_status_t s = gpurt_malloc(detail::bytes_of(n, sizeof(T)), stream.get(), &p);
         return detail::finish(s, DeviceBuffer(static_cast<T *>(p), s == GPURT_SUCCESS ? n : 0));
     }
+    /** Takes over `n` elements at `data` that gpurt's allocator handed out (a C
+     *  call's output, such as gpurt_comm_broadcast's). */
+    static DeviceBuffer adopt(T *data, std::size_t n) noexcept { return DeviceBuffer(data, n); }
     using Base::data;
     using Base::empty;
     using Base::size;
@@ -603,6 +607,95 @@ inline Ret<void> access(const void *ptr, std::size_t size, int access, const Str
 }
 inline Ret<std::uint64_t> report_count() { return detail::out<std::uint64_t>(gpurt_sanitizer_report_count); }
 } // namespace sanitizer
+
+/** torch.cuda.comm's helpers for one process over several GPUs (no NCCL needed; a
+ *  device may appear more than once): inputs read after the work queued on their
+ *  devices' current streams, outputs new buffers ready on their devices' current streams. */
+namespace comm {
+namespace detail {
+template <class T>
+struct Dtype;
+template <>
+struct Dtype<float> {
+    static constexpr int value = GPURT_DTYPE_F32;
+};
+template <>
+struct Dtype<double> {
+    static constexpr int value = GPURT_DTYPE_F64;
+};
+template <>
+struct Dtype<std::int32_t> {
+    static constexpr int value = GPURT_DTYPE_I32;
+};
+template <>
+struct Dtype<std::int64_t> {
+    static constexpr int value = GPURT_DTYPE_I64;
+};
+
+/** Buffers of `counts[i]` elements at `ptrs[i]`, owned, or the error. */
+template <class T>
+Ret<std::vector<DeviceBuffer<T>>> adopt(gpurt_status_t status, const std::vector<void *> &ptrs, const std::vector<std::size_t> &counts) {
+    std::vector<DeviceBuffer<T>> out;
+    if (status == GPURT_SUCCESS)
+        for (std::size_t i = 0; i < ptrs.size(); i++) out.push_back(DeviceBuffer<T>::adopt(static_cast<T *>(ptrs[i]), counts[i]));
+    return ::gpurt::detail::finish(status, std::move(out));
+}
+} // namespace detail
+
+/** A copy of `src` (on `src_device`) on each of `devices`. */
+template <class T>
+Ret<std::vector<DeviceBuffer<T>>> broadcast(const DeviceBuffer<T> &src, int src_device, const std::vector<int> &devices) {
+    std::vector<void *> out(devices.size());
+    gpurt_status_t s = gpurt_comm_broadcast(src.data(), src_device, src.size(), detail::Dtype<T>::value, devices.data(),
+                                            static_cast<int>(devices.size()), out.data());
+    return detail::adopt<T>(s, out, std::vector<std::size_t>(devices.size(), src.size()));
+}
+
+/** The elementwise sum of `inputs[i]` (on `devices[i]`, equal sizes) on `destination`. */
+template <class T>
+Ret<DeviceBuffer<T>> reduce_add(const std::vector<const DeviceBuffer<T> *> &inputs, const std::vector<int> &devices, int destination) {
+    if (inputs.empty() || inputs.size() != devices.size())
+        return ::gpurt::detail::invalid_argument<DeviceBuffer<T>>("gpurt::comm::reduce_add: one device per input, at least one");
+    std::vector<const void *> ptrs;
+    for (const DeviceBuffer<T> *b : inputs) ptrs.push_back(b->data());
+    void *out = nullptr;
+    std::size_t n = inputs[0]->size();
+    gpurt_status_t s = gpurt_comm_reduce_add(ptrs.data(), devices.data(), static_cast<int>(devices.size()), n, detail::Dtype<T>::value,
+                                             destination, &out);
+    return ::gpurt::detail::finish(s, DeviceBuffer<T>::adopt(static_cast<T *>(out), s == GPURT_SUCCESS ? n : 0));
+}
+
+/** `src` cut into one chunk per device (`chunk_sizes` elements each, or torch's
+ *  `chunk` where empty); an empty chunk is an empty buffer. */
+template <class T>
+Ret<std::vector<DeviceBuffer<T>>> scatter(const DeviceBuffer<T> &src, int src_device, const std::vector<int> &devices,
+                                          std::vector<std::size_t> chunk_sizes = {}) {
+    std::vector<void *> out(devices.size());
+    const std::size_t *given = chunk_sizes.empty() ? nullptr : chunk_sizes.data();
+    gpurt_status_t s = gpurt_comm_scatter(src.data(), src_device, src.size(), detail::Dtype<T>::value, devices.data(),
+                                          static_cast<int>(devices.size()), given, out.data());
+    if (chunk_sizes.empty()) {
+        std::size_t n = devices.size(), chunk = n ? (src.size() + n - 1) / n : 0;
+        for (std::size_t i = 0; i < n; i++) chunk_sizes.push_back(src.size() > i * chunk ? std::min(chunk, src.size() - i * chunk) : 0);
+    }
+    return detail::adopt<T>(s, out, chunk_sizes);
+}
+
+/** `inputs[i]` (on `devices[i]`) one after the other in a new buffer on `destination`. */
+template <class T>
+Ret<DeviceBuffer<T>> gather(const std::vector<const DeviceBuffer<T> *> &inputs, const std::vector<int> &devices, int destination) {
+    if (inputs.size() != devices.size()) return ::gpurt::detail::invalid_argument<DeviceBuffer<T>>("gpurt::comm::gather: one device per input");
+    std::vector<const void *> ptrs;
+    std::vector<std::size_t> counts;
+    for (const DeviceBuffer<T> *b : inputs) ptrs.push_back(b->data()), counts.push_back(b->size());
+    void *out = nullptr;
+    std::size_t total = 0;
+    for (std::size_t c : counts) total += c;
+    gpurt_status_t s = gpurt_comm_gather(ptrs.data(), devices.data(), counts.data(), static_cast<int>(devices.size()), detail::Dtype<T>::value,
+                                         destination, &out);
+    return ::gpurt::detail::finish(s, DeviceBuffer<T>::adopt(static_cast<T *>(out), s == GPURT_SUCCESS ? total : 0));
+}
+} // namespace comm
 
 /** The allocator's memory history and snapshots (torch.cuda.memory's
  *  _record_memory_history and _dump_snapshot). */

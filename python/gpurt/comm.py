@@ -64,3 +64,123 @@ class Comm(Handle):
         """Cancels pending work and releases the communicator (after a peer failed)."""
         check(lib.gpurt_comm_abort(self._handle))
         self._handle = ffi.NULL
+
+
+# torch.cuda.comm's helpers: one process over several GPUs, no NCCL needed. Inputs
+# are read after the work queued on their devices' current streams; each output is
+# a new DeviceBuffer on its device, ready on that device's current stream.
+
+_BY_TYPESTR = {"<f4": "float32", "<f2": "float16", "<i4": "int32", "<f8": "float64", "<i8": "int64"}
+_BY_SIZE = {2: "float16", 4: "int32", 8: "int64"}  # moving bytes, any type of that size will do
+
+
+def _dtype(buf, dtype, for_sum):
+    """The gpurt dtype name of a buffer's elements: `dtype` where given, else its
+    typestr's; a copy needs only the element size."""
+    if dtype is None:
+        dtype = _BY_TYPESTR.get(buf.typestr) or (None if for_sum else _BY_SIZE.get(int(buf.typestr[2:])))
+    if dtype not in _DTYPES:
+        raise ValueError(f"no gpurt dtype for {buf.typestr!r}: give dtype= one of {sorted(_DTYPES)}")
+    return dtype
+
+
+def _adopt(ptr, count, dtype, like, device):
+    """A DeviceBuffer owning `ptr`: `count` elements of `dtype` on `device`, typed as `like`."""
+    from .memory import DeviceBuffer
+    buf = DeviceBuffer.__new__(DeviceBuffer)
+    buf._describe(count * _DTYPES[dtype][1], None, like.typestr, None, device)
+    buf._handle = ptr
+    return buf
+
+
+def _device_of(buf):
+    return buf.stream.device
+
+
+def broadcast(buf, devices, dtype=None):
+    """torch.cuda.comm.broadcast: a copy of `buf` on each of `devices`."""
+    dtype, devices = _dtype(buf, dtype, False), list(devices)
+    code, size = _DTYPES[dtype]
+    count = buf.nbytes // size
+    out = ffi.new("void*[]", len(devices))
+    check(lib.gpurt_comm_broadcast(ffi.cast("void*", int(buf)), _device_of(buf), count, code,
+                                   ffi.new("int[]", devices), len(devices), out))
+    return [_adopt(out[i], count, dtype, buf, d) for i, d in enumerate(devices)]
+
+
+def broadcast_coalesced(buffers, devices, buffer_size=10 << 20, dtype=None):
+    """torch.cuda.comm.broadcast_coalesced: `buffers` (one device, one element size)
+    to each of `devices`, packed into buckets of `buffer_size` bytes; a list per device."""
+    buffers, devices = list(buffers), list(devices)
+    dtype = _dtype(buffers[0], dtype, False)
+    code, size = _DTYPES[dtype]
+    counts = [b.nbytes // size for b in buffers]
+    out = ffi.new("void*[]", len(devices) * len(buffers))
+    check(lib.gpurt_comm_broadcast_coalesced(ffi.new("void*[]", [ffi.cast("void*", int(b)) for b in buffers]),
+                                             ffi.new("size_t[]", counts), len(buffers), code, _device_of(buffers[0]),
+                                             ffi.new("int[]", devices), len(devices), buffer_size, out))
+    m = len(buffers)
+    return [[_adopt(out[i * m + j], counts[j], dtype, buffers[j], d) for j in range(m)] for i, d in enumerate(devices)]
+
+
+def reduce_add(inputs, destination=None, dtype=None):
+    """torch.cuda.comm.reduce_add: the elementwise sum of `inputs` (one per device,
+    equal sizes) on `destination` (default: the first input's device)."""
+    inputs = list(inputs)
+    dtype = _dtype(inputs[0], dtype, True)
+    code, size = _DTYPES[dtype]
+    devices = [_device_of(b) for b in inputs]
+    destination = devices[0] if destination is None else destination
+    count = inputs[0].nbytes // size
+    out = ffi.new("void*[1]")
+    check(lib.gpurt_comm_reduce_add(ffi.new("void*[]", [ffi.cast("void*", int(b)) for b in inputs]),
+                                    ffi.new("int[]", devices), len(inputs), count, code, destination, out))
+    return _adopt(out[0], count, dtype, inputs[0], destination)
+
+
+def reduce_add_coalesced(inputs, destination=None, buffer_size=10 << 20, dtype=None):
+    """torch.cuda.comm.reduce_add_coalesced: `inputs` is a list per device of
+    buffers; buffer j of the result sums buffer j over the devices."""
+    inputs = [list(per_device) for per_device in inputs]
+    first = inputs[0]
+    dtype = _dtype(first[0], dtype, True)
+    code, size = _DTYPES[dtype]
+    devices = [_device_of(per_device[0]) for per_device in inputs]
+    destination = devices[0] if destination is None else destination
+    counts = [b.nbytes // size for b in first]
+    flat = [ffi.cast("void*", int(b)) for per_device in inputs for b in per_device]
+    out = ffi.new("void*[]", len(first))
+    check(lib.gpurt_comm_reduce_add_coalesced(ffi.new("void*[]", flat), ffi.new("int[]", devices), len(devices),
+                                              ffi.new("size_t[]", counts), len(first), code, destination,
+                                              buffer_size, out))
+    return [_adopt(out[j], counts[j], dtype, first[j], destination) for j in range(len(first))]
+
+
+def scatter(buf, devices, chunk_sizes=None, dtype=None):
+    """torch.cuda.comm.scatter: `buf` cut into one chunk per device (torch's
+    `chunk`, or `chunk_sizes` elements each); an empty chunk is None."""
+    dtype, devices = _dtype(buf, dtype, False), list(devices)
+    code, size = _DTYPES[dtype]
+    count = buf.nbytes // size
+    chunks = ffi.NULL if chunk_sizes is None else ffi.new("size_t[]", list(chunk_sizes))
+    out = ffi.new("void*[]", len(devices))
+    check(lib.gpurt_comm_scatter(ffi.cast("void*", int(buf)), _device_of(buf), count, code,
+                                 ffi.new("int[]", devices), len(devices), chunks, out))
+    sizes = list(chunk_sizes) if chunk_sizes is not None else \
+        [max(0, min(-(-count // len(devices)), count - i * -(-count // len(devices)))) for i in range(len(devices))]
+    return [_adopt(out[i], sizes[i], dtype, buf, d) if sizes[i] else None for i, d in enumerate(devices)]
+
+
+def gather(inputs, destination=None, dtype=None):
+    """torch.cuda.comm.gather: `inputs` (one per device) one after the other in a
+    new buffer on `destination` (default: the first input's device)."""
+    inputs = list(inputs)
+    dtype = _dtype(inputs[0], dtype, False)
+    code, size = _DTYPES[dtype]
+    devices = [_device_of(b) for b in inputs]
+    destination = devices[0] if destination is None else destination
+    counts = [b.nbytes // size for b in inputs]
+    out = ffi.new("void*[1]")
+    check(lib.gpurt_comm_gather(ffi.new("void*[]", [ffi.cast("void*", int(b)) for b in inputs]), ffi.new("int[]", devices),
+                                ffi.new("size_t[]", counts), len(inputs), code, destination, out))
+    return _adopt(out[0], sum(counts), dtype, inputs[0], destination)

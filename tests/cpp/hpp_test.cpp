@@ -296,6 +296,28 @@ static void with_device(bool real_gpu) {
         CHECK(resource.is_equal(same) && !resource.is_equal(different));
     }
 #endif
+    // torch.cuda.comm's helpers, device 0 twice.
+    {
+        std::vector<float> values(1001);
+        for (std::size_t i = 0; i < values.size(); i++) values[i] = static_cast<float>(rng()) / 65536.0f;
+        gpurt::DeviceBuffer<float> src(values.size());
+        src.copy_from(values, gpurt::Stream::current(0));
+        std::vector<gpurt::DeviceBuffer<float>> copies = gpurt::comm::broadcast(src, 0, {0, 0});
+        CHECK(copies.size() == 2 && copies[0].size() == values.size() && copies[0].data() != copies[1].data());
+        std::vector<gpurt::DeviceBuffer<float>> parts = gpurt::comm::scatter(src, 0, {0, 0, 0}, {1, 0, 1000});
+        CHECK(parts.size() == 3 && parts[0].size() == 1 && parts[1].empty() && parts[2].size() == 1000);
+        gpurt::DeviceBuffer<float> whole = gpurt::comm::gather<float>({&parts[0], &parts[1], &parts[2]}, {0, 0, 0}, 0);
+        CHECK(whole.size() == values.size());
+        if (real_gpu) {
+            CHECK(copies[1].to_vector(gpurt::Stream::current(0)) == values && whole.to_vector(gpurt::Stream::current(0)) == values);
+            gpurt::DeviceBuffer<float> sum = gpurt::comm::reduce_add<float>({&copies[0], &copies[1]}, {0, 0}, 0);
+            std::vector<float> got = sum.to_vector(gpurt::Stream::current(0));
+            bool exact = true;
+            for (std::size_t i = 0; i < values.size(); i++) exact = exact && got[i] == values[i] + values[i];
+            CHECK(exact);
+        }
+        expect_error(GPURT_ERROR_INVALID_ARGUMENT, "add up", [&] { (void)gpurt::comm::scatter(src, 0, {0, 0}, {1, 1}); });
+    }
     gpurt::empty_cache();
     dev.synchronize();
 }

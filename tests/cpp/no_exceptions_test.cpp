@@ -38,6 +38,10 @@ int main() {
         CHECK(buf.value().copy_from(host, s.value()).ok());
         gpurt::Result<void> too_many = buf.value().copy_from(host.data(), 1001, s.value());
         CHECK(!too_many.ok() && too_many.error().status() == GPURT_ERROR_INVALID_ARGUMENT);
+        auto copies = gpurt::comm::broadcast(buf.value(), 0, {0, 0});
+        CHECK(copies.ok() && copies.value().size() == 2 && copies.value()[1].size() == 1000);
+        auto mismatched = gpurt::comm::gather<float>({&buf.value()}, {0, 0}, 0);
+        CHECK(!mismatched.ok() && mismatched.error().status() == GPURT_ERROR_INVALID_ARGUMENT);
         gpurt::Result<gpurt::DeviceBuffer<double>> huge = gpurt::DeviceBuffer<double>::create(SIZE_MAX / 4, s.value());
         CHECK(!huge.ok() && huge.error().status() == GPURT_ERROR_OUT_OF_MEMORY);
         CHECK(std::strstr(huge.error().what(), "tried to allocate") != nullptr);

@@ -419,3 +419,15 @@ def test_memory_history_snapshot_and_annotations(device, tmp_path):
         assert (tmp_path / f"s.{fmt}").stat().st_size > 100
     with pytest.raises(ValueError):
         gpurt.dump_snapshot(tmp_path / "s.x", format="x")
+
+
+def test_comm_helpers_hand_out_owned_buffers(device):
+    buf = gpurt.DeviceBuffer(4000, dtype="float32")
+    copies = gpurt.comm.broadcast(buf, [0, 0])
+    assert [c.nbytes for c in copies] == [4000, 4000] and copies[0].ptr != copies[1].ptr
+    parts = gpurt.comm.scatter(buf, [0, 0], chunk_sizes=[1000, 0])
+    assert parts[1] is None and parts[0].nbytes == 4000
+    with pytest.raises(gpurt.InvalidArgumentError, match="add up"):
+        gpurt.comm.scatter(buf, [0, 0], chunk_sizes=[1, 1])
+    with pytest.raises(ValueError, match="dtype"):
+        gpurt.comm.reduce_add([gpurt.DeviceBuffer(3, dtype="uint8")])

@@ -215,3 +215,27 @@ def test_comm_without_nccl_says_so_or_all_reduces_exactly(device):
     with pytest.raises(gpurt.CommError, match="did not join"):
         gpurt.comm.Comm.init_rank(gpurt.comm.unique_id(), 2, 0, 0, timeout_ms=1000)
     comm.close()
+
+
+def test_comm_helpers_move_and_sum_exactly(gpu):
+    """torch.cuda.comm's helpers (no NCCL needed; one GPU takes device 0 twice)."""
+    data = random_floats(3001, 21)
+    buf = gpurt.DeviceBuffer(data.nbytes, dtype="float32")
+    buf.copy_from_host(data.tobytes())
+    copies = gpurt.comm.broadcast(buf, [0, 0])
+    assert [c.to_numpy().tobytes() for c in copies] == [data.tobytes()] * 2
+    parts = gpurt.comm.scatter(buf, [0, 0, 0])
+    assert [p.shape for p in parts] == [(1001,), (1001,), (999,)]
+    assert gpurt.comm.gather(parts).to_numpy().tobytes() == data.tobytes()
+    total = gpurt.comm.reduce_add([buf, copies[0], copies[1]])
+    assert total.to_numpy().tobytes() == ((data + data) + data).tobytes()
+    sizes = [1, 17, 1000, 5]
+    many = []
+    for i, n in enumerate(sizes):
+        many.append(gpurt.DeviceBuffer(4 * n, dtype="float32"))
+        many[-1].copy_from_host(random_floats(n, 100 + i).tobytes())
+    per_device = gpurt.comm.broadcast_coalesced(many, [0, 0], buffer_size=64)
+    for got in per_device:
+        assert [g.to_numpy().tobytes() for g in got] == [m.to_numpy().tobytes() for m in many]
+    sums = gpurt.comm.reduce_add_coalesced(per_device)
+    assert [s.to_numpy().tobytes() for s in sums] == [(m.to_numpy() + m.to_numpy()).tobytes() for m in many]
