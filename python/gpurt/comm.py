@@ -9,6 +9,16 @@ SUM, PROD, MAX, MIN, AVG = (lib.GPURT_REDUCE_SUM, lib.GPURT_REDUCE_PROD, lib.GPU
                             lib.GPURT_REDUCE_MIN, lib.GPURT_REDUCE_AVG)
 
 
+def group_start():
+    """Starts a group: the collectives until `group_end` are launched together
+    (one thread driving several ranks, or sends and receives that pair up)."""
+    check(lib.gpurt_comm_group_start())
+
+
+def group_end():
+    check(lib.gpurt_comm_group_end())
+
+
 def version():
     """NCCL's version code (major*10000 + minor*100 + patch)."""
     return fetch("int", lib.gpurt_comm_version)
@@ -47,18 +57,61 @@ class Comm(Handle):
             check(lib.gpurt_comm_init_rank_timeout(c_id, nranks, rank, device, int(timeout_ms), out))
         return cls._adopt(out[0], owned=True)
 
-    def all_reduce(self, send, recv=None, op=SUM, dtype="float32", count=None, stream=None):
-        """Reduces `send` (a DeviceBuffer) over all ranks with `op` into `recv`
-        (default: in place): `count` elements of `dtype` (default: all of send), on
-        `stream` (default: the current one)."""
+    def _args(self, send, recv, dtype, count, stream, divide=1):
+        """(send, recv, count, dtype code, stream) for a C collective: `count`
+        elements of `dtype` (default: send's size over `divide`), recv default send."""
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, not {dtype!r}")
         code, size = _DTYPES[dtype]
         recv = send if recv is None else recv
-        count = send.nbytes // size if count is None else count
+        count = send.nbytes // size // divide if count is None else count
         stream = stream or current_stream()
-        check(lib.gpurt_comm_all_reduce(ffi.cast("void*", int(send)), ffi.cast("void*", int(recv)), count,
-                                        code, op, self._handle, stream.handle))
+        return ffi.cast("void*", int(send)), ffi.cast("void*", int(recv)), count, code, stream.handle
+
+    def all_reduce(self, send, recv=None, op=SUM, dtype="float32", count=None, stream=None):
+        """Reduces `send` (a DeviceBuffer) over all ranks with `op` into `recv`
+        (default: in place): `count` elements of `dtype` (default: all of send), on
+        `stream` (default: the current one)."""
+        s, r, n, code, st = self._args(send, recv, dtype, count, stream)
+        check(lib.gpurt_comm_all_reduce(s, r, n, code, op, self._handle, st))
+
+    def bcast(self, send, recv=None, root=0, dtype="float32", count=None, stream=None):
+        """Rank `root`'s `send` into every rank's `recv` (NCCL's broadcast)."""
+        s, r, n, code, st = self._args(send, recv, dtype, count, stream)
+        check(lib.gpurt_comm_bcast(s, r, n, code, root, self._handle, st))
+
+    def reduce(self, send, recv=None, op=SUM, root=0, dtype="float32", count=None, stream=None):
+        """The reduction of every rank's `send` into rank `root`'s `recv`."""
+        s, r, n, code, st = self._args(send, recv, dtype, count, stream)
+        check(lib.gpurt_comm_reduce(s, r, n, code, op, root, self._handle, st))
+
+    def all_gather(self, send, recv, dtype="float32", count=None, stream=None):
+        """Every rank's `send` (`count` elements each) one after the other in `recv`."""
+        s, r, n, code, st = self._args(send, recv, dtype, count, stream)
+        check(lib.gpurt_comm_all_gather(s, r, n, code, self._handle, st))
+
+    def reduce_scatter(self, send, recv, op=SUM, dtype="float32", count=None, stream=None):
+        """The reduction of `send` over the ranks, rank i getting block i (`count`
+        elements: default, send's size over the number of ranks) in `recv`."""
+        s, r, n, code, st = self._args(send, recv, dtype, count, stream, divide=self.info()[1])
+        check(lib.gpurt_comm_reduce_scatter(s, r, n, code, op, self._handle, st))
+
+    def send(self, buf, peer, dtype="float32", count=None, stream=None):
+        """Sends `buf` to rank `peer` (pair with its `recv`, in a group where both
+        sides are driven by one thread)."""
+        s, _, n, code, st = self._args(buf, None, dtype, count, stream)
+        check(lib.gpurt_comm_send(s, n, code, peer, self._handle, st))
+
+    def recv(self, buf, peer, dtype="float32", count=None, stream=None):
+        """Receives into `buf` from rank `peer`."""
+        _, r, n, code, st = self._args(buf, None, dtype, count, stream)
+        check(lib.gpurt_comm_recv(r, n, code, peer, self._handle, st))
+
+    def info(self):
+        """(rank, number of ranks, device)."""
+        rank, nranks, device = ffi.new("int*"), ffi.new("int*"), ffi.new("int*")
+        check(lib.gpurt_comm_info(self._handle, rank, nranks, device))
+        return rank[0], nranks[0], device[0]
 
     def abort(self):
         """Cancels pending work and releases the communicator (after a peer failed)."""

@@ -212,6 +212,19 @@ def test_comm_without_nccl_says_so_or_all_reduces_exactly(device):
     out = gpurt.DeviceBuffer(data.nbytes, stream=stream)
     comm.all_reduce(buf, out, op=gpurt.comm.MAX, stream=stream)
     assert bytes(out.copy_to_host()) == data.tobytes()  # one rank: the reduction is the input
+    assert comm.info() == (0, 1, 0)
+    for collective in (lambda o: comm.bcast(buf, o, stream=stream), lambda o: comm.reduce(buf, o, stream=stream),
+                       lambda o: comm.all_gather(buf, o, stream=stream),
+                       lambda o: comm.reduce_scatter(buf, o, stream=stream)):
+        out.fill_bytes(0)
+        collective(out)
+        assert bytes(out.copy_to_host()) == data.tobytes()  # one rank: each is a copy
+    out.fill_bytes(0)
+    gpurt.comm.group_start()
+    comm.send(buf, 0, stream=stream)
+    comm.recv(out, 0, stream=stream)
+    gpurt.comm.group_end()
+    assert bytes(out.copy_to_host()) == data.tobytes()
     with pytest.raises(gpurt.CommError, match="did not join"):
         gpurt.comm.Comm.init_rank(gpurt.comm.unique_id(), 2, 0, 0, timeout_ms=1000)
     comm.close()
