@@ -31,8 +31,11 @@ const SMALL_BUFFER: u64 = 2 * MIB;
 const LARGE_BUFFER: u64 = 20 * MIB;
 const MIN_LARGE_ALLOC: u64 = 10 * MIB;
 const ROUND_LARGE: u64 = 2 * MIB;
-/// An expandable segment grows by at least this share of what it has mapped.
-const EXPANDABLE_STEP_SHARE: u64 = 16;
+/// An expandable segment grows by at least this share of what it has mapped, up to
+/// `EXPANDABLE_STEP_MAX` (past which a step's driver calls are small beside the work
+/// that fills it, and a larger step only adds fragmentation).
+const EXPANDABLE_STEP_SHARE: u64 = 8;
+const EXPANDABLE_STEP_MAX: u64 = 32 * MIB;
 /// Freed blocks kept parked for a request of their exact size, at most.
 const MAX_PARKED: usize = 64;
 /// Sizes of the last requests that no parked block served, remembered to tell which
@@ -912,11 +915,11 @@ impl<S: SegmentSource> Pool<S> {
             return Err(Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, "the expandable segment's address range is full"));
         }
         let end = seg.base + mapped;
-        // A step of at least 1/EXPANDABLE_STEP_SHARE of what is mapped: a pool growing
-        // from cold makes half the driver calls (measured on recorded traces) for at
-        // most that share more memory; where the step is refused (the cap, the
-        // driver), what is needed is enough.
-        let step = (mapped / EXPANDABLE_STEP_SHARE).next_multiple_of(granularity).min(seg.reserved - mapped);
+        // A step of a share of what is mapped: a pool growing from cold makes fewer
+        // driver calls (measured on recorded traces: docs/performance.md) for a
+        // bounded overshoot; where the step is refused (the cap, the driver), what is
+        // needed is enough.
+        let step = (mapped / EXPANDABLE_STEP_SHARE).min(EXPANDABLE_STEP_MAX).next_multiple_of(granularity).min(seg.reserved - mapped);
         let grow = if step > needed && self.shared.grow(end, step).is_ok() {
             step
         } else {
