@@ -146,6 +146,11 @@ def _adopt(ptr, count, dtype, like, device):
     return buf
 
 
+def _pointers(buffers):
+    """A C array of the buffers' device addresses."""
+    return ffi.new("void*[]", [ffi.cast("void*", int(b)) for b in buffers])
+
+
 def _device_of(buf):
     return buf.stream.device
 
@@ -169,7 +174,7 @@ def broadcast_coalesced(buffers, devices, buffer_size=10 << 20, dtype=None):
     code, size = _DTYPES[dtype]
     counts = [b.nbytes // size for b in buffers]
     out = ffi.new("void*[]", len(devices) * len(buffers))
-    check(lib.gpurt_comm_broadcast_coalesced(ffi.new("void*[]", [ffi.cast("void*", int(b)) for b in buffers]),
+    check(lib.gpurt_comm_broadcast_coalesced(_pointers(buffers),
                                              ffi.new("size_t[]", counts), len(buffers), code, _device_of(buffers[0]),
                                              ffi.new("int[]", devices), len(devices), buffer_size, out))
     m = len(buffers)
@@ -186,7 +191,7 @@ def reduce_add(inputs, destination=None, dtype=None):
     destination = devices[0] if destination is None else destination
     count = inputs[0].nbytes // size
     out = ffi.new("void*[1]")
-    check(lib.gpurt_comm_reduce_add(ffi.new("void*[]", [ffi.cast("void*", int(b)) for b in inputs]),
+    check(lib.gpurt_comm_reduce_add(_pointers(inputs),
                                     ffi.new("int[]", devices), len(inputs), count, code, destination, out))
     return _adopt(out[0], count, dtype, inputs[0], destination)
 
@@ -201,9 +206,9 @@ def reduce_add_coalesced(inputs, destination=None, buffer_size=10 << 20, dtype=N
     devices = [_device_of(per_device[0]) for per_device in inputs]
     destination = devices[0] if destination is None else destination
     counts = [b.nbytes // size for b in first]
-    flat = [ffi.cast("void*", int(b)) for per_device in inputs for b in per_device]
+    flat = _pointers([b for per_device in inputs for b in per_device])
     out = ffi.new("void*[]", len(first))
-    check(lib.gpurt_comm_reduce_add_coalesced(ffi.new("void*[]", flat), ffi.new("int[]", devices), len(devices),
+    check(lib.gpurt_comm_reduce_add_coalesced(flat, ffi.new("int[]", devices), len(devices),
                                               ffi.new("size_t[]", counts), len(first), code, destination,
                                               buffer_size, out))
     return [_adopt(out[j], counts[j], dtype, first[j], destination) for j in range(len(first))]
@@ -234,6 +239,6 @@ def gather(inputs, destination=None, dtype=None):
     destination = devices[0] if destination is None else destination
     counts = [b.nbytes // size for b in inputs]
     out = ffi.new("void*[1]")
-    check(lib.gpurt_comm_gather(ffi.new("void*[]", [ffi.cast("void*", int(b)) for b in inputs]), ffi.new("int[]", devices),
+    check(lib.gpurt_comm_gather(_pointers(inputs), ffi.new("int[]", devices),
                                 ffi.new("size_t[]", counts), len(inputs), code, destination, out))
     return _adopt(out[0], sum(counts), dtype, inputs[0], destination)

@@ -24,6 +24,11 @@ fn write_pointers(out: *mut *mut c_void, values: &[u64], name: &str) -> Result<(
     boundary::write_array(out, &values, name)
 }
 
+/// Bytes of `counts[i]` elements of `dtype` each, refused where one overflows.
+fn sizes(counts: &[usize], dtype: gpurt_dtype_t) -> Result<Vec<u64>> {
+    counts.iter().map(|&c| crate::comm::bytes(c as u64, dtype)).collect()
+}
+
 fn bucket(bucket_bytes: usize) -> u64 {
     match bucket_bytes {
         0 => super::DEFAULT_BUCKET_BYTES,
@@ -67,8 +72,7 @@ pub extern "C" fn gpurt_comm_broadcast_coalesced(
     boundary::call("gpurt_comm_broadcast_coalesced", || {
         let dtype = gpurt_dtype_t::from_raw(dtype)?;
         let srcs = pointers(srcs, num_buffers, super::MAX_BUFFERS, "srcs")?;
-        let counts = in_array(counts, num_buffers, super::MAX_BUFFERS, "counts")?;
-        let bytes: Vec<u64> = counts.iter().map(|&c| crate::comm::bytes(c as u64, dtype)).collect::<Result<_>>()?;
+        let bytes = sizes(in_array(counts, num_buffers, super::MAX_BUFFERS, "counts")?, dtype)?;
         let devices = devices_arg(devices, n)?;
         boundary::in_ref(outputs, "outputs")?;
         let copies = super::broadcast_coalesced(&srcs, &bytes, src_device, devices, bucket(bucket_bytes))?;
@@ -176,8 +180,7 @@ pub extern "C" fn gpurt_comm_gather(
         let dtype = gpurt_dtype_t::from_raw(dtype)?;
         let devices = devices_arg(devices, n)?;
         let inputs = pointers(inputs, devices.len(), MAX_DEVICES, "inputs")?;
-        let counts = in_array(counts, devices.len(), MAX_DEVICES, "counts")?;
-        let bytes: Vec<u64> = counts.iter().map(|&c| crate::comm::bytes(c as u64, dtype)).collect::<Result<_>>()?;
+        let bytes = sizes(in_array(counts, devices.len(), MAX_DEVICES, "counts")?, dtype)?;
         boundary::in_ref(output, "output")?;
         write_pointers(output, &[super::gather(&inputs, devices, &bytes, destination)?], "output")
     })

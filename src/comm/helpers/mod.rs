@@ -264,20 +264,14 @@ pub fn broadcast_coalesced(srcs: &[u64], bytes: &[u64], src_device: i32, devices
         let (offsets, total) = packed_offsets(&bytes[run.clone()]);
         let mut scratch = Allocated::default();
         let flat = scratch.on(src_device, total, source)?;
-        let packing: Vec<CopyOp> = run.clone().zip(&offsets).map(|(j, &off)| CopyOp { dst: flat + off, src: srcs[j], bytes: bytes[j] }).collect();
-        batched_copy(&packing, src_device, source)?;
+        pack(flat, &run, &offsets, bytes, |j| srcs[j], src_device, source)?;
         for (i, &device) in devices.iter().enumerate() {
             let stream = stream_after(device, source)?;
             let local = scratch.on(device, total, stream)?;
             copy(local, flat, total, device, stream)?;
             join(source, stream)?;
-            let mut unpacking = Vec::with_capacity(run.len());
-            for (j, &off) in run.clone().zip(&offsets) {
-                let out = outputs.on(device, bytes[j], stream)?;
-                result[i * srcs.len() + j] = out;
-                unpacking.push(CopyOp { dst: out, src: local + off, bytes: bytes[j] });
-            }
-            batched_copy(&unpacking, device, stream)?;
+            let unpacked = unpack(local, &run, &offsets, bytes, device, stream, &mut outputs)?;
+            result[i * srcs.len() + run.start..i * srcs.len() + run.end].copy_from_slice(&unpacked);
         }
     }
     outputs.keep();
@@ -302,21 +296,33 @@ pub fn reduce_add_coalesced(inputs: &[u64], devices: &[i32], counts: &[u64], dty
         for (i, &device) in devices.iter().enumerate() {
             let own = crate::stream::current(device)?;
             let flat = scratch.on(device, total, own)?;
-            let packing: Vec<CopyOp> = run.clone().zip(&offsets).map(|(j, &off)| CopyOp { dst: flat + off, src: inputs[i * m + j], bytes: bytes[j] }).collect();
-            batched_copy(&packing, device, own)?;
+            pack(flat, &run, &offsets, &bytes, |j| inputs[i * m + j], device, own)?;
             flats.push(flat);
         }
         let sum = reduce_into(&flats, devices, total / dtype.size(), dtype, destination, &mut scratch)?;
-        let mut unpacking = Vec::with_capacity(run.len());
-        for (j, &off) in run.clone().zip(&offsets) {
-            let out = outputs.on(destination, bytes[j], stream)?;
-            result[j] = out;
-            unpacking.push(CopyOp { dst: out, src: sum + off, bytes: bytes[j] });
-        }
-        batched_copy(&unpacking, destination, stream)?;
+        let unpacked = unpack(sum, &run, &offsets, &bytes, destination, stream, &mut outputs)?;
+        result[run].copy_from_slice(&unpacked);
     }
     outputs.keep();
     Ok(result)
+}
+
+/// Copies buffer j of the bucket `run` (`src_of(j)`, `bytes[j]` bytes) to `flat` at
+/// its offset, on `stream` (of `device`).
+fn pack(flat: u64, run: &std::ops::Range<usize>, offsets: &[u64], bytes: &[u64], src_of: impl Fn(usize) -> u64, device: i32, stream: Handle) -> Result<()> {
+    let copies: Vec<CopyOp> = run.clone().zip(offsets).map(|(j, &off)| CopyOp { dst: flat + off, src: src_of(j), bytes: bytes[j] }).collect();
+    batched_copy(&copies, device, stream)
+}
+
+/// New buffers on `device` (through `outputs`) for the bucket `run`, copied out of
+/// `flat` at their offsets on `stream`; in the run's order.
+fn unpack(flat: u64, run: &std::ops::Range<usize>, offsets: &[u64], bytes: &[u64], device: i32, stream: Handle, outputs: &mut Allocated) -> Result<Vec<u64>> {
+    let mut copies = Vec::with_capacity(run.len());
+    for (j, &off) in run.clone().zip(offsets) {
+        copies.push(CopyOp { dst: outputs.on(device, bytes[j], stream)?, src: flat + off, bytes: bytes[j] });
+    }
+    batched_copy(&copies, device, stream)?;
+    Ok(copies.iter().map(|c| c.dst).collect())
 }
 
 /// Offsets of buffers packed one after the other (dtype-aligned, so that a sum over
