@@ -81,28 +81,44 @@ pub struct Event {
     pub stack: Option<Arc<Vec<usize>>>,
 }
 
-/// An event as a ring keeps it: one cache line, the time in clock ticks, the
-/// driver's free bytes of an `Oom` in `addr`.
-#[derive(Clone)]
-pub struct Slot {
+/// An event's fixed fields as a ring keeps them (40 bytes, nothing to drop): the
+/// time in clock ticks, the driver's free bytes of an `Oom` in `addr`.
+#[derive(Clone, Copy)]
+struct Core {
     ticks: u64,
     addr: u64,
     size: u64,
     stream: u64,
     allocator: u32,
     action: Action,
+}
+
+/// What an event may carry beside its fields: the recording thread's annotation and
+/// its stack.
+#[derive(Clone, Default)]
+struct Extras {
     context: Option<Arc<String>>,
     stack: Option<Arc<Vec<usize>>>,
 }
 
+/// An event taken out of a ring, to be merged with other rings' (`Recorder::events`).
+#[derive(Clone)]
+pub struct Slot {
+    core: Core,
+    extras: Extras,
+}
+
 /// A bounded ring of events. Each pool shard keeps one, written under the shard's
-/// lock, which the allocator holds anyway: an event then costs a clock read and a
-/// slot written, where a shared ring's lock cost as much again (a pair with history
+/// lock, which the allocator holds anyway: an event then costs a clock read and 40
+/// bytes written, where a shared ring's lock cost as much again (a pair with history
 /// on took 131 ns against 40 off, with one ring per device; see docs/performance.md).
 /// Once full, the newest overwrites the oldest (at `head`).
 #[derive(Default)]
 pub struct Ring {
-    slots: Vec<Slot>,
+    cores: Vec<Core>,
+    /// Each event's `Extras`, beside `cores`; empty until an event has some, so that
+    /// events without them neither write nor drop any.
+    extras: Vec<Extras>,
     head: usize,
     /// Events overwritten for room.
     overwritten: u64,
@@ -115,58 +131,88 @@ pub struct Ring {
 impl Ring {
     /// Appends one event per action, alike but for the action (a free that completes
     /// at once is two), with the calling thread's annotation and, if asked, stack.
-    #[cold]
-    #[inline(never)]
+    /// Inlined into the pools' out-of-line recorders: each event is then one call.
+    #[inline(always)]
     pub fn record(&mut self, actions: &[Action], addr: u64, size: u64, stream: u64, allocator: u64, device_free: u64) {
-        let generation = GENERATION.load(Ordering::Relaxed);
-        if self.generation != generation {
-            *self = Ring { generation, ..Ring::default() };
-        }
         let capacity = CAPACITY.load(Ordering::Relaxed);
-        if self.slots.len() > capacity {
-            self.resize(capacity);
+        if self.generation != GENERATION.load(Ordering::Relaxed) || self.cores.len() > capacity {
+            self.renew(capacity);
         }
-        // A thread-local read from a shared library is a call (`__tls_get_addr`):
-        // skipped while no thread has an annotation.
-        let context = match ANNOTATING.load(Ordering::Relaxed) {
-            0 => None,
-            _ => CONTEXT.try_with(|c| c.borrow().last().cloned()).ok().flatten(),
-        };
-        let stack = STACKS.load(Ordering::Relaxed).then(capture_stack);
+        let extras = (ANNOTATING.load(Ordering::Relaxed) != 0 || STACKS.load(Ordering::Relaxed)).then(thread_extras);
         let ticks = ticks().max(self.last_ticks);
         self.last_ticks = ticks;
         for &action in actions {
             let addr = if action == Action::Oom { device_free } else { addr };
-            let slot = Slot { ticks, addr, size, stream, allocator: allocator as u32, action, context: context.clone(), stack: stack.clone() };
-            if self.slots.len() < capacity {
-                self.slots.push(slot);
+            let core = Core { ticks, addr, size, stream, allocator: allocator as u32, action };
+            let at = if self.cores.len() < capacity {
+                self.cores.push(core);
+                self.cores.len() - 1
             } else {
-                self.slots[self.head] = slot;
-                self.head = (self.head + 1) % self.slots.len();
+                let at = self.head;
+                self.cores[at] = core;
+                // Not `%`: a division is the slowest instruction of an event.
+                self.head = if at + 1 == self.cores.len() { 0 } else { at + 1 };
                 self.overwritten += 1;
+                at
+            };
+            if extras.is_some() || !self.extras.is_empty() {
+                self.set_extras(at, extras.clone().unwrap_or_default());
             }
         }
     }
 
+    #[cold]
+    #[inline(never)]
+    fn set_extras(&mut self, at: usize, extras: Extras) {
+        self.extras.resize(self.cores.len(), Extras::default());
+        self.extras[at] = extras;
+    }
+
+    /// Empties a ring of an older generation; cuts one over `capacity` to it.
+    #[cold]
+    #[inline(never)]
+    fn renew(&mut self, capacity: usize) {
+        let generation = GENERATION.load(Ordering::Relaxed);
+        if self.generation != generation {
+            *self = Ring { generation, ..Ring::default() };
+        }
+        if self.cores.len() > capacity {
+            self.resize(capacity);
+        }
+    }
+
     /// The events of the current generation, oldest first.
-    fn ordered(&self) -> impl Iterator<Item = &Slot> {
+    fn ordered(&self) -> impl Iterator<Item = Slot> + '_ {
         let current = self.generation == GENERATION.load(Ordering::Relaxed);
-        let (newer, older) = if current { self.slots.split_at(self.head) } else { (&[][..], &[][..]) };
-        older.iter().chain(newer)
+        let len = if current { self.cores.len() } else { 0 };
+        (0..len).map(move |i| {
+            let at = (self.head + i) % len;
+            Slot { core: self.cores[at], extras: self.extras.get(at).cloned().unwrap_or_default() }
+        })
+    }
+
+    /// Makes the ring hold `slots` (oldest first), the newest `capacity` of them.
+    fn refill(&mut self, slots: Vec<Slot>, capacity: usize) {
+        let skip = slots.len().saturating_sub(capacity);
+        self.overwritten += skip as u64;
+        let kept = &slots[skip..];
+        self.cores = kept.iter().map(|s| s.core).collect();
+        self.extras = match kept.iter().any(|s| s.extras.context.is_some() || s.extras.stack.is_some()) {
+            true => kept.iter().map(|s| s.extras.clone()).collect(),
+            false => Vec::new(),
+        };
+        self.head = 0;
     }
 
     /// Keeps the newest `capacity` events.
     fn resize(&mut self, capacity: usize) {
-        let kept: Vec<Slot> = self.ordered().cloned().collect();
-        let skip = kept.len().saturating_sub(capacity);
-        self.overwritten += skip as u64;
-        self.slots = kept.into_iter().skip(skip).collect();
-        self.head = 0;
+        let slots = self.ordered().collect();
+        self.refill(slots, capacity);
     }
 
     /// Copies the events (oldest first) into `out`; the events overwritten so far.
     pub fn collect(&self, out: &mut Vec<Slot>) -> u64 {
-        out.extend(self.ordered().cloned());
+        out.extend(self.ordered());
         if self.generation == GENERATION.load(Ordering::Relaxed) {
             self.overwritten
         } else {
@@ -177,22 +223,34 @@ impl Ring {
     /// Moves the events into `other`, oldest first (a pool that goes leaves its events
     /// to its device's ring).
     fn move_into(&mut self, other: &mut Ring) {
-        if self.generation != GENERATION.load(Ordering::Relaxed) || self.slots.is_empty() {
+        if self.generation != GENERATION.load(Ordering::Relaxed) || self.cores.is_empty() {
             return;
         }
         let generation = GENERATION.load(Ordering::Relaxed);
         if other.generation != generation {
             *other = Ring { generation, ..Ring::default() };
         }
-        let mut all: Vec<Slot> = other.ordered().cloned().collect();
-        all.extend(self.ordered().cloned());
-        all.sort_by_key(|s| s.ticks);
+        let mut all: Vec<Slot> = other.ordered().collect();
+        all.extend(self.ordered());
+        all.sort_by_key(|s| s.core.ticks);
         other.overwritten += self.overwritten;
-        other.slots = all;
-        other.head = 0;
-        other.resize(CAPACITY.load(Ordering::Relaxed));
+        other.refill(all, CAPACITY.load(Ordering::Relaxed));
         *self = Ring::default();
     }
+}
+
+/// The calling thread's annotation and, if asked, its stack: looked up only while
+/// some thread annotates or stacks are on.
+#[cold]
+#[inline(never)]
+fn thread_extras() -> Extras {
+    // A thread-local read from a shared library is a call (`__tls_get_addr`):
+    // skipped while no thread has an annotation.
+    let context = match ANNOTATING.load(Ordering::Relaxed) {
+        0 => None,
+        _ => CONTEXT.try_with(|c| c.borrow().last().cloned()).ok().flatten(),
+    };
+    Extras { context, stack: STACKS.load(Ordering::Relaxed).then(capture_stack) }
 }
 
 /// A device's history: the events recorded outside any pool (out of memory,
@@ -224,24 +282,24 @@ impl Recorder {
         let mut all = more;
         let dropped = overwritten + lock(&self.ring).collect(&mut all);
         // Stable: events of one pool at one tick keep their order.
-        all.sort_by_key(|s| s.ticks);
+        all.sort_by_key(|s| s.core.ticks);
         let skip = all.len().saturating_sub(CAPACITY.load(Ordering::Relaxed));
         let clock = clock();
         let events = all
             .into_iter()
             .skip(skip)
             .enumerate()
-            .map(|(i, s)| Event {
+            .map(|(i, Slot { core, extras })| Event {
                 seq: i as u64,
-                time_ns: clock.ns(s.ticks),
-                action: s.action,
-                addr: if s.action == Action::Oom { 0 } else { s.addr },
-                size: s.size,
-                stream: s.stream,
-                allocator: s.allocator as u64,
-                device_free: if s.action == Action::Oom { s.addr } else { 0 },
-                context: s.context,
-                stack: s.stack,
+                time_ns: clock.ns(core.ticks),
+                action: core.action,
+                addr: if core.action == Action::Oom { 0 } else { core.addr },
+                size: core.size,
+                stream: core.stream,
+                allocator: core.allocator as u64,
+                device_free: if core.action == Action::Oom { core.addr } else { 0 },
+                context: extras.context,
+                stack: extras.stack,
             })
             .collect();
         (events, dropped + skip as u64)
