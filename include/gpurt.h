@@ -162,6 +162,11 @@
  */
 #define GPURT_MEM_ATTACH_HOST 2
 
+/**
+ * `ncclCommSplit`'s color for a rank that joins no new communicator.
+ */
+#define GPURT_COMM_SPLIT_NOCOLOR -1
+
 #define GPURT_EVENT_BLOCKING_SYNC 1
 
 #define GPURT_EVENT_DISABLE_TIMING 2
@@ -1234,7 +1239,34 @@ gpurt_status_t gpurt_comm_recv(void *buffer,
  */
 gpurt_status_t gpurt_comm_group_start(void);
 
+/**
+ * Closes a group opened by gpurt_comm_group_start on this thread; the outermost
+ * issues the group's calls.
+ */
 gpurt_status_t gpurt_comm_group_end(void);
+
+/**
+ * Splits a communicator (torch's `new_group`, NCCL's `ncclCommSplit`): the ranks
+ * that give the same `color` form a new communicator, ranked by `key` and then by
+ * their old rank; with GPURT_COMM_SPLIT_NOCOLOR this rank joins none and
+ * `*newcomm` is NULL. Collective over every rank of `comm`, for one process per
+ * rank; waits for the others at most as long as gpurt_comm_init_rank. A process
+ * holding several ranks of `comm` splits them with gpurt_comm_split_all. Needs NCCL
+ * 2.18 or later.
+ */
+gpurt_status_t gpurt_comm_split(gpurt_comm_t comm, int color, int key, gpurt_comm_t *newcomm);
+
+/**
+ * gpurt_comm_split for several ranks of one communicator held by this process
+ * (`comms[0..n]`, from gpurt_comm_init_all): they are split together, rank `i`
+ * with `colors[i]` and `keys[i]`; `newcomms[i]` receives rank `i`'s new
+ * communicator (NULL for GPURT_COMM_SPLIT_NOCOLOR).
+ */
+gpurt_status_t gpurt_comm_split_all(const gpurt_comm_t *comms,
+                                    int n,
+                                    const int *colors,
+                                    const int *keys,
+                                    gpurt_comm_t *newcomms);
 
 /**
  * torch.cuda.comm.broadcast: `count` elements of `dtype` at `src` (memory of

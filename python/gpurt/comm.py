@@ -7,6 +7,7 @@ from .streams import current_stream
 
 SUM, PROD, MAX, MIN, AVG = (lib.GPURT_REDUCE_SUM, lib.GPURT_REDUCE_PROD, lib.GPURT_REDUCE_MAX,
                             lib.GPURT_REDUCE_MIN, lib.GPURT_REDUCE_AVG)
+NOCOLOR = lib.GPURT_COMM_SPLIT_NOCOLOR
 
 
 def group_start():
@@ -56,6 +57,22 @@ class Comm(Handle):
         else:
             check(lib.gpurt_comm_init_rank_timeout(c_id, nranks, rank, device, int(timeout_ms), out))
         return cls._adopt(out[0], owned=True)
+
+    def split(self, color, key=0):
+        """A new communicator of the ranks that give the same `color` (torch's
+        `new_group`), ranked by `key`; None for `NOCOLOR`. Every rank of this one
+        calls it (one per process; `Comm.split_all` for several in one process)."""
+        return Comm.split_all([self], [color], [key])[0]
+
+    @classmethod
+    def split_all(cls, comms, colors, keys=None):
+        """Splits several ranks of one communicator that this process drives."""
+        comms, colors = list(comms), list(colors)
+        keys = [0] * len(comms) if keys is None else list(keys)
+        out = ffi.new("gpurt_comm_t[]", len(comms))
+        check(lib.gpurt_comm_split_all(ffi.new("gpurt_comm_t[]", [c._handle for c in comms]), len(comms),
+                                       ffi.new("int[]", colors), ffi.new("int[]", keys), out))
+        return [None if out[i] == ffi.NULL else cls._adopt(out[i], owned=True) for i in range(len(comms))]
 
     def _args(self, send, recv, dtype, count, stream, divide=1):
         """(send, recv, count, dtype code, stream) for a C collective: `count`

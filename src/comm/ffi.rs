@@ -285,18 +285,51 @@ pub extern "C" fn gpurt_comm_recv(buffer: *mut c_void, count: usize, dtype: c_in
 /// are issued together (one process driving several GPUs must group them).
 #[no_mangle]
 pub extern "C" fn gpurt_comm_group_start() -> gpurt_status_t {
-    boundary::call("gpurt_comm_group_start", || {
-        let nccl = super::nccl::get()?;
-        nccl.check("ncclGroupStart", unsafe { (nccl.group_start)() }, std::ptr::null_mut())
-    })
+    boundary::call("gpurt_comm_group_start", super::group_start)
 }
 
+/// Closes a group opened by gpurt_comm_group_start on this thread; the outermost
+/// issues the group's calls.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_group_end() -> gpurt_status_t {
-    boundary::call("gpurt_comm_group_end", || {
-        let nccl = super::nccl::get()?;
-        nccl.check("ncclGroupEnd", unsafe { (nccl.group_end)() }, std::ptr::null_mut())
-    })
+    boundary::call("gpurt_comm_group_end", super::group_end)
+}
+
+/// Splits a communicator (torch's `new_group`, NCCL's `ncclCommSplit`): the ranks
+/// that give the same `color` form a new communicator, ranked by `key` and then by
+/// their old rank; with GPURT_COMM_SPLIT_NOCOLOR this rank joins none and
+/// `*newcomm` is NULL. Collective over every rank of `comm`, for one process per
+/// rank; waits for the others at most as long as gpurt_comm_init_rank. A process
+/// holding several ranks of `comm` splits them with gpurt_comm_split_all. Needs NCCL
+/// 2.18 or later.
+#[no_mangle]
+pub extern "C" fn gpurt_comm_split(comm: gpurt_comm_t, color: c_int, key: c_int, newcomm: *mut gpurt_comm_t) -> gpurt_status_t {
+    boundary::call("gpurt_comm_split", || split(&comm, 1, &color, &key, newcomm))
+}
+
+/// gpurt_comm_split for several ranks of one communicator held by this process
+/// (`comms[0..n]`, from gpurt_comm_init_all): they are split together, rank `i`
+/// with `colors[i]` and `keys[i]`; `newcomms[i]` receives rank `i`'s new
+/// communicator (NULL for GPURT_COMM_SPLIT_NOCOLOR).
+#[no_mangle]
+pub extern "C" fn gpurt_comm_split_all(comms: *const gpurt_comm_t, n: c_int, colors: *const c_int, keys: *const c_int, newcomms: *mut gpurt_comm_t) -> gpurt_status_t {
+    boundary::call("gpurt_comm_split_all", || split(comms, n, colors, keys, newcomms))
+}
+
+fn split(comms: *const gpurt_comm_t, n: c_int, colors: *const c_int, keys: *const c_int, newcomms: *mut gpurt_comm_t) -> crate::Result<()> {
+    if n < 1 {
+        return Err(crate::Error::invalid_argument(format!("n is {n}: at least one communicator")));
+    }
+    let comms = in_array(comms, n as usize, 4096, "comms")?;
+    let colors = in_array(colors, n as usize, 4096, "colors")?;
+    let keys = in_array(keys, n as usize, 4096, "keys")?;
+    if newcomms.is_null() {
+        return Err(boundary::null_argument("newcomms"));
+    }
+    let parents: Vec<Handle> = comms.iter().map(|&c| handle_of(c)).collect();
+    let made = super::split(&parents, colors, keys, super::default_timeout())?;
+    let out: Vec<gpurt_comm_t> = made.into_iter().map(|h| h.map_or(std::ptr::null_mut(), |h| h.to_ptr())).collect();
+    boundary::write_array(newcomms, &out, "newcomms")
 }
 
 fn check_rank(rank: c_int, nranks: i32, name: &str) -> crate::Result<()> {

@@ -113,14 +113,22 @@ pub fn init_all(devices: &[i32]) -> Result<Vec<Handle>> {
     let mut raws: Vec<RawComm> = vec![std::ptr::null_mut(); resolved.len()];
     let n = resolved.len() as i32;
     nccl.check("ncclCommInitAll", unsafe { (nccl.comm_init_all)(raws.as_mut_ptr(), n, resolved.as_ptr()) }, std::ptr::null_mut())?;
-    let mut handles = Vec::with_capacity(raws.len());
-    for (rank, (&raw, &device)) in raws.iter().zip(&resolved).enumerate() {
-        match insert(raw, device, rank as i32, n) {
+    let placed: Vec<(RawComm, i32, i32, i32)> = raws.iter().zip(&resolved).enumerate().map(|(rank, (&raw, &device))| (raw, device, rank as i32, n)).collect();
+    insert_all(nccl, &placed)
+}
+
+/// Handles for new communicators `(raw, device, rank, nranks)`; if one cannot be
+/// had, none (a refused `Comm` destroys its communicator as it drops; the later
+/// ones are destroyed here).
+fn insert_all(nccl: &Nccl, comms: &[(RawComm, i32, i32, i32)]) -> Result<Vec<Handle>> {
+    let mut handles = Vec::with_capacity(comms.len());
+    for (i, &(raw, device, rank, nranks)) in comms.iter().enumerate() {
+        match insert(raw, device, rank, nranks) {
             Ok(h) => handles.push(h),
             Err(e) => {
                 handles.into_iter().for_each(|h| drop(COMMS.remove(h)));
-                for &r in &raws[rank..] {
-                    unsafe { (nccl.comm_destroy)(r) };
+                for &(later, ..) in &comms[i + 1..] {
+                    unsafe { (nccl.comm_destroy)(later) };
                 }
                 return Err(e);
             }
@@ -155,13 +163,14 @@ pub fn init_rank(id: &[u8; 128], nranks: i32, rank: i32, device: i32, timeout: D
             abort_raw(nccl, raw);
             return Err(e);
         }
-        wait_for_init(nccl, raw, nranks, rank, timeout).inspect_err(|_| abort_raw(nccl, raw))?;
+        wait_for_init(nccl, raw, nranks, rank, timeout, "ncclCommInitRankConfig").inspect_err(|_| abort_raw(nccl, raw))?;
         Ok(raw)
     })?;
-    insert(raw, d, rank, nranks).inspect_err(|_| abort_raw(nccl, raw))
+    // A refused handle destroys the communicator as its `Comm` drops.
+    insert(raw, d, rank, nranks)
 }
 
-fn wait_for_init(nccl: &Nccl, raw: RawComm, nranks: i32, rank: i32, timeout: Duration) -> Result<()> {
+fn wait_for_init(nccl: &Nccl, raw: RawComm, nranks: i32, rank: i32, timeout: Duration, call: &str) -> Result<()> {
     let start = Instant::now();
     loop {
         let mut state = nccl::IN_PROGRESS;
@@ -175,7 +184,7 @@ fn wait_for_init(nccl: &Nccl, raw: RawComm, nranks: i32, rank: i32, timeout: Dur
                     format!("rank {rank} of {nranks}: the other ranks did not join within {} ms; this rank's communicator was aborted", timeout.as_millis()),
                 ))
             }
-            code => return Err(nccl.error("ncclCommInitRankConfig", code, raw)),
+            code => return Err(nccl.error(call, code, raw)),
         }
     }
 }
@@ -184,6 +193,124 @@ fn abort_raw(nccl: &Nccl, raw: RawComm) {
     if !raw.is_null() {
         unsafe { (nccl.comm_abort)(raw) };
     }
+}
+
+/// Waits until NCCL has finished enqueuing the work a call on a non-blocking
+/// communicator (one from `init_rank`) left in progress, then gives its outcome.
+fn settle(nccl: &Nccl, raw: RawComm, call: &str) -> Result<()> {
+    loop {
+        let mut state = nccl::IN_PROGRESS;
+        nccl.check("ncclCommGetAsyncError", unsafe { (nccl.comm_get_async_error)(raw, &mut state) }, raw)?;
+        match state {
+            nccl::IN_PROGRESS => std::thread::yield_now(),
+            code => return nccl.check(call, code, raw),
+        }
+    }
+}
+
+/// This thread's open groups: their depth and the communicators used in them, which
+/// `group_end` settles when NCCL leaves the group's work in progress.
+#[derive(Default)]
+struct Group {
+    depth: u32,
+    comms: Vec<usize>,
+}
+
+thread_local! {
+    static GROUP: std::cell::RefCell<Group> = std::cell::RefCell::new(Group::default());
+}
+
+/// Opens a group: the calls until `group_end` are issued together.
+pub fn group_start() -> Result<()> {
+    let nccl = nccl::get()?;
+    nccl.check("ncclGroupStart", unsafe { (nccl.group_start)() }, std::ptr::null_mut())?;
+    GROUP.with(|g| g.borrow_mut().depth += 1);
+    Ok(())
+}
+
+/// Closes a group; the outermost one issues its calls.
+pub fn group_end() -> Result<()> {
+    let nccl = nccl::get()?;
+    if GROUP.with(|g| g.borrow().depth) == 0 {
+        return Err(Error::invalid_argument("no group is open on this thread (gpurt_comm_group_end without gpurt_comm_group_start)"));
+    }
+    let code = unsafe { (nccl.group_end)() };
+    let comms = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        g.depth -= 1;
+        if g.depth == 0 { std::mem::take(&mut g.comms) } else { Vec::new() }
+    });
+    match code {
+        nccl::IN_PROGRESS => comms.iter().try_for_each(|&raw| settle(nccl, raw as RawComm, "ncclGroupEnd")),
+        code => nccl.check("ncclGroupEnd", code, std::ptr::null_mut()),
+    }
+}
+
+/// `ncclCommSplit`'s color for a rank that joins no new communicator.
+pub const GPURT_COMM_SPLIT_NOCOLOR: i32 = -1;
+
+/// Splits communicators: each rank `parents[i]` joins the new communicator of the
+/// ranks with its color `colors[i]` (or none, with `GPURT_COMM_SPLIT_NOCOLOR`),
+/// ranked by `keys[i]` and then by the old rank. A split is collective over
+/// every rank of the parent: one process with several ranks of it gives them all
+/// here (they are split in one group); one process per rank gives its own, and
+/// waits at most `timeout` for the others (a parent from `init_rank`).
+pub fn split(parents: &[Handle], colors: &[i32], keys: &[i32], timeout: Duration) -> Result<Vec<Option<Handle>>> {
+    let nccl = nccl::get()?;
+    let split = nccl.comm_split.ok_or_else(|| Error::not_supported("this NCCL has no ncclCommSplit: splitting needs NCCL 2.18 or later"))?;
+    if GROUP.with(|g| g.borrow().depth) > 0 {
+        return Err(Error::invalid_argument("a split cannot be inside gpurt_comm_group_start/_end: give all of this process's ranks to one split call"));
+    }
+    let comms: Vec<std::sync::Arc<Comm>> = parents.iter().map(|&h| get(h)).collect::<Result<_>>()?;
+    if let Some(&color) = colors.iter().find(|&&c| c < GPURT_COMM_SPLIT_NOCOLOR) {
+        return Err(Error::invalid_argument(format!("color {color}: a color is 0 or more, or GPURT_COMM_SPLIT_NOCOLOR")));
+    }
+    if let Some((i, c)) = comms.iter().enumerate().find(|(i, c)| comms[..*i].iter().any(|d| d.raw == c.raw)) {
+        return Err(Error::invalid_argument(format!("communicator {i} (rank {}) is given twice", c.rank)));
+    }
+    let mut raws: Vec<RawComm> = vec![std::ptr::null_mut(); comms.len()];
+    let grouped = comms.len() > 1;
+    if grouped {
+        nccl.check("ncclGroupStart", unsafe { (nccl.group_start)() }, std::ptr::null_mut())?;
+    }
+    let mut failure = None;
+    for (i, c) in comms.iter().enumerate() {
+        let code = crate::device::with_device(c.device, || Ok(unsafe { split(c.raw as RawComm, colors[i], keys[i], &mut raws[i], std::ptr::null_mut()) }))?;
+        if code != nccl::SUCCESS && code != nccl::IN_PROGRESS {
+            failure = Some(nccl.error("ncclCommSplit", code, c.raw as RawComm));
+            break;
+        }
+    }
+    if grouped {
+        let code = unsafe { (nccl.group_end)() };
+        if failure.is_none() && code != nccl::SUCCESS && code != nccl::IN_PROGRESS {
+            failure = Some(nccl.error("ncclGroupEnd", code, std::ptr::null_mut()));
+        }
+    }
+    let made = || raws.iter().zip(&comms).filter(|(r, _)| !r.is_null());
+    let result = match failure {
+        Some(e) => Err(e),
+        None => made().try_for_each(|(&raw, c)| crate::device::with_device(c.device, || wait_for_init(nccl, raw, c.nranks, c.rank, timeout, "ncclCommSplit"))),
+    };
+    let placed = result.and_then(|()| {
+        made()
+            .map(|(&raw, c)| {
+                let (mut rank, mut nranks) = (0, 0);
+                nccl.check("ncclCommUserRank", unsafe { (nccl.comm_user_rank)(raw, &mut rank) }, raw)?;
+                nccl.check("ncclCommCount", unsafe { (nccl.comm_count)(raw, &mut nranks) }, raw)?;
+                Ok((raw, c.device, rank, nranks))
+            })
+            .collect::<Result<Vec<_>>>()
+    });
+    let placed = match placed {
+        Ok(p) => p,
+        Err(e) => {
+            made().for_each(|(&raw, _)| abort_raw(nccl, raw));
+            return Err(e);
+        }
+    };
+    let mut handles = insert_all(nccl, &placed)?.into_iter();
+    Ok(raws.iter().map(|r| if r.is_null() { None } else { handles.next() }).collect())
 }
 
 /// Destroys a communicator's handle; NCCL's communicator goes once no collective
@@ -243,7 +370,16 @@ pub fn run(
     }
     let nccl = nccl::get()?;
     let raw = c.raw as RawComm;
-    crate::device::with_device(c.device, || nccl.check(call, f(nccl, raw, s.cu().cast()), raw))?;
+    crate::device::with_device(c.device, || match f(nccl, raw, s.cu().cast()) {
+        nccl::IN_PROGRESS => settle(nccl, raw, call),
+        code => nccl.check(call, code, raw),
+    })?;
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth > 0 && !g.comms.contains(&c.raw) {
+            g.comms.push(c.raw);
+        }
+    });
     for b in buffers.iter().filter(|b| b.bytes > 0) {
         // Only blocks of gpurt's pools are recorded; other memory is the caller's.
         let _ = crate::alloc::device::record_stream(b.ptr, s.raw as u64);

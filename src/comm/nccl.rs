@@ -75,6 +75,10 @@ pub struct Nccl {
     pub recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, RawComm, Stream) -> NcclResult,
     pub group_start: unsafe extern "C" fn() -> NcclResult,
     pub group_end: unsafe extern "C" fn() -> NcclResult,
+    pub comm_count: unsafe extern "C" fn(RawComm, *mut c_int) -> NcclResult,
+    pub comm_user_rank: unsafe extern "C" fn(RawComm, *mut c_int) -> NcclResult,
+    /// `ncclCommSplit` (NCCL 2.18 and later; older NCCL works without it).
+    pub comm_split: Option<unsafe extern "C" fn(RawComm, c_int, c_int, *mut RawComm, *mut Config) -> NcclResult>,
 }
 
 // NCCL's entry points are thread-safe for distinct communicators; gpurt never
@@ -110,6 +114,9 @@ fn load() -> std::result::Result<Nccl, String> {
         recv: symbol!("ncclRecv"),
         group_start: symbol!("ncclGroupStart"),
         group_end: symbol!("ncclGroupEnd"),
+        comm_count: symbol!("ncclCommCount"),
+        comm_user_rank: symbol!("ncclCommUserRank"),
+        comm_split: unsafe { lib.get(b"ncclCommSplit") }.ok().map(|s: libloading::Symbol<_>| *s),
         _lib: lib,
     })
 }

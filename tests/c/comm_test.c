@@ -5,9 +5,10 @@
  * gpurt works. With NCCL and one GPU (the GPU suite): a one-rank communicator over
  * device 0; every collective byte-exact on fresh random data for 1 element, an odd
  * count and 256 MiB, in several dtypes; an all_reduce captured in a graph and
- * replayed on new data; misuse; and a rank whose peer never joins gets
- * GPURT_ERROR_COMM after its timeout, after which the process goes on (a new
- * communicator works). Groups of several GPUs and processes need the 2-GPU machine.
+ * replayed on new data; misuse; splits of a communicator from gpurt_comm_init_all and
+ * of one from gpurt_comm_init_rank (the non-blocking one), the child byte-exact; and a
+ * rank whose peer never joins gets GPURT_ERROR_COMM after its timeout, after which the
+ * process goes on (a new communicator works). Groups of several GPUs and processes need the 2-GPU machine.
  */
 #define _GNU_SOURCE
 #include <gpurt.h>
@@ -31,6 +32,8 @@ static int without_nccl(void) {
     EXPECT(gpurt_comm_all_reduce(p, p, 4, GPURT_DTYPE_F32, GPURT_REDUCE_SUM, comm, stream), GPURT_ERROR_NOT_SUPPORTED);
     EXPECT(gpurt_comm_bcast(p, p, 4, GPURT_DTYPE_F32, 0, comm, stream), GPURT_ERROR_NOT_SUPPORTED);
     EXPECT(gpurt_comm_group_start(), GPURT_ERROR_NOT_SUPPORTED);
+    EXPECT(gpurt_comm_group_end(), GPURT_ERROR_NOT_SUPPORTED);
+    EXPECT(gpurt_comm_split(comm, 0, 0, &comm), GPURT_ERROR_NOT_SUPPORTED);
     EXPECT(gpurt_comm_destroy(comm), GPURT_ERROR_NOT_SUPPORTED);
     EXPECT(gpurt_comm_version(NULL), GPURT_ERROR_INVALID_ARGUMENT);
     /* The rest of gpurt is unaffected. */
@@ -152,6 +155,63 @@ static void misuse(gpurt_comm_t comm, gpurt_stream_t stream) {
     EXPECT(gpurt_free(p), GPURT_SUCCESS);
 }
 
+/* All-reduce of fresh random bytes on a one-rank communicator: recv equals send. */
+static void all_reduce_is_exact(gpurt_comm_t comm, gpurt_stream_t stream, const char *what) {
+    enum { COUNT = 1001 };
+    int host[COUNT], back[COUNT], i;
+    void *send = NULL, *recv = NULL;
+    for (i = 0; i < COUNT; i++) host[i] = rand();
+    EXPECT(gpurt_malloc(sizeof host, stream, &send), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(sizeof host, stream, &recv), GPURT_SUCCESS);
+    EXPECT(gpurt_memcpy(send, host, sizeof host, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_comm_all_reduce(send, recv, COUNT, GPURT_DTYPE_I32, GPURT_REDUCE_SUM, comm, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_memcpy(back, recv, sizeof back, stream), GPURT_SUCCESS);
+    CHECK(memcmp(back, host, sizeof back) == 0, "%s: all_reduce byte-exact", what);
+    EXPECT(gpurt_free(send), GPURT_SUCCESS);
+    EXPECT(gpurt_free(recv), GPURT_SUCCESS);
+}
+
+/* Splits: a child of each kind of parent works and says its place; no color gives
+ * none; misuse is refused and changes nothing. */
+static void splits(gpurt_comm_t parent, gpurt_stream_t stream) {
+    gpurt_comm_t child = NULL, none = (gpurt_comm_t)(uintptr_t)1, children[2] = {NULL, NULL}, twice[2] = {parent, parent};
+    gpurt_comm_t rank_comm = NULL, rank_child = NULL;
+    gpurt_comm_id_t id;
+    int colors[2] = {0, 0}, keys[2] = {0, 0}, rank = -1, nranks = -1, device = -1;
+    EXPECT(gpurt_comm_split(parent, 5, 7, &child), GPURT_SUCCESS);
+    CHECK(child != NULL && child != parent, "a new communicator");
+    EXPECT(gpurt_comm_info(child, &rank, &nranks, &device), GPURT_SUCCESS);
+    CHECK(rank == 0 && nranks == 1 && device == 0, "child info %d %d %d", rank, nranks, device);
+    all_reduce_is_exact(child, stream, "split of an init_all communicator");
+    EXPECT(gpurt_comm_split(parent, GPURT_COMM_SPLIT_NOCOLOR, 0, &none), GPURT_SUCCESS);
+    CHECK(none == NULL, "no color: no communicator");
+    EXPECT(gpurt_comm_split(parent, -2, 0, &none), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_comm_split(parent, 0, 0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_comm_split((gpurt_comm_t)(uintptr_t)0x777, 0, 0, &none), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_comm_split_all(twice, 2, colors, keys, children), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_comm_split_all(twice, 0, colors, keys, children), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_comm_group_start(), GPURT_SUCCESS);
+    EXPECT(gpurt_comm_split(parent, 0, 0, &none), GPURT_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(gpurt_last_error_message(), "group") != NULL, "says why: %s", gpurt_last_error_message());
+    EXPECT(gpurt_comm_group_end(), GPURT_SUCCESS);
+    EXPECT(gpurt_comm_group_end(), GPURT_ERROR_INVALID_ARGUMENT);
+    /* A grandchild, and the parent still works beside its child. */
+    EXPECT(gpurt_comm_split_all(&child, 1, colors, keys, children), GPURT_SUCCESS);
+    all_reduce_is_exact(children[0], stream, "split of a split");
+    all_reduce_is_exact(parent, stream, "the parent after its splits");
+    EXPECT(gpurt_comm_destroy(children[0]), GPURT_SUCCESS);
+    EXPECT(gpurt_comm_destroy(child), GPURT_SUCCESS);
+    /* A parent from init_rank is non-blocking: its split waits for the child. */
+    EXPECT(gpurt_comm_unique_id(&id), GPURT_SUCCESS);
+    EXPECT(gpurt_comm_init_rank(&id, 1, 0, 0, &rank_comm), GPURT_SUCCESS);
+    all_reduce_is_exact(rank_comm, stream, "a communicator from init_rank");
+    EXPECT(gpurt_comm_split(rank_comm, 1, 0, &rank_child), GPURT_SUCCESS);
+    all_reduce_is_exact(rank_child, stream, "split of an init_rank communicator");
+    EXPECT(gpurt_comm_destroy(rank_child), GPURT_SUCCESS);
+    EXPECT(gpurt_comm_destroy(rank_comm), GPURT_SUCCESS);
+    printf("comm_test: splits of init_all and init_rank communicators worked\n");
+}
+
 /* A rank whose peer never joins: an error after the timeout, and the process goes on. */
 static void missing_peer(void) {
     gpurt_comm_id_t id;
@@ -192,6 +252,7 @@ int main(void) {
     one_rank_collectives(comm, stream);
     captured_all_reduce(comm, stream);
     misuse(comm, stream);
+    splits(comm, stream);
     EXPECT(gpurt_comm_destroy(comm), GPURT_SUCCESS);
     EXPECT(gpurt_comm_destroy(comm), GPURT_ERROR_INVALID_HANDLE);
     missing_peer();

@@ -202,6 +202,8 @@ def test_comm_without_nccl_says_so_or_all_reduces_exactly(device):
         assert "libnccl.so.2" in str(e)
         with pytest.raises(gpurt.NotSupportedError):
             gpurt.comm.Comm.init_all([0])
+        with pytest.raises(gpurt.NotSupportedError):
+            gpurt.comm.group_end()
         return
     assert DRIVER == "gpu"
     (comm,) = gpurt.comm.Comm.init_all([0])
@@ -225,6 +227,12 @@ def test_comm_without_nccl_says_so_or_all_reduces_exactly(device):
     comm.recv(out, 0, stream=stream)
     gpurt.comm.group_end()
     assert bytes(out.copy_to_host()) == data.tobytes()
+    child = comm.split(color=3)
+    assert child.info() == (0, 1, 0) and comm.split(gpurt.comm.NOCOLOR) is None
+    out.fill_bytes(0)
+    child.all_reduce(buf, out, stream=stream)
+    assert bytes(out.copy_to_host()) == data.tobytes()
+    child.close()
     with pytest.raises(gpurt.CommError, match="did not join"):
         gpurt.comm.Comm.init_rank(gpurt.comm.unique_id(), 2, 0, 0, timeout_ms=1000)
     comm.close()
