@@ -87,6 +87,16 @@ step torch-native python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-nat
 step torch-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-gpurt "$logs/torch_ref.pt"
 step torch-on-gpurt-async env GPURT_ALLOC_CONF=backend:cudaMallocAsync python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-gpurt "$logs/torch_ref.pt"
 step cupy-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" cupy
+# Peak memory of GPT-2 generation and ResNet-50 training, PyTorch on gpurt against
+# PyTorch's allocator, each with and without expandable segments (native first: it
+# saves the results the gpurt runs must equal).
+for expandable in False True; do
+    step "dropin-peak-torch-expandable-$expandable" env PYTORCH_CUDA_ALLOC_CONF="expandable_segments:$expandable" GPURT_ALLOC_CONF= \
+        python3 src/dropin_peak.py "$lib/libgpurt.so.0" native "$logs/dropin"
+    step "dropin-peak-gpurt-expandable-$expandable" env GPURT_ALLOC_CONF="expandable_segments:$expandable" PYTORCH_CUDA_ALLOC_CONF= \
+        python3 src/dropin_peak.py "$lib/libgpurt.so.0" gpurt "$logs/dropin"
+done
+step dropin-peak-table python3 src/dropin_peak.py "$lib/libgpurt.so.0" table "$logs/dropin"
 # The Python package from its wheel, with the carried cffi and pytest, beside the
 # machine's PyTorch and CuPy.
 step python-install python3 -m pip install -q --no-index --find-links wheels --target pydeps gpurt pytest

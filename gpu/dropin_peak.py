@@ -1,0 +1,189 @@
+"""Peak device memory of PyTorch models running on gpurt through the drop-in entry
+points, against PyTorch's own allocator, each with and without expandable segments.
+
+    python3 dropin_peak.py LIB native OUT_DIR       # PyTorch's allocator; saves the results
+    python3 dropin_peak.py LIB gpurt OUT_DIR        # gpurt's; checks them against native's
+    python3 dropin_peak.py LIB table OUT_DIR        # prints the table of the runs in OUT_DIR
+
+Expandable segments are asked for the usual way: PYTORCH_CUDA_ALLOC_CONF for PyTorch's
+allocator, GPURT_ALLOC_CONF for gpurt's (`expandable_segments:True`). Workloads, each
+from an empty cache: GPT-2 (124 M parameters, fp16) generating 256 tokens for 16
+prompts of 128 with a KV cache grown by concatenation; ResNet-50 training (SGD with
+momentum, batch 64 at 224 x 224, 6 steps). Peak reserved memory is the allocator's own
+figure (torch.cuda.max_memory_reserved; gpurt_memory_usage's max_reserved). Results
+must be identical: the generated tokens and the trained weights' bytes.
+"""
+import ctypes
+import hashlib
+import json
+import os
+import sys
+import time
+
+lib_path, mode, out_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+MiB = 1 << 20
+
+
+def table():
+    runs = {}
+    for name in sorted(os.listdir(out_dir)):
+        if name.endswith(".json"):
+            with open(os.path.join(out_dir, name)) as f:
+                run = json.load(f)
+            runs[(run["allocator"], run["expandable"])] = run
+    print("| workload | allocator | expandable segments | peak reserved (MiB) | wall (s) |")
+    print("| --- | --- | --- | ---: | ---: |")
+    for workload in ("gpt2_generate", "resnet50_train"):
+        for key in sorted(runs):
+            r = runs[key]["workloads"][workload]
+            print(f"| {workload} | {key[0]} | {key[1]} | {r['peak_reserved'] / MiB:.0f} | {r['seconds']:.2f} |")
+
+
+if mode == "table":
+    table()
+    sys.exit(0)
+
+import torch  # noqa: E402  (after the allocator is chosen: it must be swapped before CUDA starts)
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+gpurt = ctypes.CDLL(lib_path)
+on_gpurt = mode == "gpurt"
+if on_gpurt:
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib_path, "gpurt_torch_alloc", "gpurt_torch_free")
+    torch.cuda.memory.change_current_allocator(alloc)
+    expandable = "expandable_segments:True" in os.environ.get("GPURT_ALLOC_CONF", "")
+else:
+    expandable = "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+torch.backends.cudnn.deterministic = True
+torch.backends.cudnn.benchmark = False
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+
+
+def reset():
+    torch.cuda.synchronize()
+    if on_gpurt:
+        assert gpurt.gpurt_empty_cache() == 0
+        assert gpurt.gpurt_reset_peak_memory_stats(0) == 0
+    else:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_reserved():
+    torch.cuda.synchronize()
+    if on_gpurt:
+        peak = ctypes.c_uint64()
+        assert gpurt.gpurt_memory_usage(0, None, None, None, ctypes.byref(peak)) == 0
+        return peak.value
+    return torch.cuda.max_memory_reserved()
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x, cache):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)))), (k, v)
+
+
+def gpt2_generate(batch=16, prompt=128, new_tokens=256, d=768, heads=12, layers=12, vocab=50257):
+    torch.manual_seed(0)
+    emb, pos = nn.Embedding(vocab, d).cuda().half(), nn.Embedding(1024, d).cuda().half()
+    blocks = nn.ModuleList(Block(d, heads) for _ in range(layers)).cuda().half()
+    head = nn.Linear(d, vocab, bias=False).cuda().half()
+    tokens = torch.randint(0, vocab, (batch, prompt), device="cuda")
+    with torch.no_grad():
+        caches, start, step = [None] * layers, 0, tokens
+        for _ in range(new_tokens):
+            x = emb(step) + pos(torch.arange(start, start + step.shape[1], device="cuda"))
+            for i, blk in enumerate(blocks):
+                x, caches[i] = blk(x, caches[i])
+            nxt = head(x[:, -1]).float().argmax(-1, keepdim=True)
+            start += step.shape[1]
+            step = nxt
+            tokens = torch.cat([tokens, nxt], dim=1)
+    return tokens.cpu().numpy().tobytes()
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = width * 4
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.skip = None
+        if stride != 1 or cin != cout:
+            self.skip = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        return F.relu(self.body(x) + (x if self.skip is None else self.skip(x)))
+
+
+def resnet50(classes=1000):
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for width, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+        for i in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+            cin = width * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*layers)
+
+
+def resnet50_train(batch=64, steps=6):
+    torch.manual_seed(1)
+    model = resnet50().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(steps):
+        x = torch.randn(batch, 3, 224, 224, generator=gen).cuda()
+        y = torch.randint(0, 1000, (batch,), generator=gen).cuda()
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    digest = hashlib.sha256()
+    for p in model.parameters():
+        digest.update(p.detach().cpu().numpy().tobytes())
+    return digest.hexdigest().encode()
+
+
+os.makedirs(out_dir, exist_ok=True)
+run = {"allocator": "gpurt" if on_gpurt else "PyTorch", "expandable": expandable, "workloads": {}}
+reference_path = os.path.join(out_dir, f"results-expandable-{expandable}.bin")
+for name, workload in (("gpt2_generate", gpt2_generate), ("resnet50_train", resnet50_train)):
+    reset()
+    t = time.perf_counter()
+    result = workload()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t
+    run["workloads"][name] = {"peak_reserved": peak_reserved(), "seconds": seconds,
+                              "result": hashlib.sha256(result).hexdigest()}
+    print(f"{run['allocator']} (expandable {expandable}) {name}: peak reserved "
+          f"{run['workloads'][name]['peak_reserved'] / MiB:.0f} MiB, {seconds:.2f} s")
+if on_gpurt:
+    with open(reference_path) as f:
+        reference = json.load(f)
+    for name, r in run["workloads"].items():
+        assert r["result"] == reference[name], f"{name}: results differ from PyTorch's own allocator"
+    print("identical results to PyTorch's own allocator in the same mode")
+else:
+    with open(reference_path, "w") as f:
+        json.dump({name: r["result"] for name, r in run["workloads"].items()}, f)
+with open(os.path.join(out_dir, f"{run['allocator']}-expandable-{expandable}.json"), "w") as f:
+    json.dump(run, f)
