@@ -40,6 +40,7 @@ step build-tunable-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclud
 step build-sanitizer-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sanitizer_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/sanitizer_test
 step build-gds-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/gds_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/gds_test
 step build-comm-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/comm_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/comm_test
+step build-comm-ranks-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/comm_ranks_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/comm_ranks_test
 step build-comm-helpers-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/comm_helpers_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/comm_helpers_test
 step build-memory-history-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/memory_history_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/memory_history_test
 step build-nvtx-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/nvtx_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/nvtx_test
@@ -65,6 +66,7 @@ step tunable-test bin/tunable_test
 step sanitizer-test bin/sanitizer_test
 step gds-test bin/gds_test
 step comm-test bin/comm_test
+step comm-ranks-test timeout 400 bin/comm_ranks_test
 step comm-helpers-test bin/comm_helpers_test
 mkdir -p "$logs/snapshots"
 step memory-history-test bin/memory_history_test "$logs/snapshots"
@@ -101,6 +103,8 @@ step dropin-peak-table python3 src/dropin_peak.py "$lib/libgpurt.so.0" table "$l
 # machine's PyTorch and CuPy.
 step python-install python3 -m pip install -q --no-index --find-links wheels --target pydeps gpurt pytest
 step python-tests env PYTHONPATH="$PWD/pydeps" python3 -m pytest -q -rs -p no:cacheprovider pytests
+# gpurt's device 0 is the machine's second GPU under CUDA_VISIBLE_DEVICES=1 (2 GPUs or more).
+step visible-devices env CUDA_VISIBLE_DEVICES=1 PYTHONPATH="$PWD/pydeps" python3 src/visible_devices.py
 for example in stream-overlap allocator-stats pinned-upload graph-replay rtc-kernel; do
     step "build-example-$example" cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude "src/$example.c" -Llib -lgpurt -Wl,-rpath,"$lib" -lm -o "bin/$example"
     step "example-$example" "bin/$example"

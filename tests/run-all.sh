@@ -137,6 +137,7 @@ stub_c_test tunable_test "TunableOp: concurrent first runs tune once, the result
 stub_c_test sanitizer_test "stream sanitizer: each happens-before rule, graphs, misuse, 8 ordered threads (stub driver)"
 stub_c_test gds_test "GPUDirect Storage calls: round trips, short and removed files, misuse (stub driver: statuses only)"
 stub_c_test comm_test "communicators without NCCL: every comm call says NCCL is missing (stub driver; collectives run in the GPU suite)"
+stub_c_test comm_ranks_test "collectives over several GPUs and processes (reports itself skipped on the stub's one device; runs in the GPU suite on 2 GPUs)"
 stub_c_test comm_helpers_test "torch.cuda.comm's helpers: misuse, outputs and their accounting, a copy failing half way (stub driver; the data checks run in the GPU suite)"
 echo "== memory history and snapshots: misuse, a workload ending out of memory, JSON / pickle / HTML; the viewer in headless Chromium (stub driver)"
 snapshots=$stub/snapshots
