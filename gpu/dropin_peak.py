@@ -43,6 +43,8 @@ if mode == "table":
     table()
     sys.exit(0)
 
+# Deterministic cuBLAS (a fixed workspace), so that results can be compared bytewise.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch  # noqa: E402  (after the allocator is chosen: it must be swapped before CUDA starts)
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -55,6 +57,7 @@ if on_gpurt:
     expandable = "expandable_segments:True" in os.environ.get("GPURT_ALLOC_CONF", "")
 else:
     expandable = "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+torch.use_deterministic_algorithms(True, warn_only=True)
 torch.backends.cudnn.deterministic = True
 torch.backends.cudnn.benchmark = False
 torch.backends.cuda.matmul.allow_tf32 = False

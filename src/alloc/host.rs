@@ -21,8 +21,10 @@ struct HostState {
     /// (start, size) of every segment and reservation, in the order they were made.
     made: Vec<(u64, u64)>,
     live: HashMap<u64, u64>,
-    /// Address reservations (start -> size) and the bytes mapped inside them.
+    /// Address reservations (start -> size) and the mappings inside them (start ->
+    /// size), which, as the driver's, are unmapped whole or not at all.
     reservations: HashMap<u64, u64>,
+    mappings: std::collections::BTreeMap<u64, u64>,
     mapped: u64,
     /// Marker -> done.
     markers: HashMap<u64, bool>,
@@ -55,6 +57,7 @@ impl HostSource {
             made: Vec::new(),
             live: HashMap::new(),
             reservations: HashMap::new(),
+            mappings: std::collections::BTreeMap::new(),
             mapped: 0,
             markers: HashMap::new(),
             next_marker: 1,
@@ -161,16 +164,20 @@ impl SegmentSource for HostSource {
     fn map(&self, addr: u64, size: u64) -> Result<()> {
         let mut s = self.state();
         assert!(s.reservation_holds(addr, size), "mapped outside a reservation");
+        let before = s.mappings.range(..addr + size).next_back().map(|(&start, &len)| start + len > addr);
+        assert!(before != Some(true), "mapped over a mapping");
         if s.used + size > s.capacity {
             return Err(Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, "host source exhausted"));
         }
         s.used += size;
         s.mapped += size;
+        s.mappings.insert(addr, size);
         Ok(())
     }
+    /// As `cuMemUnmap`: exactly one whole mapping.
     fn unmap(&self, addr: u64, size: u64) {
         let mut s = self.state();
-        assert!(s.reservation_holds(addr, size) && s.mapped >= size, "unmapped what was not mapped");
+        assert_eq!(s.mappings.remove(&addr), Some(size), "unmapped what is not one whole mapping");
         s.used -= size;
         s.mapped -= size;
     }

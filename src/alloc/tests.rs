@@ -380,6 +380,34 @@ fn expandable_segments_grow_in_steps_of_a_share_of_what_is_mapped() {
     check(&p);
 }
 
+/// The driver unmaps whole mappings only: emptying the cache gives back the mappings
+/// that lie wholly in a segment's free end and keeps the one a live block shares
+/// (the host source refuses a partial unmap, as cuMemUnmap does); growth after it
+/// maps past what is kept, and every byte comes back in the end.
+#[test]
+fn expandable_segments_give_back_whole_mappings_only() {
+    let p = expandable(GIB);
+    let big = p.malloc(64 * MIB, 1).unwrap();
+    let step = p.malloc(2 * MIB, 1).unwrap(); // maps a step of 8 MiB at 64 MiB
+    let rest = p.malloc(4 * MIB, 1).unwrap(); // from the step's rest
+    let beyond = p.malloc(6 * MIB, 1).unwrap(); // a third mapping, of 72 / 8 -> 10 MiB
+    assert_eq!(p.source().mapped_bytes(), 82 * MIB);
+    p.free(rest).unwrap();
+    p.free(beyond).unwrap();
+    p.empty_cache(); // the free tail starts inside the step's mapping, which stays
+    check(&p);
+    assert_eq!((p.source().mapped_bytes(), p.stats().reserved_bytes.all.current), (72 * MIB, 72 * MIB as i64));
+    let again = p.malloc(12 * MIB, 1).unwrap();
+    assert_eq!(again, step + 2 * MIB, "the kept mapping's free part, then new mappings");
+    check(&p);
+    for ptr in [big, step, again] {
+        p.free(ptr).unwrap();
+    }
+    p.empty_cache();
+    check(&p);
+    assert_eq!((p.source().mapped_bytes(), p.stats().reserved_bytes.all.current), (0, 0));
+}
+
 /// The benchmark's random workload on host memory, over several seeds (one seed's
 /// figure swings with small policy changes): expandable segments keep the peak
 /// reserved memory closer to the peak in use than separate segments do.

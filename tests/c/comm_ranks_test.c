@@ -180,8 +180,10 @@ static void run_and_check(world_t *w, int c, kind_t k, size_t count, uint64_t se
     EXPECT(gpurt_comm_group_start(), GPURT_SUCCESS);
     for (l = 0; l < w->nlocal; l++) EXPECT(issue(c, send[l], recv[l], count, k, w->rank[l], n, w->comm[l], w->stream[l]), GPURT_SUCCESS);
     EXPECT(gpurt_comm_group_end(), GPURT_SUCCESS);
+    /* Every capture ends before anything else: while one of this thread's streams
+     * captures, the driver refuses the thread's other work. */
+    for (l = 0; captured && l < w->nlocal; l++) EXPECT(gpurt_stream_end_capture(w->stream[l], &graph[l]), GPURT_SUCCESS);
     for (l = 0; captured && l < w->nlocal; l++) {
-        EXPECT(gpurt_stream_end_capture(w->stream[l], &graph[l]), GPURT_SUCCESS);
         EXPECT(gpurt_graph_instantiate(graph[l], 0, NULL, &exec[l]), GPURT_SUCCESS);
         EXPECT(gpurt_memcpy(send[l], in[w->rank[l]], in_bytes, w->stream[l]), GPURT_SUCCESS);
     }
@@ -284,6 +286,7 @@ int main(int argc, char **argv) {
     const char *require = getenv("GPURT_REQUIRE_2_GPUS");
     int count = 0, version = 0, l, devices[MAX_RANKS];
     world_t w;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* ranks share the log; a killed run keeps its lines */
     if (argc == 4 && strcmp(argv[1], "--rank") == 0) { /* a rank of part 2: the id comes on standard input */
         gpurt_comm_id_t id;
         if (fread(id.internal, 1, sizeof id.internal, stdin) != sizeof id.internal) return 1;

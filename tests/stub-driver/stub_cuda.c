@@ -231,7 +231,32 @@ CUresult cuMemAddressReserve(unsigned long long *p, size_t size, size_t align, u
 CUresult cuMemAddressFree(unsigned long long p, size_t size) { (void)p; (void)size; return 0; }
 CUresult cuMemCreate(unsigned long long *h, size_t size, const void *prop, unsigned long long f) { (void)size; (void)prop; (void)f; INJECT("cuMemCreate", OOM); *h = 1; return 0; }
 CUresult cuMemRelease(unsigned long long h) { (void)h; return 0; }
-CUresult cuMemMap(unsigned long long p, size_t size, size_t off, unsigned long long h, unsigned long long f) { (void)p; (void)off; (void)h; (void)f; INJECT("cuMemMap", UNKNOWN); count(&live_device, (long)size); return 0; }
-CUresult cuMemUnmap(unsigned long long p, size_t size) { (void)p; count(&live_device, -(long)size); return 0; }
+/* Mappings, as the driver keeps them: none over another, each unmapped whole. */
+static Range maps[16384];
+static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
+CUresult cuMemMap(unsigned long long p, size_t size, size_t off, unsigned long long h, unsigned long long f) {
+    int i, free_slot = -1;
+    CUresult r = 0;
+    (void)off; (void)h; (void)f;
+    INJECT("cuMemMap", UNKNOWN);
+    pthread_mutex_lock(&maps_lock);
+    for (i = 0; i < 16384; i++) {
+        if (maps[i].size == 0) { if (free_slot < 0) free_slot = i; continue; }
+        if (p < maps[i].addr + maps[i].size && maps[i].addr < p + size) r = 1; /* CUDA_ERROR_INVALID_VALUE: mapped already */
+    }
+    if (r == 0 && free_slot >= 0) { maps[free_slot].addr = p; maps[free_slot].size = size; count(&live_device, (long)size); }
+    pthread_mutex_unlock(&maps_lock);
+    return free_slot < 0 ? 2 : r;
+}
+CUresult cuMemUnmap(unsigned long long p, size_t size) {
+    int i;
+    CUresult r = 1; /* CUDA_ERROR_INVALID_VALUE: not one whole mapping (the driver cannot unmap part of one) */
+    pthread_mutex_lock(&maps_lock);
+    for (i = 0; i < 16384; i++) {
+        if (maps[i].size != 0 && maps[i].addr == p && maps[i].size == size) { maps[i].size = 0; r = 0; count(&live_device, -(long)size); break; }
+    }
+    pthread_mutex_unlock(&maps_lock);
+    return r;
+}
 CUresult cuMemSetAccess(unsigned long long p, size_t size, const void *desc, size_t n) { (void)p; (void)size; (void)desc; (void)n; return 0; }
 CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) { (void)prop; (void)option; *g = 2u << 20; return 0; }

@@ -361,12 +361,16 @@ impl<S: SegmentSource> Drop for Pool<S> {
 
 /// An expandable segment: a reserved address range whose first bytes are backed by
 /// memory. It is also in `segments`, with its mapped size.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Expandable {
     base: u64,
     reserved: u64,
     /// The block that ends the mapped bytes.
     tail: BlockId,
+    /// Where each mapping starts, in order (each ends where the next starts, the last
+    /// at the mapped end): the driver unmaps whole mappings only, so memory goes back
+    /// from a mapping's start.
+    maps: Vec<u64>,
 }
 
 fn pool_index(pool: PoolKind) -> usize {
@@ -898,7 +902,7 @@ impl<S: SegmentSource> Pool<S> {
     fn grow_expandable(&mut self, pool: PoolKind, stream: u64, rounded: u64) -> Result<BlockId> {
         let granularity = self.shared.source.map_granularity();
         let key = (stream, pool_index(pool));
-        let Some(seg) = self.expandable.get(&key).copied() else {
+        let Some(seg) = self.expandable.get(&key).map(|e| Expandable { maps: Vec::new(), ..*e }) else {
             // Room for the whole device: a segment never needs a second range.
             let total = self.shared.source.memory_info().1;
             let reserved = total.max(rounded).max(1 << 30).next_multiple_of(granularity);
@@ -910,7 +914,7 @@ impl<S: SegmentSource> Pool<S> {
             }
             self.note(&[Action::SegmentMap], base, size, stream);
             let id = self.add_segment(pool, stream, base, size);
-            self.expandable.insert(key, Expandable { base, reserved, tail: id });
+            self.expandable.insert(key, Expandable { base, reserved, tail: id, maps: vec![base] });
             return Ok(id);
         };
         let mapped = self.segments[&seg.base].size;
@@ -936,6 +940,7 @@ impl<S: SegmentSource> Pool<S> {
         self.note(&[Action::SegmentMap], end, grow, stream);
         self.count_device_memory(pool, grow as i64);
         self.segment_mut(seg.base).size = mapped + grow;
+        self.expandable.get_mut(&key).expect("segment").maps.push(end);
         if tail_free {
             self.remove_free(seg.tail);
             self.blocks[seg.tail].size += grow;
@@ -953,39 +958,46 @@ impl<S: SegmentSource> Pool<S> {
         self.segments.get_mut(&start).expect("a held segment")
     }
 
-    /// Unmaps the free end of every expandable segment, down to the granularity; a
-    /// wholly free one gives its addresses back too.
+    /// Unmaps the mappings that lie wholly in the free end of every expandable
+    /// segment; a wholly free one gives its addresses back too.
     fn release_expandable_tails(&mut self) {
-        let granularity = self.shared.source.map_granularity();
-        let segs: Vec<((u64, usize), Expandable)> = self.expandable.iter().map(|(k, v)| (*k, *v)).collect();
-        for (key, seg) in segs {
-            let mapped = self.segments[&seg.base].size;
-            let Block { addr: tail_addr, pool, prev, state, .. } = self.blocks[seg.tail];
-            let end = seg.base + mapped;
-            let keep_end = tail_addr.next_multiple_of(granularity);
-            if state != State::Free || keep_end >= end {
+        let keys: Vec<(u64, usize)> = self.expandable.keys().copied().collect();
+        for key in keys {
+            let seg = &self.expandable[&key];
+            let (base, reserved, tail) = (seg.base, seg.reserved, seg.tail);
+            let Block { addr: tail_addr, pool, prev, state, .. } = self.blocks[tail];
+            // The first mapping that starts in the free tail block: it and those after
+            // it go (the driver cannot unmap part of a mapping).
+            let first = seg.maps.partition_point(|&start| start < tail_addr);
+            if state != State::Free || first == seg.maps.len() {
                 continue;
             }
+            let end = base + self.segments[&base].size;
+            let keep_end = seg.maps[first];
+            let mut released = self.expandable.get_mut(&key).expect("segment").maps.split_off(first);
+            released.push(end);
+            for span in released.windows(2) {
+                self.shared.shrink(span[0], span[1] - span[0]);
+            }
             let release = end - keep_end;
-            self.remove_free(seg.tail);
-            self.shared.shrink(keep_end, release);
+            self.remove_free(tail);
             self.note(&[Action::SegmentUnmap], keep_end, release, key.0);
             self.count_device_memory(pool, -(release as i64));
             if keep_end > tail_addr {
-                self.blocks[seg.tail].size -= release;
-                self.insert_free(seg.tail);
+                self.blocks[tail].size -= release;
+                self.insert_free(tail);
             } else if prev != NO_BLOCK {
                 // The tail block was all unmapped; its neighbour (in use) ends the segment.
-                self.blocks.remove(seg.tail);
+                self.blocks.remove(tail);
                 self.blocks[prev].next = NO_BLOCK;
                 self.expandable.get_mut(&key).expect("segment").tail = prev;
             } else {
-                self.forget_segment(seg.base, seg.tail);
+                self.forget_segment(base, tail);
                 self.expandable.remove(&key);
-                self.shared.free_expandable(seg.base, seg.reserved);
+                self.shared.free_expandable(base, reserved);
                 continue;
             }
-            self.segment_mut(seg.base).size = mapped - release;
+            self.segment_mut(base).size = keep_end - base;
         }
     }
 
@@ -1041,6 +1053,9 @@ impl<S: SegmentSource> Pool<S> {
             let mapped = self.segments.get(&seg.base).ok_or("an expandable segment is missing from the segments")?.size;
             if tail.state == State::Vacant || tail.addr + tail.size != seg.base + mapped || tail.next != NO_BLOCK || mapped > seg.reserved {
                 return Err(format!("expandable segment {:#x}: its tail block does not end its {mapped} mapped bytes", seg.base));
+            }
+            if seg.maps.first() != Some(&seg.base) || seg.maps.windows(2).any(|w| w[0] >= w[1]) || seg.maps.last().is_some_and(|&m| m >= seg.base + mapped) {
+                return Err(format!("expandable segment {:#x}: its mappings {:x?} do not tile its {mapped} mapped bytes", seg.base, seg.maps));
             }
         }
         let mut listed = std::collections::HashSet::new();
