@@ -50,7 +50,9 @@ check(os.getpid() in processes, f"gpurt's process list for device 0 holds this p
 check(processes.get(os.getpid(), 0) >= HOLD, f"and its memory, {processes.get(os.getpid(), 0) / 2**30:.2f} GiB >= 3 GiB")
 on_gpu = [uuid for pid, uuid in apps if int(pid) == os.getpid()]
 check(on_gpu == [gpus[1][0]], f"nvidia-smi runs this process on GPU 1 only: {on_gpu}")
-check(abs(ours.memory_used - gpus[1][1]) <= (512 << 20),
+# NVML's reading (torch.cuda.device_memory_used's) counts the driver's reserved memory,
+# about 0.6 GiB on an H200, which nvidia-smi leaves out.
+check(abs(ours.memory_used - gpus[1][1]) <= (1 << 30),
       f"device 0's memory in use {ours.memory_used / 2**30:.2f} GiB is GPU 1's {gpus[1][1] / 2**30:.2f} GiB")
 check(gpus[0][1] < ours.memory_used - (2 << 30), f"and not GPU 0's {gpus[0][1] / 2**30:.2f} GiB")
 print("visible_devices:", "FAILED" if failures else "ok")
