@@ -66,7 +66,7 @@ fn main() {
     const MAX: usize = 256 << 20;
     for d in 0..n {
         unsafe { st(set_device(d)) };
-        let (s, native) = basics.stream();
+        let (s, native) = basics.stream_on(d);
         let (mut a, mut b) = (std::ptr::null_mut(), std::ptr::null_mut());
         unsafe {
             st((basics.malloc)(MAX, s, &mut a));

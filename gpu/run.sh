@@ -93,8 +93,10 @@ step cupy-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" cupy
 # PyTorch's allocator, each with and without expandable segments (native first: it
 # saves the results the gpurt runs must equal).
 for expandable in False True; do
-    step "dropin-peak-torch-expandable-$expandable" env PYTORCH_CUDA_ALLOC_CONF="expandable_segments:$expandable" GPURT_ALLOC_CONF= \
-        python3 src/dropin_peak.py "$lib/libgpurt.so.0" native "$logs/dropin"
+    for run in 1 2; do  # twice: is the workload deterministic on PyTorch's own allocator?
+        step "dropin-peak-torch-expandable-$expandable-$run" env PYTORCH_CUDA_ALLOC_CONF="expandable_segments:$expandable" GPURT_ALLOC_CONF= \
+            python3 src/dropin_peak.py "$lib/libgpurt.so.0" native "$logs/dropin"
+    done
     step "dropin-peak-gpurt-expandable-$expandable" env GPURT_ALLOC_CONF="expandable_segments:$expandable" PYTORCH_CUDA_ALLOC_CONF= \
         python3 src/dropin_peak.py "$lib/libgpurt.so.0" gpurt "$logs/dropin"
 done

@@ -52,10 +52,15 @@ pub fn open(name: &str) -> (libloading::Library, Basics) {
 
 impl Basics {
     /// A new non-blocking gpurt stream on device 0, and its native CUstream.
+    /// A non-blocking stream on device 0: (gpurt handle, native stream).
     pub fn stream(&self) -> (H, H) {
+        self.stream_on(0)
+    }
+
+    pub fn stream_on(&self, device: i32) -> (H, H) {
         let (mut s, mut native) = (std::ptr::null_mut(), std::ptr::null_mut());
         unsafe {
-            st((self.stream_create)(0, 1, 0, &mut s));
+            st((self.stream_create)(device, 1, 0, &mut s));
             st((self.stream_native)(s, &mut native));
         }
         (s, native)

@@ -268,14 +268,17 @@ pub fn split(parents: &[Handle], colors: &[i32], keys: &[i32], timeout: Duration
     if let Some((i, c)) = comms.iter().enumerate().find(|(i, c)| comms[..*i].iter().any(|d| d.raw == c.raw)) {
         return Err(Error::invalid_argument(format!("communicator {i} (rank {}) is given twice", c.rank)));
     }
-    let mut raws: Vec<RawComm> = vec![std::ptr::null_mut(); comms.len()];
+    // NCCL writes each new communicator here when its split completes, which for a
+    // non-blocking parent is after ncclCommSplit returns: the slots must outlive
+    // that, so they are leaked if the wait for it gives up.
+    let slots: *mut [RawComm] = Box::into_raw(vec![std::ptr::null_mut(); comms.len()].into_boxed_slice());
     let grouped = comms.len() > 1;
     if grouped {
         nccl.check("ncclGroupStart", unsafe { (nccl.group_start)() }, std::ptr::null_mut())?;
     }
     let mut failure = None;
     for (i, c) in comms.iter().enumerate() {
-        let code = crate::device::with_device(c.device, || Ok(unsafe { split(c.raw as RawComm, colors[i], keys[i], &mut raws[i], std::ptr::null_mut()) }))?;
+        let code = crate::device::with_device(c.device, || Ok(unsafe { split(c.raw as RawComm, colors[i], keys[i], slots.cast::<RawComm>().add(i), std::ptr::null_mut()) }))?;
         if code != nccl::SUCCESS && code != nccl::IN_PROGRESS {
             failure = Some(nccl.error("ncclCommSplit", code, c.raw as RawComm));
             break;
@@ -287,11 +290,17 @@ pub fn split(parents: &[Handle], colors: &[i32], keys: &[i32], timeout: Duration
             failure = Some(nccl.error("ncclGroupEnd", code, std::ptr::null_mut()));
         }
     }
+    // A split is complete once its parent is no longer in progress; then its new
+    // communicator (NULL for no color) is in `raws`.
+    let settled = failure.map_or(Ok(()), Err).and_then(|()| {
+        comms.iter().try_for_each(|c| crate::device::with_device(c.device, || wait_for_init(nccl, c.raw as RawComm, c.nranks, c.rank, timeout, "ncclCommSplit")))
+    });
+    // On failure NCCL may still write the slots: they stay leaked, what it made lost.
+    settled?;
+    // SAFETY: every split has completed, so NCCL writes the slots no more.
+    let raws: Vec<RawComm> = unsafe { Box::from_raw(slots) }.into_vec();
     let made = || raws.iter().zip(&comms).filter(|(r, _)| !r.is_null());
-    let result = match failure {
-        Some(e) => Err(e),
-        None => made().try_for_each(|(&raw, c)| crate::device::with_device(c.device, || wait_for_init(nccl, raw, c.nranks, c.rank, timeout, "ncclCommSplit"))),
-    };
+    let result = made().try_for_each(|(&raw, c)| crate::device::with_device(c.device, || wait_for_init(nccl, raw, c.nranks, c.rank, timeout, "ncclCommSplit")));
     let placed = result.and_then(|()| {
         made()
             .map(|(&raw, c)| {
