@@ -91,6 +91,8 @@ struct Core {
     stream: u64,
     allocator: u32,
     action: Action,
+    /// A `FreeRequested` whose free completed at once: read back as two events.
+    completed: bool,
 }
 
 /// What an event may carry beside its fields: the recording thread's annotation and
@@ -141,23 +143,27 @@ impl Ring {
         let extras = (ANNOTATING.load(Ordering::Relaxed) != 0 || STACKS.load(Ordering::Relaxed)).then(thread_extras);
         let ticks = ticks().max(self.last_ticks);
         self.last_ticks = ticks;
-        for &action in actions {
-            let addr = if action == Action::Oom { device_free } else { addr };
-            let core = Core { ticks, addr, size, stream, allocator: allocator as u32, action };
-            let at = if self.cores.len() < capacity {
-                self.cores.push(core);
-                self.cores.len() - 1
-            } else {
-                let at = self.head;
-                self.cores[at] = core;
-                // Not `%`: a division is the slowest instruction of an event.
-                self.head = if at + 1 == self.cores.len() { 0 } else { at + 1 };
-                self.overwritten += 1;
-                at
-            };
-            if extras.is_some() || !self.extras.is_empty() {
-                self.set_extras(at, extras.clone().unwrap_or_default());
-            }
+        // A free that completes at once takes one slot for its two events.
+        let (action, completed) = match *actions {
+            [Action::FreeRequested, Action::FreeCompleted] => (Action::FreeRequested, true),
+            [action] => (action, false),
+            _ => unreachable!("one action, or a free requested and completed"),
+        };
+        let addr = if action == Action::Oom { device_free } else { addr };
+        let core = Core { ticks, addr, size, stream, allocator: allocator as u32, action, completed };
+        let at = if self.cores.len() < capacity {
+            self.cores.push(core);
+            self.cores.len() - 1
+        } else {
+            let at = self.head;
+            self.overwritten += 1 + self.cores[at].completed as u64;
+            self.cores[at] = core;
+            // Not `%`: a division is the slowest instruction of an event.
+            self.head = if at + 1 == self.cores.len() { 0 } else { at + 1 };
+            at
+        };
+        if extras.is_some() || !self.extras.is_empty() {
+            self.set_extras(at, extras.unwrap_or_default());
         }
     }
 
@@ -185,9 +191,12 @@ impl Ring {
     fn ordered(&self) -> impl Iterator<Item = Slot> + '_ {
         let current = self.generation == GENERATION.load(Ordering::Relaxed);
         let len = if current { self.cores.len() } else { 0 };
-        (0..len).map(move |i| {
+        (0..len).flat_map(move |i| {
             let at = (self.head + i) % len;
-            Slot { core: self.cores[at], extras: self.extras.get(at).cloned().unwrap_or_default() }
+            let core = self.cores[at];
+            let extras = self.extras.get(at).cloned().unwrap_or_default();
+            let completion = core.completed.then(|| Slot { core: Core { action: Action::FreeCompleted, completed: false, ..core }, extras: extras.clone() });
+            std::iter::once(Slot { core: Core { completed: false, ..core }, extras }).chain(completion)
         })
     }
 
@@ -628,6 +637,27 @@ mod tests {
         let actions: Vec<Action> = events.iter().map(|e| e.action).collect();
         assert_eq!(actions, [Action::Alloc, Action::Oom, Action::FreeRequested, Action::FreeCompleted], "merged by time");
         assert_eq!((events[1].device_free, events[1].addr), (77, 0));
+    }
+
+    #[test]
+    fn a_free_completed_at_once_is_two_events_in_one_slot() {
+        let _serial = lock(&SERIAL);
+        let r = Recorder::new(904);
+        record_history(true, 4, GPURT_HISTORY_CLEAR).unwrap();
+        let mut ring = Ring::default();
+        for i in 0..5 {
+            ring.record(&[Action::Alloc], i, 1, 0, 0, 0);
+            ring.record(&[Action::FreeRequested, Action::FreeCompleted], i, 1, 0, 0, 0);
+        }
+        record_history(false, 0, 0).unwrap();
+        let mut slots = Vec::new();
+        let overwritten = ring.collect(&mut slots);
+        // Four slots keep the last four records (six events); the six before were nine.
+        assert_eq!((slots.len(), overwritten), (6, 9));
+        let (events, dropped) = r.events(slots, overwritten);
+        let kept: Vec<(Action, u64)> = events.iter().map(|e| (e.action, e.addr)).collect();
+        assert_eq!(kept, [(Action::FreeCompleted, 3), (Action::Alloc, 4), (Action::FreeRequested, 4), (Action::FreeCompleted, 4)]);
+        assert_eq!(dropped, 11, "every event not kept is counted once");
     }
 
     #[test]

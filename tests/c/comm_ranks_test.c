@@ -9,8 +9,9 @@
  * fresh random data of 1 element, an odd count and 256 MiB, in f32, i32 and f64
  * (sums of values that add exactly in any order) and bf16 (max); every rank knows
  * every rank's input (each is made from a seed), so each checks its own output
- * against the host's result. Then an all_reduce captured in a graph on every rank and
- * replayed on new data; and a split into one communicator per rank.
+ * against the host's result. Then each collective captured in a graph on every rank
+ * and replayed on new data (all_reduce also at 256 MiB); and a split into one
+ * communicator per rank.
  */
 #define _GNU_SOURCE
 #include <gpurt.h>
@@ -216,7 +217,7 @@ static void all_checks(world_t *w, const char *mode) {
                 if (counts[i] == BIG && k > 0) continue; /* 256 MiB once per collective, in f32 */
                 run_and_check(w, c, KINDS[k], counts[i], 1000u * (uint64_t)c + 10u * i + k, 0);
             }
-    run_and_check(w, ALL_REDUCE, KINDS[0], 4097, 777, 1);
+    for (c = 0; c < N_COLLECTIVES; c++) run_and_check(w, c, KINDS[(size_t)c % 4], 4097, 5000u + (uint64_t)c, 1);
     run_and_check(w, ALL_REDUCE, KINDS[0], BIG, 778, 1);
     printf("comm_ranks_test: %s, %d ranks: every collective %s\n", mode, w->nranks, failures == before ? "byte-exact" : "FAILED");
 }
