@@ -50,6 +50,9 @@ import torch  # noqa: E402  (after the allocator is chosen: it must be swapped b
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_traces import llm_generate  # noqa: E402  (the GPT-2-sized decoder of the recorded traces)
+
 gpurt = ctypes.CDLL(lib_path)
 on_gpurt = mode == "gpurt"
 if on_gpurt:
@@ -59,9 +62,9 @@ if on_gpurt:
 else:
     expandable = "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
 torch.use_deterministic_algorithms(True, warn_only=True)
+torch.backends.cuda.matmul.allow_tf32 = False  # after record_traces, which allows it
 torch.backends.cudnn.deterministic = True
 torch.backends.cudnn.benchmark = False
-torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 
 
@@ -84,42 +87,9 @@ def peak_reserved():
     return torch.cuda.max_memory_reserved()
 
 
-class Block(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x, cache):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        if cache is not None:
-            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.out(F.gelu(self.fc(self.ln2(x)))), (k, v)
-
-
-def gpt2_generate(batch=16, prompt=128, new_tokens=256, d=768, heads=12, layers=12, vocab=50257):
+def gpt2_generate():
     torch.manual_seed(0)
-    emb, pos = nn.Embedding(vocab, d).cuda().half(), nn.Embedding(1024, d).cuda().half()
-    blocks = nn.ModuleList(Block(d, heads) for _ in range(layers)).cuda().half()
-    head = nn.Linear(d, vocab, bias=False).cuda().half()
-    tokens = torch.randint(0, vocab, (batch, prompt), device="cuda")
-    with torch.no_grad():
-        caches, start, step = [None] * layers, 0, tokens
-        for _ in range(new_tokens):
-            x = emb(step) + pos(torch.arange(start, start + step.shape[1], device="cuda"))
-            for i, blk in enumerate(blocks):
-                x, caches[i] = blk(x, caches[i])
-            nxt = head(x[:, -1]).float().argmax(-1, keepdim=True)
-            start += step.shape[1]
-            step = nxt
-            tokens = torch.cat([tokens, nxt], dim=1)
-    return tokens.cpu().numpy().tobytes()
+    return llm_generate(batch=16, prompt=128, new_tokens=256).cpu().numpy().tobytes()
 
 
 class Bottleneck(nn.Module):

@@ -92,6 +92,7 @@ def llm_generate(batch=8, prompt=96, new_tokens=192, d=768, heads=12, layers=12,
             start += step.shape[1]
             step = nxt
             tokens = torch.cat([tokens, nxt], dim=1)
+    return tokens
 
 
 def encoder_varlen(batch=32, steps=40):
