@@ -170,22 +170,33 @@ pub fn init_rank(id: &[u8; 128], nranks: i32, rank: i32, device: i32, timeout: D
     insert(raw, d, rank, nranks)
 }
 
-fn wait_for_init(nccl: &Nccl, raw: RawComm, nranks: i32, rank: i32, timeout: Duration, call: &str) -> Result<()> {
+/// Polls a non-blocking communicator until NCCL no longer reports its work in
+/// progress: its final state, or None once `timeout` has passed (None: no limit).
+/// Waits for peers (with a timeout) sleep between polls; waits for NCCL to finish
+/// enqueuing work of its own (none) only yield.
+fn settled_state(nccl: &Nccl, raw: RawComm, timeout: Option<Duration>) -> Result<Option<nccl::NcclResult>> {
     let start = Instant::now();
     loop {
         let mut state = nccl::IN_PROGRESS;
         nccl.check("ncclCommGetAsyncError", unsafe { (nccl.comm_get_async_error)(raw, &mut state) }, raw)?;
-        match state {
-            nccl::SUCCESS => return Ok(()),
-            nccl::IN_PROGRESS if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(1)),
-            nccl::IN_PROGRESS => {
-                return Err(Error::new(
-                    Status::GPURT_ERROR_COMM,
-                    format!("rank {rank} of {nranks}: the other ranks did not join within {} ms; this rank's communicator was aborted", timeout.as_millis()),
-                ))
-            }
-            code => return Err(nccl.error(call, code, raw)),
+        match (state, timeout) {
+            (nccl::IN_PROGRESS, None) => std::thread::yield_now(),
+            (nccl::IN_PROGRESS, Some(t)) if start.elapsed() < t => std::thread::sleep(Duration::from_millis(1)),
+            (nccl::IN_PROGRESS, Some(_)) => return Ok(None),
+            (state, _) => return Ok(Some(state)),
         }
+    }
+}
+
+/// Waits at most `timeout` for a new communicator (from `call`) to be made with its
+/// peers; the caller aborts it on failure.
+fn wait_for_init(nccl: &Nccl, raw: RawComm, nranks: i32, rank: i32, timeout: Duration, call: &str) -> Result<()> {
+    match settled_state(nccl, raw, Some(timeout))? {
+        Some(state) => nccl.check(call, state, raw),
+        None => Err(Error::new(
+            Status::GPURT_ERROR_COMM,
+            format!("rank {rank} of {nranks}: the other ranks did not join within {} ms; this rank's communicator was aborted", timeout.as_millis()),
+        )),
     }
 }
 
@@ -198,14 +209,8 @@ fn abort_raw(nccl: &Nccl, raw: RawComm) {
 /// Waits until NCCL has finished enqueuing the work a call on a non-blocking
 /// communicator (one from `init_rank`) left in progress, then gives its outcome.
 fn settle(nccl: &Nccl, raw: RawComm, call: &str) -> Result<()> {
-    loop {
-        let mut state = nccl::IN_PROGRESS;
-        nccl.check("ncclCommGetAsyncError", unsafe { (nccl.comm_get_async_error)(raw, &mut state) }, raw)?;
-        match state {
-            nccl::IN_PROGRESS => std::thread::yield_now(),
-            code => return nccl.check(call, code, raw),
-        }
-    }
+    let state = settled_state(nccl, raw, None)?.unwrap_or(nccl::IN_PROGRESS);
+    nccl.check(call, state, raw)
 }
 
 /// This thread's open groups: their depth and the communicators used in them, which
@@ -291,9 +296,17 @@ pub fn split(parents: &[Handle], colors: &[i32], keys: &[i32], timeout: Duration
         }
     }
     // A split is complete once its parent is no longer in progress; then its new
-    // communicator (NULL for no color) is in `raws`.
+    // communicator (NULL for no color) is in its slot.
     let settled = failure.map_or(Ok(()), Err).and_then(|()| {
-        comms.iter().try_for_each(|c| crate::device::with_device(c.device, || wait_for_init(nccl, c.raw as RawComm, c.nranks, c.rank, timeout, "ncclCommSplit")))
+        comms.iter().try_for_each(|c| {
+            crate::device::with_device(c.device, || match settled_state(nccl, c.raw as RawComm, Some(timeout))? {
+                Some(state) => nccl.check("ncclCommSplit", state, c.raw as RawComm),
+                None => Err(Error::new(
+                    Status::GPURT_ERROR_COMM,
+                    format!("rank {} of {}: the other ranks did not take part in the split within {} ms", c.rank, c.nranks, timeout.as_millis()),
+                )),
+            })
+        })
     });
     // On failure NCCL may still write the slots: they stay leaked, what it made lost.
     settled?;

@@ -902,7 +902,7 @@ impl<S: SegmentSource> Pool<S> {
     fn grow_expandable(&mut self, pool: PoolKind, stream: u64, rounded: u64) -> Result<BlockId> {
         let granularity = self.shared.source.map_granularity();
         let key = (stream, pool_index(pool));
-        let Some(seg) = self.expandable.get(&key).map(|e| Expandable { maps: Vec::new(), ..*e }) else {
+        let Some((base, reserved, last)) = self.expandable.get(&key).map(|e| (e.base, e.reserved, e.tail)) else {
             // Room for the whole device: a segment never needs a second range.
             let total = self.shared.source.memory_info().1;
             let reserved = total.max(rounded).max(1 << 30).next_multiple_of(granularity);
@@ -917,20 +917,20 @@ impl<S: SegmentSource> Pool<S> {
             self.expandable.insert(key, Expandable { base, reserved, tail: id, maps: vec![base] });
             return Ok(id);
         };
-        let mapped = self.segments[&seg.base].size;
-        let tail = &self.blocks[seg.tail];
+        let mapped = self.segments[&base].size;
+        let tail = &self.blocks[last];
         let (tail_free, rank) = (tail.state == State::Free, tail.rank + tail.size);
         let missing = if tail_free { rounded.saturating_sub(tail.size) } else { rounded };
         let needed = missing.next_multiple_of(granularity);
-        if mapped + needed > seg.reserved {
+        if mapped + needed > reserved {
             return Err(Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, "the expandable segment's address range is full"));
         }
-        let end = seg.base + mapped;
+        let end = base + mapped;
         // A step of a share of what is mapped: a pool growing from cold makes fewer
         // driver calls (measured on recorded traces: docs/performance.md) for a
         // bounded overshoot; where the step is refused (the cap, the driver), what is
         // needed is enough.
-        let step = (mapped / EXPANDABLE_STEP_SHARE).min(EXPANDABLE_STEP_MAX).next_multiple_of(granularity).min(seg.reserved - mapped);
+        let step = (mapped / EXPANDABLE_STEP_SHARE).min(EXPANDABLE_STEP_MAX).next_multiple_of(granularity).min(reserved - mapped);
         let grow = if step > needed && self.shared.grow(end, step).is_ok() {
             step
         } else {
@@ -939,16 +939,16 @@ impl<S: SegmentSource> Pool<S> {
         };
         self.note(&[Action::SegmentMap], end, grow, stream);
         self.count_device_memory(pool, grow as i64);
-        self.segment_mut(seg.base).size = mapped + grow;
+        self.segment_mut(base).size = mapped + grow;
         self.expandable.get_mut(&key).expect("segment").maps.push(end);
         if tail_free {
-            self.remove_free(seg.tail);
-            self.blocks[seg.tail].size += grow;
-            self.insert_free(seg.tail);
-            return Ok(seg.tail);
+            self.remove_free(last);
+            self.blocks[last].size += grow;
+            self.insert_free(last);
+            return Ok(last);
         }
-        let id = self.blocks.insert(Block::free(end, grow, rank, self.blocks[seg.tail].lists, pool, seg.tail, NO_BLOCK));
-        self.blocks[seg.tail].next = id;
+        let id = self.blocks.insert(Block::free(end, grow, rank, self.blocks[last].lists, pool, last, NO_BLOCK));
+        self.blocks[last].next = id;
         self.expandable.get_mut(&key).expect("segment").tail = id;
         self.insert_free(id);
         Ok(id)
