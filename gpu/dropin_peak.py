@@ -47,11 +47,9 @@ if mode == "table":
 # Deterministic cuBLAS (a fixed workspace), so that results can be compared bytewise.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch  # noqa: E402  (after the allocator is chosen: it must be swapped before CUDA starts)
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from record_traces import llm_generate  # noqa: E402  (the GPT-2-sized decoder of the recorded traces)
+from record_traces import llm_generate, resnet50_train  # noqa: E402  (workloads of the recorded traces)
 
 gpurt = ctypes.CDLL(lib_path)
 on_gpurt = mode == "gpurt"
@@ -90,51 +88,6 @@ def peak_reserved():
 def gpt2_generate():
     torch.manual_seed(0)
     return llm_generate(batch=16, prompt=128, new_tokens=256).cpu().numpy().tobytes()
-
-
-class Bottleneck(nn.Module):
-    def __init__(self, cin, width, stride):
-        super().__init__()
-        cout = width * 4
-        self.body = nn.Sequential(
-            nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
-            nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
-            nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
-        self.skip = None
-        if stride != 1 or cin != cout:
-            self.skip = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        return F.relu(self.body(x) + (x if self.skip is None else self.skip(x)))
-
-
-def resnet50(classes=1000):
-    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
-    cin = 64
-    for width, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
-        for i in range(blocks):
-            layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
-            cin = width * 4
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
-    return nn.Sequential(*layers)
-
-
-def resnet50_train(batch=64, steps=6):
-    torch.manual_seed(1)
-    model = resnet50().cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    gen = torch.Generator().manual_seed(2)
-    for _ in range(steps):
-        x = torch.randn(batch, 3, 224, 224, generator=gen).cuda()
-        y = torch.randint(0, 1000, (batch,), generator=gen).cuda()
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    digest = hashlib.sha256()
-    for p in model.parameters():
-        digest.update(p.detach().cpu().numpy().tobytes())
-    return digest.hexdigest().encode()
 
 
 os.makedirs(out_dir, exist_ok=True)

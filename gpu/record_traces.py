@@ -1,6 +1,6 @@
 """Records allocation traces of PyTorch models for trace_replay.cpp.
 
-    python3 record_traces.py OUT_DIR
+    python3 record_traces.py OUT_DIR [NAME...]
 
 Each workload runs from an empty cache under PyTorch's own memory history; the
 trace keeps, in order, every allocation (its block size and stream) and the
@@ -8,6 +8,7 @@ moment its block became free again (`free_completed`). Weights are random: the
 shapes, not the values, decide the allocations. Files: OUT_DIR/NAME.trace, lines
 `a ID SIZE STREAM` and `f ID`, after a `# NAME` header.
 """
+import hashlib
 import os
 import sys
 
@@ -109,12 +110,64 @@ def encoder_varlen(batch=32, steps=40):
         opt.step()
 
 
+class Bottleneck(nn.Module):
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = width * 4
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.skip = None
+        if stride != 1 or cin != cout:
+            self.skip = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        return F.relu(self.body(x) + (x if self.skip is None else self.skip(x)))
+
+
+def resnet50(classes=1000):
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for width, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+        for i in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+            cin = width * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*layers)
+
+
+def resnet50_train(batch=64, steps=6):
+    torch.manual_seed(1)
+    model = resnet50().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(steps):
+        x = torch.randn(batch, 3, 224, 224, generator=gen).cuda()
+        y = torch.randint(0, 1000, (batch,), generator=gen).cuda()
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    digest = hashlib.sha256()
+    for p in model.parameters():
+        digest.update(p.detach().cpu().numpy().tobytes())
+    return digest.hexdigest().encode()
+
+
+def resnet50_deterministic():
+    """ResNet-50 training as gpu/dropin_peak.py runs it: deterministic cuDNN, no TF32."""
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True, allow_tf32=False):
+        resnet50_train()
+
+
 WORKLOADS = {
     "cnn_train_b32": lambda: cnn_train(32),
     "cnn_train_b128": lambda: cnn_train(128),
     "cnn_train_b256": lambda: cnn_train(256),
     "llm_generate": llm_generate,
     "encoder_varlen": encoder_varlen,
+    "resnet50_train_b64": resnet50_deterministic,
 }
 
 
@@ -147,11 +200,11 @@ def record(name, workload, out_dir):
 
 
 def main():
-    out_dir = sys.argv[1]
+    out_dir, names = sys.argv[1], sys.argv[2:] or list(WORKLOADS)
     os.makedirs(out_dir, exist_ok=True)
     torch.manual_seed(0)
-    for name, workload in WORKLOADS.items():
-        record(name, workload, out_dir)
+    for name in names:
+        record(name, WORKLOADS[name], out_dir)
         torch.cuda.empty_cache()
 
 

@@ -9,6 +9,12 @@
 // the trace once ("warm", median of REPS), and fragmentation: the pool's peak
 // reserved bytes over the trace's peak live bytes. PyTorch's allocator and RMM are
 // compiled in when their headers are there (WITH_TORCH, WITH_RMM).
+//
+// First it measures what a growth step costs the driver (by size, batched, from
+// several threads at once), and for each trace it prints the floor of any pool
+// that keeps fragmentation within the anchors' whatever the peak turns out to be:
+// the fewest steps an ideal pool (perfect packing, each step as large as that bound
+// allows) takes, at the cheapest step's cost, plus gpurt's warm time per operation.
 #include <gpurt.h>
 
 #include <cuda.h>
@@ -24,6 +30,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -31,6 +38,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -102,6 +110,8 @@ struct Allocator {
     virtual void *alloc(uint64_t size, uint32_t stream) = 0;
     virtual void free(void *ptr, uint64_t size, uint32_t stream) = 0;
     virtual uint64_t peak_reserved() = 0;
+    /// Segments or mappings taken from the driver so far, where the allocator says.
+    virtual int64_t growth_steps() { return -1; }
 };
 
 struct Streams {
@@ -135,11 +145,13 @@ struct GpurtPool : Allocator {
         return p;
     }
     void free(void *ptr, uint64_t, uint32_t) override { check_gpurt(gpurt_free(ptr), "gpurt_free"); }
-    uint64_t peak_reserved() override {
+    gpurt_memory_stats_t stats() {
         gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
         check_gpurt(gpurt_mem_pool_stats(pool, &stats), "gpurt_mem_pool_stats");
-        return uint64_t(stats.reserved_bytes.all.peak);
+        return stats;
     }
+    uint64_t peak_reserved() override { return uint64_t(stats().reserved_bytes.all.peak); }
+    int64_t growth_steps() override { return stats().num_device_alloc; }
 };
 
 struct DriverPool : Allocator {
@@ -235,6 +247,7 @@ double median(std::vector<double> v) {
 struct Row {
     std::string name;
     double cold_ns, warm_ns, fragmentation;
+    int64_t steps;  // of the cold replay; -1: not known
 };
 
 // Frees what the trace leaves live, so that the next pool starts from nothing.
@@ -250,9 +263,11 @@ Row measure(const std::string &name, const std::function<std::unique_ptr<Allocat
     std::vector<Live> live(t.ids);
     std::vector<double> cold, warm;
     double fragmentation = 0;
+    int64_t steps = -1;
     for (int r = 0; r < reps; r++) {
         auto a = make();
         cold.push_back(replay(*a, t, streams, live));
+        steps = a->growth_steps();
         free_rest(*a, t, live);
         warm.push_back(replay(*a, t, streams, live));
         free_rest(*a, t, live);
@@ -266,54 +281,139 @@ Row measure(const std::string &name, const std::function<std::unique_ptr<Allocat
         for (cudaStream_t s : streams.native) cudaStreamSynchronize(s);
     }
     double ops = double(t.ops.size());
-    return Row{name, median(cold) * 1e9 / ops, median(warm) * 1e9 / ops, fragmentation};
+    return Row{name, median(cold) * 1e9 / ops, median(warm) * 1e9 / ops, fragmentation, steps};
 } catch (const std::exception &e) {  // RMM's and PyTorch's out of memory
     std::printf("%-16s %-22s failed: %s\n", t.name.c_str(), name.c_str(), e.what());
-    return Row{name, 1e30, 1e30, 1e30};
+    return Row{name, 1e30, 1e30, 1e30, -1};
 }
 
-// What one growth step costs the driver, by size: a segment (cuMemAlloc), or memory
-// mapped into reserved addresses (cuMemCreate, cuMemMap, cuMemSetAccess).
-void growth_costs() {
-    auto since = [](std::chrono::steady_clock::time_point t) {
-        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
-    };
-    std::printf("Driver cost of one growth step (us, median of 9)\n%10s %12s %12s %12s %15s\n", "size MiB",
-                "cuMemAlloc", "cuMemCreate", "cuMemMap", "cuMemSetAccess");
+// What growing costs the driver, on a reservation of the device's size as a pool
+// makes: a growth step by size (a segment from cuMemAlloc, or memory created, mapped
+// and made accessible in reserved addresses), access set once over many mappings,
+// and steps taken by several threads at once. Returns the cheapest step (us).
+struct Growth {
+    CUcontext ctx;
     CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
     CUmemAccessDesc access{};
-    access.location = prop.location;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    for (size_t mib : {2, 32, 512}) {
+    CUdeviceptr base = 0;
+    size_t reserved = 0;
+    Growth() {
+        check(cuCtxGetCurrent(&ctx) == CUDA_SUCCESS, "cuCtxGetCurrent");
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = 0;
+        access.location = prop.location;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        size_t granularity = 0, free_bytes = 0;
+        check(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS,
+              "cuMemGetAllocationGranularity");
+        check(cuMemGetInfo(&free_bytes, &reserved) == CUDA_SUCCESS, "cuMemGetInfo");
+        reserved = (reserved + granularity - 1) / granularity * granularity;
+        check(cuMemAddressReserve(&base, reserved, 0, 0, 0) == CUDA_SUCCESS, "cuMemAddressReserve");
+    }
+    ~Growth() { cuMemAddressFree(base, reserved); }
+    // `steps` steps of `size` from `at`, timing each call; access per step, or once
+    // over all of them (into `whole`). Everything is unmapped after.
+    void grow(CUdeviceptr at, size_t size, int steps, bool access_each, std::vector<double> *create,
+              std::vector<double> *map, std::vector<double> *set, std::vector<double> *whole) {
+        std::vector<CUmemGenericAllocationHandle> handles(steps);
+        for (int i = 0; i < steps; i++) {
+            auto t0 = std::chrono::steady_clock::now();
+            check(cuMemCreate(&handles[i], size, &prop, 0) == CUDA_SUCCESS, "cuMemCreate");
+            auto t1 = std::chrono::steady_clock::now();
+            check(cuMemMap(at + i * size, size, 0, handles[i], 0) == CUDA_SUCCESS, "cuMemMap");
+            auto t2 = std::chrono::steady_clock::now();
+            if (access_each) check(cuMemSetAccess(at + i * size, size, &access, 1) == CUDA_SUCCESS, "cuMemSetAccess");
+            auto t3 = std::chrono::steady_clock::now();
+            if (create) create->push_back(us(t0, t1)), map->push_back(us(t1, t2)), set->push_back(us(t2, t3));
+        }
+        if (!access_each) {
+            auto t0 = std::chrono::steady_clock::now();
+            check(cuMemSetAccess(at, size * steps, &access, 1) == CUDA_SUCCESS, "cuMemSetAccess (all)");
+            whole->push_back(us(t0, std::chrono::steady_clock::now()));
+        }
+        for (int i = 0; i < steps; i++) {
+            cuMemUnmap(at + i * size, size);
+            cuMemRelease(handles[i]);
+        }
+    }
+    static double us(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+        return std::chrono::duration<double, std::micro>(b - a).count();
+    }
+};
+
+double growth_costs() {
+    Growth g;
+    std::printf("Driver cost of growing (us, medians; steps of one size laid end to end on a %.1f GiB reservation)\n",
+                g.reserved / double(1 << 30));
+    std::printf("%10s %12s %12s %10s %15s %10s\n", "size MiB", "cuMemAlloc", "cuMemCreate", "cuMemMap",
+                "cuMemSetAccess", "step");
+    g.grow(g.base, 2 << 20, 4, true, nullptr, nullptr, nullptr, nullptr);  // the driver's first-use costs
+    double cheapest = 1e30;
+    for (size_t mib : {2, 8, 32, 128, 512}) {
         size_t size = mib << 20;
-        std::vector<double> alloc, create, map, set;
+        int steps = mib >= 512 ? 8 : 16;
+        std::vector<double> alloc, create, map, set, step;
+        for (int rep = 0; rep < 3; rep++) g.grow(g.base, size, steps, true, &create, &map, &set, nullptr);
         for (int i = 0; i < 9; i++) {
-            CUdeviceptr p, va;
-            CUmemGenericAllocationHandle h;
+            CUdeviceptr p;
             auto t = std::chrono::steady_clock::now();
             check(cuMemAlloc(&p, size) == CUDA_SUCCESS, "cuMemAlloc");
-            alloc.push_back(since(t));
+            alloc.push_back(Growth::us(t, std::chrono::steady_clock::now()));
             cuMemFree(p);
-            check(cuMemAddressReserve(&va, size, 0, 0, 0) == CUDA_SUCCESS, "cuMemAddressReserve");
-            t = std::chrono::steady_clock::now();
-            check(cuMemCreate(&h, size, &prop, 0) == CUDA_SUCCESS, "cuMemCreate");
-            create.push_back(since(t));
-            t = std::chrono::steady_clock::now();
-            check(cuMemMap(va, size, 0, h, 0) == CUDA_SUCCESS, "cuMemMap");
-            map.push_back(since(t));
-            t = std::chrono::steady_clock::now();
-            check(cuMemSetAccess(va, size, &access, 1) == CUDA_SUCCESS, "cuMemSetAccess");
-            set.push_back(since(t));
-            cuMemUnmap(va, size);
-            cuMemRelease(h);
-            cuMemAddressFree(va, size);
         }
-        std::printf("%10zu %12.1f %12.1f %12.1f %15.1f\n", mib, median(alloc), median(create), median(map), median(set));
+        for (size_t i = 0; i < create.size(); i++) step.push_back(create[i] + map[i] + set[i]);
+        cheapest = std::min(cheapest, median(step));
+        std::printf("%10zu %12.1f %12.1f %10.1f %15.1f %10.1f\n", mib, median(alloc), median(create), median(map),
+                    median(set), median(step));
+    }
+    std::vector<double> whole;
+    for (int rep = 0; rep < 3; rep++) g.grow(g.base, 8 << 20, 16, false, nullptr, nullptr, nullptr, &whole);
+    std::printf("cuMemSetAccess once over 16 new mappings of 8 MiB: %.1f us (%.1f a mapping)\n", median(whole),
+                median(whole) / 16);
+    double one = 0;
+    for (int threads : {1, 2, 4, 8}) {
+        std::vector<double> walls;
+        for (int rep = 0; rep < 3; rep++) {
+            auto t0 = std::chrono::steady_clock::now();
+            std::vector<std::thread> pool;
+            for (int t = 0; t < threads; t++)
+                pool.emplace_back([&g, t] {
+                    check(cuCtxSetCurrent(g.ctx) == CUDA_SUCCESS, "cuCtxSetCurrent");
+                    g.grow(g.base + size_t(t) * (256 << 20), 8 << 20, 16, true, nullptr, nullptr, nullptr, nullptr);
+                });
+            for (auto &th : pool) th.join();
+            walls.push_back(Growth::us(t0, std::chrono::steady_clock::now()));
+        }
+        double rate = 16 * threads / median(walls);
+        if (threads == 1) one = rate;
+        std::printf("%d thread(s) growing disjoint ranges at once, 16 steps of 8 MiB each: %.2f steps/ms (%.2fx one "
+                    "thread's)\n", threads, rate * 1000, rate / one);
     }
     std::printf("\n");
+    return cheapest;
+}
+
+// The fewest growth steps of an ideal pool that packs perfectly and, whenever the
+// live bytes outgrow what it holds, grows to `bound` times them (2 MiB multiples):
+// the most a step may take if the trace could peak right after it.
+int ideal_steps(const Trace &t, double bound) {
+    std::vector<uint64_t> sizes(t.ids);
+    uint64_t live = 0, held = 0;
+    int steps = 0;
+    for (const Op &op : t.ops) {
+        if (op.stream == UINT32_MAX) {
+            live -= sizes[op.id];
+            continue;
+        }
+        sizes[op.id] = op.size;
+        live += op.size;
+        if (live > held) {
+            held = uint64_t(std::ceil(bound * double(live) / double(2 << 20))) * (2 << 20);
+            steps++;
+        }
+    }
+    return steps;
 }
 
 }  // namespace
@@ -329,12 +429,12 @@ int main(int argc, char **argv) {
     cudaGetDeviceCount(&devices);
     torch_alloc::init(devices);
 #endif
-    growth_costs();
+    double cheapest_step_us = growth_costs();
     std::printf("Allocation traces replayed from an empty cache (ns per operation, median of %d fresh pools; "
                 "fragmentation = peak reserved / peak live)\n\n",
                 reps);
-    std::printf("%-16s %-22s %10s %10s %8s\n", "trace", "allocator", "cold ns", "warm ns", "frag");
-    int misses = 0;
+    std::printf("%-16s %-22s %10s %10s %8s %6s\n", "trace", "allocator", "cold ns", "warm ns", "frag", "steps");
+    int misses = 0, unreachable = 0;
     for (int i = 2; i < argc; i++) {
         Trace t = load(argv[i]);
         Streams streams(t.streams);
@@ -360,8 +460,8 @@ int main(int argc, char **argv) {
         std::printf("%-16s %zu ops, peak live %.1f MiB\n", t.name.c_str(), t.ops.size(), t.peak_live / 1048576.0);
         for (size_t r = 0; r < rows.size(); r++) {
             const Row &row = rows[r];
-            std::printf("%-16s %-22s %10.1f %10.1f %8.3f", "", row.name.c_str(), row.cold_ns, row.warm_ns,
-                        row.fragmentation);
+            std::printf("%-16s %-22s %10.1f %10.1f %8.3f %6s", "", row.name.c_str(), row.cold_ns, row.warm_ns,
+                        row.fragmentation, row.steps < 0 ? "-" : std::to_string(row.steps).c_str());
             if (r < anchors) {
                 bool fast = row.cold_ns <= 0.5 * fastest, tight = row.fragmentation <= tightest;
                 std::printf("   cold %.2fx the fastest anchor (target <= 0.5): %s; fragmentation vs %.3f: %s",
@@ -370,8 +470,19 @@ int main(int argc, char **argv) {
             }
             std::printf("\n");
         }
+        // rows[1]: gpurt with expandable segments, whose warm time is the least work
+        // a cold replay does besides growing.
+        int steps = ideal_steps(t, tightest);
+        double ops = double(t.ops.size()), floor_ns = rows[1].warm_ns + steps * cheapest_step_us * 1e3 / ops;
+        bool reachable = floor_ns <= 0.5 * fastest;
+        std::printf("%-16s floor of a pool within fragmentation %.3f whatever the peak: %d steps x %.1f us + warm "
+                    "%.1f ns = %.1f ns/op cold against a target of %.1f: %s\n",
+                    "", tightest, steps, cheapest_step_us, rows[1].warm_ns, floor_ns, 0.5 * fastest,
+                    reachable ? "reachable" : "UNREACHABLE");
+        unreachable += !reachable;
         for (gpurt_stream_t s : streams.gpurt) gpurt_stream_destroy(s);
     }
-    std::printf("\ntrace replay: %d target misses\n", misses);
+    std::printf("\ntrace replay: %d target misses; the speed target is out of any pool's reach on %d trace(s)\n",
+                misses, unreachable);
     return 0;
 }

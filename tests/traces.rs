@@ -1,9 +1,11 @@
 //! The allocation traces recorded from PyTorch models (gpu/traces, written by
 //! gpu/record_traces.py) replayed through the caching allocator on host memory: every
 //! invariant holds at the end, every byte goes back, and the fragmentation (peak
-//! reserved over peak live bytes) is the one the H100 measured (gpu/trace_replay.cpp;
-//! the pool's choices do not depend on the device), below the lowest of the driver's
-//! pool, PyTorch's allocator and RMM's pool with expandable segments.
+//! reserved over peak live bytes) and the number of growth steps (driver mappings or
+//! segments, which a cold pool's time mostly is) are the ones the H100 measured
+//! (gpu/trace_replay.cpp; the pool's choices do not depend on the device), with
+//! expandable segments below the lowest fragmentation of the driver's pool,
+//! PyTorch's allocator and RMM's pool.
 
 use std::io::Read;
 
@@ -41,8 +43,12 @@ fn load(name: &str) -> Vec<Op> {
         .collect()
 }
 
-/// Replays `ops` from an empty pool; returns peak reserved / peak live bytes.
-fn fragmentation(ops: &[Op], config: &str) -> f64 {
+/// A replay's fragmentation (peak reserved / peak live bytes) and growth steps
+/// (segments or mappings taken from the source).
+type Replay = (f64, i64);
+
+/// Replays `ops` from an empty pool.
+fn replay(ops: &[Op], config: &str) -> Replay {
     let allocator = CachingAllocator::new(HostSource::new(64 * GIB), AllocConfig::parse(config).unwrap());
     let mut live: Vec<(u64, u64)> = Vec::new();
     let (mut bytes, mut peak) = (0u64, 0u64);
@@ -64,35 +70,39 @@ fn fragmentation(ops: &[Op], config: &str) -> f64 {
         }
     }
     allocator.check_invariants().expect("invariants after the trace");
-    let reserved_peak = allocator.stats().reserved_bytes.all.peak as f64;
+    let stats = allocator.stats();
     for &(addr, _) in live.iter().filter(|l| l.0 != 0) {
         allocator.free(addr).expect("free");
     }
     allocator.empty_cache();
     allocator.check_invariants().expect("invariants after empty_cache");
     assert_eq!(allocator.source().live_segments(), 0, "segments not returned");
-    reserved_peak / peak as f64
+    (stats.reserved_bytes.all.peak as f64 / peak as f64, stats.num_device_alloc)
 }
 
-/// (trace, fragmentation with segments, with expandable segments, the lowest of the
-/// three anchors), as gpu/trace_replay.cpp measured them on the H100.
-const MEASURED: [(&str, f64, f64, f64); 5] = [
-    ("cnn_train_b32", 1.273, 1.064, 1.244),
-    ("cnn_train_b128", 1.661, 1.038, 1.234),
-    ("cnn_train_b256", 1.746, 1.036, 1.205),
-    ("encoder_varlen", 1.736, 1.048, 1.171),
-    ("llm_generate", 1.288, 1.218, 1.253),
+/// (trace, fragmentation and growth steps with segments, with expandable segments,
+/// the lowest fragmentation of the three anchors), as gpu/trace_replay.cpp measured
+/// them on the H100.
+const MEASURED: [(&str, Replay, Replay, f64); 6] = [
+    ("cnn_train_b32", (1.273, 35), (1.085, 25), 1.244),
+    ("cnn_train_b128", (1.661, 37), (1.047, 24), 1.234),
+    ("cnn_train_b256", (1.746, 43), (1.047, 25), 1.205),
+    ("encoder_varlen", (1.736, 90), (1.057, 55), 1.171),
+    ("llm_generate", (1.288, 15), (1.209, 10), 1.253),
+    ("resnet50_train_b64", (1.206, 87), (1.064, 60), 1.193),
 ];
 
 #[test]
 fn recorded_traces_fragment_as_measured_on_the_gpu() {
     for (name, segments, expandable, lowest_anchor) in MEASURED {
         let ops = load(name);
-        let with_segments = fragmentation(&ops, "");
-        let with_expandable = fragmentation(&ops, "expandable_segments:True");
-        eprintln!("{name}: fragmentation {with_segments:.3} with segments, {with_expandable:.3} expandable");
-        assert!((with_segments - segments).abs() < 0.0005, "{name}: {with_segments:.3}, measured {segments}");
-        assert!((with_expandable - expandable).abs() < 0.0005, "{name}: {with_expandable:.3}, measured {expandable}");
-        assert!(with_expandable <= lowest_anchor, "{name}: expandable {with_expandable:.3} above the anchors' {lowest_anchor}");
+        let with_segments = replay(&ops, "");
+        let with_expandable = replay(&ops, "expandable_segments:True");
+        eprintln!("{name}: fragmentation and steps {with_segments:.3?} with segments, {with_expandable:.3?} expandable");
+        for ((frag, steps), (measured_frag, measured_steps)) in [(with_segments, segments), (with_expandable, expandable)] {
+            assert!((frag - measured_frag).abs() < 0.0005, "{name}: {frag:.3}, measured {measured_frag}");
+            assert_eq!(steps, measured_steps, "{name}: growth steps");
+        }
+        assert!(with_expandable.0 <= lowest_anchor, "{name}: expandable {:.3} above the anchors' {lowest_anchor}", with_expandable.0);
     }
 }

@@ -347,9 +347,9 @@ fn expandable_segments_grow_in_place_and_unmap_their_free_end() {
     assert_eq!((p.stats().reserved_bytes.all.current, p.source().live_segments()), (0, 0));
 }
 
-/// Past 8 granules mapped, a segment grows by 1/8 of what it has mapped, at most
-/// 32 MiB (fewer driver calls from cold), and by what it lacks where the source
-/// refuses the step.
+/// A segment grows by 1/8 of what it has mapped up to 32 MiB, past 512 MiB by 1/16
+/// of it up to 128 MiB, and by 8 MiB at least (fewer driver calls from cold); by
+/// what it lacks where the source refuses the step.
 #[test]
 fn expandable_segments_grow_in_steps_of_a_share_of_what_is_mapped() {
     for (capacity, after_step) in [(GIB, 72 * MIB), (66 * MIB, 66 * MIB)] {
@@ -374,10 +374,45 @@ fn expandable_segments_grow_in_steps_of_a_share_of_what_is_mapped() {
     let p = expandable(2 * GIB);
     let big = p.malloc(512 * MIB, 1).unwrap();
     p.malloc(2 * MIB, 1).unwrap();
-    assert_eq!(p.source().mapped_bytes(), 544 * MIB, "a step is at most 32 MiB");
+    assert_eq!(p.source().mapped_bytes(), 544 * MIB, "a step is at most 32 MiB up to 512 MiB mapped");
     p.free(big + 512 * MIB).unwrap();
     p.free(big).unwrap();
     check(&p);
+    for (first, after_step) in [(2 * MIB, 10 * MIB), (1024 * MIB, 1088 * MIB), (4096 * MIB, 4224 * MIB)] {
+        let p = expandable(8 * GIB);
+        let a = p.malloc(first, 1).unwrap();
+        let b = p.malloc(2 * MIB, 1).unwrap();
+        assert_eq!(p.source().mapped_bytes(), after_step, "8 MiB at least; 1/16 past 512 MiB, 128 MiB at most");
+        p.free(b).unwrap();
+        p.free(a).unwrap();
+        check(&p);
+    }
+}
+
+/// A segment's free tail is taken last: a request that fits in a hole leaves the
+/// tail (the one block that grows in place) whole; one that fits nowhere else takes it.
+#[test]
+fn expandable_segments_take_their_free_tail_last() {
+    let p = expandable(GIB);
+    let a = p.malloc(64 * MIB, 1).unwrap();
+    let separator = p.malloc(2 * MIB, 1).unwrap(); // maps a step of 8 MiB
+    let b = p.malloc(4 * MIB, 1).unwrap(); // from the tail, which only it fits: 2 MiB left
+    assert_eq!((separator, b, p.source().mapped_bytes()), (a + 64 * MIB, a + 66 * MIB, 72 * MIB));
+    p.free(a).unwrap(); // a 64 MiB hole, larger than the tail
+    let small = p.malloc(2 * MIB, 1).unwrap();
+    assert_eq!(small, a, "from the hole, though the tail fits it best");
+    p.free(b).unwrap(); // b merges into the tail: 6 MiB free at the end
+    let large = p.malloc(68 * MIB, 1).unwrap();
+    assert_eq!((large, p.source().mapped_bytes()), (b, b - a + 68 * MIB), "the whole tail, grown in place");
+    check(&p);
+    let last = p.malloc(2 * MIB, 1).unwrap();
+    assert_eq!(last, a + 2 * MIB, "from the hole's rest");
+    for addr in [small, separator, large, last] {
+        p.free(addr).unwrap();
+    }
+    p.empty_cache();
+    check(&p);
+    assert_eq!(p.source().mapped_bytes(), 0);
 }
 
 /// The driver unmaps whole mappings only: emptying the cache gives back the mappings
@@ -435,9 +470,10 @@ fn expandable_segments_fragment_less_on_random_sizes() {
     let mean = |make: fn(u64) -> Allocator| seeds.iter().map(|&seed| run(make(64 * GIB), seed)).sum::<f64>() / seeds.len() as f64;
     let (segments, expandable) = (mean(pool), mean(expandable));
     eprintln!("mean fragmentation: expandable {expandable:.3}, segments {segments:.3}");
-    // Measured: 1.160 and 1.284 (at 50 000 operations; the benchmark's 200 000 leave
-    // less room to the granularity: 1.124 and 1.175 over 20 seeds).
-    assert!(expandable < segments - 0.05 && expandable < 1.2, "mean fragmentation: expandable {expandable:.3}, segments {segments:.3}");
+    // Measured: 1.218 and 1.284 at 50 000 operations (growth steps of up to 128 MiB
+    // overshoot more at this workload's 1 GiB than 32 MiB ones did: 1.160); over 12
+    // seeds at the benchmark's 200 000, 1.157 (1.118 with steps of at most 32 MiB).
+    assert!(expandable < segments - 0.05 && expandable < 1.25, "mean fragmentation: expandable {expandable:.3}, segments {segments:.3}");
 }
 
 /// The pool's choices do not depend on where the source puts segments: the same

@@ -31,11 +31,15 @@ const SMALL_BUFFER: u64 = 2 * MIB;
 const LARGE_BUFFER: u64 = 20 * MIB;
 const MIN_LARGE_ALLOC: u64 = 10 * MIB;
 const ROUND_LARGE: u64 = 2 * MIB;
-/// An expandable segment grows by at least this share of what it has mapped, up to
-/// `EXPANDABLE_STEP_MAX` (past which a step's driver calls are small beside the work
-/// that fills it, and a larger step only adds fragmentation).
-const EXPANDABLE_STEP_SHARE: u64 = 8;
-const EXPANDABLE_STEP_MAX: u64 = 32 * MIB;
+/// An expandable segment grows by at least a step: an eighth of what it has mapped
+/// up to `EXPANDABLE_SMALL_STEP_MAX`, past that a sixteenth of it up to
+/// `EXPANDABLE_STEP_MAX`, and never less than `EXPANDABLE_STEP_MIN`. Each step is
+/// one driver mapping of 45-55 us up to 128 MiB, whatever its size
+/// (docs/performance.md), so the steps are what growth from cold costs; their
+/// shares and bounds are what the last one overshoots.
+const EXPANDABLE_STEP_MIN: u64 = 8 * MIB;
+const EXPANDABLE_SMALL_STEP_MAX: u64 = 32 * MIB;
+const EXPANDABLE_STEP_MAX: u64 = 128 * MIB;
 /// Freed blocks kept parked for a request of their exact size, at most.
 const MAX_PARKED: usize = 64;
 /// Sizes of the last requests that no parked block served, remembered to tell which
@@ -622,7 +626,24 @@ impl<S: SegmentSource> Pool<S> {
 
     /// Best fit among `stream`'s free blocks of `pool`, with PyTorch's rules for
     /// oversize blocks (never split for a smaller request; not used when far larger).
-    fn find_free(&self, pool: PoolKind, stream: u64, size: u64) -> Option<BlockId> {
+    /// An expandable segment's free tail is taken last: it alone grows in place, so
+    /// a request that fits elsewhere leaves it whole for a larger one (without this,
+    /// a small block left at the very end made the next large request map anew:
+    /// docs/performance.md).
+    fn find_free(&mut self, pool: PoolKind, stream: u64, size: u64) -> Option<BlockId> {
+        let id = self.best_fit(pool, stream, size)?;
+        let key = (stream, pool_index(pool));
+        if self.blocks[id].next != NO_BLOCK || self.expandable.get(&key).is_none_or(|e| e.tail != id) {
+            return Some(id);
+        }
+        let lists = self.blocks[id].lists as usize;
+        self.free[lists].remove(&mut self.blocks, id);
+        let elsewhere = self.best_fit(pool, stream, size);
+        self.free[lists].insert(&mut self.blocks, id);
+        Some(elsewhere.unwrap_or(id))
+    }
+
+    fn best_fit(&self, pool: PoolKind, stream: u64, size: u64) -> Option<BlockId> {
         let max_split = self.config.max_split_size;
         let limit = if size < max_split { max_split } else { size.saturating_add(LARGE_BUFFER) };
         let lists = self.free.iter().find(|f| f.hold(stream, pool))?;
@@ -930,7 +951,12 @@ impl<S: SegmentSource> Pool<S> {
         // driver calls (measured on recorded traces: docs/performance.md) for a
         // bounded overshoot; where the step is refused (the cap, the driver), what is
         // needed is enough.
-        let step = (mapped / EXPANDABLE_STEP_SHARE).min(EXPANDABLE_STEP_MAX).next_multiple_of(granularity).min(reserved - mapped);
+        let step = (mapped / 8)
+            .min(EXPANDABLE_SMALL_STEP_MAX)
+            .max((mapped / 16).min(EXPANDABLE_STEP_MAX))
+            .max(EXPANDABLE_STEP_MIN)
+            .next_multiple_of(granularity)
+            .min(reserved - mapped);
         let grow = if step > needed && self.shared.grow(end, step).is_ok() {
             step
         } else {
