@@ -633,7 +633,7 @@ impl<S: SegmentSource> Pool<S> {
     fn find_free(&mut self, pool: PoolKind, stream: u64, size: u64) -> Option<BlockId> {
         let id = self.best_fit(pool, stream, size)?;
         let key = (stream, pool_index(pool));
-        if self.blocks[id].next != NO_BLOCK || self.expandable.get(&key).is_none_or(|e| e.tail != id) {
+        if self.blocks[id].next != NO_BLOCK || self.expandable.get(&key).map_or(true, |e| e.tail != id) {
             return Some(id);
         }
         let lists = self.blocks[id].lists as usize;
