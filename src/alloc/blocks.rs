@@ -234,6 +234,12 @@ impl FreeLists {
         self.fit(arena, size, limit, SCAN_LIMIT).or_else(|| self.fit(arena, size, limit, usize::MAX))
     }
 
+    /// `best_fit` within `SCAN_LIMIT` blocks per list: it may miss a fitting block,
+    /// for a caller that has one in hand.
+    pub fn quick_fit(&self, arena: &Arena, size: u64, limit: u64) -> Option<BlockId> {
+        self.fit(arena, size, limit, SCAN_LIMIT)
+    }
+
     fn fit(&self, arena: &Arena, size: u64, limit: u64, max_scan: usize) -> Option<BlockId> {
         let (level, sub) = class_of(size);
         // The request's own class may hold blocks too small for it.

@@ -40,6 +40,9 @@ const ROUND_LARGE: u64 = 2 * MIB;
 const EXPANDABLE_STEP_MIN: u64 = 8 * MIB;
 const EXPANDABLE_SMALL_STEP_MAX: u64 = 32 * MIB;
 const EXPANDABLE_STEP_MAX: u64 = 128 * MIB;
+/// A search of free lists for `size` bytes below `limit` (`FreeLists::best_fit` or
+/// `quick_fit`).
+type FitFn = fn(&FreeLists, &Arena, u64, u64) -> Option<BlockId>;
 /// Freed blocks kept parked for a request of their exact size, at most.
 const MAX_PARKED: usize = 64;
 /// Sizes of the last requests that no parked block served, remembered to tell which
@@ -629,25 +632,29 @@ impl<S: SegmentSource> Pool<S> {
     /// An expandable segment's free tail is taken last: it alone grows in place, so
     /// a request that fits elsewhere leaves it whole for a larger one (without this,
     /// a small block left at the very end made the next large request map anew:
-    /// docs/performance.md).
+    /// docs/performance.md). The look elsewhere is bounded: missing a block there
+    /// only means taking the tail.
     fn find_free(&mut self, pool: PoolKind, stream: u64, size: u64) -> Option<BlockId> {
-        let id = self.best_fit(pool, stream, size)?;
+        let id = self.fit_free(pool, stream, size, FreeLists::best_fit)?;
         let key = (stream, pool_index(pool));
-        if self.blocks[id].next != NO_BLOCK || self.expandable.get(&key).map_or(true, |e| e.tail != id) {
+        if self.expandable.is_empty()
+            || self.blocks[id].next != NO_BLOCK
+            || self.expandable.get(&key).map_or(true, |e| e.tail != id)
+        {
             return Some(id);
         }
         let lists = self.blocks[id].lists as usize;
         self.free[lists].remove(&mut self.blocks, id);
-        let elsewhere = self.best_fit(pool, stream, size);
+        let elsewhere = self.fit_free(pool, stream, size, FreeLists::quick_fit);
         self.free[lists].insert(&mut self.blocks, id);
         Some(elsewhere.unwrap_or(id))
     }
 
-    fn best_fit(&self, pool: PoolKind, stream: u64, size: u64) -> Option<BlockId> {
+    fn fit_free(&self, pool: PoolKind, stream: u64, size: u64, fit: FitFn) -> Option<BlockId> {
         let max_split = self.config.max_split_size;
         let limit = if size < max_split { max_split } else { size.saturating_add(LARGE_BUFFER) };
         let lists = self.free.iter().find(|f| f.hold(stream, pool))?;
-        lists.best_fit(&self.blocks, size, limit)
+        fit(lists, &self.blocks, size, limit)
     }
 
     /// Whether to split off the rest of a block: small blocks at any remainder;
