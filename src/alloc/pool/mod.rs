@@ -34,9 +34,9 @@ const ROUND_LARGE: u64 = 2 * MIB;
 /// An expandable segment grows by at least a step: an eighth of what it has mapped
 /// up to `EXPANDABLE_SMALL_STEP_MAX`, past that a sixteenth of it up to
 /// `EXPANDABLE_STEP_MAX`, and never less than `EXPANDABLE_STEP_MIN`. Each step is
-/// one driver mapping of 45-55 us up to 128 MiB, whatever its size
-/// (docs/performance.md), so the steps are what growth from cold costs; their
-/// shares and bounds are what the last one overshoots.
+/// one driver mapping, 33-70 us on the H100 at any size up to 128 MiB and
+/// serialised across threads (docs/performance.md), so the steps are what growth
+/// from cold costs; their shares and bounds are what the last one overshoots.
 const EXPANDABLE_STEP_MIN: u64 = 8 * MIB;
 const EXPANDABLE_SMALL_STEP_MAX: u64 = 32 * MIB;
 const EXPANDABLE_STEP_MAX: u64 = 128 * MIB;
