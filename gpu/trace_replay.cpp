@@ -287,10 +287,13 @@ Row measure(const std::string &name, const std::function<std::unique_ptr<Allocat
     return Row{name, 1e30, 1e30, 1e30, -1};
 }
 
-// What growing costs the driver, on a reservation of the device's size as a pool
-// makes: a growth step by size (a segment from cuMemAlloc, or memory created, mapped
-// and made accessible in reserved addresses), access set once over many mappings,
-// and steps taken by several threads at once. Returns the cheapest step (us).
+// Times in us of the driver calls of growth steps: each step's create, map and
+// access, or one access set over all of a run's mappings (`whole`).
+struct Timings {
+    std::vector<double> create, map, set, whole;
+};
+
+// Growth as a pool does it, on a reservation of the device's size.
 struct Growth {
     CUcontext ctx;
     CUmemAllocationProp prop{};
@@ -312,10 +315,9 @@ struct Growth {
         check(cuMemAddressReserve(&base, reserved, 0, 0, 0) == CUDA_SUCCESS, "cuMemAddressReserve");
     }
     ~Growth() { cuMemAddressFree(base, reserved); }
-    // `steps` steps of `size` from `at`, timing each call; access per step, or once
-    // over all of them (into `whole`). Everything is unmapped after.
-    void grow(CUdeviceptr at, size_t size, int steps, bool access_each, std::vector<double> *create,
-              std::vector<double> *map, std::vector<double> *set, std::vector<double> *whole) {
+    // `steps` steps of `size` from `at`, each call timed into `times` where given;
+    // access per step, or once over all of them. Everything is unmapped after.
+    void grow(CUdeviceptr at, size_t size, int steps, bool access_each, Timings *times = nullptr) {
         std::vector<CUmemGenericAllocationHandle> handles(steps);
         for (int i = 0; i < steps; i++) {
             auto t0 = std::chrono::steady_clock::now();
@@ -325,12 +327,16 @@ struct Growth {
             auto t2 = std::chrono::steady_clock::now();
             if (access_each) check(cuMemSetAccess(at + i * size, size, &access, 1) == CUDA_SUCCESS, "cuMemSetAccess");
             auto t3 = std::chrono::steady_clock::now();
-            if (create) create->push_back(us(t0, t1)), map->push_back(us(t1, t2)), set->push_back(us(t2, t3));
+            if (times && access_each) {
+                times->create.push_back(us(t0, t1));
+                times->map.push_back(us(t1, t2));
+                times->set.push_back(us(t2, t3));
+            }
         }
         if (!access_each) {
             auto t0 = std::chrono::steady_clock::now();
             check(cuMemSetAccess(at, size * steps, &access, 1) == CUDA_SUCCESS, "cuMemSetAccess (all)");
-            whole->push_back(us(t0, std::chrono::steady_clock::now()));
+            if (times) times->whole.push_back(us(t0, std::chrono::steady_clock::now()));
         }
         for (int i = 0; i < steps; i++) {
             cuMemUnmap(at + i * size, size);
@@ -342,19 +348,24 @@ struct Growth {
     }
 };
 
+// What growing costs the driver: a step by size (a segment from cuMemAlloc, or memory
+// created, mapped and made accessible in reserved addresses), access set once over
+// many mappings, and steps taken by several threads at once. Returns the cheapest
+// step (us).
 double growth_costs() {
     Growth g;
     std::printf("Driver cost of growing (us, medians; steps of one size laid end to end on a %.1f GiB reservation)\n",
                 g.reserved / double(1 << 30));
     std::printf("%10s %12s %12s %10s %15s %10s\n", "size MiB", "cuMemAlloc", "cuMemCreate", "cuMemMap",
                 "cuMemSetAccess", "step");
-    g.grow(g.base, 2 << 20, 4, true, nullptr, nullptr, nullptr, nullptr);  // the driver's first-use costs
+    g.grow(g.base, 2 << 20, 4, true);  // the driver's first-use costs
     double cheapest = 1e30;
     for (size_t mib : {2, 8, 32, 128, 512}) {
         size_t size = mib << 20;
         int steps = mib >= 512 ? 8 : 16;
-        std::vector<double> alloc, create, map, set, step;
-        for (int rep = 0; rep < 3; rep++) g.grow(g.base, size, steps, true, &create, &map, &set, nullptr);
+        Timings t;
+        std::vector<double> alloc, step;
+        for (int rep = 0; rep < 3; rep++) g.grow(g.base, size, steps, true, &t);
         for (int i = 0; i < 9; i++) {
             CUdeviceptr p;
             auto t = std::chrono::steady_clock::now();
@@ -362,15 +373,15 @@ double growth_costs() {
             alloc.push_back(Growth::us(t, std::chrono::steady_clock::now()));
             cuMemFree(p);
         }
-        for (size_t i = 0; i < create.size(); i++) step.push_back(create[i] + map[i] + set[i]);
+        for (size_t i = 0; i < t.create.size(); i++) step.push_back(t.create[i] + t.map[i] + t.set[i]);
         cheapest = std::min(cheapest, median(step));
-        std::printf("%10zu %12.1f %12.1f %10.1f %15.1f %10.1f\n", mib, median(alloc), median(create), median(map),
-                    median(set), median(step));
+        std::printf("%10zu %12.1f %12.1f %10.1f %15.1f %10.1f\n", mib, median(alloc), median(t.create), median(t.map),
+                    median(t.set), median(step));
     }
-    std::vector<double> whole;
-    for (int rep = 0; rep < 3; rep++) g.grow(g.base, 8 << 20, 16, false, nullptr, nullptr, nullptr, &whole);
-    std::printf("cuMemSetAccess once over 16 new mappings of 8 MiB: %.1f us (%.1f a mapping)\n", median(whole),
-                median(whole) / 16);
+    Timings batched;
+    for (int rep = 0; rep < 3; rep++) g.grow(g.base, 8 << 20, 16, false, &batched);
+    std::printf("cuMemSetAccess once over 16 new mappings of 8 MiB: %.1f us (%.1f a mapping)\n", median(batched.whole),
+                median(batched.whole) / 16);
     double one = 0;
     for (int threads : {1, 2, 4, 8}) {
         std::vector<double> walls;
@@ -380,7 +391,7 @@ double growth_costs() {
             for (int t = 0; t < threads; t++)
                 pool.emplace_back([&g, t] {
                     check(cuCtxSetCurrent(g.ctx) == CUDA_SUCCESS, "cuCtxSetCurrent");
-                    g.grow(g.base + size_t(t) * (256 << 20), 8 << 20, 16, true, nullptr, nullptr, nullptr, nullptr);
+                    g.grow(g.base + size_t(t) * (256 << 20), 8 << 20, 16, true);
                 });
             for (auto &th : pool) th.join();
             walls.push_back(Growth::us(t0, std::chrono::steady_clock::now()));
