@@ -440,6 +440,18 @@ typedef enum {
 } gpurt_snapshot_format_t;
 
 /**
+ * A math library: the `library` of `gpurt_math_library_version` and
+ * `gpurt_math_handle_counts`.
+ */
+typedef enum {
+  GPURT_MATH_CUBLAS = 0,
+  GPURT_MATH_CUBLASLT = 1,
+  GPURT_MATH_CUSOLVER = 2,
+  GPURT_MATH_CUSPARSE = 3,
+  GPURT_MATH_CUDNN = 4,
+} gpurt_math_library_t;
+
+/**
  * A communicator: one rank of a group of GPUs (NCCL's `ncclComm_t`).
  */
 typedef struct gpurt_comm_s gpurt_comm_s;
@@ -838,6 +850,8 @@ typedef int (*gpurt_tunable_candidate_fn)(void *args, gpurt_stream_t stream, voi
  * (the stream synchronised): nonzero accepts it.
  */
 typedef int (*gpurt_tunable_validator_fn)(void *args, int candidate, void *context);
+
+
 
 #ifdef __cplusplus
 extern "C" {
@@ -2061,6 +2075,83 @@ gpurt_status_t gpurt_mem_prefetch_async(const void *ptr,
  * GPURT_DEVICE_HOST).
  */
 gpurt_status_t gpurt_mem_advise(const void *ptr, size_t size, int advice, int device);
+
+/**
+ * A `cublasHandle_t` for `stream`'s device: the calling thread's until it exits
+ * (then the next thread's), bound to `stream` (cublasSetStream) with gpurt's
+ * workspace for that stream set (cublasSetWorkspace; `CUBLAS_WORKSPACE_CONFIG`, as
+ * PyTorch reads it) and the math mode `gpurt_blas_set_allow_tf32` chose. Asking
+ * again on the same stream costs a thread-local lookup; on another stream, cuBLAS's
+ * two bind calls. Use the handle on this thread, with `stream`'s device current.
+ * cuBLAS is loaded on first use: where it is missing, `GPURT_ERROR_NOT_SUPPORTED`.
+ */
+gpurt_status_t gpurt_blas_handle(gpurt_stream_t stream, void **handle);
+
+/**
+ * `gpurt_blas_handle` for the thread's current stream on its current device
+ * (torch.cuda.current_blas_handle).
+ */
+gpurt_status_t gpurt_current_blas_handle(void **handle);
+
+/**
+ * A `cublasLtHandle_t` for `stream`'s device (the calling thread's, as
+ * `gpurt_blas_handle`), and the workspace to pass to `cublasLtMatmul` on `stream`:
+ * `*workspace_size` bytes (`CUBLASLT_WORKSPACE_SIZE` KiB, default 1 MiB) from
+ * gpurt's pool, kept for this handle and stream.
+ */
+gpurt_status_t gpurt_blaslt_handle(gpurt_stream_t stream,
+                                   void **handle,
+                                   void **workspace,
+                                   size_t *workspace_size);
+
+/**
+ * A `cusolverDnHandle_t` for `stream`'s device, the calling thread's, bound to
+ * `stream` (cusolverDnSetStream).
+ */
+gpurt_status_t gpurt_solver_handle(gpurt_stream_t stream, void **handle);
+
+/**
+ * A `cusparseHandle_t` for `stream`'s device, the calling thread's, bound to
+ * `stream` (cusparseSetStream).
+ */
+gpurt_status_t gpurt_sparse_handle(gpurt_stream_t stream, void **handle);
+
+/**
+ * A `cudnnHandle_t` for `stream`'s device, the calling thread's, bound to `stream`
+ * (cudnnSetStream).
+ */
+gpurt_status_t gpurt_dnn_handle(gpurt_stream_t stream, void **handle);
+
+/**
+ * Whether cuBLAS may use TF32 tensor cores for fp32 GEMMs
+ * (torch.backends.cuda.matmul.allow_tf32; default 0): the math mode of handles
+ * given out from now on, and of cached ones when next given out.
+ */
+gpurt_status_t gpurt_blas_set_allow_tf32(int allow);
+
+/**
+ * The setting of `gpurt_blas_set_allow_tf32`: 1 or 0.
+ */
+gpurt_status_t gpurt_blas_get_allow_tf32(int *allow);
+
+/**
+ * Gives the workspaces of `device`'s cuBLAS and cuBLASLt handles that no thread
+ * holds back to the device's pool (`GPURT_CURRENT_DEVICE`: the current device).
+ * Handles that threads hold keep theirs.
+ */
+gpurt_status_t gpurt_blas_clear_workspaces(int device);
+
+/**
+ * `library`'s version as major × 10000 + minor × 100 + patch (cuBLAS 13.0.2:
+ * 130002). `GPURT_ERROR_NOT_SUPPORTED`, naming what was tried, where it is missing.
+ */
+gpurt_status_t gpurt_math_library_version(int library, int *version);
+
+/**
+ * How many `library` handles gpurt has created on `device` (never more than the
+ * threads that used one at once) and how many are idle (held by no thread).
+ */
+gpurt_status_t gpurt_math_handle_counts(int library, int device, size_t *created, size_t *idle);
 
 /**
  * Creates a pinned pool. `flags`: `GPURT_PINNED_PORTABLE` (usable from every

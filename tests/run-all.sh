@@ -128,7 +128,7 @@ stub_c_test() {
   local name=$1 what=$2 dir=${3:-}
   [ -z "$what" ] || echo "== $what"
   cc -std=c99 -Wall -Wextra -pedantic -Werror "tests/c/$name.c" $(pkg-config --cflags --libs gpurt) \
-     -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -o "$stub/$name"
+     -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -lpthread -ldl -o "$stub/$name"
   LD_LIBRARY_PATH=$stub "$stub/$name" $dir
 }
 stub_c_test ipc_test "IPC memory between two processes: export, open, free while held, collect, SIGKILL (stub driver)"
@@ -138,6 +138,13 @@ stub_c_test sanitizer_test "stream sanitizer: each happens-before rule, graphs, 
 stub_c_test gds_test "GPUDirect Storage calls: round trips, short and removed files, misuse (stub driver: statuses only)"
 stub_c_test comm_test "communicators without NCCL: every comm call says NCCL is missing (stub driver; collectives run in the GPU suite)"
 stub_c_test comm_ranks_test "collectives over several GPUs and processes (reports itself skipped on the stub's one device; runs in the GPU suite on 2 GPUs)"
+echo "== math-library handles: without the libraries, then on stand-in cuBLAS and cuBLASLt (tests/stub-driver/stub_mathlib.c)"
+stub_c_test blas_test "" missing
+mathlib=$stub/mathlib   # a directory of its own: the other tests run without cuBLAS
+mkdir -p "$mathlib"
+cc -O2 -Wall -Wextra -Werror -shared -fPIC tests/stub-driver/stub_mathlib.c -o "$mathlib/libcublas.so.13"
+cp "$mathlib/libcublas.so.13" "$mathlib/libcublasLt.so.13"
+LD_LIBRARY_PATH=$stub:$mathlib "$stub/blas_test"
 stub_c_test comm_helpers_test "torch.cuda.comm's helpers: misuse, outputs and their accounting, a copy failing half way (stub driver; the data checks run in the GPU suite)"
 echo "== memory history and snapshots: misuse, a workload ending out of memory, JSON / pickle / HTML; the viewer in headless Chromium (stub driver)"
 snapshots=$stub/snapshots

@@ -33,35 +33,17 @@ struct Nvrtc {
     archs: unsafe extern "C" fn(*mut c_int) -> c_int,
 }
 
-/// Where NVRTC may be: `GPURT_NVRTC_LIBRARY`, the loader's path, then the usual
-/// CUDA install directories (a toolkit's lib64 is often not on the loader's path).
-fn candidates() -> Vec<String> {
-    let mut names: Vec<String> = std::env::var("GPURT_NVRTC_LIBRARY").into_iter().collect();
-    let sonames = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"];
-    names.extend(sonames.iter().map(|s| s.to_string()));
-    let homes = ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(|v| std::env::var(v).ok());
-    for dir in homes.chain(["/usr/local/cuda".to_string()]) {
-        names.extend(sonames.iter().map(|s| format!("{dir}/lib64/{s}")));
-    }
-    names
-}
-
 fn nvrtc() -> Result<&'static Nvrtc> {
     static NVRTC: OnceLock<std::result::Result<Nvrtc, String>> = OnceLock::new();
     NVRTC.get_or_init(load).as_ref().map_err(|why| Error::not_supported(why.clone()))
 }
 
 fn load() -> std::result::Result<Nvrtc, String> {
-    let tried = candidates();
-    // SAFETY: loading NVRTC runs its initialisers, which have no preconditions.
-    let lib = tried
-        .iter()
-        .find_map(|name| unsafe { libloading::Library::new(name) }.ok())
-        .ok_or_else(|| format!("NVRTC (libnvrtc) could not be loaded; tried {} (set GPURT_NVRTC_LIBRARY to its path)", tried.join(", ")))?;
+    let lib = crate::dylib::open_first("NVRTC (libnvrtc)", "GPURT_NVRTC_LIBRARY", &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"])?;
     macro_rules! sym {
         ($name:literal) => {
             // SAFETY: the signature is NVRTC's, stable since CUDA 11.1.
-            *unsafe { lib.get($name.as_bytes()) }.map_err(|e| format!("NVRTC lacks {}: {e}", $name))?
+            unsafe { crate::dylib::symbol(&lib, "NVRTC", $name) }?
         };
     }
     Ok(Nvrtc {

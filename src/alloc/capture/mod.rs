@@ -57,8 +57,15 @@ fn exchange_capture_mode(mode: sys::CUstreamCaptureMode) -> Result<sys::CUstream
 /// captures: the capture mode is relaxed around the call (the allocation is not part
 /// of the graph; a plain `cuMemAlloc` would invalidate a global or thread-local capture).
 pub(crate) fn alloc_beside_capture(driver: &DriverSource, size: u64) -> Result<u64> {
+    with_relaxed_capture(|| driver.alloc_segment(size))
+}
+
+/// Runs `body` with this thread's capture mode relaxed, so that calls a capture
+/// forbids (allocating, creating a library's handle) neither fail nor invalidate a
+/// capture under way; the mode is restored after.
+pub(crate) fn with_relaxed_capture<R>(body: impl FnOnce() -> Result<R>) -> Result<R> {
     let previous = exchange_capture_mode(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
-    let result = driver.alloc_segment(size);
+    let result = body();
     exchange_capture_mode(previous)?;
     result
 }

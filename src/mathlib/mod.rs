@@ -1,0 +1,34 @@
+//! The math libraries' handles (cuBLAS, cuBLASLt, cuSOLVER, cuSPARSE, cuDNN), as
+//! `torch.cuda.current_blas_handle()` and CuPy's `get_cublas_handle()` give them:
+//! `loader` opens each library on first use, `handles` keeps one handle per thread,
+//! library and device, bound to the caller's stream, with workspaces from gpurt's
+//! pools, and `workspace` reads their sizes as PyTorch does. `ffi` holds the C
+//! entry points.
+
+pub mod ffi;
+pub mod handles;
+pub mod loader;
+pub mod workspace;
+
+pub use handles::{allow_tf32, clear_workspaces, counts, handle, set_allow_tf32, Bound};
+pub use loader::Library;
+
+use crate::error::Result;
+use crate::handle::Handle;
+
+/// This thread's `library` handle bound to the stream `stream` names.
+#[inline]
+pub fn for_stream(library: Library, stream: Handle) -> Result<Bound> {
+    handle(library, crate::stream::get(stream)?)
+}
+
+/// This thread's `library` handle bound to its current stream on its current device.
+pub fn for_current_stream(library: Library) -> Result<Bound> {
+    for_stream(library, crate::stream::current(crate::device::current()?)?)
+}
+
+/// `library`'s version, major × 10000 + minor × 100 + patch; not supported where
+/// the library is missing.
+pub fn version(library: Library) -> Result<i32> {
+    Ok(loader::get(library)?.version)
+}
