@@ -118,11 +118,26 @@ static int watch(int count, int seconds) {
     return 0;
 }
 
+/* The math libraries gpurt keeps handles of: loaded on first use, where installed. */
+static void print_math_libraries(void) {
+    static const char *names[] = {"cuBLAS", "cuBLASLt", "cuSOLVER", "cuSPARSE", "cuDNN"};
+    int i, version;
+    printf("math libraries:");
+    for (i = 0; i < 5; i++) {
+        if (gpurt_math_library_version((gpurt_math_library_t)i, &version) == GPURT_SUCCESS)
+            printf("  %s %d.%d.%d", names[i], version / 10000, version / 100 % 100, version % 100);
+        else
+            printf("  %s absent", names[i]);
+    }
+    printf("\n");
+}
+
 int main(int argc, char **argv) {
     int available = 0, count = 0, version = 0, d, e;
     gpurt_status_t status;
     printf("gpurt %d.%d.%d (library %d)\n", GPURT_VERSION_MAJOR, GPURT_VERSION_MINOR, GPURT_VERSION_PATCH,
            gpurt_version());
+    print_math_libraries();
     CHECK(gpurt_is_available(&available));
     CHECK(gpurt_device_count(&count));
     status = gpurt_driver_version(&version);

@@ -42,6 +42,11 @@ step build-gds-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude sr
 step build-comm-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/comm_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/comm_test
 step build-comm-ranks-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/comm_ranks_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/comm_ranks_test
 step build-comm-helpers-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/comm_helpers_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/comm_helpers_test
+# The math-library handles: logic (the C ABI test CI runs on stand-ins), exact GEMMs and the benchmark against CUDA's cuBLAS.
+cublas_flags=(-I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcublasLt -lcublas -Wl,-rpath,/usr/local/cuda/lib64)
+step build-blas-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/blas_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -ldl -o bin/blas_test
+step build-blas-gpu-test cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude src/blas_gpu_test.c -Llib -lgpurt -Wl,-rpath,"$lib" "${cublas_flags[@]}" -lpthread -o bin/blas_gpu_test
+step build-blas-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude src/blas_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" "${cublas_flags[@]}" -o bin/blas_bench
 step build-memory-history-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/memory_history_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/memory_history_test
 step build-nvtx-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/nvtx_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/nvtx_test
 step build-ncu-kernels cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/ncu_kernels.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/ncu_kernels
@@ -68,6 +73,9 @@ step gds-test bin/gds_test
 step comm-test bin/comm_test
 step comm-ranks-test timeout 400 bin/comm_ranks_test
 step comm-helpers-test bin/comm_helpers_test
+step blas-test bin/blas_test
+step blas-gpu-test bin/blas_gpu_test
+step blas-bench bin/blas_bench
 mkdir -p "$logs/snapshots"
 step memory-history-test bin/memory_history_test "$logs/snapshots"
 # PyTorch's own tools read gpurt's pickle (this machine has no browser: the viewer's
@@ -131,6 +139,7 @@ step synccheck-abi-test sanitize synccheck bin/abi_test
 step initcheck-abi-test sanitize initcheck bin/abi_test
 step memcheck-process-test sanitize memcheck --target-processes all bin/process_test
 step memcheck-soak sanitize memcheck bin/soak 10 4
+step memcheck-blas-gpu-test sanitize memcheck bin/blas_gpu_test
 for t in tests/*; do
     step "memcheck-rust-$(basename "$t")" sanitize memcheck "$t" --test-threads=1
     step "synccheck-rust-$(basename "$t")" sanitize synccheck "$t" --test-threads=1

@@ -35,6 +35,7 @@ struct Workspace {
 
 /// A handle and what gpurt set on it.
 struct Leased {
+    api: &'static Api,
     raw: usize,
     /// The stream the handle was last bound to (and, for cuBLAS, whose workspace
     /// and math mode are set); None until a bind succeeds.
@@ -108,50 +109,59 @@ pub struct Bound {
     pub workspace_size: usize,
 }
 
-/// This thread's `library` handle for `stream`'s device, bound to `stream`.
+/// This thread's `library` handle for `stream`'s device, bound to `stream`. One
+/// borrow of the thread's table serves every path: nothing called while it is held
+/// (the library, the allocator) comes back here.
 #[inline]
 pub fn handle(library: Library, stream: Stream) -> Result<Bound> {
     let slot = slot(library, stream.device());
-    let epoch = if library == Library::Blas { TF32_EPOCH.load(Ordering::Acquire) } else { 0 };
-    let ready = MINE.with(|mine| {
-        let mine = mine.borrow();
-        match mine.0.get(slot) {
-            Some(Some(l)) if l.bound == Some(stream.raw) && (library != Library::Blas || l.epoch == epoch) => {
-                Some(Bound { handle: l.raw, workspace: l.bound_workspace.0, workspace_size: l.bound_workspace.1 })
-            }
-            _ => None,
+    let mine = mine()?;
+    if let Some(Some(leased)) = mine.borrow().0.get(slot) {
+        if leased.bound == Some(stream.raw) && (library != Library::Blas || leased.epoch == TF32_EPOCH.load(Ordering::Acquire)) {
+            return Ok(leased.given());
         }
-    });
-    match ready {
-        Some(bound) => Ok(bound),
-        None => bind(library, stream, slot),
+    }
+    bind_mine(library, &mut mine.borrow_mut().0, slot, stream)
+}
+
+/// This thread's table, or an error once the thread is exiting and has dropped it.
+#[inline]
+fn mine() -> Result<&'static RefCell<Mine>> {
+    // SAFETY: the table lives until this thread exits, and the reference never
+    // leaves this thread's current call.
+    MINE.try_with(|mine| unsafe { &*(mine as *const RefCell<Mine>) })
+        .map_err(|_| Error::new(crate::error::Status::GPURT_ERROR_DEINITIALIZED, "this thread is exiting: its math-library handles are gone"))
+}
+
+/// Binds this thread's handle to another stream, leasing one first if it has none.
+#[inline(never)]
+fn bind_mine(library: Library, mine: &mut Vec<Option<Leased>>, slot: usize, stream: Stream) -> Result<Bound> {
+    match mine.get_mut(slot) {
+        Some(Some(leased)) => bind(library, leased, stream),
+        _ => lease_and_bind(library, mine, slot, stream),
     }
 }
 
-/// The slow path: lease a handle if this thread has none, then bind it.
-#[cold]
-#[inline(never)]
-fn bind(library: Library, stream: Stream, slot: usize) -> Result<Bound> {
-    let api = loader::get(library)?;
-    // The handle leaves the thread's table while the library and the allocator run,
-    // so that nothing they call back into finds it borrowed.
-    let mine = MINE.with(|mine| mine.borrow_mut().0.get_mut(slot).and_then(Option::take));
-    let mut leased = match mine {
-        Some(leased) => leased,
-        None => lease(api, library, stream.device())?,
-    };
-    let bound = bind_leased(api, library, &mut leased, stream);
-    MINE.with(|mine| {
-        let mut mine = mine.borrow_mut();
-        if mine.0.len() <= slot {
-            mine.0.resize_with(slot + 1, || None);
-        }
-        mine.0[slot] = Some(leased);
-    });
-    bound
+impl Leased {
+    fn given(&self) -> Bound {
+        Bound { handle: self.raw, workspace: self.bound_workspace.0, workspace_size: self.bound_workspace.1 }
+    }
 }
 
-fn lease(api: &Api, library: Library, device: i32) -> Result<Leased> {
+/// The first call of this thread for `library` on the device: a handle from the
+/// pool, or a new one.
+#[cold]
+#[inline(never)]
+fn lease_and_bind(library: Library, mine: &mut Vec<Option<Leased>>, slot: usize, stream: Stream) -> Result<Bound> {
+    let leased = lease(library, stream.device())?;
+    if mine.len() <= slot {
+        mine.resize_with(slot + 1, || None);
+    }
+    bind(library, mine[slot].insert(leased), stream)
+}
+
+fn lease(library: Library, device: i32) -> Result<Leased> {
+    let api = loader::get(library)?;
     let shelf = shelf(library, device)?;
     if let Some(idle) = lock(&shelf.idle).pop() {
         return Ok(idle);
@@ -163,12 +173,14 @@ fn lease(api: &Api, library: Library, device: i32) -> Result<Leased> {
     };
     let raw = with_relaxed_capture(|| device::with_device(device, || api.create()))? as usize;
     shelf.created.fetch_add(1, Ordering::Relaxed);
-    Ok(Leased { raw, bound: None, bound_workspace: (0, 0), epoch: 0, workspace_size, workspaces: Vec::new() })
+    Ok(Leased { api, raw, bound: None, bound_workspace: (0, 0), epoch: 0, workspace_size, workspaces: Vec::new() })
 }
 
 /// Binds `leased` to `stream`: its workspace there (allocated on first use), the
 /// stream, and for cuBLAS the workspace and the math mode. Unbound if a step fails.
-fn bind_leased(api: &Api, library: Library, leased: &mut Leased, stream: Stream) -> Result<Bound> {
+#[inline(never)]
+fn bind(library: Library, leased: &mut Leased, stream: Stream) -> Result<Bound> {
+    let api = leased.api;
     leased.bound = None;
     let workspace = workspace_for(library, leased, stream)?;
     let raw = leased.raw as loader::RawHandle;
@@ -183,19 +195,26 @@ fn bind_leased(api: &Api, library: Library, leased: &mut Leased, stream: Stream)
     }
     leased.bound = Some(stream.raw);
     leased.bound_workspace = workspace;
-    Ok(Bound { handle: leased.raw, workspace: workspace.0, workspace_size: workspace.1 })
+    Ok(leased.given())
 }
 
-/// `leased`'s workspace on `stream`: the one it has, or a new one from the device's
-/// default pool on that stream.
+/// `leased`'s workspace on `stream`: the one it has, or a new one.
+#[inline]
 fn workspace_for(library: Library, leased: &mut Leased, stream: Stream) -> Result<(u64, usize)> {
-    let size = leased.workspace_size;
-    if size == 0 {
+    if leased.workspace_size == 0 {
         return Ok((0, 0));
     }
-    if let Some(w) = leased.workspaces.iter().find(|w| w.stream == stream.raw) {
-        return Ok((w.ptr, w.size));
+    match leased.workspaces.iter().find(|w| w.stream == stream.raw) {
+        Some(w) => Ok((w.ptr, w.size)),
+        None => new_workspace(library, leased, stream),
     }
+}
+
+/// A workspace for `stream` from the device's default pool on that stream.
+#[cold]
+#[inline(never)]
+fn new_workspace(library: Library, leased: &mut Leased, stream: Stream) -> Result<(u64, usize)> {
+    let size = leased.workspace_size;
     let annotation = if library == Library::Blas { "cuBLAS workspace" } else { "cuBLASLt workspace" };
     crate::alloc::history::annotate_push(annotation);
     let ptr = with_relaxed_capture(|| crate::alloc::device::malloc_from_default(stream.device(), size as u64, stream.raw as u64));

@@ -171,12 +171,19 @@ pub fn get(library: Library) -> Result<&'static Api> {
 }
 
 impl Api {
+    #[inline]
     fn check(&self, call: &str, code: c_int) -> Result<()> {
-        if code == 0 {
-            return Ok(());
+        match code {
+            0 => Ok(()),
+            code => Err(self.error(call, code)),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn error(&self, call: &str, code: c_int) -> Error {
         let status = if code == self.library.spec().alloc_failed { Status::GPURT_ERROR_OUT_OF_MEMORY } else { Status::GPURT_ERROR_CUDA };
-        Err(Error::new(status, format!("{} failed: {} status {code}", call, self.library.name())))
+        Error::new(status, format!("{} failed: {} status {code}", call, self.library.name()))
     }
 
     /// A new handle for the current context's device.
