@@ -697,6 +697,48 @@ Ret<DeviceBuffer<T>> gather(const std::vector<const DeviceBuffer<T> *> &inputs, 
 }
 } // namespace comm
 
+/** cuBLAS handles (torch.cuda.current_blas_handle): the calling thread's, bound to
+ *  the stream, with gpurt's workspace for it set. Cast to cublasHandle_t; use on this
+ *  thread with the stream's device current. Without cuBLAS, GPURT_ERROR_NOT_SUPPORTED. */
+namespace blas {
+inline Ret<void *> handle(const Stream &stream) { return detail::out<void *>(gpurt_blas_handle, stream.get()); }
+/** The handle for the thread's current stream on its current device. */
+inline Ret<void *> current_handle() { return detail::out<void *>(gpurt_current_blas_handle); }
+/** A cuBLASLt handle and the workspace to pass to cublasLtMatmul on the stream. */
+struct LtHandle {
+    void *handle = nullptr;
+    void *workspace = nullptr;
+    std::size_t workspace_size = 0;
+};
+inline Ret<LtHandle> lt_handle(const Stream &stream) {
+    LtHandle lt;
+    gpurt_status_t s = gpurt_blaslt_handle(stream.get(), &lt.handle, &lt.workspace, &lt.workspace_size);
+    return detail::finish(s, std::move(lt));
+}
+/** torch.backends.cuda.matmul.allow_tf32: handles given out from now on use it. */
+inline Ret<void> set_allow_tf32(bool allow) { return detail::finish(gpurt_blas_set_allow_tf32(allow ? 1 : 0)); }
+inline Ret<bool> allow_tf32() {
+    int allow = 0;
+    gpurt_status_t s = gpurt_blas_get_allow_tf32(&allow);
+    bool b = allow != 0;
+    return detail::finish(s, std::move(b));
+}
+/** Gives the workspaces of the device's idle cuBLAS and cuBLASLt handles back to its pool. */
+inline Ret<void> clear_workspaces(int device = GPURT_CURRENT_DEVICE) { return detail::finish(gpurt_blas_clear_workspaces(device)); }
+} // namespace blas
+
+/** cuSOLVER (dense), cuSPARSE and cuDNN handles, as blas::handle: the calling
+ *  thread's, bound to the stream. */
+namespace solver {
+inline Ret<void *> handle(const Stream &stream) { return detail::out<void *>(gpurt_solver_handle, stream.get()); }
+} // namespace solver
+namespace sparse {
+inline Ret<void *> handle(const Stream &stream) { return detail::out<void *>(gpurt_sparse_handle, stream.get()); }
+} // namespace sparse
+namespace dnn {
+inline Ret<void *> handle(const Stream &stream) { return detail::out<void *>(gpurt_dnn_handle, stream.get()); }
+} // namespace dnn
+
 /** The allocator's memory history and snapshots (torch.cuda.memory's
  *  _record_memory_history and _dump_snapshot). */
 namespace memory {

@@ -1,5 +1,6 @@
 """gpurt for Python: the CUDA runtime layer of torch.cuda / cupy.cuda (devices,
-streams, events, the caching allocator, pinned memory, graphs) over gpurt's C ABI.
+streams, events, the caching allocator, pinned memory, graphs, the math libraries'
+handles) over gpurt's C ABI.
 
 Works where there is no CUDA driver: `device_count()` is 0, `is_available()` False,
 and calls that need a device raise `gpurt.NoDriverError` with the C message.
@@ -10,13 +11,14 @@ from .device import (Device, DeviceProperties, can_device_access_peer, clock_rat
                      get_device_properties, init, is_available, is_bf16_supported, is_initialized,
                      list_gpu_processes, mem_get_info, power_draw, set_device, synchronize, telemetry, temperature,
                      utilization)
+from .blas import current_blas_handle, get_cublas_handle
 from .errors import (CommError, CompilationError, CudaError, Error, FileError, ForkedError, InvalidArgumentError, InvalidHandleError,
                      NoDeviceError, NoDriverError, NotSupportedError, OutOfMemoryError, StreamCaptureError)
 from .graphs import Graph, GraphPool, graph, graph_pool_handle
 from .kernels import elementwise
-from .ipc import IpcBuffer, ipc_collect, ipc_handle, ipc_kept
+from .ipc import IpcBuffer, ipc_collect, ipc_kept
 from .memory_history import annotate, dump_snapshot, memory_snapshot, record_memory_history
-from .memory import (DeviceBuffer, allocator_backend, empty, empty_cache, max_memory_allocated, max_memory_reserved,
+from .memory import (DeviceBuffer, allocator_backend, empty, empty_cache, ipc_handle, max_memory_allocated, max_memory_reserved,
                      memory_allocated, memory_reserved, memory_stats, memory_summary,
                      reset_accumulated_memory_stats, reset_peak_memory_stats, set_allocator_config,
                      set_per_process_memory_fraction)
@@ -26,7 +28,7 @@ from .pinned import PinnedBuffer, PinnedPool
 from .streams import (Event, ExternalStream, Stream, current_stream, default_stream, per_thread_default_stream,
                       priority_range, set_stream, stream, stream_from_pool)
 
-from . import comm, gds, random, sanitizer
+from . import blas, comm, gds, random, sanitizer
 from . import cupy, torch  # gpurt.torch.use_as_allocator(), gpurt.cupy.use_as_allocator()
 
 __version__ = "0.1.0"

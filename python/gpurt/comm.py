@@ -3,6 +3,7 @@ the level of gpurt's C calls). Without NCCL every call raises NotSupportedError.
 from ._handle import Handle
 from ._native import check, ffi, fetch, lib
 from .kernels import _DTYPES
+from .memory import DeviceBuffer
 from .streams import current_stream
 
 SUM, PROD, MAX, MIN, AVG = (lib.GPURT_REDUCE_SUM, lib.GPURT_REDUCE_PROD, lib.GPURT_REDUCE_MAX,
@@ -156,7 +157,6 @@ def _dtype(buf, dtype, for_sum):
 
 def _adopt(ptr, count, dtype, like, device):
     """A DeviceBuffer owning `ptr`: `count` elements of `dtype` on `device`, typed as `like`."""
-    from .memory import DeviceBuffer
     buf = DeviceBuffer.__new__(DeviceBuffer)
     buf._describe(count * _DTYPES[dtype][1], None, like.typestr, None, device)
     buf._handle = ptr

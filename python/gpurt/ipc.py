@@ -4,16 +4,6 @@ from ._native import check, fetch, ffi, lib
 from .memory import DeviceBuffer
 
 
-def ipc_handle(buffer):
-    """The 256 bytes another process gives `IpcBuffer` to open `buffer` (a
-    DeviceBuffer, or any gpurt allocation's address as an int). While another
-    process has it open, freeing it here keeps the memory from reuse until
-    `ipc_collect()` finds every such process closed it or exited."""
-    handle = ffi.new("gpurt_ipc_mem_handle_t*")
-    check(lib.gpurt_ipc_mem_handle(ffi.cast("void*", int(buffer)), handle))
-    return bytes(ffi.buffer(handle.bytes))
-
-
 class IpcBuffer(DeviceBuffer):
     """A block another process exported (`ipc_handle`), opened in this one: a
     DeviceBuffer of `nbytes` (or `shape` and `dtype`), which the other process says,

@@ -172,7 +172,6 @@ class DeviceBuffer(Allocation):
 
     def ipc_handle(self):
         """The bytes another process opens this buffer with (gpurt.IpcBuffer)."""
-        from .ipc import ipc_handle
         return ipc_handle(self)
 
     def record_stream(self, stream):
@@ -218,3 +217,13 @@ class DeviceBuffer(Allocation):
 def empty(shape, dtype="float32", *, stream=None, device=None):
     """An uninitialised DeviceBuffer of `shape` and `dtype` (cupy.empty)."""
     return DeviceBuffer(shape=shape, dtype=dtype, stream=stream, device=device)
+
+
+def ipc_handle(buffer):
+    """The 256 bytes another process gives `IpcBuffer` to open `buffer` (a
+    DeviceBuffer, or any gpurt allocation's address as an int). While another
+    process has it open, freeing it here keeps the memory from reuse until
+    `ipc_collect()` finds every such process closed it or exited."""
+    handle = ffi.new("gpurt_ipc_mem_handle_t*")
+    check(lib.gpurt_ipc_mem_handle(ffi.cast("void*", int(buffer)), handle))
+    return bytes(ffi.buffer(handle.bytes))

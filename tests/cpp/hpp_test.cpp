@@ -66,6 +66,7 @@ static void without_device(gpurt_status_t why) {
     expect_error(why, "gpurt_pinned_pool_create", [] { (void)gpurt::PinnedPool::create(); });
     expect_error(why, "gpurt_empty_cache", [] { gpurt::empty_cache(); });
     expect_error(why, "gpurt_mem_pool_create", [] { (void)gpurt::MemPool::create(0); });
+    expect_error(why, "gpurt_current_blas_handle", [] { (void)gpurt::blas::current_handle(); });
     // Empty owners destroy nothing; moved-from owners are empty.
     gpurt::Stream empty(nullptr);
     gpurt::Stream moved(std::move(empty));
@@ -88,6 +89,30 @@ static void with_device(bool real_gpu) {
     gpurt::Stream pooled = gpurt::Stream::from_pool(0, true);
     CHECK(s && other && pooled && s.get() != other.get());
     CHECK(s.device().ordinal() == 0 && s.native() != nullptr);
+
+    // Math-library handles: the thread's one cuBLAS handle on any stream; where
+    // cuBLAS is missing (CI's stand-in driver), not supported, naming the call.
+    int cublas_version = 0;
+    if (gpurt_math_library_version(GPURT_MATH_CUBLAS, &cublas_version) == GPURT_SUCCESS) {
+        void *h = gpurt::blas::handle(s);
+        CHECK(h != nullptr && gpurt::blas::handle(other) == h && gpurt::blas::current_handle() == h);
+        gpurt::blas::LtHandle lt = gpurt::blas::lt_handle(s);
+        CHECK(lt.handle != nullptr && lt.handle != h && lt.workspace != nullptr && lt.workspace_size == (1u << 20));
+        gpurt::blas::set_allow_tf32(true);
+        CHECK(gpurt::blas::allow_tf32() && gpurt::blas::handle(s) == h);
+        gpurt::blas::set_allow_tf32(false);
+        gpurt::blas::clear_workspaces();
+        int v = 0;
+        if (gpurt_math_library_version(GPURT_MATH_CUSOLVER, &v) == GPURT_SUCCESS) CHECK(gpurt::solver::handle(s) != nullptr);
+        if (gpurt_math_library_version(GPURT_MATH_CUSPARSE, &v) == GPURT_SUCCESS) CHECK(gpurt::sparse::handle(s) != nullptr);
+        if (gpurt_math_library_version(GPURT_MATH_CUDNN, &v) == GPURT_SUCCESS) CHECK(gpurt::dnn::handle(s) != nullptr);
+    } else {
+        expect_error(GPURT_ERROR_NOT_SUPPORTED, "gpurt_blas_handle", [&] { (void)gpurt::blas::handle(s); });
+        expect_error(GPURT_ERROR_NOT_SUPPORTED, "gpurt_blaslt_handle", [&] { (void)gpurt::blas::lt_handle(s); });
+        expect_error(GPURT_ERROR_NOT_SUPPORTED, "gpurt_dnn_handle", [&] { (void)gpurt::dnn::handle(s); });
+    }
+    CHECK(!gpurt::blas::allow_tf32());
+    expect_error(GPURT_ERROR_INVALID_HANDLE, "gpurt_blas_handle", [] { (void)gpurt::blas::handle(gpurt::Stream(nullptr)); });
     CHECK(!s.is_capturing());
 
     // Data through a device buffer, exact on a real GPU.

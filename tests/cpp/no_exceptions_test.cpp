@@ -45,6 +45,12 @@ int main() {
         gpurt::Result<gpurt::DeviceBuffer<double>> huge = gpurt::DeviceBuffer<double>::create(SIZE_MAX / 4, s.value());
         CHECK(!huge.ok() && huge.error().status() == GPURT_ERROR_OUT_OF_MEMORY);
         CHECK(std::strstr(huge.error().what(), "tried to allocate") != nullptr);
+        int cublas_version = 0;
+        bool have_cublas = gpurt_math_library_version(GPURT_MATH_CUBLAS, &cublas_version) == GPURT_SUCCESS;
+        gpurt::Result<void *> blas = gpurt::blas::handle(s.value());
+        CHECK(blas.ok() == have_cublas && (have_cublas ? blas.value() != nullptr : blas.error().status() == GPURT_ERROR_NOT_SUPPORTED));
+        gpurt::Result<gpurt::blas::LtHandle> lt = gpurt::blas::lt_handle(s.value());
+        CHECK(lt.ok() == have_cublas);
         gpurt::Result<gpurt::Event> e = gpurt::Event::create(0);
         CHECK(e.ok() && e.value().record(s.value()).ok() && e.value().synchronize().ok());
         gpurt::Result<bool> done = e.value().query();

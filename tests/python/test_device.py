@@ -431,3 +431,37 @@ def test_comm_helpers_hand_out_owned_buffers(device):
         gpurt.comm.scatter(buf, [0, 0], chunk_sizes=[1, 1])
     with pytest.raises(ValueError, match="dtype"):
         gpurt.comm.reduce_add([gpurt.DeviceBuffer(3, dtype="uint8")])
+
+
+def test_math_library_handles_check_first_then_name_the_missing_library(device):
+    """Bad arguments fail before any library is looked for; where cuBLAS is missing
+    (CI's stand-in driver) each call says so; where it is there, one handle per
+    thread, bound to each stream asked for."""
+    with pytest.raises(ValueError, match="unknown math library"):
+        gpurt.blas.library_version("cufft")
+    with pytest.raises(TypeError):
+        gpurt.blas.blas_handle(object())
+    closed = gpurt.Stream()
+    closed.close()
+    with pytest.raises(gpurt.InvalidHandleError):
+        gpurt.blas.blas_handle(closed)
+    gpurt.blas.set_allow_tf32(True)
+    assert gpurt.blas.get_allow_tf32()
+    gpurt.blas.set_allow_tf32(False)
+    assert not gpurt.blas.get_allow_tf32()
+    try:
+        gpurt.blas.library_version("cublas")
+    except gpurt.NotSupportedError:
+        with pytest.raises(gpurt.NotSupportedError, match="cuBLAS"):
+            gpurt.current_blas_handle()
+        with pytest.raises(gpurt.NotSupportedError, match="cuBLASLt"):
+            gpurt.blas.blaslt_handle()
+        return
+    s1, s2 = gpurt.Stream(), gpurt.Stream()
+    handle = gpurt.blas.blas_handle(s1)
+    assert handle != 0 and gpurt.blas.blas_handle(s2) == handle
+    assert gpurt.get_cublas_handle() == gpurt.current_blas_handle() == handle
+    lt, workspace, size = gpurt.blas.blaslt_handle(s1)
+    assert lt not in (0, handle) and workspace != 0 and size > 0
+    created, idle = gpurt.blas.handle_counts("cublas")
+    assert created >= 1 and idle >= 0

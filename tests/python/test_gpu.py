@@ -86,6 +86,25 @@ def test_torch_reads_and_writes_gpurt_buffers(gpu):
         assert torch.cuda.current_stream().cuda_stream == s.native
 
 
+def test_blas_handle_runs_cupys_sgemm_exactly(gpu):
+    """gpurt's cuBLAS handle, as an int, drives CuPy's cuBLAS binding on a gpurt
+    stream: integer-valued matrices, so the product is exact."""
+    cupy = pytest.importorskip("cupy")
+    cublas = pytest.importorskip("cupy_backends.cuda.libs.cublas")
+    rng = np.random.default_rng()
+    a = rng.integers(-8, 9, (96, 64)).astype(np.float32)
+    b = rng.integers(-8, 9, (64, 40)).astype(np.float32)
+    da, db = cupy.asfortranarray(cupy.asarray(a)), cupy.asfortranarray(cupy.asarray(b))
+    dc = cupy.full((96, 40), np.nan, dtype=np.float32, order="F")
+    cupy.cuda.Device().synchronize()
+    stream = gpurt.Stream()
+    handle = gpurt.blas.blas_handle(stream)
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+    cublas.sgemm(handle, 0, 0, 96, 40, 64, one.ctypes.data, da.data.ptr, 96, db.data.ptr, 64, zero.ctypes.data, dc.data.ptr, 96)
+    stream.synchronize()
+    assert (cupy.asnumpy(dc) == a @ b).all()
+
+
 def test_cupy_reads_and_writes_gpurt_buffers(gpu):
     cupy = pytest.importorskip("cupy")
     host = random_floats(4096, 7)
