@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#define ROUNDS 11
+#define ROUNDS 21
 #define OK(call) do { if ((call) != 0) { fprintf(stderr, "%s:%d: %s failed (%s)\n", __FILE__, __LINE__, #call, gpurt_last_error_message()); exit(1); } } while (0)
 
 static double now_ns(void) {
@@ -86,7 +86,7 @@ int main(void) {
     cublasHandle_t raw = NULL, tmp = NULL;
     size_t ws_size = 0, lt_size = 0, made = 0, idle = 0;
     double first_create, create_destroy, samples[ROUNDS];
-    double raw_same, raw_switch, raw_set_ws, g_same, g_switch, g_extra, g_lt, g_current;
+    double raw_same, raw_switch, raw_set_ws, g_same, g_switch, g_extra, aa_extra, g_lt, g_current;
     int r, count = 0, calls = 200000;
     gpurt_memory_stats_t before = GPURT_MEMORY_STATS_INIT, after = GPURT_MEMORY_STATS_INIT;
     static const Shape shapes[] = {{"fp32 1024^3", 1024, 1024, 1024, CUDA_R_32F},
@@ -137,23 +137,31 @@ int main(void) {
     /* Switching streams: raw and gpurt in turn within each round, the median of
      * each and of gpurt's extra cost per round. */
     {
-        double raw_t[ROUNDS], g_t[ROUNDS], extra[ROUNDS], t0;
-        int j;
+        double raw_t[ROUNDS], g_t[ROUNDS], extra[ROUNDS], control[ROUNDS], t0;
+        int j, side;
         for (r = 0; r < ROUNDS; r++) {
-            t0 = now_ns();
-            for (j = 0; j < calls; j++) {
-                OK(cublasSetStream(raw, (cudaStream_t)((j & 1) ? n2 : n1)));
-                OK(cublasSetWorkspace(raw, (j & 1) ? ws2 : ws1, ws_size));
+            double raw_twice[2];
+            for (side = 0; side < 2; side++) { /* raw twice: the A/A control */
+                t0 = now_ns();
+                for (j = 0; j < calls; j++) {
+                    OK(cublasSetStream(raw, (cudaStream_t)((j & 1) ? n2 : n1)));
+                    OK(cublasSetWorkspace(raw, (j & 1) ? ws2 : ws1, ws_size));
+                }
+                raw_twice[side] = (now_ns() - t0) / calls;
+                if (side == 0) {
+                    t0 = now_ns();
+                    for (j = 0; j < calls; j++) OK(gpurt_blas_handle((j & 1) ? s2 : s1, &h));
+                    g_t[r] = (now_ns() - t0) / calls;
+                }
             }
-            raw_t[r] = (now_ns() - t0) / calls;
-            t0 = now_ns();
-            for (j = 0; j < calls; j++) OK(gpurt_blas_handle((j & 1) ? s2 : s1, &h));
-            g_t[r] = (now_ns() - t0) / calls;
+            raw_t[r] = (raw_twice[0] + raw_twice[1]) / 2;
             extra[r] = g_t[r] - raw_t[r];
+            control[r] = raw_twice[1] - raw_twice[0];
         }
         raw_switch = median(raw_t, ROUNDS);
         g_switch = median(g_t, ROUNDS);
         g_extra = median(extra, ROUNDS);
+        aa_extra = median(control, ROUNDS);
     }
     PER_CALL(g_same, calls * 10, OK(gpurt_blas_handle(s1, &h)));
     OK(gpurt_blaslt_handle(s1, &lt, &lt_ws, &lt_size));
@@ -171,6 +179,7 @@ int main(void) {
     printf("  gpurt_blas_handle, bound stream          %10.1f ns   target <= 20 ns: %s\n", g_same, g_same <= 20 ? "PASS" : "FAIL");
     printf("  gpurt_blas_handle, 2 streams alternating %10.1f ns   gpurt's extra cost over raw %.1f ns (median of rounds), target <= 20 ns: %s\n",
            g_switch, g_extra, g_extra <= 20 ? "PASS" : "FAIL");
+    printf("  A/A: raw SetStream + SetWorkspace against itself, in the same rounds: %.1f ns\n", aa_extra);
     printf("  gpurt_blaslt_handle, bound stream        %10.1f ns\n", g_lt);
     printf("  gpurt_current_blas_handle                %10.1f ns\n", g_current);
 
@@ -179,7 +188,7 @@ int main(void) {
         const Shape *sh = &shapes[i];
         size_t elem = sh->type == CUDA_R_16F ? 2 : 4;
         void *a = NULL, *b = NULL, *c = NULL;
-        double raw_ms[ROUNDS], g_ms[ROUNDS], raw_med, g_med;
+        double raw_ms[ROUNDS], g_ms[ROUNDS], aa_ms[ROUNDS], raw_med, g_med;
         int reps = sh->n == 1 ? 200 : (sh->m >= 4096 ? 20 : 100);
         OK(gpurt_malloc((size_t)sh->m * sh->k * elem, s1, &a));
         OK(gpurt_malloc((size_t)sh->k * sh->n * elem, s1, &b));
@@ -190,15 +199,16 @@ int main(void) {
         OK(cublasSetWorkspace(raw, ws1, ws_size));
         time_gemms(raw, NULL, s1, sh, a, b, c, reps); /* warm-up of both */
         time_gemms(NULL, s1, s1, sh, a, b, c, reps);
-        for (r = 0; r < ROUNDS; r++) { /* which goes first alternates too */
+        for (r = 0; r < ROUNDS; r++) { /* which goes first alternates; a second raw run is the A/A control */
             if (r & 1) g_ms[r] = time_gemms(NULL, s1, s1, sh, a, b, c, reps);
             raw_ms[r] = time_gemms(raw, NULL, s1, sh, a, b, c, reps);
             if (!(r & 1)) g_ms[r] = time_gemms(NULL, s1, s1, sh, a, b, c, reps);
+            aa_ms[r] = time_gemms(raw, NULL, s1, sh, a, b, c, reps);
         }
         raw_med = median(raw_ms, ROUNDS);
         g_med = median(g_ms, ROUNDS);
-        printf("  GEMM %-30s raw %9.4f ms  gpurt %9.4f ms  ratio %.4f  target within 1 %%: %s\n", sh->name, raw_med, g_med, g_med / raw_med,
-               g_med <= raw_med * 1.01 ? "PASS" : "FAIL");
+        printf("  GEMM %-30s raw %9.4f ms  gpurt %9.4f ms  ratio %.4f (A/A %.4f)  target within 1 %%: %s\n", sh->name, raw_med, g_med,
+               g_med / raw_med, median(aa_ms, ROUNDS) / raw_med, g_med <= raw_med * 1.01 ? "PASS" : "FAIL");
         gpurt_free(a), gpurt_free(b), gpurt_free(c);
     }
     cublasDestroy(raw);

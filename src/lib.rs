@@ -1,11 +1,20 @@
-//! gpurt: the CUDA runtime layer that `torch.cuda` and `cupy.cuda` give Python —
-//! devices, streams, events and their pools, with more to come — for C, C++ and any
-//! language with a C FFI.
+//! gpurt: the CUDA runtime layer that `torch.cuda` and `cupy.cuda` give Python, for
+//! C, C++ and any language with a C FFI: devices and their properties and telemetry
+//! (`device`, `telemetry`); streams, events and graphs (`stream`, `event`, `graph`);
+//! the caching device allocator with its pools, backends, statistics, history and
+//! snapshots (`alloc`), pinned and managed memory (`pinned`, `managed`), copies
+//! (`copy`) and IPC (`ipc`); run-time compiled kernels (`kernel`), random numbers
+//! (`rng`), TunableOp (`tunable`); the math libraries' handles (`mathlib`), NCCL
+//! communicators and torch.cuda.comm's helpers (`comm`), GPUDirect Storage (`gds`);
+//! the stream sanitizer (`sanitizer`), NVTX (`nvtx`), logging (`log`) and the sync
+//! debug mode (`sync_debug`).
 //!
 //! Layout: one module per concept, each a safe core (`mod.rs`) and a thin `ffi`
 //! counterpart holding its `extern "C"` functions. `boundary` is the one panic
 //! boundary every exported function goes through; `handle` holds the generational
-//! handle tables; `driver` loads libcuda at run time.
+//! handle tables; `driver` loads libcuda at run time, and `dylib` the optional CUDA
+//! libraries (NVRTC, cuBLAS, cuDNN, ...), so that the library loads where CUDA is
+//! absent; `process` keeps fork and exit safe.
 
 #![allow(non_camel_case_types)]
 // The C ABI takes its callers' pointers on trust, as any C library does: each is

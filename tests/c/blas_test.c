@@ -191,6 +191,7 @@ static void present(gpurt_stream_t s1) {
     EXPECT(gpurt_stream_create(0, GPURT_STREAM_NON_BLOCKING, 0, &s2), GPURT_SUCCESS);
 
     /* One handle per thread, on any stream; a workspace per stream from the pool. */
+    EXPECT(gpurt_memory_record_history(1, 0, 0), GPURT_SUCCESS);
     before = allocated();
     blas_made = created(GPURT_MATH_CUBLAS);
     EXPECT(gpurt_blas_get_allow_tf32(&allow), GPURT_SUCCESS);
@@ -217,6 +218,20 @@ static void present(gpurt_stream_t s1) {
     CHECK(again == h, "the current stream's handle is the thread's");
     expect_bound(h, cur, BLAS_WORKSPACE, 0);
     CHECK(created(GPURT_MATH_CUBLAS) == blas_made + 1, "still one handle created");
+
+    /* The history names the workspaces' allocations. */
+    {
+        size_t size = 0;
+        char *json;
+        CHECK(gpurt_memory_snapshot_buffer(0, GPURT_SNAPSHOT_JSON, NULL, 0, &size) == GPURT_ERROR_INVALID_ARGUMENT && size > 0, "snapshot size");
+        size = 2 * size + 4096; /* the history may grow between the two calls */
+        json = malloc(size + 1);
+        EXPECT(gpurt_memory_snapshot_buffer(0, GPURT_SNAPSHOT_JSON, json, size, &size), GPURT_SUCCESS);
+        json[size] = 0;
+        CHECK(strstr(json, "\"cuBLAS workspace\"") != NULL, "the snapshot annotates the cuBLAS workspaces");
+        free(json);
+        EXPECT(gpurt_memory_record_history(0, 0, 0), GPURT_SUCCESS);
+    }
 
     /* cuBLASLt: its own handle; a workspace per stream, given to the caller. */
     before = allocated();
