@@ -46,6 +46,16 @@ executables test test --release --no-run --test gpu | while read -r name exe; do
 if ls benches/*.rs >/dev/null 2>&1; then
     executables bench bench --no-run | while read -r name exe; do cp "$exe" "$out/benches/$name"; done
 fi
+# The Go package's test binary (the GPU machine has no Go toolchain), linked against
+# the bundle's library through a pkg-config file that names it.
+if command -v go >/dev/null; then
+    mkdir -p "$out/go" "$out/pkgconfig"
+    printf 'Name: gpurt\nDescription: gpurt\nVersion: 0.1.0\nCflags: -I%s\nLibs: -L%s -lgpurt\n' "$PWD/include" "$PWD/$out/lib" > "$out/pkgconfig/gpurt.pc"
+    (cd bindings/go && PKG_CONFIG_PATH="$PWD/../../$out/pkgconfig" CGO_LDFLAGS='-Wl,-rpath,$ORIGIN/../lib' go test -c -ldflags='-s -w' -o "../../$out/go/gpurt-go.test" .)
+else
+    echo "bundle: no Go toolchain here; the Go tests are left out"
+fi
 strip "$out"/tests/* "$out"/benches/* 2>/dev/null || true
 strip -g "$out/lib/libgpurt.a"
+gzip "$out/lib/libgpurt.a"   # a third of its size: the tree that travels is capped at 64 MiB
 du -sh "$out"

@@ -32,6 +32,7 @@ echo "nvidia-fs: $(cat /proc/driver/nvidia-fs/version 2>/dev/null || echo absent
 echo "NVRTC: $(ls /usr/local/cuda/lib64/libnvrtc.so.* 2>/dev/null | head -1) (gpurt also looks on the loader path and in \$CUDA_HOME)"
 step build-gpurt-info cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/gpurt-info.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/gpurt-info
 step build-abi-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/abi_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/abi_test
+[ -f lib/libgpurt.a ] || gunzip -k lib/libgpurt.a.gz
 step build-abi-test-static c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude -x c++ src/abi_test.c -x none lib/libgpurt.a -lpthread -ldl -lm -lrt -lutil -lgcc_s -o bin/abi_test_static
 step build-process-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/process_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/process_test
 step build-ipc-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/ipc_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/ipc_test
@@ -76,6 +77,9 @@ step comm-helpers-test bin/comm_helpers_test
 step blas-test bin/blas_test
 step blas-gpu-test bin/blas_gpu_test
 step blas-bench bin/blas_bench
+# The Go package on the GPU (built by bundle.sh with go test -c): exact round trips, then its call cost beside C's.
+step go-tests go/gpurt-go.test -test.v
+step go-bench go/gpurt-go.test -test.run '^$' -test.bench AllocFree -test.benchtime 200000x -test.count 5
 mkdir -p "$logs/snapshots"
 step memory-history-test bin/memory_history_test "$logs/snapshots"
 # PyTorch's own tools read gpurt's pickle (this machine has no browser: the viewer's

@@ -28,6 +28,9 @@ command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v c++ >/dev/null || missing+=(g++)
 command -v clang++ >/dev/null || missing+=(clang)
 command -v python3 >/dev/null || missing+=(python3)
+command -v go >/dev/null || missing+=(golang-go)
+command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
+[ -f /usr/share/java/jna.jar ] || missing+=(libjna-java)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 # The memory snapshot viewer is tested in a real browser.
 command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || missing+=(chromium-headless-shell)
@@ -160,6 +163,25 @@ cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror tests/c/soak.c $(pkg-config --cf
 LD_LIBRARY_PATH=$stub "$stub/soak" 3 8
 LD_LIBRARY_PATH=$stub "$stub/dlclose_test" "$(pkg-config --variable=libdir gpurt)/libgpurt.so.0"
 LD_LIBRARY_PATH=$stub GPURT_LIB="$cargo_dir/release/libgpurt.so" cargo bench --bench streams_events --bench alloc --bench sanitizer --bench nvtx
+
+echo "== Go (bindings/go, cgo through pkg-config): go vet, then the tests without a driver and on the stub driver"
+(
+  cd bindings/go
+  export CGO_LDFLAGS="-Wl,-rpath,$(pkg-config --variable=libdir gpurt)" GOFLAGS=-count=1
+  go vet ./...
+  go test -c -o "$stub/gpurt-go.test" .
+  "$stub/gpurt-go.test" -test.v
+  LD_LIBRARY_PATH=$stub "$stub/gpurt-go.test" -test.v
+  LD_LIBRARY_PATH=$stub "$stub/gpurt-go.test" -test.run '^$' -test.bench AllocFree -test.benchtime 100000x
+)
+
+echo "== Java (bindings/java, JNA from Debian's libjna-java): javac, then the tests without a driver and on the stub driver"
+java_classes=$work/java-classes
+rm -rf "$java_classes"
+javac -Xlint:all -Werror -cp /usr/share/java/jna.jar -d "$java_classes" $(find bindings/java/src -name '*.java')
+java_run=(java -cp "$java_classes:/usr/share/java/jna.jar" -Djna.library.path="$(pkg-config --variable=libdir gpurt)" org.gpurt.GpurtTest)
+"${java_run[@]}"
+LD_LIBRARY_PATH=$stub "${java_run[@]}"
 
 echo "== Python: pip install . into a venv (the wheel builds libgpurt through CMake), pytest without a driver and on the stub"
 venv=$work/python-venv

@@ -171,11 +171,13 @@ pub fn get(library: Library) -> Result<&'static Api> {
 }
 
 impl Api {
+    /// Ok for the library's success, else the error of `call` (named only then:
+    /// the rebind path runs this twice per call).
     #[inline]
-    fn check(&self, call: &str, code: c_int) -> Result<()> {
+    fn check(&self, call: impl FnOnce() -> &'static str, code: c_int) -> Result<()> {
         match code {
             0 => Ok(()),
-            code => Err(self.error(call, code)),
+            code => Err(self.error(call(), code)),
         }
     }
 
@@ -189,14 +191,14 @@ impl Api {
     /// A new handle for the current context's device.
     pub fn create(&self) -> Result<RawHandle> {
         let mut handle = std::ptr::null_mut();
-        self.check(self.library.spec().create, unsafe { (self.create)(&mut handle) })?;
+        self.check(|| self.library.spec().create, unsafe { (self.create)(&mut handle) })?;
         Ok(handle)
     }
 
     /// Binds `handle` to `stream`; cuBLASLt, which takes its stream per call, has nothing to bind.
     pub fn set_stream(&self, handle: RawHandle, stream: CUstream) -> Result<()> {
         match self.set_stream {
-            Some(set) => self.check(self.library.spec().set_stream.unwrap_or_default(), unsafe { set(handle, stream) }),
+            Some(set) => self.check(|| self.library.spec().set_stream.unwrap_or_default(), unsafe { set(handle, stream) }),
             None => Ok(()),
         }
     }
@@ -205,7 +207,7 @@ impl Api {
     /// cuBLAS's own, so it is set after every bind).
     pub fn set_workspace(&self, handle: RawHandle, workspace: u64, size: usize) -> Result<()> {
         match self.set_workspace {
-            Some(set) => self.check("cublasSetWorkspace_v2", unsafe { set(handle, workspace as *mut c_void, size) }),
+            Some(set) => self.check(|| "cublasSetWorkspace_v2", unsafe { set(handle, workspace as *mut c_void, size) }),
             None => Ok(()),
         }
     }
@@ -213,7 +215,7 @@ impl Api {
     /// cuBLAS: TF32 tensor-core math for fp32 GEMMs, or the default math.
     pub fn set_allow_tf32(&self, handle: RawHandle, allow: bool) -> Result<()> {
         match self.set_math_mode {
-            Some(set) => self.check("cublasSetMathMode", unsafe { set(handle, if allow { TF32_TENSOR_OP_MATH } else { DEFAULT_MATH }) }),
+            Some(set) => self.check(|| "cublasSetMathMode", unsafe { set(handle, if allow { TF32_TENSOR_OP_MATH } else { DEFAULT_MATH }) }),
             None => Ok(()),
         }
     }

@@ -1,0 +1,3 @@
+module github.com/gpurt/gpurt/bindings/go
+
+go 1.19
