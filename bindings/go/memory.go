@@ -1,7 +1,23 @@
 package gpurt
 
 /*
+#include <stdint.h>
 #include <gpurt.h>
+
+// The allocation hot path in C terms that pass no Go pointer, so cgo checks none:
+// the status and the address come back by value.
+typedef struct { gpurt_status_t status; void *ptr; } go_allocation;
+static go_allocation go_malloc(size_t size, uintptr_t stream) {
+    void *p = NULL;
+    gpurt_status_t s = gpurt_malloc(size, (gpurt_stream_t)stream, &p);
+    return (go_allocation){s, p};
+}
+static go_allocation go_pool_malloc(uintptr_t pool, size_t size, uintptr_t stream) {
+    void *p = NULL;
+    gpurt_status_t s = gpurt_mem_pool_malloc((gpurt_mem_pool_t)pool, size, (gpurt_stream_t)stream, &p);
+    return (go_allocation){s, p};
+}
+static gpurt_status_t go_free(uintptr_t p) { return gpurt_free((void *)p); }
 */
 import "C"
 
@@ -32,17 +48,20 @@ func Malloc(size int, s *Stream) (*DeviceBuffer, error) {
 	if size < 0 {
 		return nil, errorf("gpurt.Malloc: size %d is negative", size)
 	}
-	var p unsafe.Pointer
-	if err := call(func() C.gpurt_status_t { return C.gpurt_malloc(C.size_t(size), s.c(), &p) }); err != nil {
+	var a C.go_allocation
+	if err := call(func() C.gpurt_status_t {
+		a = C.go_malloc(C.size_t(size), C.uintptr_t(uintptr(s.get())))
+		return a.status
+	}); err != nil {
 		return nil, err
 	}
-	return adoptBuffer(p, size, s), nil
+	return adoptBuffer(a.ptr, size, s), nil
 }
 
 // Close frees the memory (stream-ordered: it is reused after the stream's work).
 func (b *DeviceBuffer) Close() error {
 	runtime.SetFinalizer(b, nil)
-	return b.closeWith(func(p unsafe.Pointer) C.gpurt_status_t { return C.gpurt_free(p) })
+	return b.closeWith(func(p unsafe.Pointer) C.gpurt_status_t { return C.go_free(C.uintptr_t(uintptr(p))) })
 }
 
 // Ptr is the device address (0 once closed).
@@ -156,11 +175,14 @@ func (p *MemPool) Malloc(size int, s *Stream) (*DeviceBuffer, error) {
 	if size < 0 {
 		return nil, errorf("gpurt.MemPool.Malloc: size %d is negative", size)
 	}
-	var ptr unsafe.Pointer
-	if err := call(func() C.gpurt_status_t { return C.gpurt_mem_pool_malloc(p.c(), C.size_t(size), s.c(), &ptr) }); err != nil {
+	var a C.go_allocation
+	if err := call(func() C.gpurt_status_t {
+		a = C.go_pool_malloc(C.uintptr_t(uintptr(p.get())), C.size_t(size), C.uintptr_t(uintptr(s.get())))
+		return a.status
+	}); err != nil {
 		return nil, err
 	}
-	b := adoptBuffer(ptr, size, s)
+	b := adoptBuffer(a.ptr, size, s)
 	b.pool = p // the pool outlives its buffers
 	return b, nil
 }
