@@ -17,6 +17,16 @@ cp examples-c/gpurt-info.c tests/c/abi_test.c tests/c/process_test.c tests/c/ipc
 cp examples-c/*.c examples-c/*.h examples-cpp/*.cpp "$out/src/"
 cp gpu/run.sh "$out/run.sh"
 cp -r gpu/traces "$out/traces"
+# The GPT-2 engine: its sources and CMake project, the reference script, nlohmann/json
+# (Debian's nlohmann-json3-dev; the GPU machine may lack it), and the CMake package
+# files, so that find_package(gpurt) takes the bundle for an installed prefix.
+mkdir -p "$out/src/gpt2" "$out/json" "$out/lib/cmake/gpurt"
+cp examples-cpp/gpt2/*.cpp examples-cpp/gpt2/*.hpp examples-cpp/gpt2/CMakeLists.txt "$out/src/gpt2/"
+cp gpu/gpt2_reference.py "$out/src/"
+cp -r /usr/include/nlohmann "$out/json/"
+cmake -S . -B target/bundle-cmake -DGPURT_CARGO_TARGET_DIR="$PWD/target" >/dev/null   # configuring writes the package files
+cp target/bundle-cmake/gpurtConfig.cmake target/bundle-cmake/gpurtConfigVersion.cmake "$out/lib/cmake/gpurt/"
+ln -sf libgpurt.so.0 "$out/lib/libgpurt.so.0.1.0"
 cp -r tests/python "$out/pytests"
 
 # RMM's C++ headers and library (librmm-cu13 and its logger), for the RMM adaptor's test.

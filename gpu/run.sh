@@ -77,6 +77,15 @@ step comm-helpers-test bin/comm_helpers_test
 step blas-test bin/blas_test
 step blas-gpu-test bin/blas_gpu_test
 step blas-bench bin/blas_bench
+# An engine on gpurt: GPT-2 built by its own CMake project with find_package(gpurt) on
+# this bundle, against weights and PyTorch's outputs made here (docs: README, "An engine on gpurt").
+step build-gpt2 bash -c "cmake -S src/gpt2 -B build-gpt2 -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$PWD -DGPT2_JSON_INCLUDE=$PWD/json && cmake --build build-gpt2 -j 8"
+step gpt2-host-test build-gpt2/gpt2_host_test build-gpt2
+step gpt2-reference python3 src/gpt2_reference.py make gpt2-data
+step gpt2-fp32 build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --tokens gpt2-data/fp32_tokens.txt --logits gpt2-data/fp32_logits.f32
+step gpt2-compare-fp32 python3 src/gpt2_reference.py compare gpt2-data gpt2-data/fp32_tokens.txt gpt2-data/fp32_logits.f32
+step gpt2-fp16 build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --fp16 --tokens gpt2-data/fp16_tokens.txt
+step gpt2-compare-fp16 python3 src/gpt2_reference.py compare16 gpt2-data gpt2-data/fp16_tokens.txt
 # The Go package on the GPU (built by bundle.sh with go test -c): exact round trips, then its call cost beside C's.
 step go-tests go/gpurt-go.test -test.v
 step go-bench go/gpurt-go.test -test.run '^$' -test.bench AllocFree -test.benchtime 200000x -test.count 5
@@ -144,6 +153,7 @@ step initcheck-abi-test sanitize initcheck bin/abi_test
 step memcheck-process-test sanitize memcheck --target-processes all bin/process_test
 step memcheck-soak sanitize memcheck bin/soak 10 4
 step memcheck-blas-gpu-test sanitize memcheck bin/blas_gpu_test
+step memcheck-gpt2 sanitize memcheck build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 4
 for t in tests/*; do
     step "memcheck-rust-$(basename "$t")" sanitize memcheck "$t" --test-threads=1
     step "synccheck-rust-$(basename "$t")" sanitize synccheck "$t" --test-threads=1

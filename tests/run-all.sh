@@ -8,7 +8,7 @@
 #   2. CMake: build + install to a prefix, then a find_package consumer building the
 #      C ABI test as C and C++ against gpurt::gpurt and gpurt::gpurt_static, and the
 #      C++ header's tests;
-#   3. add_subdirectory(gpurt) consumer;
+#   3. the GPT-2 engine's CMake project (host tests); add_subdirectory(gpurt) consumer;
 #   4. pkg-config consumer; the same install moved to a second prefix, used through
 #      pkg-config and find_package from there (the package is relocatable);
 #   5. the C ABI test, the fault-injection sweep, the C++ header's tests, the
@@ -31,6 +31,7 @@ command -v python3 >/dev/null || missing+=(python3)
 command -v go >/dev/null || missing+=(golang-go)
 command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
 [ -f /usr/share/java/jna.jar ] || missing+=(libjna-java)
+[ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 # The memory snapshot viewer is tested in a real browser.
 command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || missing+=(chromium-headless-shell)
@@ -65,6 +66,11 @@ echo "== find_package consumer (C and C++, shared and static)"
 cmake -S tests/consumer -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/consumer"
 (cd "$work/consumer" && ctest --output-on-failure)
+
+echo "== the GPT-2 engine's own CMake project on the installed prefix: its host tests (the engine needs CUDA: GPU suite)"
+cmake -S examples-cpp/gpt2 -B "$work/gpt2" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/gpt2"
+(cd "$work/gpt2" && ctest --output-on-failure)
 
 echo "== add_subdirectory consumer"
 cmake -S tests/subdirectory -B "$work/subdirectory" -DGPURT_CARGO_TARGET_DIR="$cargo_dir" >/dev/null

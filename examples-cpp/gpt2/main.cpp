@@ -1,0 +1,75 @@
+// GPT-2 generation on gpurt: greedy decoding with a KV cache for 1 to 16 prompts
+// of token ids, in fp32 or fp16 (fp32 accumulation). Prints tokens per second and
+// the peak device memory; --tokens and --logits write what the reference script
+// compares with PyTorch (gpu/gpt2_reference.py).
+#include <gpurt.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "model.hpp"
+#include "options.hpp"
+
+int main(int argc, char **argv) try {
+    const auto started = std::chrono::steady_clock::now();
+    gpt2::Options opt = gpt2::parse_options(argc, argv);
+    std::vector<std::vector<int>> prompts = gpt2::read_prompts(opt.prompts, gpt2::kVocab);
+    const int rows = static_cast<int>(prompts.size()), prompt_len = static_cast<int>(prompts[0].size());
+    if (prompt_len + opt.new_tokens > gpt2::kPositions) throw std::invalid_argument("prompt and new tokens exceed 1024 positions");
+    if (gpurt_init() != GPURT_SUCCESS || gpurt::Device::count() == 0) {
+        std::printf("gpt2: no GPU (%s): nothing to run\n", gpurt_last_error_message());
+        return 0;
+    }
+    gpurt::DeviceGuard on(gpurt::Device(0));
+    gpurt::Stream stream;
+    gpt2::Model model(opt.weights, opt.fp16 ? gpt2::Precision::F16 : gpt2::Precision::F32, stream);
+    const int total = prompt_len + opt.new_tokens;
+    model.reserve(rows, total);
+
+    // Tokens by position: the prompt's, then each step's pick, all on the device.
+    std::vector<int> by_position(static_cast<size_t>(total) * rows, 0);
+    for (int p = 0; p < prompt_len; p++)
+        for (int r = 0; r < rows; r++) by_position[static_cast<size_t>(p) * rows + r] = prompts[r][p];
+    gpurt::DeviceBuffer<int> tokens(by_position.size(), stream);
+    tokens.copy_from(by_position, stream);
+    std::ofstream logits_out;
+    if (!opt.logits_out.empty()) logits_out.open(opt.logits_out, std::ios::binary);
+    std::vector<float> logits(static_cast<size_t>(rows) * gpt2::kVocab);
+
+    for (int p = 0; p < prompt_len - 1; p++) model.step(tokens.data() + static_cast<size_t>(p) * rows, p);
+    gpurt::Event start, stop;
+    double first_token_ms = 0;
+    start.record(stream);
+    for (int p = prompt_len - 1; p < total - 1; p++) {
+        model.step(tokens.data() + static_cast<size_t>(p) * rows, p);
+        model.argmax(tokens.data() + static_cast<size_t>(p + 1) * rows);
+        if (logits_out.is_open()) {
+            gpurt_status_t s = gpurt_memcpy(logits.data(), model.logits(), logits.size() * sizeof(float), stream.get());
+            if (s != GPURT_SUCCESS) throw gpurt::Error(s, gpurt_last_error_message());
+            logits_out.write(reinterpret_cast<const char *>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+        }
+        if (p == prompt_len - 1) {
+            stream.synchronize();
+            first_token_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+        }
+    }
+    stop.record(stream);
+    std::vector<int> result = tokens.to_vector(stream);
+    double ms = stop.elapsed_since(start);
+    if (!opt.tokens_out.empty()) {
+        std::ofstream out(opt.tokens_out);
+        for (int r = 0; r < rows; r++) {
+            for (int p = prompt_len; p < total; p++) out << result[static_cast<size_t>(p) * rows + r] << (p + 1 < total ? " " : "\n");
+        }
+    }
+    gpurt_memory_stats_t st = gpurt::Device(0).memory_stats();
+    std::printf("gpt2 %s: %d prompt(s) x %d tokens, %d new: %.1f tokens/s (%.3f ms a step), first token after %.0f ms, peak reserved %.1f MiB (+ KV cache pool)\n",
+                opt.fp16 ? "fp16" : "fp32", rows, prompt_len, opt.new_tokens, rows * opt.new_tokens / (ms / 1e3), ms / opt.new_tokens, first_token_ms,
+                st.reserved_bytes.all.peak / 1048576.0);
+    return 0;
+} catch (const std::exception &e) {
+    std::fprintf(stderr, "gpt2: %s\n", e.what());
+    return 1;
+}
