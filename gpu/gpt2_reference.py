@@ -54,7 +54,7 @@ def make(out):
         torch.stack(run.logits).float().cpu().numpy().astype(np.float32).tofile(os.path.join(out, "ref_logits.f32"))
         half = model.half()
         run16 = half.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, do_sample=False, num_beams=1, pad_token_id=0)
-        write_tokens(os.path.join(out, "ref_tokens_f16.txt"), run16.sequences[:, PROMPT_LEN:].tolist())
+        write_tokens(os.path.join(out, "ref_tokens_f16.txt"), run16[:, PROMPT_LEN:].tolist())
     print(f"made {out}: {len(tensors)} tensors, {PROMPTS} prompts of {PROMPT_LEN} tokens, {NEW_TOKENS} new tokens each")
 
 

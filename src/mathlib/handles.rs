@@ -134,6 +134,7 @@ fn mine() -> Result<&'static RefCell<Mine>> {
 }
 
 /// Binds this thread's handle to another stream, leasing one first if it has none.
+/// Out of line, so that the bound-stream lookup stays small; `bind` is inlined here.
 #[inline(never)]
 fn bind_mine(library: Library, mine: &mut Vec<Option<Leased>>, slot: usize, stream: Stream) -> Result<Bound> {
     match mine.get_mut(slot) {
@@ -178,7 +179,7 @@ fn lease(library: Library, device: i32) -> Result<Leased> {
 
 /// Binds `leased` to `stream`: its workspace there (allocated on first use), the
 /// stream, and for cuBLAS the workspace and the math mode. Unbound if a step fails.
-#[inline(never)]
+#[inline]
 fn bind(library: Library, leased: &mut Leased, stream: Stream) -> Result<Bound> {
     let api = leased.api;
     leased.bound = None;
