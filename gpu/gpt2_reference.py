@@ -11,6 +11,10 @@ reference outputs, made on the GPU machine with no download, and the comparison.
         fp32: the engine's tokens equal PyTorch's, and every step's logits within 1e-3.
     python3 gpt2_reference.py compare16 DIR TOKENS
         fp16: the first step where the engine's tokens leave PyTorch's, per prompt.
+    python3 gpt2_reference.py speed DIR
+        transformers' eager generate on DIR's weights, fp32, 128-token prompts and 256
+        new tokens at batch 1 and 16: tokens per second and peak reserved memory, and
+        DIR/prompts_b1.txt, DIR/prompts_b16.txt for the engine's run of the same.
 """
 import os
 import sys
@@ -86,6 +90,31 @@ def compare16(out, tokens):
     return True
 
 
+def speed(out):
+    import time
+    from transformers import GPT2LMHeadModel, GPT2Config
+    from safetensors.torch import load_file
+
+    model = GPT2LMHeadModel(GPT2Config()).eval().cuda()
+    model.load_state_dict(load_file(os.path.join(out, "gpt2.safetensors")), strict=False)
+    model.tie_weights()
+    model.generation_config.eos_token_id = None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for batch in (1, 16):
+        ids = torch.randint(0, VOCAB, (batch, 128), generator=torch.Generator().manual_seed(batch)).cuda()
+        write_tokens(os.path.join(out, f"prompts_b{batch}.txt"), ids.tolist())
+        with torch.no_grad():
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False, pad_token_id=0)  # warm-up
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            t = time.perf_counter()
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=256, do_sample=False, pad_token_id=0)
+            torch.cuda.synchronize()
+            seconds = time.perf_counter() - t
+        print(f"transformers eager generate fp32, batch {batch}: {batch * 256 / seconds:.1f} tokens/s "
+              f"({seconds / 256 * 1e3:.3f} ms a step, prompt included), peak reserved {torch.cuda.max_memory_reserved() / 2**20:.1f} MiB")
+
+
 if __name__ == "__main__":
     verb = sys.argv[1]
     if verb == "make":
@@ -94,5 +123,7 @@ if __name__ == "__main__":
         sys.exit(0 if compare(*sys.argv[2:5]) else 1)
     elif verb == "compare16":
         sys.exit(0 if compare16(*sys.argv[2:4]) else 1)
+    elif verb == "speed":
+        speed(sys.argv[2])
     else:
         sys.exit(__doc__)

@@ -86,6 +86,15 @@ step gpt2-fp32 build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 
 step gpt2-compare-fp32 python3 src/gpt2_reference.py compare gpt2-data gpt2-data/fp32_tokens.txt gpt2-data/fp32_logits.f32
 step gpt2-fp16 build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --fp16 --tokens gpt2-data/fp16_tokens.txt
 step gpt2-compare-fp16 python3 src/gpt2_reference.py compare16 gpt2-data gpt2-data/fp16_tokens.txt
+step gpt2-fp32-eager build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --no-graphs --tokens gpt2-data/eager_tokens.txt
+step gpt2-eager-same-tokens cmp gpt2-data/eager_tokens.txt gpt2-data/fp32_tokens.txt
+# Speed at batch 1 and 16 (128-token prompts, 256 new tokens) beside transformers' eager generate.
+step gpt2-speed-torch python3 src/gpt2_reference.py speed gpt2-data
+for batch in 1 16; do
+    for flags in "" "--no-graphs" "--fp16"; do
+        step "gpt2-speed-b$batch${flags// /}" build-gpt2/gpt2 gpt2-data/gpt2.safetensors "gpt2-data/prompts_b$batch.txt" 256 $flags
+    done
+done
 # The Go package on the GPU (built by bundle.sh with go test -c): exact round trips, then its call cost beside C's.
 step go-tests go/gpurt-go.test -test.v
 step go-bench go/gpurt-go.test -test.run '^$' -test.bench AllocFree -test.benchtime 200000x -test.count 5

@@ -74,7 +74,9 @@ int main(int argc, char **argv) {
     // The command line and the prompts file.
     const char *ok[] = {"gpt2", "w.safetensors", "p.txt", "128", "--fp16", "--logits", "l.f32"};
     gpt2::Options o = gpt2::parse_options(7, ok);
-    CHECK(o.weights == "w.safetensors" && o.new_tokens == 128 && o.fp16 && o.logits_out == "l.f32" && o.tokens_out.empty());
+    CHECK(o.weights == "w.safetensors" && o.new_tokens == 128 && o.fp16 && o.graphs && o.logits_out == "l.f32" && o.tokens_out.empty());
+    const char *eager[] = {"gpt2", "w", "p", "4", "--no-graphs"};
+    CHECK(!gpt2::parse_options(5, eager).graphs);
     const char *no_count[] = {"gpt2", "w", "p"}, *bad_count[] = {"gpt2", "w", "p", "12x"}, *unknown[] = {"gpt2", "w", "p", "4", "--fast"},
                *dangling[] = {"gpt2", "w", "p", "4", "--tokens"};
     CHECK(throws_with([&] { gpt2::parse_options(3, no_count); }, "usage"));

@@ -1,6 +1,6 @@
 // The engine's own kernels, compiled once at run time by gpurt's NVRTC (cached on
-// disk with GPURT_RTC_CACHE_DIR): embedding, layer norm, bias, GELU, attention over
-// the KV cache, and the greedy pick. Activations are fp32; T is the weights' and
+// disk with GPURT_RTC_CACHE_DIR): weight preparation, embedding, layer norm with the
+// residual's pending bias, bias + GELU, attention over the KV cache, and the greedy pick. Activations are fp32; T is the weights' and
 // the GEMMs' type (float, or __half with fp32 accumulation in cuBLAS).
 #pragma once
 
@@ -31,20 +31,26 @@ __device__ float block_sum(float v) {
     return total;
 }
 
-// x[b] = wte[token[b]] + wpe[pos], one block per row.
+// x[b] = wte[history[pos][b]] + wpe[pos], one block per row. The position is read
+// from device memory, so that one captured step serves every position.
 template <class T>
-__device__ void embed(const int *tokens, int pos, const T *wte, const T *wpe, float *x) {
-    int b = blockIdx.x;
-    const T *w = wte + (size_t)tokens[b] * E, *p = wpe + (size_t)pos * E;
+__device__ void embed(const int *history, const int *position, const T *wte, const T *wpe, float *x) {
+    int b = blockIdx.x, pos = *position;
+    const T *w = wte + (size_t)history[(size_t)pos * gridDim.x + b] * E, *p = wpe + (size_t)pos * E;
     for (int i = threadIdx.x; i < E; i += blockDim.x) x[(size_t)b * E + i] = to_f(w[i]) + to_f(p[i]);
 }
 
-// y[b] = (x[b] - mean) / sqrt(var + 1e-5) * g + beta, in T for the next GEMM; one block per row.
+// Adds the residual branch's pending bias to x[b] (when `bias` is set: the bias of the
+// GEMM that last accumulated into x, folded in here), then y[b] = (x[b] - mean) /
+// sqrt(var + 1e-5) * g + beta in T for the next GEMM; one block per row.
 template <class T>
-__device__ void layer_norm(const float *x, const T *g, const T *beta, T *y) {
-    const float *row = x + (size_t)blockIdx.x * E;
+__device__ void layer_norm(float *x, const T *bias, const T *g, const T *beta, T *y) {
+    float *row = x + (size_t)blockIdx.x * E;
     float s = 0;
-    for (int i = threadIdx.x; i < E; i += blockDim.x) s += row[i];
+    for (int i = threadIdx.x; i < E; i += blockDim.x) {
+        if (bias) row[i] += to_f(bias[i]);
+        s += row[i];
+    }
     float mean = block_sum(s) / E;
     float v = 0;
     for (int i = threadIdx.x; i < E; i += blockDim.x) { float d = row[i] - mean; v += d * d; }
@@ -53,12 +59,16 @@ __device__ void layer_norm(const float *x, const T *g, const T *beta, T *y) {
         from_f(y[(size_t)blockIdx.x * E + i], (row[i] - mean) * inv * to_f(g[i]) + to_f(beta[i]));
 }
 
-// y[b][j] += bias[j] over rows x cols (y: the residual stream or a GEMM's output).
-template <class T, class Y>
-__device__ void add_bias(Y *y, const T *bias, int rows, int cols) {
-    size_t n = (size_t)rows * cols;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        from_f(y[i], to_f(y[i]) + to_f(bias[i % cols]));
+// Rows [first, first + count) of a [rows][cols] fp32 tensor (src holds just those
+// rows) into dst as T, transposed to [cols][rows] where `transpose` (transformers'
+// Conv1D weights are [in][out]; the GEMMs read [out][in]).
+template <class T>
+__device__ void prepare(const float *src, T *dst, int rows, int cols, int first, int count, int transpose) {
+    size_t n = (size_t)count * cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = first + i / cols, c = i % cols;
+        from_f(dst[transpose ? c * rows + r : r * cols + c], src[i]);
+    }
 }
 
 // GPT-2's GELU (tanh form), in place, after the bias.
@@ -71,39 +81,42 @@ __device__ void bias_gelu(T *h, const T *bias, int rows, int cols) {
     }
 }
 
-// One decode step of attention for row b and head h (block (b, h), 128 threads):
-// appends this position's k and v to the cache, then softmax(q k^T / 8) v over
-// positions 0..pos. qkv: [rows][3 E] in T (after its bias); out: [rows][E] in T.
-// Cache: [rows][HEADS][max_len][HEAD_DIM] floats for k and for v.
+// One decode step of attention for row b and head h (block (b, h), 256 threads):
+// appends this position's k and v (with their bias) to the cache, then softmax(q k^T
+// / 8) v over positions 0..pos. qkv: [rows][3 E] in T, before its bias; out: [rows][E]
+// in T. Cache: [rows][HEADS][max_len][HEAD_DIM] floats for k and for v. A warp takes a
+// position's score (its 64 dims, coalesced); the weighted sum splits the positions
+// over the block's groups of 64 threads.
 template <class T>
-__device__ void attend(const T *qkv, float *k_cache, float *v_cache, int pos, int max_len, T *out) {
-    extern __shared__ float scores[]; // pos + 1 floats
+__device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cache, const int *position, int max_len, T *out) {
+    extern __shared__ float scores[]; // max_len floats
     __shared__ float q[HEAD_DIM];
-    int b = blockIdx.x, h = blockIdx.y;
+    __shared__ float reduce[32];
+    __shared__ float partial[1024];
+    int b = blockIdx.x, h = blockIdx.y, pos = *position;
     const T *row = qkv + (size_t)b * 3 * E;
     size_t base = ((size_t)b * HEADS + h) * max_len * HEAD_DIM;
     for (int d = threadIdx.x; d < HEAD_DIM; d += blockDim.x) {
-        q[d] = to_f(row[h * HEAD_DIM + d]);
-        k_cache[base + (size_t)pos * HEAD_DIM + d] = to_f(row[E + h * HEAD_DIM + d]);
-        v_cache[base + (size_t)pos * HEAD_DIM + d] = to_f(row[2 * E + h * HEAD_DIM + d]);
+        int qi = h * HEAD_DIM + d, ki = E + qi, vi = 2 * E + qi;
+        q[d] = to_f(row[qi]) + to_f(bias[qi]);
+        k_cache[base + (size_t)pos * HEAD_DIM + d] = to_f(row[ki]) + to_f(bias[ki]);
+        v_cache[base + (size_t)pos * HEAD_DIM + d] = to_f(row[vi]) + to_f(bias[vi]);
     }
     __syncthreads();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     float local_max = NEG_INF;
-    for (int t = threadIdx.x; t <= pos; t += blockDim.x) {
+    for (int t = warp; t <= pos; t += warps) {
         const float *k = k_cache + base + (size_t)t * HEAD_DIM;
-        float s = 0;
-        for (int d = 0; d < HEAD_DIM; d++) s += q[d] * k[d];
+        float s = q[lane] * k[lane] + q[lane + 32] * k[lane + 32];
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         s *= 0.125f; // 1 / sqrt(HEAD_DIM)
-        scores[t] = s;
+        if (lane == 0) scores[t] = s;
         local_max = fmaxf(local_max, s);
     }
-    __shared__ float reduce[32];
-    for (int o = 16; o > 0; o >>= 1) local_max = fmaxf(local_max, __shfl_xor_sync(0xffffffffu, local_max, o));
-    if ((threadIdx.x & 31) == 0) reduce[threadIdx.x >> 5] = local_max;
+    if (lane == 0) reduce[warp] = local_max;
     __syncthreads();
     float m = NEG_INF;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, reduce[i]);
-    __syncthreads();
+    for (int i = 0; i < warps; i++) m = fmaxf(m, reduce[i]);
     float local_sum = 0;
     for (int t = threadIdx.x; t <= pos; t += blockDim.x) {
         float e = __expf(scores[t] - m);
@@ -111,11 +124,9 @@ __device__ void attend(const T *qkv, float *k_cache, float *v_cache, int pos, in
         local_sum += e;
     }
     float inv = 1.0f / block_sum(local_sum); // block_sum synchronises: scores are complete
-    // Threads split as HEAD_DIM dimensions x (blockDim.x / HEAD_DIM) position groups.
     int d = threadIdx.x % HEAD_DIM, group = threadIdx.x / HEAD_DIM, groups = blockDim.x / HEAD_DIM;
     float acc = 0;
     for (int t = group; t <= pos; t += groups) acc += scores[t] * v_cache[base + (size_t)t * HEAD_DIM + d];
-    __shared__ float partial[1024];
     partial[threadIdx.x] = acc;
     __syncthreads();
     if (group == 0) {
@@ -124,8 +135,8 @@ __device__ void attend(const T *qkv, float *k_cache, float *v_cache, int pos, in
     }
 }
 
-// next[b] = the first index of the largest logit of row b (torch.argmax's tie rule).
-__device__ void argmax(const float *logits, int vocab, int *next) {
+// history[pos + 1][b] = the first index of the largest logit of row b (torch.argmax's tie rule).
+__device__ void argmax(const float *logits, int vocab, const int *position, int *history) {
     const float *row = logits + (size_t)blockIdx.x * vocab;
     float best = NEG_INF;
     int index = 0x7fffffff;
@@ -143,23 +154,20 @@ __device__ void argmax(const float *logits, int vocab, int *next) {
     if (threadIdx.x == 0) {
         for (int w = 1; w < (int)(blockDim.x >> 5); w++)
             if (bests[w] > best || (bests[w] == best && indices[w] < index)) best = bests[w], index = indices[w];
-        next[blockIdx.x] = index;
+        history[(size_t)(*position + 1) * gridDim.x + blockIdx.x] = index;
     }
 }
 
 #define FOR_TYPE(T, S) \
-extern "C" __global__ void embed_##S(const int *tokens, int pos, const T *wte, const T *wpe, float *x) { embed<T>(tokens, pos, wte, wpe, x); } \
-extern "C" __global__ void layer_norm_##S(const float *x, const T *g, const T *b, T *y) { layer_norm<T>(x, g, b, y); } \
-extern "C" __global__ void add_bias_##S(float *y, const T *bias, int rows, int cols) { add_bias<T, float>(y, bias, rows, cols); } \
-extern "C" __global__ void add_bias_t_##S(T *y, const T *bias, int rows, int cols) { add_bias<T, T>(y, bias, rows, cols); } \
+extern "C" __global__ void embed_##S(const int *history, const int *pos, const T *wte, const T *wpe, float *x) { embed<T>(history, pos, wte, wpe, x); } \
+extern "C" __global__ void layer_norm_##S(float *x, const T *bias, const T *g, const T *b, T *y) { layer_norm<T>(x, bias, g, b, y); } \
+extern "C" __global__ void prepare_##S(const float *src, T *dst, int rows, int cols, int first, int count, int transpose) { prepare<T>(src, dst, rows, cols, first, count, transpose); } \
 extern "C" __global__ void bias_gelu_##S(T *h, const T *bias, int rows, int cols) { bias_gelu<T>(h, bias, rows, cols); } \
-extern "C" __global__ void attend_##S(const T *qkv, float *k, float *v, int pos, int max_len, T *out) { attend<T>(qkv, k, v, pos, max_len, out); }
+extern "C" __global__ void attend_##S(const T *qkv, const T *bias, float *k, float *v, const int *pos, int max_len, T *out) { attend<T>(qkv, bias, k, v, pos, max_len, out); }
 FOR_TYPE(float, f32)
 FOR_TYPE(__half, f16)
-extern "C" __global__ void to_half(const float *x, __half *y, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) y[i] = __float2half(x[i]);
-}
-extern "C" __global__ void argmax_rows(const float *logits, int vocab, int *next) { argmax(logits, vocab, next); }
+extern "C" __global__ void argmax_rows(const float *logits, int vocab, const int *pos, int *history) { argmax(logits, vocab, pos, history); }
+extern "C" __global__ void advance(int *pos) { *pos += 1; }
 )CUDA";
 }
 

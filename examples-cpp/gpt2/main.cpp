@@ -26,25 +26,40 @@ int main(int argc, char **argv) try {
     gpurt::Stream stream;
     gpt2::Model model(opt.weights, opt.fp16 ? gpt2::Precision::F16 : gpt2::Precision::F32, stream);
     const int total = prompt_len + opt.new_tokens;
-    model.reserve(rows, total);
-
     // Tokens by position: the prompt's, then each step's pick, all on the device.
     std::vector<int> by_position(static_cast<size_t>(total) * rows, 0);
     for (int p = 0; p < prompt_len; p++)
         for (int r = 0; r < rows; r++) by_position[static_cast<size_t>(p) * rows + r] = prompts[r][p];
     gpurt::DeviceBuffer<int> tokens(by_position.size(), stream);
     tokens.copy_from(by_position, stream);
+    model.reserve(rows, total, tokens.data());
+
+    // A prompt step and a decode step, each captured once (they read the position
+    // from device memory) and replayed per token.
+    gpurt::GraphExec prompt_step, decode_step;
+    if (opt.graphs) {
+        for (bool pick : {false, true}) {
+            gpurt::Graph::begin_capture(stream, GPURT_CAPTURE_MODE_THREAD_LOCAL);
+            model.step(pick);
+            gpurt::Graph graph = gpurt::Graph::end_capture(stream);
+            (pick ? decode_step : prompt_step) = graph.instantiate();
+        }
+    }
+    auto step = [&](bool pick) {
+        if (opt.graphs) (pick ? decode_step : prompt_step).launch(stream);
+        else model.step(pick);
+    };
     std::ofstream logits_out;
     if (!opt.logits_out.empty()) logits_out.open(opt.logits_out, std::ios::binary);
     std::vector<float> logits(static_cast<size_t>(rows) * gpt2::kVocab);
 
-    for (int p = 0; p < prompt_len - 1; p++) model.step(tokens.data() + static_cast<size_t>(p) * rows, p);
+    model.set_position(0);
+    for (int p = 0; p < prompt_len - 1; p++) step(false);
     gpurt::Event start, stop;
     double first_token_ms = 0;
     start.record(stream);
     for (int p = prompt_len - 1; p < total - 1; p++) {
-        model.step(tokens.data() + static_cast<size_t>(p) * rows, p);
-        model.argmax(tokens.data() + static_cast<size_t>(p + 1) * rows);
+        step(true);
         if (logits_out.is_open()) {
             gpurt_status_t s = gpurt_memcpy(logits.data(), model.logits(), logits.size() * sizeof(float), stream.get());
             if (s != GPURT_SUCCESS) throw gpurt::Error(s, gpurt_last_error_message());
@@ -65,8 +80,8 @@ int main(int argc, char **argv) try {
         }
     }
     gpurt_memory_stats_t st = gpurt::Device(0).memory_stats();
-    std::printf("gpt2 %s: %d prompt(s) x %d tokens, %d new: %.1f tokens/s (%.3f ms a step), first token after %.0f ms, peak reserved %.1f MiB (+ KV cache pool)\n",
-                opt.fp16 ? "fp16" : "fp32", rows, prompt_len, opt.new_tokens, rows * opt.new_tokens / (ms / 1e3), ms / opt.new_tokens, first_token_ms,
+    std::printf("gpt2 %s%s: %d prompt(s) x %d tokens, %d new: %.1f tokens/s (%.3f ms a step), first token after %.0f ms, peak reserved %.1f MiB (+ KV cache pool)\n",
+                opt.fp16 ? "fp16" : "fp32", opt.graphs ? ", graphs" : "", rows, prompt_len, opt.new_tokens, rows * opt.new_tokens / (ms / 1e3), ms / opt.new_tokens, first_token_ms,
                 st.reserved_bytes.all.peak / 1048576.0);
     return 0;
 } catch (const std::exception &e) {

@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 #include <fcntl.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "kernels.hpp"
@@ -34,21 +35,15 @@ gpurt::Kernel Model::kernel(const std::string &name) const {
 Model::Model(const std::string &path, Precision precision, const gpurt::Stream &stream)
     : precision_(precision), stream_(stream), elem_(precision == Precision::F32 ? 4 : 2), cache_pool_(gpurt::MemPool::create()) {
     SafeTensors st = SafeTensors::open(path);
-    // The whole data section straight into device memory (GPUDirect Storage where
-    // the machine has it, gpurt's pinned staging otherwise).
-    gpurt::DeviceBuffer<char> f32(st.data_size(), stream);
-    {
-        gpurt_gds_file_t file = nullptr;
-        gpurt_status_t s = gpurt_gds_file_open(path.c_str(), O_RDONLY, &file);
-        if (s == GPURT_SUCCESS) {
-            gpurt_stream_synchronize(stream.get()); // the buffer's allocation is stream-ordered; the read is not
-            s = gpurt_gds_read(file, f32.data(), st.data_size(), static_cast<int64_t>(st.data_offset()), nullptr);
-            gpurt_gds_file_close(file);
-        }
-        if (s != GPURT_SUCCESS) throw gpurt::Error(s, gpurt_last_error_message());
-    }
-    std::vector<std::pair<const TensorInfo *, const void **>> wanted;
-    auto want = [&](const std::string &name, std::vector<int64_t> shape, const void **to) { wanted.push_back({&st.at(name, "F32", shape), to}); };
+    struct Wanted {
+        const TensorInfo *info;
+        const void **to;
+        bool transpose; // transformers' Conv1D [in][out]: stored [out][in] for the GEMMs
+    };
+    std::vector<Wanted> wanted;
+    auto want = [&](const std::string &name, std::vector<int64_t> shape, const void **to, bool transpose = false) {
+        wanted.push_back({&st.at(name, "F32", shape), to, transpose});
+    };
     want("transformer.wte.weight", {kVocab, kEmbed}, &wte_);
     want("transformer.wpe.weight", {kPositions, kEmbed}, &wpe_);
     want("transformer.ln_f.weight", {kEmbed}, &lnf_g_);
@@ -59,49 +54,64 @@ Model::Model(const std::string &path, Precision precision, const gpurt::Stream &
         Layer &L = layers_[l];
         want(p + "ln_1.weight", {kEmbed}, &L.ln1_g);
         want(p + "ln_1.bias", {kEmbed}, &L.ln1_b);
-        want(p + "attn.c_attn.weight", {kEmbed, 3 * kEmbed}, &L.attn_w);
+        want(p + "attn.c_attn.weight", {kEmbed, 3 * kEmbed}, &L.attn_w, true);
         want(p + "attn.c_attn.bias", {3 * kEmbed}, &L.attn_b);
-        want(p + "attn.c_proj.weight", {kEmbed, kEmbed}, &L.proj_w);
+        want(p + "attn.c_proj.weight", {kEmbed, kEmbed}, &L.proj_w, true);
         want(p + "attn.c_proj.bias", {kEmbed}, &L.proj_b);
         want(p + "ln_2.weight", {kEmbed}, &L.ln2_g);
         want(p + "ln_2.bias", {kEmbed}, &L.ln2_b);
-        want(p + "mlp.c_fc.weight", {kEmbed, 4 * kEmbed}, &L.fc_w);
+        want(p + "mlp.c_fc.weight", {kEmbed, 4 * kEmbed}, &L.fc_w, true);
         want(p + "mlp.c_fc.bias", {4 * kEmbed}, &L.fc_b);
-        want(p + "mlp.c_proj.weight", {4 * kEmbed, kEmbed}, &L.fc_proj_w);
+        want(p + "mlp.c_proj.weight", {4 * kEmbed, kEmbed}, &L.fc_proj_w, true);
         want(p + "mlp.c_proj.bias", {kEmbed}, &L.fc_proj_b);
     }
-    if (precision_ == Precision::F32) {
-        for (auto &[info, to] : wanted) *to = f32.data() + info->begin;
-        weights_ = std::move(f32);
-    } else {
-        size_t total = 0;
-        for (auto &w : wanted) total += w.first->elements();
-        weights_ = gpurt::DeviceBuffer<char>(total * 2, stream);
-        gpurt::Kernel to_half = kernel("to_half");
-        size_t offset = 0;
-        for (auto &[info, to] : wanted) {
-            const void *src = f32.data() + info->begin;
-            void *dst = weights_.data() + offset;
-            size_t n = info->elements();
-            launch(to_half, dim3(blocks_for(n)), 256, 0, stream, {&src, &dst, &n});
-            *to = dst;
-            offset += n * 2;
+    // Each tensor is read from the file straight into device memory (GPUDirect
+    // Storage where the machine has it, gpurt's pinned staging otherwise), 16 MiB of
+    // rows at a time into a scratch buffer, then laid out for the GEMMs in the
+    // weights' type: beyond the weights, loading holds 16 MiB of device memory.
+    size_t total = 0;
+    for (const Wanted &w : wanted) total += w.info->elements();
+    weights_ = gpurt::DeviceBuffer<char>(total * elem_, stream);
+    const size_t scratch_bytes = 16u << 20;
+    gpurt::DeviceBuffer<char> scratch(scratch_bytes, stream);
+    gpurt_gds_file_t file = nullptr;
+    gpurt_status_t status = gpurt_gds_file_open(path.c_str(), O_RDONLY, &file);
+    if (status != GPURT_SUCCESS) throw gpurt::Error(status, gpurt_last_error_message());
+    gpurt::Kernel prepare = kernel(std::string("prepare") + suffix());
+    size_t offset = 0;
+    for (const Wanted &w : wanted) {
+        int rows = w.info->shape.size() == 2 ? static_cast<int>(w.info->shape[0]) : 1;
+        int cols = static_cast<int>(w.info->elements() / rows), transpose = w.transpose;
+        int chunk = static_cast<int>(std::max<size_t>(1, scratch_bytes / (sizeof(float) * cols)));
+        const void *src = scratch.data();
+        void *dst = weights_.data() + offset;
+        for (int first = 0; first < rows && status == GPURT_SUCCESS; first += chunk) {
+            int count = std::min(chunk, rows - first);
+            stream.synchronize(); // the read is not stream-ordered: the last chunk's preparation is done
+            status = gpurt_gds_read(file, scratch.data(), sizeof(float) * count * cols,
+                                    static_cast<int64_t>(st.data_offset() + w.info->begin + sizeof(float) * first * cols), nullptr);
+            if (status == GPURT_SUCCESS)
+                launch(prepare, dim3(blocks_for(static_cast<size_t>(count) * cols)), 256, 0, stream, {&src, &dst, &rows, &cols, &first, &count, &transpose});
         }
-        // f32 is freed on leaving this scope, in stream order: after the conversions.
+        *w.to = dst;
+        offset += w.info->elements() * elem_;
     }
+    gpurt_gds_file_close(file);
+    if (status != GPURT_SUCCESS) throw gpurt::Error(status, gpurt_last_error_message());
     embed_ = kernel(std::string("embed") + suffix());
     layer_norm_ = kernel(std::string("layer_norm") + suffix());
-    add_bias_ = kernel(std::string("add_bias") + suffix());
-    add_bias_t_ = kernel(std::string("add_bias_t") + suffix());
     bias_gelu_ = kernel(std::string("bias_gelu") + suffix());
     attend_ = kernel(std::string("attend") + suffix());
     argmax_ = kernel("argmax_rows");
+    advance_ = kernel("advance");
+    position_ = gpurt::DeviceBuffer<int>(1, stream);
 }
 
-void Model::reserve(int rows, int max_len) {
+void Model::reserve(int rows, int max_len, int *history) {
     if (rows < 1 || max_len < 1 || max_len > kPositions) throw std::invalid_argument("gpt2::Model::reserve: rows >= 1 and 1 <= max_len <= 1024");
     rows_ = rows;
     max_len_ = max_len;
+    history_ = history;
     size_t cache = static_cast<size_t>(kLayers) * rows * kHeads * max_len * (kEmbed / kHeads);
     auto from_pool = [&](size_t n) {
         void *p = nullptr;
@@ -119,50 +129,64 @@ void Model::reserve(int rows, int max_len) {
     qkv_ = gpurt::DeviceBuffer<char>(static_cast<size_t>(rows) * 3 * kEmbed * elem_, stream_);
     att_ = gpurt::DeviceBuffer<char>(static_cast<size_t>(rows) * kEmbed * elem_, stream_);
     h_ = gpurt::DeviceBuffer<char>(static_cast<size_t>(rows) * 4 * kEmbed * elem_, stream_);
+    set_position(0);
 }
 
-// y (out x rows, column-major) = W^T x: W is transformers' Conv1D weight [in][out]
-// (or, transposed, the embedding [out][in]); fp32 accumulation either way.
-void Model::gemm(const void *w, const void *x, void *y, int out, int in, float beta, bool y_fp32, bool transpose_w) {
+void Model::set_position(int pos) {
+    if (pos < 0 || pos >= max_len_) throw std::invalid_argument("gpt2::Model::set_position: outside the reserved length");
+    gpurt_status_t s = gpurt_memset_async(position_.data(), static_cast<unsigned>(pos), 4, 1, stream_.get());
+    if (s != GPURT_SUCCESS) throw gpurt::Error(s, gpurt_last_error_message());
+    position_now_ = pos;
+}
+
+// y (out x rows, column-major) = W x for W stored [out][in] (the embedding as it is,
+// the Conv1D weights as prepared); fp32 accumulation either way. cuBLAS's transposed
+// GEMV reads W at full bandwidth at batch 1 (its untransposed one reached a quarter).
+void Model::gemm(const void *w, const void *x, void *y, int out, int in, float beta, bool y_fp32) {
     void *handle = gpurt::blas::handle(stream_);
     cudaDataType_t t = precision_ == Precision::F32 ? CUDA_R_32F : CUDA_R_16F;
     const float alpha = 1.0f;
-    check_cublas(cublasGemmEx(static_cast<cublasHandle_t>(handle), transpose_w ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, out, rows_, in, &alpha, w, t,
-                              transpose_w ? in : out, x, t, in, &beta, y, y_fp32 ? CUDA_R_32F : t, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    check_cublas(cublasGemmEx(static_cast<cublasHandle_t>(handle), CUBLAS_OP_T, CUBLAS_OP_N, out, rows_, in, &alpha, w, t, in, x, t, in, &beta, y,
+                              y_fp32 ? CUDA_R_32F : t, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
 }
 
-void Model::step(const int *tokens, int pos) {
-    if (pos < 0 || pos >= max_len_) throw std::invalid_argument("gpt2::Model::step: position outside the reserved length");
+void Model::step(bool pick) {
+    if (position_now_ + (pick ? 1 : 0) >= max_len_) throw std::invalid_argument("gpt2::Model::step: past the reserved length");
+    position_now_++;
     const gpurt::Stream &s = stream_;
     float *x = x_.data();
     void *xn = xn_.data(), *qkv = qkv_.data(), *att = att_.data(), *h = h_.data();
+    int *pos = position_.data(), *history = history_;
     int rows = rows_, e = kEmbed, e3 = 3 * kEmbed, e4 = 4 * kEmbed, max_len = max_len_;
     size_t per_layer = static_cast<size_t>(rows) * kHeads * max_len * (kEmbed / kHeads);
-    launch(embed_, dim3(rows), 256, 0, s, {&tokens, &pos, &wte_, &wpe_, &x});
+    launch(embed_, dim3(rows), 256, 0, s, {&history, &pos, &wte_, &wpe_, &x});
+    // The residual stream's biases wait in x's next layer norm (`pending`), which adds
+    // them before normalising: one kernel fewer per GEMM that accumulates into x.
+    const void *pending = nullptr;
     for (int l = 0; l < kLayers; l++) {
         const Layer &L = layers_[l];
         float *kc = k_cache_.data() + l * per_layer, *vc = v_cache_.data() + l * per_layer;
-        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, const_cast<const void **>(&L.ln1_g), const_cast<const void **>(&L.ln1_b), &xn});
+        const void *ln1_g = L.ln1_g, *ln1_b = L.ln1_b, *ln2_g = L.ln2_g, *ln2_b = L.ln2_b, *attn_b = L.attn_b, *fc_b = L.fc_b;
+        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &ln1_g, &ln1_b, &xn});
         gemm(L.attn_w, xn, qkv, e3, e, 0.0f, false);
-        launch(add_bias_t_, dim3(blocks_for(static_cast<size_t>(rows) * e3)), 256, 0, s, {&qkv, const_cast<const void **>(&L.attn_b), &rows, &e3});
-        launch(attend_, dim3(rows, kHeads), 128, static_cast<unsigned>((pos + 1) * sizeof(float)), s, {&qkv, &kc, &vc, &pos, &max_len, &att});
-        launch(add_bias_, dim3(blocks_for(static_cast<size_t>(rows) * e)), 256, 0, s, {&x, const_cast<const void **>(&L.proj_b), &rows, &e});
+        launch(attend_, dim3(rows, kHeads), 256, static_cast<unsigned>(max_len * sizeof(float)), s, {&qkv, &attn_b, &kc, &vc, &pos, &max_len, &att});
         gemm(L.proj_w, att, x, e, e, 1.0f, true);
-        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, const_cast<const void **>(&L.ln2_g), const_cast<const void **>(&L.ln2_b), &xn});
+        pending = L.proj_b;
+        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &ln2_g, &ln2_b, &xn});
         gemm(L.fc_w, xn, h, e4, e, 0.0f, false);
-        launch(bias_gelu_, dim3(blocks_for(static_cast<size_t>(rows) * e4)), 256, 0, s, {&h, const_cast<const void **>(&L.fc_b), &rows, &e4});
-        launch(add_bias_, dim3(blocks_for(static_cast<size_t>(rows) * e)), 256, 0, s, {&x, const_cast<const void **>(&L.fc_proj_b), &rows, &e});
+        launch(bias_gelu_, dim3(blocks_for(static_cast<size_t>(rows) * e4)), 256, 0, s, {&h, &fc_b, &rows, &e4});
         gemm(L.fc_proj_w, h, x, e, e4, 1.0f, true);
+        pending = L.fc_proj_b;
     }
-    launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &lnf_g_, &lnf_b_, &xn});
-    gemm(wte_, xn, logits_.data(), kVocab, e, 0.0f, true, /*transpose_w=*/true);
-}
-
-void Model::argmax(int *next) {
-    const float *logits = logits_.data();
-    int vocab = kVocab;
-    launch(argmax_, dim3(rows_), 1024, 0, stream_, {&logits, &vocab, &next});
+    launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &lnf_g_, &lnf_b_, &xn});
+    gemm(wte_, xn, logits_.data(), kVocab, e, 0.0f, true);
+    if (pick) {
+        float *logits = logits_.data();
+        int vocab = kVocab;
+        launch(argmax_, dim3(rows), 1024, 0, s, {&logits, &vocab, &pos, &history});
+    }
+    launch(advance_, dim3(1), 1, 0, s, {&pos});
 }
 
 } // namespace gpt2

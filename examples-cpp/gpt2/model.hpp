@@ -22,13 +22,17 @@ public:
     /** Loads `path` (transformers' GPT2LMHeadModel names, F32) onto `stream`'s device. */
     Model(const std::string &path, Precision precision, const gpurt::Stream &stream);
 
-    /** Room for `rows` sequences of up to `max_len` positions; clears the cache. */
-    void reserve(int rows, int max_len);
-    /** One position for every row: `tokens` (device, `rows` ints) at position `pos`;
-     *  leaves the logits (device, rows x kVocab floats) in logits(). */
-    void step(const int *tokens, int pos);
-    /** The greedy pick of each row's logits into `next` (device, rows ints). */
-    void argmax(int *next);
+    /** Room for `rows` sequences of up to `max_len` positions, whose tokens are in
+     *  `history` (device, max_len x rows ints, position-major); position 0. */
+    void reserve(int rows, int max_len, int *history);
+    /** Sets the position the next step reads (queued on the stream). */
+    void set_position(int pos);
+    /** One position for every row: the history's tokens at the current position go
+     *  through the model, leaving the logits (device, rows x kVocab floats) in
+     *  logits(); with `pick`, the greedy pick of each row goes into the history at the
+     *  next position. Then the position advances. Every launch reads the position from
+     *  device memory, so a step captured once replays at any position. */
+    void step(bool pick);
 
     const float *logits() const { return logits_.data(); }
     int rows() const { return rows_; }
@@ -39,7 +43,7 @@ private:
     struct Layer {
         const void *ln1_g, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b, *ln2_g, *ln2_b, *fc_w, *fc_b, *fc_proj_w, *fc_proj_b;
     };
-    void gemm(const void *w, const void *x, void *y, int out, int in, float beta, bool y_fp32, bool transpose_w = false);
+    void gemm(const void *w, const void *x, void *y, int out, int in, float beta, bool y_fp32);
     const char *suffix() const { return precision_ == Precision::F32 ? "_f32" : "_f16"; }
     gpurt::Kernel kernel(const std::string &name) const;
 
@@ -52,9 +56,12 @@ private:
     gpurt::MemPool cache_pool_;       // the KV cache's own pool: its peak and reuse apart
     gpurt::DeviceBuffer<float> k_cache_, v_cache_;
     gpurt::DeviceBuffer<float> x_, logits_;
+    gpurt::DeviceBuffer<int> position_;
+    int *history_ = nullptr;
     gpurt::DeviceBuffer<char> xn_, qkv_, att_, h_;
     int rows_ = 0, max_len_ = 0;
-    gpurt::Kernel embed_, layer_norm_, add_bias_, add_bias_t_, bias_gelu_, attend_, argmax_;
+    int position_now_ = 0; // the host's count, for step()'s bounds (a replayed graph's are the caller's)
+    gpurt::Kernel embed_, layer_norm_, bias_gelu_, attend_, argmax_, advance_;
 };
 
 } // namespace gpt2

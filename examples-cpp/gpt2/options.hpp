@@ -14,16 +14,19 @@ struct Options {
     std::string weights, prompts, tokens_out, logits_out;
     int new_tokens = 0;
     bool fp16 = false;
+    bool graphs = true; // each step replayed from a CUDA graph captured once
 };
 
 inline Options parse_options(int argc, const char *const *argv) {
-    const char *usage = "usage: gpt2 WEIGHTS.safetensors PROMPTS.txt NEW_TOKENS [--fp16] [--tokens OUT.txt] [--logits OUT.f32]";
+    const char *usage = "usage: gpt2 WEIGHTS.safetensors PROMPTS.txt NEW_TOKENS [--fp16] [--no-graphs] [--tokens OUT.txt] [--logits OUT.f32]";
     Options o;
     std::vector<std::string> positional;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "--fp16") {
             o.fp16 = true;
+        } else if (a == "--no-graphs") {
+            o.graphs = false;
         } else if (a == "--tokens" || a == "--logits") {
             if (i + 1 >= argc) throw std::invalid_argument(a + " needs a file name; " + usage);
             (a == "--tokens" ? o.tokens_out : o.logits_out) = argv[++i];
