@@ -11,6 +11,9 @@ reference outputs, made on the GPU machine with no download, and the comparison.
         fp32: the engine's tokens equal PyTorch's, and every step's logits within 1e-3.
     python3 gpt2_reference.py compare16 DIR TOKENS
         fp16: the first step where the engine's tokens leave PyTorch's, per prompt.
+    python3 gpt2_reference.py topk K TOKENS LOGITS [TOKENS_SAME_SEED TOKENS_OTHER_SEED]
+        top-k sampling: every sampled token among its step's k largest logits; the same
+        seed gives the same tokens, another seed others.
     python3 gpt2_reference.py speed DIR
         transformers' eager generate on DIR's weights, fp32, 128-token prompts and 256
         new tokens at batch 1 and 16: tokens per second and peak reserved memory, and
@@ -90,6 +93,22 @@ def compare16(out, tokens):
     return True
 
 
+def topk(k, tokens, logits, same=None, other=None):
+    k, mine = int(k), read_tokens(tokens)
+    got = np.fromfile(logits, dtype=np.float32).reshape(NEW_TOKENS, PROMPTS, VOCAB)
+    kth = -np.partition(-got, k - 1, axis=2)[:, :, k - 1]  # each step's k-th largest logit
+    picked = np.array([[got[step, row, mine[row][step]] for row in range(PROMPTS)] for step in range(NEW_TOKENS)])
+    inside = bool((picked >= kth).all())
+    distinct = len({t for row in mine for t in row})
+    print(f"top-{k}: every sampled token among its step's top {k}: {inside}; {distinct} distinct tokens sampled")
+    ok = inside
+    if same and other:
+        repeat, differ = read_tokens(same) == mine, read_tokens(other) != mine
+        print(f"top-{k}: the same seed repeats the tokens: {repeat}; another seed gives others: {differ}")
+        ok = ok and repeat and differ
+    return ok
+
+
 def speed(out):
     import time
     from transformers import GPT2LMHeadModel, GPT2Config
@@ -123,6 +142,8 @@ if __name__ == "__main__":
         sys.exit(0 if compare(*sys.argv[2:5]) else 1)
     elif verb == "compare16":
         sys.exit(0 if compare16(*sys.argv[2:4]) else 1)
+    elif verb == "topk":
+        sys.exit(0 if topk(*sys.argv[2:7]) else 1)
     elif verb == "speed":
         speed(sys.argv[2])
     else:

@@ -1,6 +1,7 @@
 // What of the engine runs without a GPU: the safetensors reader on files this test
 // writes (good ones, and each kind of damage), and the command line and prompts
 // checks. The engine itself runs in the GPU suite (gpu/run.sh).
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -10,6 +11,7 @@
 
 #include "options.hpp"
 #include "safetensors.hpp"
+#include "sampling.hpp"
 
 static int checks = 0, failures = 0;
 #define CHECK(cond)                                                        \
@@ -71,12 +73,36 @@ int main(int argc, char **argv) {
     CHECK(throws_with([&] { gpt2::SafeTensors::parse(R"({"a":{"dtype":"F32","shape":[2]}})", 24); }, "lacks"));
     CHECK(throws_with([&] { gpt2::SafeTensors::parse(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 24); }, "outside the data"));
 
+    // Top-k sampling's reference: the k largest in (value, then lower index) order,
+    // chosen by where u falls in their softmax's running sum.
+    {
+        const float logits[] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, 3.0f};
+        CHECK(gpt2::sample_top_k(logits, 6, 1, 0.99f) == 5);   // k = 1 is greedy
+        CHECK(gpt2::sample_top_k(logits, 6, 3, 0.0f) == 5);    // u = 0: the largest
+        // k = 3 keeps 5, 1, 3 (the tie 2.0 by index); weights e^0, e^-1, e^-1.
+        float total = 1.0f + 2.0f * std::exp(-1.0f);
+        CHECK(gpt2::sample_top_k(logits, 6, 3, 0.99f / total) == 5);
+        CHECK(gpt2::sample_top_k(logits, 6, 3, 1.01f / total) == 1);
+        CHECK(gpt2::sample_top_k(logits, 6, 3, (1.0f + std::exp(-1.0f) + 0.01f) / total) == 3);
+        CHECK(gpt2::sample_top_k(logits, 6, 3, 0.999999f) == 3);
+        CHECK(gpt2::sample_top_k(logits, 6, 99, 0.5f) >= 0);   // k past the vocabulary: all of it
+        // Over many uniforms the picks follow the softmax of the kept logits.
+        int counts[6] = {0};
+        for (int i = 0; i < 100000; i++) counts[gpt2::sample_top_k(logits, 6, 2, (i + 0.5f) / 100000)]++;
+        float want5 = 1.0f / (1.0f + std::exp(-1.0f));
+        CHECK(std::fabs(counts[5] / 100000.0f - want5) < 1e-3f && counts[5] + counts[1] == 100000);
+    }
+
     // The command line and the prompts file.
     const char *ok[] = {"gpt2", "w.safetensors", "p.txt", "128", "--fp16", "--logits", "l.f32"};
     gpt2::Options o = gpt2::parse_options(7, ok);
     CHECK(o.weights == "w.safetensors" && o.new_tokens == 128 && o.fp16 && o.graphs && o.logits_out == "l.f32" && o.tokens_out.empty());
-    const char *eager[] = {"gpt2", "w", "p", "4", "--no-graphs"};
-    CHECK(!gpt2::parse_options(5, eager).graphs);
+    const char *eager[] = {"gpt2", "w", "p", "4", "--no-graphs", "--top-k", "40", "--seed", "7"};
+    gpt2::Options sampled = gpt2::parse_options(9, eager);
+    CHECK(!sampled.graphs && sampled.top_k == 40 && sampled.seed == 7);
+    const char *bad_k[] = {"gpt2", "w", "p", "4", "--top-k", "0"}, *bad_seed[] = {"gpt2", "w", "p", "4", "--seed", "-3"};
+    CHECK(throws_with([&] { gpt2::parse_options(6, bad_k); }, "1..1024"));
+    CHECK(throws_with([&] { gpt2::parse_options(6, bad_seed); }, "not a seed"));
     const char *no_count[] = {"gpt2", "w", "p"}, *bad_count[] = {"gpt2", "w", "p", "12x"}, *unknown[] = {"gpt2", "w", "p", "4", "--fast"},
                *dangling[] = {"gpt2", "w", "p", "4", "--tokens"};
     CHECK(throws_with([&] { gpt2::parse_options(3, no_count); }, "usage"));

@@ -168,6 +168,55 @@ FOR_TYPE(float, f32)
 FOR_TYPE(__half, f16)
 extern "C" __global__ void argmax_rows(const float *logits, int vocab, const int *pos, int *history) { argmax(logits, vocab, pos, history); }
 extern "C" __global__ void advance(int *pos) { *pos += 1; }
+
+// history[pos + 1][b] = a top-k sample of row b's logits with uniform[b] (the host
+// reference is sampling.hpp's sample_top_k, step for step). One block per row: k
+// block-wide argmax passes, each over the logits ordered after the previous pick.
+extern "C" __global__ void sample_top_k(const float *logits, int vocab, int k, const float *uniform, const int *position, int *history) {
+    __shared__ float values[1024];
+    __shared__ int indices[1024];
+    __shared__ float bests[32];
+    __shared__ int best_indices[32];
+    const float *row = logits + (size_t)blockIdx.x * vocab;
+    float last = __int_as_float(0x7f800000); // +inf: everything is after it
+    int last_index = -1;
+    for (int pick = 0; pick < k; pick++) {
+        float best = NEG_INF;
+        int index = 0x7fffffff;
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+            float v = row[i];
+            bool after = v < last || (v == last && i > last_index);
+            if (after && (v > best || (v == best && i < index))) best = v, index = i;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            int oi = __shfl_xor_sync(0xffffffffu, index, o);
+            if (ob > best || (ob == best && oi < index)) best = ob, index = oi;
+        }
+        if ((threadIdx.x & 31) == 0) bests[threadIdx.x >> 5] = best, best_indices[threadIdx.x >> 5] = index;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+                if (bests[w] > best || (bests[w] == best && best_indices[w] < index)) best = bests[w], index = best_indices[w];
+            values[pick] = best;
+            indices[pick] = index;
+        }
+        __syncthreads();
+        last = values[pick];
+        last_index = indices[pick];
+    }
+    if (threadIdx.x == 0) {
+        float total = 0;
+        for (int j = 0; j < k; j++) total += expf(values[j] - values[0]);
+        float target = uniform[blockIdx.x] * total, running = 0;
+        int chosen = indices[k - 1];
+        for (int j = 0; j < k; j++) {
+            running += expf(values[j] - values[0]);
+            if (running >= target) { chosen = indices[j]; break; }
+        }
+        history[(size_t)(*position + 1) * gridDim.x + blockIdx.x] = chosen;
+    }
+}
 )CUDA";
 }
 

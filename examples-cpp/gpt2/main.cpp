@@ -1,5 +1,5 @@
-// GPT-2 generation on gpurt: greedy decoding with a KV cache for 1 to 16 prompts
-// of token ids, in fp32 or fp16 (fp32 accumulation). Prints tokens per second and
+// GPT-2 generation on gpurt: greedy or seeded top-k decoding with a KV cache for 1
+// to 16 prompts of token ids, in fp32 or fp16 (fp32 accumulation). Prints tokens per second and
 // the peak device memory; --tokens and --logits write what the reference script
 // compares with PyTorch (gpu/gpt2_reference.py).
 #include <gpurt.hpp>
@@ -33,6 +33,7 @@ int main(int argc, char **argv) try {
     gpurt::DeviceBuffer<int> tokens(by_position.size(), stream);
     tokens.copy_from(by_position, stream);
     model.reserve(rows, total, tokens.data());
+    model.set_sampling(opt.top_k, opt.seed);
 
     // A prompt step and a decode step, each captured once (they read the position
     // from device memory) and replayed per token.
@@ -80,9 +81,11 @@ int main(int argc, char **argv) try {
         }
     }
     gpurt_memory_stats_t st = gpurt::Device(0).memory_stats();
-    std::printf("gpt2 %s%s: %d prompt(s) x %d tokens, %d new: %.1f tokens/s (%.3f ms a step), first token after %.0f ms, peak reserved %.1f MiB (+ KV cache pool)\n",
-                opt.fp16 ? "fp16" : "fp32", opt.graphs ? ", graphs" : "", rows, prompt_len, opt.new_tokens, rows * opt.new_tokens / (ms / 1e3), ms / opt.new_tokens, first_token_ms,
-                st.reserved_bytes.all.peak / 1048576.0);
+    const double mib = 1048576.0;
+    std::printf("gpt2 %s%s: %d prompt(s) x %d tokens, %d new: %.1f tokens/s (%.3f ms a step), first token after %.0f ms, "
+                "peak reserved %.1f MiB (the KV cache's pool %.1f MiB of it)\n",
+                opt.fp16 ? "fp16" : "fp32", opt.graphs ? ", graphs" : "", rows, prompt_len, opt.new_tokens, rows * opt.new_tokens / (ms / 1e3), ms / opt.new_tokens,
+                first_token_ms, st.reserved_bytes.all.peak / mib, model.cache_reserved_peak() / mib); // the device's figures count every pool
     return 0;
 } catch (const std::exception &e) {
     std::fprintf(stderr, "gpt2: %s\n", e.what());

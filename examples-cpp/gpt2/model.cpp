@@ -104,7 +104,22 @@ Model::Model(const std::string &path, Precision precision, const gpurt::Stream &
     attend_ = kernel(std::string("attend") + suffix());
     argmax_ = kernel("argmax_rows");
     advance_ = kernel("advance");
+    sample_top_k_ = kernel("sample_top_k");
     position_ = gpurt::DeviceBuffer<int>(1, stream);
+}
+
+Model::~Model() {
+    if (generator_) gpurt_generator_destroy(generator_);
+}
+
+void Model::set_sampling(int top_k, unsigned long long seed) {
+    if (top_k < 0 || top_k > 1024) throw std::invalid_argument("gpt2::Model::set_sampling: top_k must be 0..1024");
+    if (generator_) gpurt_generator_destroy(generator_);
+    generator_ = nullptr;
+    top_k_ = top_k;
+    if (top_k == 0) return;
+    gpurt_status_t s = gpurt_generator_create(0, seed, &generator_);
+    if (s != GPURT_SUCCESS) throw gpurt::Error(s, gpurt_last_error_message());
 }
 
 void Model::reserve(int rows, int max_len, int *history) {
@@ -129,6 +144,7 @@ void Model::reserve(int rows, int max_len, int *history) {
     qkv_ = gpurt::DeviceBuffer<char>(static_cast<size_t>(rows) * 3 * kEmbed * elem_, stream_);
     att_ = gpurt::DeviceBuffer<char>(static_cast<size_t>(rows) * kEmbed * elem_, stream_);
     h_ = gpurt::DeviceBuffer<char>(static_cast<size_t>(rows) * 4 * kEmbed * elem_, stream_);
+    uniform_ = gpurt::DeviceBuffer<float>(static_cast<size_t>(rows), stream_);
     set_position(0);
 }
 
@@ -164,7 +180,13 @@ void Model::step(bool pick) {
     // The residual stream's biases wait in x's next layer norm (`pending`), which adds
     // them before normalising: one kernel fewer per GEMM that accumulates into x.
     const void *pending = nullptr;
+    static const std::vector<std::string> layer_names = [] {
+        std::vector<std::string> names;
+        for (int l = 0; l < kLayers; l++) names.push_back("gpt2 layer " + std::to_string(l));
+        return names;
+    }();
     for (int l = 0; l < kLayers; l++) {
+        gpurt::nvtx::Range range(layer_names[l].c_str()); // seen by Nsight when the step runs eagerly or is captured
         const Layer &L = layers_[l];
         float *kc = k_cache_.data() + l * per_layer, *vc = v_cache_.data() + l * per_layer;
         const void *ln1_g = L.ln1_g, *ln1_b = L.ln1_b, *ln2_g = L.ln2_g, *ln2_b = L.ln2_b, *attn_b = L.attn_b, *fc_b = L.fc_b;
@@ -182,9 +204,17 @@ void Model::step(bool pick) {
     launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &lnf_g_, &lnf_b_, &xn});
     gemm(wte_, xn, logits_.data(), kVocab, e, 0.0f, true);
     if (pick) {
-        float *logits = logits_.data();
-        int vocab = kVocab;
-        launch(argmax_, dim3(rows), 1024, 0, s, {&logits, &vocab, &pos, &history});
+        float *logits = logits_.data(), *uniform = uniform_.data();
+        int vocab = kVocab, k = top_k_;
+        if (k == 0) {
+            launch(argmax_, dim3(rows), 1024, 0, s, {&logits, &vocab, &pos, &history});
+        } else {
+            // Captured in a graph, the fill draws fresh numbers at every replay (gpurt
+            // advances the generator's offset per replay).
+            gpurt_status_t st = gpurt_random_uniform(generator_, uniform, static_cast<size_t>(rows), GPURT_DTYPE_F32, s.get());
+            if (st != GPURT_SUCCESS) throw gpurt::Error(st, gpurt_last_error_message());
+            launch(sample_top_k_, dim3(rows), 1024, 0, s, {&logits, &vocab, &k, &uniform, &pos, &history});
+        }
     }
     launch(advance_, dim3(1), 1, 0, s, {&pos});
 }

@@ -21,16 +21,22 @@ class Model {
 public:
     /** Loads `path` (transformers' GPT2LMHeadModel names, F32) onto `stream`'s device. */
     Model(const std::string &path, Precision precision, const gpurt::Stream &stream);
+    ~Model();
+    Model(const Model &) = delete;
+    Model &operator=(const Model &) = delete;
 
     /** Room for `rows` sequences of up to `max_len` positions, whose tokens are in
      *  `history` (device, max_len x rows ints, position-major); position 0. */
     void reserve(int rows, int max_len, int *history);
+    /** Picks by seeded top-k sampling from now on (a gpurt generator on the device;
+     *  the same seed gives the same tokens); `top_k` 0 goes back to greedy. */
+    void set_sampling(int top_k, unsigned long long seed);
     /** Sets the position the next step reads (queued on the stream). */
     void set_position(int pos);
     /** One position for every row: the history's tokens at the current position go
      *  through the model, leaving the logits (device, rows x kVocab floats) in
-     *  logits(); with `pick`, the greedy pick of each row goes into the history at the
-     *  next position. Then the position advances. Every launch reads the position from
+     *  logits(); with `pick`, each row's pick (greedy, or sampled) goes into the
+     *  history at the next position. Then the position advances. Every launch reads the position from
      *  device memory, so a step captured once replays at any position. */
     void step(bool pick);
 
@@ -38,6 +44,8 @@ public:
     int rows() const { return rows_; }
     Precision precision() const { return precision_; }
     const gpurt::Stream &stream() const { return stream_; }
+    /** The KV cache pool's peak reserved bytes. */
+    int64_t cache_reserved_peak() const { return cache_pool_.stats().reserved_bytes.all.peak; }
 
 private:
     struct Layer {
@@ -61,7 +69,10 @@ private:
     gpurt::DeviceBuffer<char> xn_, qkv_, att_, h_;
     int rows_ = 0, max_len_ = 0;
     int position_now_ = 0; // the host's count, for step()'s bounds (a replayed graph's are the caller's)
-    gpurt::Kernel embed_, layer_norm_, bias_gelu_, attend_, argmax_, advance_;
+    gpurt::Kernel embed_, layer_norm_, bias_gelu_, attend_, argmax_, advance_, sample_top_k_;
+    int top_k_ = 0;
+    gpurt_generator_t generator_ = nullptr; // destroyed with the model
+    gpurt::DeviceBuffer<float> uniform_;    // one uniform per row and step
 };
 
 } // namespace gpt2

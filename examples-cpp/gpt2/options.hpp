@@ -15,10 +15,12 @@ struct Options {
     int new_tokens = 0;
     bool fp16 = false;
     bool graphs = true; // each step replayed from a CUDA graph captured once
+    int top_k = 0;      // 0: greedy; else seeded top-k sampling
+    unsigned long long seed = 0;
 };
 
 inline Options parse_options(int argc, const char *const *argv) {
-    const char *usage = "usage: gpt2 WEIGHTS.safetensors PROMPTS.txt NEW_TOKENS [--fp16] [--no-graphs] [--tokens OUT.txt] [--logits OUT.f32]";
+    const char *usage = "usage: gpt2 WEIGHTS.safetensors PROMPTS.txt NEW_TOKENS [--fp16] [--no-graphs] [--top-k K [--seed S]] [--tokens OUT.txt] [--logits OUT.f32]";
     Options o;
     std::vector<std::string> positional;
     for (int i = 1; i < argc; i++) {
@@ -27,6 +29,14 @@ inline Options parse_options(int argc, const char *const *argv) {
             o.fp16 = true;
         } else if (a == "--no-graphs") {
             o.graphs = false;
+        } else if (a == "--top-k" || a == "--seed") {
+            if (i + 1 >= argc) throw std::invalid_argument(a + " needs a number; " + usage);
+            char *end = nullptr;
+            unsigned long long v = std::strtoull(argv[++i], &end, 10);
+            if (*end != '\0' || argv[i][0] == '-' || (a == "--top-k" && (v < 1 || v > 1024)))
+                throw std::invalid_argument(a + " " + argv[i] + " is not " + (a == "--top-k" ? "1..1024" : "a seed"));
+            if (a == "--top-k") o.top_k = static_cast<int>(v);
+            else o.seed = v;
         } else if (a == "--tokens" || a == "--logits") {
             if (i + 1 >= argc) throw std::invalid_argument(a + " needs a file name; " + usage);
             (a == "--tokens" ? o.tokens_out : o.logits_out) = argv[++i];
