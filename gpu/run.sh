@@ -89,7 +89,7 @@ step gpt2-compare-fp16 python3 src/gpt2_reference.py compare16 gpt2-data gpt2-da
 step gpt2-fp32-eager build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --no-graphs --tokens gpt2-data/eager_tokens.txt
 step gpt2-eager-same-tokens cmp gpt2-data/eager_tokens.txt gpt2-data/fp32_tokens.txt
 step gpt2-topk-seed7 build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --top-k 40 --seed 7 --tokens gpt2-data/topk7.txt --logits gpt2-data/topk7.f32
-step gpt2-topk-seed7-again build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --top-k 40 --seed 7 --no-graphs --tokens gpt2-data/topk7b.txt
+step gpt2-topk-seed7-again build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --top-k 40 --seed 7 --tokens gpt2-data/topk7b.txt
 step gpt2-topk-seed8 build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --top-k 40 --seed 8 --tokens gpt2-data/topk8.txt
 step gpt2-topk-check python3 src/gpt2_reference.py topk 40 gpt2-data/topk7.txt gpt2-data/topk7.f32 gpt2-data/topk7b.txt gpt2-data/topk8.txt
 # Speed at batch 1 and 16 (128-token prompts, 256 new tokens) beside transformers' eager generate.
