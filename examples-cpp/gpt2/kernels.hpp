@@ -45,18 +45,22 @@ __device__ void embed(const int *history, const int *position, const T *wte, con
 // sqrt(var + 1e-5) * g + beta in T for the next GEMM; one block per row.
 template <class T>
 __device__ void layer_norm(float *x, const T *bias, const T *g, const T *beta, T *y) {
+    // 256 threads, E / 256 = 3 elements each, held in registers: x is read once.
     float *row = x + (size_t)blockIdx.x * E;
-    float s = 0;
-    for (int i = threadIdx.x; i < E; i += blockDim.x) {
-        if (bias) row[i] += to_f(bias[i]);
-        s += row[i];
+    float v[E / 256], s = 0;
+    for (int j = 0; j < E / 256; j++) {
+        int i = threadIdx.x + j * 256;
+        v[j] = row[i] + (bias ? to_f(bias[i]) : 0.0f);
+        if (bias) row[i] = v[j];
+        s += v[j];
     }
-    float mean = block_sum(s) / E;
-    float v = 0;
-    for (int i = threadIdx.x; i < E; i += blockDim.x) { float d = row[i] - mean; v += d * d; }
-    float inv = rsqrtf(block_sum(v) / E + 1e-5f);
-    for (int i = threadIdx.x; i < E; i += blockDim.x)
-        from_f(y[(size_t)blockIdx.x * E + i], (row[i] - mean) * inv * to_f(g[i]) + to_f(beta[i]));
+    float mean = block_sum(s) / E, d2 = 0;
+    for (int j = 0; j < E / 256; j++) d2 += (v[j] - mean) * (v[j] - mean);
+    float inv = rsqrtf(block_sum(d2) / E + 1e-5f);
+    for (int j = 0; j < E / 256; j++) {
+        int i = threadIdx.x + j * 256;
+        from_f(y[(size_t)blockIdx.x * E + i], (v[j] - mean) * inv * to_f(g[i]) + to_f(beta[i]));
+    }
 }
 
 // Rows [first, first + count) of a [rows][cols] fp32 tensor (src holds just those
@@ -81,36 +85,49 @@ __device__ void bias_gelu(T *h, const T *bias, int rows, int cols) {
     }
 }
 
-// One decode step of attention for row b and head h (block (b, h), 256 threads):
-// appends this position's k and v (with their bias) to the cache, then softmax(q k^T
-// / 8) v over positions 0..pos. qkv: [rows][3 E] in T, before its bias; out: [rows][E]
-// in T. Cache: [rows][HEADS][max_len][HEAD_DIM] floats for k and for v. A warp takes a
-// position's score (its 64 dims, coalesced); the weighted sum splits the positions
-// over the block's groups of 64 threads.
+// One decode step of attention, split over positions (flash-decoding): block
+// (b, h, split) of SPLITS takes a slice of positions 0..pos for row b and head h, so
+// that a step keeps rows x HEADS x SPLITS blocks busy instead of rows x HEADS. Each
+// slice leaves its max, its sum of exponentials and its weighted sum of v in
+// `partial`; the last block of (b, h) to finish (a counter, reset for the next step)
+// combines them into out. Split 0 appends this position's k and v (with their bias)
+// to the cache; every block takes them for position pos from qkv itself, so no block
+// waits for that write. A warp takes a position's score (64 dims, coalesced); the
+// weighted sum splits the slice's positions over the block's 2 groups of 64 threads.
+// qkv: [rows][3 E] in T, before its bias; out: [rows][E] in T; caches: [rows][HEADS]
+// [max_len][HEAD_DIM] floats; partial: [rows][HEADS][SPLITS][HEAD_DIM + 2] floats.
+#define SPLITS 8
 template <class T>
-__device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cache, const int *position, int max_len, T *out) {
-    extern __shared__ float scores[]; // max_len floats
-    __shared__ float q[HEAD_DIM];
+__device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cache, const int *position, int max_len, T *out,
+                       float *partial, unsigned *done) {
+    __shared__ float q[HEAD_DIM], k_new[HEAD_DIM], v_new[HEAD_DIM];
+    __shared__ float scores[(1024 + SPLITS - 1) / SPLITS];
     __shared__ float reduce[32];
-    __shared__ float partial[1024];
-    int b = blockIdx.x, h = blockIdx.y, pos = *position;
+    __shared__ float sums[128];
+    __shared__ bool last;
+    int b = blockIdx.x, h = blockIdx.y, split = blockIdx.z, pos = *position;
     const T *row = qkv + (size_t)b * 3 * E;
     size_t base = ((size_t)b * HEADS + h) * max_len * HEAD_DIM;
     for (int d = threadIdx.x; d < HEAD_DIM; d += blockDim.x) {
         int qi = h * HEAD_DIM + d, ki = E + qi, vi = 2 * E + qi;
         q[d] = to_f(row[qi]) + to_f(bias[qi]);
-        k_cache[base + (size_t)pos * HEAD_DIM + d] = to_f(row[ki]) + to_f(bias[ki]);
-        v_cache[base + (size_t)pos * HEAD_DIM + d] = to_f(row[vi]) + to_f(bias[vi]);
+        k_new[d] = to_f(row[ki]) + to_f(bias[ki]);
+        v_new[d] = to_f(row[vi]) + to_f(bias[vi]);
+        if (split == 0) {
+            k_cache[base + (size_t)pos * HEAD_DIM + d] = k_new[d];
+            v_cache[base + (size_t)pos * HEAD_DIM + d] = v_new[d];
+        }
     }
     __syncthreads();
+    int chunk = (pos + SPLITS) / SPLITS, first = split * chunk, end = min(pos + 1, first + chunk);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     float local_max = NEG_INF;
-    for (int t = warp; t <= pos; t += warps) {
-        const float *k = k_cache + base + (size_t)t * HEAD_DIM;
+    for (int t = first + warp; t < end; t += warps) {
+        const float *k = t == pos ? k_new : k_cache + base + (size_t)t * HEAD_DIM;
         float s = q[lane] * k[lane] + q[lane + 32] * k[lane + 32];
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         s *= 0.125f; // 1 / sqrt(HEAD_DIM)
-        if (lane == 0) scores[t] = s;
+        if (lane == 0) scores[t - first] = s;
         local_max = fmaxf(local_max, s);
     }
     if (lane == 0) reduce[warp] = local_max;
@@ -118,21 +135,44 @@ __device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cac
     float m = NEG_INF;
     for (int i = 0; i < warps; i++) m = fmaxf(m, reduce[i]);
     float local_sum = 0;
-    for (int t = threadIdx.x; t <= pos; t += blockDim.x) {
-        float e = __expf(scores[t] - m);
-        scores[t] = e;
+    for (int t = first + (int)threadIdx.x; t < end; t += blockDim.x) {
+        float e = __expf(scores[t - first] - m);
+        scores[t - first] = e;
         local_sum += e;
     }
-    float inv = 1.0f / block_sum(local_sum); // block_sum synchronises: scores are complete
+    float l = block_sum(local_sum); // synchronises: the exponentials are complete
     int d = threadIdx.x % HEAD_DIM, group = threadIdx.x / HEAD_DIM, groups = blockDim.x / HEAD_DIM;
     float acc = 0;
-    for (int t = group; t <= pos; t += groups) acc += scores[t] * v_cache[base + (size_t)t * HEAD_DIM + d];
-    partial[threadIdx.x] = acc;
+    for (int t = first + group; t < end; t += groups) acc += scores[t - first] * (t == pos ? v_new[d] : v_cache[base + (size_t)t * HEAD_DIM + d]);
+    sums[threadIdx.x] = acc;
     __syncthreads();
+    float *mine = partial + (((size_t)b * HEADS + h) * SPLITS + split) * (HEAD_DIM + 2);
     if (group == 0) {
-        for (int g = 1; g < groups; g++) acc += partial[g * HEAD_DIM + d];
-        from_f(out[(size_t)b * E + h * HEAD_DIM + d], acc * inv);
+        for (int g = 1; g < groups; g++) acc += sums[g * HEAD_DIM + d];
+        mine[2 + d] = acc;
+        if (d == 0) mine[0] = m, mine[1] = l;
     }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *counter = done + (size_t)b * HEADS + h;
+        last = atomicAdd(counter, 1u) == SPLITS - 1;
+        if (last) *counter = 0; // ready for the next step's replay
+    }
+    __syncthreads();
+    if (!last || threadIdx.x >= HEAD_DIM) return;
+    __threadfence();
+    const float *all = partial + ((size_t)b * HEADS + h) * SPLITS * (HEAD_DIM + 2);
+    float big = NEG_INF;
+    for (int s = 0; s < SPLITS; s++) big = fmaxf(big, ((volatile const float *)all)[s * (HEAD_DIM + 2)]);
+    float total = 0, value = 0;
+    for (int s = 0; s < SPLITS; s++) {
+        const volatile float *p = all + s * (HEAD_DIM + 2);
+        float w = p[0] == NEG_INF ? 0.0f : __expf(p[0] - big); // an empty slice adds nothing
+        total += p[1] * w;
+        value += p[2 + threadIdx.x] * w;
+    }
+    from_f(out[(size_t)b * E + h * HEAD_DIM + threadIdx.x], value / total);
 }
 
 // history[pos + 1][b] = the first index of the largest logit of row b (torch.argmax's tie rule).
@@ -163,7 +203,7 @@ extern "C" __global__ void embed_##S(const int *history, const int *pos, const T
 extern "C" __global__ void layer_norm_##S(float *x, const T *bias, const T *g, const T *b, T *y) { layer_norm<T>(x, bias, g, b, y); } \
 extern "C" __global__ void prepare_##S(const float *src, T *dst, int rows, int cols, int first, int count, int transpose) { prepare<T>(src, dst, rows, cols, first, count, transpose); } \
 extern "C" __global__ void bias_gelu_##S(T *h, const T *bias, int rows, int cols) { bias_gelu<T>(h, bias, rows, cols); } \
-extern "C" __global__ void attend_##S(const T *qkv, const T *bias, float *k, float *v, const int *pos, int max_len, T *out) { attend<T>(qkv, bias, k, v, pos, max_len, out); }
+extern "C" __global__ void attend_##S(const T *qkv, const T *bias, float *k, float *v, const int *pos, int max_len, T *out, float *partial, unsigned *done) { attend<T>(qkv, bias, k, v, pos, max_len, out, partial, done); }
 FOR_TYPE(float, f32)
 FOR_TYPE(__half, f16)
 extern "C" __global__ void argmax_rows(const float *logits, int vocab, const int *pos, int *history) { argmax(logits, vocab, pos, history); }

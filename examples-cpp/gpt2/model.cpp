@@ -20,7 +20,7 @@ void check_cublas(cublasStatus_t s, const char *what) {
 }
 
 void launch(const gpurt::Kernel &k, dim3 grid, unsigned block, unsigned shared, const gpurt::Stream &s, std::vector<void *> args) {
-    gpurt_status_t st = gpurt_launch_kernel(k.get(), grid.x, grid.y, 1, block, 1, 1, shared, s.get(), args.data());
+    gpurt_status_t st = gpurt_launch_kernel(k.get(), grid.x, grid.y, grid.z, block, 1, 1, shared, s.get(), args.data());
     if (st != GPURT_SUCCESS) throw gpurt::Error(st, gpurt_last_error_message());
 }
 
@@ -145,6 +145,10 @@ void Model::reserve(int rows, int max_len, int *history) {
     att_ = gpurt::DeviceBuffer<char>(static_cast<size_t>(rows) * kEmbed * elem_, stream_);
     h_ = gpurt::DeviceBuffer<char>(static_cast<size_t>(rows) * 4 * kEmbed * elem_, stream_);
     uniform_ = gpurt::DeviceBuffer<float>(static_cast<size_t>(rows), stream_);
+    attention_partial_ = gpurt::DeviceBuffer<float>(static_cast<size_t>(rows) * kHeads * kAttentionSplits * (kEmbed / kHeads + 2), stream_);
+    attention_done_ = gpurt::DeviceBuffer<unsigned>(static_cast<size_t>(rows) * kHeads, stream_);
+    gpurt_status_t zeroed = gpurt_memset_async(attention_done_.data(), 0, 4, attention_done_.size(), stream_.get());
+    if (zeroed != GPURT_SUCCESS) throw gpurt::Error(zeroed, gpurt_last_error_message());
     set_position(0);
 }
 
@@ -174,6 +178,8 @@ void Model::step(bool pick) {
     float *x = x_.data();
     void *xn = xn_.data(), *qkv = qkv_.data(), *att = att_.data(), *h = h_.data();
     int *pos = position_.data(), *history = history_;
+    float *partial = attention_partial_.data();
+    unsigned *done = attention_done_.data();
     int rows = rows_, e = kEmbed, e3 = 3 * kEmbed, e4 = 4 * kEmbed, max_len = max_len_;
     size_t per_layer = static_cast<size_t>(rows) * kHeads * max_len * (kEmbed / kHeads);
     launch(embed_, dim3(rows), 256, 0, s, {&history, &pos, &wte_, &wpe_, &x});
@@ -192,7 +198,7 @@ void Model::step(bool pick) {
         const void *ln1_g = L.ln1_g, *ln1_b = L.ln1_b, *ln2_g = L.ln2_g, *ln2_b = L.ln2_b, *attn_b = L.attn_b, *fc_b = L.fc_b;
         launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &ln1_g, &ln1_b, &xn});
         gemm(L.attn_w, xn, qkv, e3, e, 0.0f, false);
-        launch(attend_, dim3(rows, kHeads), 256, static_cast<unsigned>(max_len * sizeof(float)), s, {&qkv, &attn_b, &kc, &vc, &pos, &max_len, &att});
+        launch(attend_, dim3(rows, kHeads, kAttentionSplits), 128, 0, s, {&qkv, &attn_b, &kc, &vc, &pos, &max_len, &att, &partial, &done});
         gemm(L.proj_w, att, x, e, e, 1.0f, true);
         pending = L.proj_b;
         launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &ln2_g, &ln2_b, &xn});

@@ -14,6 +14,7 @@
 namespace gpt2 {
 
 constexpr int kLayers = 12, kEmbed = 768, kHeads = 12, kVocab = 50257, kPositions = 1024;
+constexpr int kAttentionSplits = 8; // SPLITS in kernels.hpp
 
 enum class Precision { F32, F16 };
 
@@ -65,6 +66,8 @@ private:
     gpurt::DeviceBuffer<float> k_cache_, v_cache_;
     gpurt::DeviceBuffer<float> x_, logits_;
     gpurt::DeviceBuffer<int> position_;
+    gpurt::DeviceBuffer<float> attention_partial_; // attention's slices (kernels.hpp, attend)
+    gpurt::DeviceBuffer<unsigned> attention_done_;
     int *history_ = nullptr;
     gpurt::DeviceBuffer<char> xn_, qkv_, att_, h_;
     int rows_ = 0, max_len_ = 0;
