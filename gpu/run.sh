@@ -88,6 +88,9 @@ step gpt2-fp16 build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 
 step gpt2-compare-fp16 python3 src/gpt2_reference.py compare16 gpt2-data gpt2-data/fp16_tokens.txt
 step gpt2-fp32-eager build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --no-graphs --tokens gpt2-data/eager_tokens.txt
 step gpt2-eager-same-tokens cmp gpt2-data/eager_tokens.txt gpt2-data/fp32_tokens.txt
+step gpt2-tunable build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --tunable --tokens gpt2-data/tunable_tokens.txt --logits gpt2-data/tunable_logits.f32 --snapshot gpt2-data/gpt2.pickle
+step gpt2-compare-tunable python3 src/gpt2_reference.py compare gpt2-data gpt2-data/tunable_tokens.txt gpt2-data/tunable_logits.f32
+step gpt2-snapshot python3 -c "import pickle, sys; s = pickle.load(open('gpt2-data/gpt2.pickle', 'rb')); n = sum(len(g['blocks']) for g in s['segments']); print(len(s['segments']), 'segments,', n, 'blocks'); sys.exit(0 if n else 1)"
 step gpt2-topk-seed7 build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --top-k 40 --seed 7 --tokens gpt2-data/topk7.txt --logits gpt2-data/topk7.f32
 step gpt2-topk-seed7-again build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --top-k 40 --seed 7 --tokens gpt2-data/topk7b.txt
 step gpt2-topk-seed8 build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --top-k 40 --seed 8 --tokens gpt2-data/topk8.txt

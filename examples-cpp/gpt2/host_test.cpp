@@ -94,9 +94,10 @@ int main(int argc, char **argv) {
     }
 
     // The command line and the prompts file.
-    const char *ok[] = {"gpt2", "w.safetensors", "p.txt", "128", "--fp16", "--logits", "l.f32"};
-    gpt2::Options o = gpt2::parse_options(7, ok);
+    const char *ok[] = {"gpt2", "w.safetensors", "p.txt", "128", "--fp16", "--logits", "l.f32", "--tunable", "--snapshot", "s.pickle"};
+    gpt2::Options o = gpt2::parse_options(10, ok);
     CHECK(o.weights == "w.safetensors" && o.new_tokens == 128 && o.fp16 && o.graphs && o.logits_out == "l.f32" && o.tokens_out.empty());
+    CHECK(o.tunable && o.snapshot == "s.pickle");
     const char *eager[] = {"gpt2", "w", "p", "4", "--no-graphs", "--top-k", "40", "--seed", "7"};
     gpt2::Options sampled = gpt2::parse_options(9, eager);
     CHECK(!sampled.graphs && sampled.top_k == 40 && sampled.seed == 7);

@@ -23,6 +23,7 @@ int main(int argc, char **argv) try {
         return 0;
     }
     gpurt::DeviceGuard on(gpurt::Device(0));
+    if (!opt.snapshot.empty()) gpurt::memory::record_history(true); // every allocation from here on, for --snapshot
     gpurt::Stream stream;
     gpt2::Model model(opt.weights, opt.fp16 ? gpt2::Precision::F16 : gpt2::Precision::F32, stream);
     const int total = prompt_len + opt.new_tokens;
@@ -34,6 +35,13 @@ int main(int argc, char **argv) try {
     tokens.copy_from(by_position, stream);
     model.reserve(rows, total, tokens.data());
     model.set_sampling(opt.top_k, opt.seed);
+    if (opt.tunable) {
+        // One eager step tunes every GEMM shape (a capture runs the choices but does not
+        // tune); what it leaves in the activations and the cache is overwritten below.
+        model.enable_tunable_gemm();
+        model.set_position(0);
+        model.step(false);
+    }
 
     // A prompt step and a decode step, each captured once (they read the position
     // from device memory) and replayed per token.
@@ -80,6 +88,8 @@ int main(int argc, char **argv) try {
             for (int p = prompt_len; p < total; p++) out << result[static_cast<size_t>(p) * rows + r] << (p + 1 < total ? " " : "\n");
         }
     }
+    if (opt.tunable) std::printf("%s", model.tunable_choices().c_str());
+    if (!opt.snapshot.empty()) gpurt::memory::snapshot(opt.snapshot.c_str());
     gpurt_memory_stats_t st = gpurt::Device(0).memory_stats();
     const double mib = 1048576.0;
     std::printf("gpt2 %s%s: %d prompt(s) x %d tokens, %d new: %.1f tokens/s (%.3f ms a step), first token after %.0f ms, "

@@ -1,9 +1,11 @@
 #include "model.hpp"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <fcntl.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 
 #include "kernels.hpp"
@@ -26,6 +28,19 @@ void launch(const gpurt::Kernel &k, dim3 grid, unsigned block, unsigned shared, 
 
 unsigned blocks_for(size_t n) { return static_cast<unsigned>(std::min<size_t>((n + 255) / 256, 4096)); }
 } // namespace
+
+struct Model::LtPlan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    size_t workspace = 0;
+    ~LtPlan() {
+        if (c) cublasLtMatrixLayoutDestroy(c);
+        if (b) cublasLtMatrixLayoutDestroy(b);
+        if (a) cublasLtMatrixLayoutDestroy(a);
+        if (desc) cublasLtMatmulDescDestroy(desc);
+    }
+};
 
 gpurt::Kernel Model::kernel(const std::string &name) const {
     static const char *options[] = {"-I" GPT2_CUDA_INCLUDE, "-std=c++17"};
@@ -110,6 +125,41 @@ Model::Model(const std::string &path, Precision precision, const gpurt::Stream &
 
 Model::~Model() {
     if (generator_) gpurt_generator_destroy(generator_);
+    if (gemm_op_) gpurt_tunable_op_destroy(gemm_op_);
+}
+
+namespace {
+// The TunableOp's candidates: a gpurt_status_t, never an exception across C.
+template <void (Model::*Run)(const Model::GemmArgs &)>
+int gemm_candidate(void *args, gpurt_stream_t, void *) {
+    const auto &a = *static_cast<const Model::GemmArgs *>(args);
+    try {
+        (a.model->*Run)(a);
+        return GPURT_SUCCESS;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "gpt2: a GEMM candidate failed: %s\n", e.what());
+        return GPURT_ERROR_CUDA;
+    }
+}
+} // namespace
+
+void Model::enable_tunable_gemm() {
+    if (gemm_op_) return;
+    gpurt_status_t s = gpurt_tunable_op_create("gpt2_gemm", &gemm_op_);
+    if (s == GPURT_SUCCESS) s = gpurt_tunable_op_add_callback(gemm_op_, "cublas", gemm_candidate<&Model::gemm_cublas>, nullptr);
+    if (s == GPURT_SUCCESS) s = gpurt_tunable_op_add_callback(gemm_op_, "cublaslt", gemm_candidate<&Model::gemm_cublaslt>, nullptr);
+    if (s != GPURT_SUCCESS) throw gpurt::Error(s, gpurt_last_error_message());
+}
+
+std::string Model::tunable_choices() const {
+    std::string out;
+    for (const std::string &signature : signatures_) {
+        char name[64] = "";
+        uint64_t tunings = 0;
+        if (gpurt_tunable_op_choice(gemm_op_, 0, signature.c_str(), name, sizeof name, &tunings) == GPURT_SUCCESS)
+            out += signature + ": " + (name[0] ? name : "(not tuned)") + "\n";
+    }
+    return out;
 }
 
 void Model::set_sampling(int top_k, unsigned long long seed) {
@@ -163,12 +213,55 @@ void Model::set_position(int pos) {
 // the Conv1D weights as prepared); fp32 accumulation either way. cuBLAS's transposed
 // GEMV reads W at full bandwidth at batch 1 (its untransposed one reached a quarter).
 void Model::gemm(const void *w, const void *x, void *y, int out, int in, float beta, bool y_fp32) {
+    GemmArgs args{this, w, x, y, out, in, beta, y_fp32};
+    if (!gemm_op_) return gemm_cublas(args);
+    char signature[128];
+    std::snprintf(signature, sizeof signature, "out=%d in=%d rows=%d beta=%g y=%s t=%s", out, in, rows_, beta, y_fp32 ? "f32" : "t",
+                  precision_ == Precision::F32 ? "f32" : "f16");
+    if (std::find(signatures_.begin(), signatures_.end(), signature) == signatures_.end()) signatures_.push_back(signature);
+    gpurt_status_t s = gpurt_tunable_op_run(gemm_op_, signature, &args, stream_.get());
+    if (s != GPURT_SUCCESS) throw gpurt::Error(s, gpurt_last_error_message());
+}
+
+void Model::gemm_cublas(const GemmArgs &a) {
     void *handle = gpurt::blas::handle(stream_);
     cudaDataType_t t = precision_ == Precision::F32 ? CUDA_R_32F : CUDA_R_16F;
     const float alpha = 1.0f;
-    check_cublas(cublasGemmEx(static_cast<cublasHandle_t>(handle), CUBLAS_OP_T, CUBLAS_OP_N, out, rows_, in, &alpha, w, t, in, x, t, in, &beta, y,
-                              y_fp32 ? CUDA_R_32F : t, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    check_cublas(cublasGemmEx(static_cast<cublasHandle_t>(handle), CUBLAS_OP_T, CUBLAS_OP_N, a.out, rows_, a.in, &alpha, a.w, t, a.in, a.x, t, a.in,
+                              &a.beta, a.y, a.y_fp32 ? CUDA_R_32F : t, a.out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
+}
+
+// The same product through cuBLASLt, with the workspace gpurt keeps for this
+// stream; descriptors and the heuristic's algorithm are made once per shape.
+void Model::gemm_cublaslt(const GemmArgs &a) {
+    gpurt::blas::LtHandle lt = gpurt::blas::lt_handle(stream_);
+    cudaDataType_t t = precision_ == Precision::F32 ? CUDA_R_32F : CUDA_R_16F;
+    std::unique_ptr<LtPlan> &plan = lt_plans_[{a.out, a.in, rows_, a.beta != 0.0f, a.y_fp32}];
+    if (!plan) {
+        auto p = std::make_unique<LtPlan>();
+        cublasOperation_t transpose = CUBLAS_OP_T;
+        check_cublas(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+        check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose), "cublasLtMatmulDescSetAttribute");
+        check_cublas(cublasLtMatrixLayoutCreate(&p->a, t, a.in, a.out, a.in), "cublasLtMatrixLayoutCreate");
+        check_cublas(cublasLtMatrixLayoutCreate(&p->b, t, a.in, rows_, a.in), "cublasLtMatrixLayoutCreate");
+        check_cublas(cublasLtMatrixLayoutCreate(&p->c, a.y_fp32 ? CUDA_R_32F : t, a.out, rows_, a.out), "cublasLtMatrixLayoutCreate");
+        cublasLtMatmulPreference_t preference = nullptr;
+        check_cublas(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+        cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt.workspace_size, sizeof lt.workspace_size);
+        cublasLtMatmulHeuristicResult_t result{};
+        int found = 0;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt.handle), p->desc, p->a, p->b, p->c, p->c, preference, 1,
+                                                           &result, &found);
+        cublasLtMatmulPreferenceDestroy(preference);
+        if (st != CUBLAS_STATUS_SUCCESS || found == 0) throw std::runtime_error("cuBLASLt has no algorithm for this GEMM");
+        p->algo = result.algo;
+        plan = std::move(p);
+    }
+    const float alpha = 1.0f;
+    check_cublas(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt.handle), plan->desc, &alpha, a.w, plan->a, a.x, plan->b, &a.beta, a.y, plan->c, a.y,
+                                plan->c, &plan->algo, lt.workspace, lt.workspace_size, static_cast<cudaStream_t>(stream_.native())),
+                 "cublasLtMatmul");
 }
 
 void Model::step(bool pick) {

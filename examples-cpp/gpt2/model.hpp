@@ -6,7 +6,10 @@
 #include <gpurt.hpp>
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "safetensors.hpp"
@@ -32,6 +35,14 @@ public:
     /** Picks by seeded top-k sampling from now on (a gpurt generator on the device;
      *  the same seed gives the same tokens); `top_k` 0 goes back to greedy. */
     void set_sampling(int top_k, unsigned long long seed);
+    /** From now on every GEMM goes through a TunableOp ("gpt2_gemm") whose
+     *  candidates are cuBLAS (GemmEx) and cuBLASLt (matmul with gpurt's workspace):
+     *  each shape's first eager run times both, and the faster is kept (written to
+     *  GPURT_TUNABLEOP_FILENAME). Run one eager step before capturing: a capture
+     *  runs the kept choice but does not tune. */
+    void enable_tunable_gemm();
+    /** The choice for each GEMM shape tuned so far, one "signature: candidate" a line. */
+    std::string tunable_choices() const;
     /** Sets the position the next step reads (queued on the stream). */
     void set_position(int pos);
     /** One position for every row: the history's tokens at the current position go
@@ -53,6 +64,24 @@ private:
         const void *ln1_g, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b, *ln2_g, *ln2_b, *fc_w, *fc_b, *fc_proj_w, *fc_proj_b;
     };
     void gemm(const void *w, const void *x, void *y, int out, int in, float beta, bool y_fp32);
+public:
+    /** One GEMM's operands, as the TunableOp's candidates take them. */
+    struct GemmArgs {
+        Model *model;
+        const void *w, *x;
+        void *y;
+        int out, in;
+        float beta;
+        bool y_fp32;
+    };
+    void gemm_cublas(const GemmArgs &a);
+    void gemm_cublaslt(const GemmArgs &a);
+
+private:
+    struct LtPlan; // a cuBLASLt matmul's descriptors and algorithm, per GEMM shape
+    std::map<std::tuple<int, int, int, bool, bool>, std::unique_ptr<LtPlan>> lt_plans_;
+    gpurt_tunable_op_t gemm_op_ = nullptr;
+    std::vector<std::string> signatures_;
     const char *suffix() const { return precision_ == Precision::F32 ? "_f32" : "_f16"; }
     gpurt::Kernel kernel(const std::string &name) const;
 

@@ -11,16 +11,17 @@
 namespace gpt2 {
 
 struct Options {
-    std::string weights, prompts, tokens_out, logits_out;
+    std::string weights, prompts, tokens_out, logits_out, snapshot;
     int new_tokens = 0;
     bool fp16 = false;
     bool graphs = true; // each step replayed from a CUDA graph captured once
-    int top_k = 0;      // 0: greedy; else seeded top-k sampling
+    bool tunable = false; // TunableOp picks cuBLAS or cuBLASLt per GEMM shape
+    int top_k = 0;        // 0: greedy; else seeded top-k sampling
     unsigned long long seed = 0;
 };
 
 inline Options parse_options(int argc, const char *const *argv) {
-    const char *usage = "usage: gpt2 WEIGHTS.safetensors PROMPTS.txt NEW_TOKENS [--fp16] [--no-graphs] [--top-k K [--seed S]] [--tokens OUT.txt] [--logits OUT.f32]";
+    const char *usage = "usage: gpt2 WEIGHTS.safetensors PROMPTS.txt NEW_TOKENS [--fp16] [--no-graphs] [--tunable] [--top-k K [--seed S]] [--tokens OUT.txt] [--logits OUT.f32] [--snapshot OUT.pickle]";
     Options o;
     std::vector<std::string> positional;
     for (int i = 1; i < argc; i++) {
@@ -29,6 +30,8 @@ inline Options parse_options(int argc, const char *const *argv) {
             o.fp16 = true;
         } else if (a == "--no-graphs") {
             o.graphs = false;
+        } else if (a == "--tunable") {
+            o.tunable = true;
         } else if (a == "--top-k" || a == "--seed") {
             if (i + 1 >= argc) throw std::invalid_argument(a + " needs a number; " + usage);
             char *end = nullptr;
@@ -37,9 +40,9 @@ inline Options parse_options(int argc, const char *const *argv) {
                 throw std::invalid_argument(a + " " + argv[i] + " is not " + (a == "--top-k" ? "1..1024" : "a seed"));
             if (a == "--top-k") o.top_k = static_cast<int>(v);
             else o.seed = v;
-        } else if (a == "--tokens" || a == "--logits") {
+        } else if (a == "--tokens" || a == "--logits" || a == "--snapshot") {
             if (i + 1 >= argc) throw std::invalid_argument(a + " needs a file name; " + usage);
-            (a == "--tokens" ? o.tokens_out : o.logits_out) = argv[++i];
+            (a == "--tokens" ? o.tokens_out : a == "--logits" ? o.logits_out : o.snapshot) = argv[++i];
         } else if (!a.empty() && a[0] == '-') {
             throw std::invalid_argument("unknown option " + a + "; " + usage);
         } else {
