@@ -174,6 +174,7 @@ echo "== Go (bindings/go, cgo through pkg-config): go vet, then the tests withou
 (
   cd bindings/go
   export CGO_LDFLAGS="-Wl,-rpath,$(pkg-config --variable=libdir gpurt)" GOFLAGS=-count=1
+  export GOCACHE="${GOCACHE:-$work/go-cache}" GOPATH="${GOPATH:-$work/go-path}"   # where HOME is unset too
   go vet ./...
   go test -c -o "$stub/gpurt-go.test" .
   "$stub/gpurt-go.test" -test.v
