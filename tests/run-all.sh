@@ -189,6 +189,7 @@ javac -Xlint:all -Werror -cp /usr/share/java/jna.jar -d "$java_classes" $(find b
 java_run=(java -cp "$java_classes:/usr/share/java/jna.jar" -Djna.library.path="$(pkg-config --variable=libdir gpurt)" org.gpurt.GpurtTest)
 "${java_run[@]}"
 LD_LIBRARY_PATH=$stub "${java_run[@]}"
+LD_LIBRARY_PATH=$stub "${java_run[@]:0:4}" org.gpurt.AllocFreeBench   # beside the Go benchmark's C loop above
 
 echo "== Python: pip install . into a venv (the wheel builds libgpurt through CMake), pytest without a driver and on the stub"
 venv=$work/python-venv

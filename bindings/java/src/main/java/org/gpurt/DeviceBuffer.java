@@ -2,7 +2,6 @@ package org.gpurt;
 
 import com.sun.jna.Memory;
 import com.sun.jna.Pointer;
-import com.sun.jna.ptr.PointerByReference;
 
 /** Device memory from gpurt's caching allocator (or a MemPool), for one stream. */
 public final class DeviceBuffer extends Owner {
@@ -11,7 +10,7 @@ public final class DeviceBuffer extends Owner {
     private final MemPool pool; // kept reachable while the buffer lives
 
     DeviceBuffer(Pointer ptr, long size, Stream stream, MemPool pool) {
-        super(ptr, NativeLib.C::gpurt_free);
+        super(ptr, DirectLib::gpurt_free);
         this.size = size;
         this.stream = stream;
         this.pool = pool;
@@ -20,9 +19,9 @@ public final class DeviceBuffer extends Owner {
     /** `size` bytes on the stream's device, for use on `stream`. */
     public static DeviceBuffer allocate(long size, Stream stream) {
         if (size < 0) throw new GpurtException(GpurtException.INVALID_ARGUMENT, "DeviceBuffer.allocate: size " + size + " is negative");
-        PointerByReference p = new PointerByReference();
-        stream.run(s -> NativeLib.C.gpurt_malloc(size, s, p));
-        return new DeviceBuffer(p.getValue(), size, stream, null);
+        long[] p = new long[1];
+        stream.run(s -> DirectLib.gpurt_malloc(size, s, p));
+        return new DeviceBuffer(new Pointer(p[0]), size, stream, null);
     }
 
     public long size() {

@@ -22,9 +22,9 @@ public final class MemPool extends Owner {
     /** `size` bytes from this pool for use on `stream`. */
     public DeviceBuffer allocate(long size, Stream stream) {
         if (size < 0) throw new GpurtException(GpurtException.INVALID_ARGUMENT, "MemPool.allocate: size " + size + " is negative");
-        PointerByReference p = new PointerByReference();
-        run(pool -> NativeLib.C.gpurt_mem_pool_malloc(pool, size, stream.handle(), p), stream);
-        return new DeviceBuffer(p.getValue(), size, stream, this);
+        long[] p = new long[1];
+        run(pool -> DirectLib.gpurt_mem_pool_malloc(pool, size, stream.handle(), p), stream);
+        return new DeviceBuffer(new com.sun.jna.Pointer(p[0]), size, stream, this);
     }
 
     public Gpurt.MemoryStats stats() {

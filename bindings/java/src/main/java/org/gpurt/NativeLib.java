@@ -38,8 +38,6 @@ interface NativeLib extends Library {
     int gpurt_event_query(Pointer event);
     int gpurt_event_elapsed_time(Pointer start, Pointer end, FloatByReference milliseconds);
 
-    int gpurt_malloc(long size, Pointer stream, PointerByReference ptr);
-    int gpurt_free(Pointer ptr);
     int gpurt_memcpy(Pointer dst, Pointer src, long bytes, Pointer stream);
     int gpurt_memory_stats(int device, Memory stats);
     int gpurt_empty_cache();
@@ -47,7 +45,6 @@ interface NativeLib extends Library {
     int gpurt_mem_pool_options_init(Memory options);
     int gpurt_mem_pool_create(int device, Memory options, PointerByReference pool);
     int gpurt_mem_pool_destroy(Pointer pool);
-    int gpurt_mem_pool_malloc(Pointer pool, long size, Pointer stream, PointerByReference ptr);
     int gpurt_mem_pool_stats(Pointer pool, Memory stats);
 
     int gpurt_pinned_pool_default(PointerByReference pool);
