@@ -5,7 +5,7 @@
 /// Where a library may be: the path in `override_var` if set, then each soname on
 /// the loader's path, then in the usual CUDA install directories (a toolkit's lib64
 /// is often not on the loader's path).
-pub(crate) fn candidates(override_var: &str, sonames: &[&str]) -> Vec<String> {
+fn candidates(override_var: &str, sonames: &[&str]) -> Vec<String> {
     let mut names: Vec<String> = std::env::var(override_var).into_iter().filter(|v| !v.is_empty()).collect();
     names.extend(sonames.iter().map(|s| s.to_string()));
     let homes = ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(|v| std::env::var(v).ok());

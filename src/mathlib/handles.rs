@@ -26,11 +26,10 @@ use crate::device;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 
-/// A workspace a handle owns for one stream.
+/// A workspace a handle owns for one stream (of the handle's `workspace_size`).
 struct Workspace {
     stream: usize,
     ptr: u64,
-    size: usize,
 }
 
 /// A handle and what gpurt set on it.
@@ -40,8 +39,8 @@ struct Leased {
     /// The stream the handle was last bound to (and, for cuBLAS, whose workspace
     /// and math mode are set); None until a bind succeeds.
     bound: Option<usize>,
-    /// The bound stream's workspace.
-    bound_workspace: (u64, usize),
+    /// The bound stream's workspace (0 where the library takes none).
+    bound_workspace: u64,
     /// The TF32 setting's epoch the math mode was set for (cuBLAS).
     epoch: u64,
     /// The workspace size of this handle's library and device.
@@ -145,7 +144,7 @@ fn bind_mine(library: Library, mine: &mut Vec<Option<Leased>>, slot: usize, stre
 
 impl Leased {
     fn given(&self) -> Bound {
-        Bound { handle: self.raw, workspace: self.bound_workspace.0, workspace_size: self.bound_workspace.1 }
+        Bound { handle: self.raw, workspace: self.bound_workspace, workspace_size: self.workspace_size }
     }
 }
 
@@ -174,7 +173,7 @@ fn lease(library: Library, device: i32) -> Result<Leased> {
     };
     let raw = with_relaxed_capture(|| device::with_device(device, || api.create()))? as usize;
     shelf.created.fetch_add(1, Ordering::Relaxed);
-    Ok(Leased { api, raw, bound: None, bound_workspace: (0, 0), epoch: 0, workspace_size, workspaces: Vec::new() })
+    Ok(Leased { api, raw, bound: None, bound_workspace: 0, epoch: 0, workspace_size, workspaces: Vec::new() })
 }
 
 /// Binds `leased` to `stream`: its workspace there (allocated on first use), the
@@ -187,7 +186,7 @@ fn bind(library: Library, leased: &mut Leased, stream: Stream) -> Result<Bound> 
     let raw = leased.raw as loader::RawHandle;
     api.set_stream(raw, stream.cu())?;
     if library == Library::Blas {
-        api.set_workspace(raw, workspace.0, workspace.1)?;
+        api.set_workspace(raw, workspace, leased.workspace_size)?;
         let epoch = TF32_EPOCH.load(Ordering::Acquire);
         if leased.epoch != epoch {
             api.set_allow_tf32(raw, allow_tf32())?;
@@ -199,14 +198,15 @@ fn bind(library: Library, leased: &mut Leased, stream: Stream) -> Result<Bound> 
     Ok(leased.given())
 }
 
-/// `leased`'s workspace on `stream`: the one it has, or a new one.
+/// `leased`'s workspace on `stream`: the one it has, or a new one (0 where the
+/// library takes none).
 #[inline]
-fn workspace_for(library: Library, leased: &mut Leased, stream: Stream) -> Result<(u64, usize)> {
+fn workspace_for(library: Library, leased: &mut Leased, stream: Stream) -> Result<u64> {
     if leased.workspace_size == 0 {
-        return Ok((0, 0));
+        return Ok(0);
     }
     match leased.workspaces.iter().find(|w| w.stream == stream.raw) {
-        Some(w) => Ok((w.ptr, w.size)),
+        Some(w) => Ok(w.ptr),
         None => new_workspace(library, leased, stream),
     }
 }
@@ -214,7 +214,7 @@ fn workspace_for(library: Library, leased: &mut Leased, stream: Stream) -> Resul
 /// A workspace for `stream` from the device's default pool on that stream.
 #[cold]
 #[inline(never)]
-fn new_workspace(library: Library, leased: &mut Leased, stream: Stream) -> Result<(u64, usize)> {
+fn new_workspace(library: Library, leased: &mut Leased, stream: Stream) -> Result<u64> {
     let size = leased.workspace_size;
     let annotation = if library == Library::Blas { "cuBLAS workspace" } else { "cuBLASLt workspace" };
     crate::alloc::history::annotate_push(annotation);
@@ -222,8 +222,8 @@ fn new_workspace(library: Library, leased: &mut Leased, stream: Stream) -> Resul
     // The push above made a non-empty stack: the pop cannot fail.
     let _ = crate::alloc::history::annotate_pop();
     let ptr = ptr?;
-    leased.workspaces.push(Workspace { stream: stream.raw, ptr, size });
-    Ok((ptr, size))
+    leased.workspaces.push(Workspace { stream: stream.raw, ptr });
+    Ok(ptr)
 }
 
 /// Frees the workspaces of `device`'s idle cuBLAS and cuBLASLt handles (those no
