@@ -36,10 +36,10 @@ int main(int argc, char **argv) try {
     model.reserve(rows, total, tokens.data());
     model.set_sampling(opt.top_k, opt.seed);
     if (opt.tunable) {
-        // One eager step tunes every GEMM shape (a capture runs the choices but does not
-        // tune); what it leaves in the activations and the cache is overwritten below.
+        // One eager step (at position 0, where reserve left it) tunes every GEMM shape
+        // (a capture runs the choices but does not tune); what it leaves in the
+        // activations and the cache is overwritten below.
         model.enable_tunable_gemm();
-        model.set_position(0);
         model.step(false);
     }
 
