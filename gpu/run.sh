@@ -84,6 +84,14 @@ step gpt2-host-test build-gpt2/gpt2_host_test build-gpt2
 step gpt2-reference python3 src/gpt2_reference.py make gpt2-data
 step gpt2-fp32 build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --tokens gpt2-data/fp32_tokens.txt --logits gpt2-data/fp32_logits.f32
 step gpt2-compare-fp32 python3 src/gpt2_reference.py compare gpt2-data gpt2-data/fp32_tokens.txt gpt2-data/fp32_logits.f32
+# One prompt alone: the engine's fused GEMV path (more prompts take cuBLAS's).
+step gpt2-prompt0 bash -c "head -n 1 gpt2-data/prompts.txt > gpt2-data/prompt0.txt"
+step gpt2-fp32-one build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompt0.txt 128 --tokens gpt2-data/one_tokens.txt --logits gpt2-data/one_logits.f32
+step gpt2-compare-fp32-one python3 src/gpt2_reference.py compare gpt2-data gpt2-data/one_tokens.txt gpt2-data/one_logits.f32 ref 0
+step gpt2-fp16-one build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompt0.txt 128 --fp16 --tokens gpt2-data/one_tokens16.txt
+step gpt2-compare-fp16-one python3 src/gpt2_reference.py compare16 gpt2-data gpt2-data/one_tokens16.txt 0
+step gpt2-ragged build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts_ragged.txt 128 --tokens gpt2-data/ragged_mine.txt --logits gpt2-data/ragged_mine.f32
+step gpt2-compare-ragged python3 src/gpt2_reference.py compare gpt2-data gpt2-data/ragged_mine.txt gpt2-data/ragged_mine.f32 ragged
 step gpt2-fp16 build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --fp16 --tokens gpt2-data/fp16_tokens.txt
 step gpt2-compare-fp16 python3 src/gpt2_reference.py compare16 gpt2-data gpt2-data/fp16_tokens.txt
 step gpt2-fp32-eager build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --no-graphs --tokens gpt2-data/eager_tokens.txt
@@ -95,10 +103,14 @@ step gpt2-topk-seed7 build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompt
 step gpt2-topk-seed7-again build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --top-k 40 --seed 7 --tokens gpt2-data/topk7b.txt
 step gpt2-topk-seed8 build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 128 --top-k 40 --seed 8 --tokens gpt2-data/topk8.txt
 step gpt2-topk-check python3 src/gpt2_reference.py topk 40 gpt2-data/topk7.txt gpt2-data/topk7.f32 gpt2-data/topk7b.txt gpt2-data/topk8.txt
-# Speed at batch 1 and 16 (128-token prompts, 256 new tokens) beside transformers' eager generate.
+# Speed at batch 1 and 16 (128-token prompts, 256 new tokens) beside transformers' eager
+# generate, a static KV cache in CUDA graphs, and that under torch.compile.
 step gpt2-speed-torch python3 src/gpt2_reference.py speed gpt2-data
+step gpt2-first-token-torch-b1 python3 src/gpt2_reference.py first gpt2-data gpt2-data/prompts_b1.txt
+step gpt2-first-token-torch-b16 python3 src/gpt2_reference.py first gpt2-data gpt2-data/prompts_b16.txt
 for batch in 1 16; do
-    for flags in "" "--no-graphs" "--fp16"; do
+    for flags in "" "--no-graphs" "--fp16" "--no-fused" "--fp16 --no-fused"; do
+        [[ $batch != 1 && $flags == *--no-fused* ]] && continue  # the fused GEMV serves one prompt
         step "gpt2-speed-b$batch${flags// /}" build-gpt2/gpt2 gpt2-data/gpt2.safetensors "gpt2-data/prompts_b$batch.txt" 256 $flags
     done
 done
@@ -170,6 +182,7 @@ step memcheck-process-test sanitize memcheck --target-processes all bin/process_
 step memcheck-soak sanitize memcheck bin/soak 10 4
 step memcheck-blas-gpu-test sanitize memcheck bin/blas_gpu_test
 step memcheck-gpt2 sanitize memcheck build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompts.txt 4
+step memcheck-gpt2-one sanitize memcheck build-gpt2/gpt2 gpt2-data/gpt2.safetensors gpt2-data/prompt0.txt 4
 for t in tests/*; do
     step "memcheck-rust-$(basename "$t")" sanitize memcheck "$t" --test-threads=1
     step "synccheck-rust-$(basename "$t")" sanitize synccheck "$t" --test-threads=1

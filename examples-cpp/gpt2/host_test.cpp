@@ -98,9 +98,10 @@ int main(int argc, char **argv) {
     gpt2::Options o = gpt2::parse_options(10, ok);
     CHECK(o.weights == "w.safetensors" && o.new_tokens == 128 && o.fp16 && o.graphs && o.logits_out == "l.f32" && o.tokens_out.empty());
     CHECK(o.tunable && o.snapshot == "s.pickle");
-    const char *eager[] = {"gpt2", "w", "p", "4", "--no-graphs", "--top-k", "40", "--seed", "7"};
-    gpt2::Options sampled = gpt2::parse_options(9, eager);
-    CHECK(!sampled.graphs && sampled.top_k == 40 && sampled.seed == 7);
+    CHECK(o.fused);
+    const char *eager[] = {"gpt2", "w", "p", "4", "--no-graphs", "--top-k", "40", "--seed", "7", "--no-fused"};
+    gpt2::Options sampled = gpt2::parse_options(10, eager);
+    CHECK(!sampled.graphs && sampled.top_k == 40 && sampled.seed == 7 && !sampled.fused);
     const char *bad_k[] = {"gpt2", "w", "p", "4", "--top-k", "0"}, *bad_seed[] = {"gpt2", "w", "p", "4", "--seed", "-3"};
     CHECK(throws_with([&] { gpt2::parse_options(6, bad_k); }, "1..1024"));
     CHECK(throws_with([&] { gpt2::parse_options(6, bad_seed); }, "not a seed"));
@@ -114,8 +115,14 @@ int main(int argc, char **argv) {
         std::ofstream(dir + "/prompts.txt") << "464 2068 7586\n\n318 257 1332\n";
         auto prompts = gpt2::read_prompts(dir + "/prompts.txt", 50257);
         CHECK(prompts.size() == 2 && prompts[1][2] == 1332);
-        std::ofstream(dir + "/uneven.txt") << "1 2 3\n4 5\n";
-        CHECK(throws_with([&] { gpt2::read_prompts(dir + "/uneven.txt", 50257); }, "same number"));
+        // Unequal lengths are left-padded: each prompt ends at the same position.
+        std::ofstream(dir + "/uneven.txt") << "1 2 3\n4 5\n6\n";
+        auto uneven = gpt2::read_prompts(dir + "/uneven.txt", 50257);
+        gpt2::PaddedPrompts padded = gpt2::left_pad(uneven, 2, 1024);
+        CHECK(padded.length == 3 && padded.starts == std::vector<int>({0, 1, 2}));
+        CHECK(padded.by_position == std::vector<int>({1, 0, 0, 2, 4, 0, 3, 5, 6, 0, 0, 0, 0, 0, 0}));
+        CHECK(gpt2::left_pad(prompts, 1021, 1024).starts == std::vector<int>({0, 0}));
+        CHECK(throws_with([&] { gpt2::left_pad(uneven, 1022, 1024); }, "exceed 1024 positions"));
         std::ofstream(dir + "/outside.txt") << "1 50257\n";
         CHECK(throws_with([&] { gpt2::read_prompts(dir + "/outside.txt", 50257); }, "outside the vocabulary"));
         std::ofstream(dir + "/words.txt") << "hello world\n";

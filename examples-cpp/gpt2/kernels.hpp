@@ -1,7 +1,8 @@
 // The engine's own kernels, compiled once at run time by gpurt's NVRTC (cached on
 // disk with GPURT_RTC_CACHE_DIR): weight preparation, embedding, layer norm with the
-// residual's pending bias, bias + GELU, attention over the KV cache, and the greedy pick. Activations are fp32; T is the weights' and
-// the GEMMs' type (float, or __half with fp32 accumulation in cuBLAS).
+// residual's pending bias, bias + GELU, the fused GEMV of one-row steps, attention over
+// the KV cache, the greedy and top-k picks, and the bandwidth probe. Activations are
+// fp32; T is the weights' and the GEMMs' type (float, or __half with fp32 accumulation).
 #pragma once
 
 namespace gpt2 {
@@ -31,12 +32,13 @@ __device__ float block_sum(float v) {
     return total;
 }
 
-// x[b] = wte[history[pos][b]] + wpe[pos], one block per row. The position is read
-// from device memory, so that one captured step serves every position.
+// x[b] = wte[history[pos][b]] + wpe[pos - starts[b]] (row b's positions count from its
+// first real token; its left padding takes position 0), one block per row. The position
+// is read from device memory, so that one captured step serves every position.
 template <class T>
-__device__ void embed(const int *history, const int *position, const T *wte, const T *wpe, float *x) {
+__device__ void embed(const int *history, const int *position, const int *starts, const T *wte, const T *wpe, float *x) {
     int b = blockIdx.x, pos = *position;
-    const T *w = wte + (size_t)history[(size_t)pos * gridDim.x + b] * E, *p = wpe + (size_t)pos * E;
+    const T *w = wte + (size_t)history[(size_t)pos * gridDim.x + b] * E, *p = wpe + (size_t)max(pos - starts[b], 0) * E;
     for (int i = threadIdx.x; i < E; i += blockDim.x) x[(size_t)b * E + i] = to_f(w[i]) + to_f(p[i]);
 }
 
@@ -85,6 +87,92 @@ __device__ void bias_gelu(T *h, const T *bias, int rows, int cols) {
     }
 }
 
+// The fused GEMV of a one-row step: y[j] = sum_i W[j][i] in[i] for j < out (W [out][in]
+// in T, fp32 accumulation), where in is layer_norm(x) (x: fp32 [E], when g is set; each
+// block normalises it itself, rounded to T as the library path's GEMM operand is) or a
+// T vector of n_in (E or 4 E). Then + bias (when set), GELU (when gelu), and y_f32 +=
+// (residual), y_f32 = (when y_f32 is set), or y_t = (as T).
+// A step is latency-bound, so every warp takes E weights of one output row (a row of
+// 4 E is 4 warps' of one block, summed in shared memory) and issues all their 16-byte
+// loads at once, streamed past L1 (which keeps the input); a warp's first loads are in
+// flight while its block normalises x. This replaces, at one row, a library GEMV plus
+// a layer norm, bias or GELU kernel.
+#define GEMV_WARPS 4
+template <class T>
+__device__ void fused_gemv(const T *w, const float *x, const T *g, const T *beta, const T *in, const T *bias, int gelu, int residual,
+                           float *y_f32, T *y_t, int out, int n_in) {
+    __shared__ __align__(16) float normed[E];
+    __shared__ float slice_sums[GEMV_WARPS];
+    constexpr int VEC = 16 / sizeof(T), PER_LANE = E / VEC / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, slices = n_in / E, per_block = GEMV_WARPS / slices, slice = warp % slices;
+    int4 wv[PER_LANE];
+    auto load = [&](int row) {
+        const int4 *words = reinterpret_cast<const int4 *>(w + (size_t)row * n_in + slice * E);
+#pragma unroll
+        for (int u = 0; u < PER_LANE; u++) wv[u] = __ldcs(words + u * 32 + lane);
+    };
+    int base = blockIdx.x * per_block;
+    if (base + warp / slices < out) load(base + warp / slices);
+    if (g) {
+        // x, g and beta in registers, all loaded at once: one memory round trip.
+        constexpr int EACH = E / (32 * GEMV_WARPS);
+        float v[EACH], gv[EACH], bv[EACH], s = 0, d2 = 0;
+#pragma unroll
+        for (int k = 0; k < EACH; k++) {
+            const int i = threadIdx.x + k * 32 * GEMV_WARPS;
+            v[k] = x[i], gv[k] = to_f(g[i]), bv[k] = to_f(beta[i]);
+        }
+        for (int k = 0; k < EACH; k++) s += v[k];
+        const float mean = block_sum(s) / E;
+        for (int k = 0; k < EACH; k++) d2 += (v[k] - mean) * (v[k] - mean);
+        const float inv = rsqrtf(block_sum(d2) / E + 1e-5f);
+        for (int k = 0; k < EACH; k++) {
+            T y;
+            from_f(y, (v[k] - mean) * inv * gv[k] + bv[k]);
+            normed[threadIdx.x + k * 32 * GEMV_WARPS] = to_f(y);
+        }
+        __syncthreads();
+    }
+    for (bool loaded = true; base < out; base += gridDim.x * per_block, loaded = false) { // block-uniform
+        const int j = base + warp / slices;
+        float acc = 0;
+        if (j < out) {
+            if (!loaded) load(j);
+#pragma unroll
+            for (int u = 0; u < PER_LANE; u++) {
+                const int c = u * 32 + lane;
+                const T *wt = reinterpret_cast<const T *>(&wv[u]);
+                float xv[VEC];
+                if (g) {
+                    const float4 *src = reinterpret_cast<const float4 *>(normed + c * VEC);
+                    for (int q = 0; q < VEC / 4; q++) {
+                        float4 f = src[q];
+                        xv[4 * q] = f.x, xv[4 * q + 1] = f.y, xv[4 * q + 2] = f.z, xv[4 * q + 3] = f.w;
+                    }
+                } else {
+                    int4 raw = __ldg(reinterpret_cast<const int4 *>(in + slice * E) + c);
+                    const T *xt = reinterpret_cast<const T *>(&raw);
+                    for (int k = 0; k < VEC; k++) xv[k] = to_f(xt[k]);
+                }
+                for (int k = 0; k < VEC; k++) acc += to_f(wt[k]) * xv[k];
+            }
+            for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        }
+        if (slices > 1) {
+            if (lane == 0) slice_sums[warp] = acc;
+            __syncthreads();
+            if (slice == 0) for (int k = 1; k < slices; k++) acc += slice_sums[warp + k];
+            __syncthreads();
+        }
+        if (j >= out || lane != 0 || slice != 0) continue;
+        if (bias) acc += to_f(bias[j]);
+        if (gelu) acc = 0.5f * acc * (1.0f + tanhf(0.7978845608028654f * (acc + 0.044715f * acc * acc * acc)));
+        if (residual) y_f32[j] += acc;
+        else if (y_f32) y_f32[j] = acc;
+        else from_f(y_t[j], acc);
+    }
+}
+
 // One decode step of attention, split over positions (flash-decoding): block
 // (b, h, split) of SPLITS takes a slice of positions 0..pos for row b and head h, so
 // that a step keeps rows x HEADS x SPLITS blocks busy instead of rows x HEADS. Each
@@ -92,15 +180,18 @@ __device__ void bias_gelu(T *h, const T *bias, int rows, int cols) {
 // `partial`; the last block of (b, h) to finish (a counter, reset for the next step)
 // combines them into out. Split 0 appends this position's k and v (with their bias)
 // to the cache; every block takes them for position pos from qkv itself, so no block
-// waits for that write. A warp takes a position's score (64 dims, coalesced); the
+// waits for that write. A thread takes a position's score, its 64 dims' loads issued
+// at once (a slice has at most 128 positions, so each is one memory round trip); the
 // weighted sum splits the slice's positions over the block's 2 groups of 64 threads.
+// Row b attends to positions starts[b]..pos (its left padding is masked; a padding
+// position attends to itself alone, so that its output stays finite).
 // qkv: [rows][3 E] in T, before its bias; out: [rows][E] in T; caches: [rows][HEADS]
 // [max_len][HEAD_DIM] floats; partial: [rows][HEADS][SPLITS][HEAD_DIM + 2] floats.
 #define SPLITS 8
 template <class T>
-__device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cache, const int *position, int max_len, T *out,
+__device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cache, const int *position, const int *starts, int max_len, T *out,
                        float *partial, unsigned *done) {
-    __shared__ float q[HEAD_DIM], k_new[HEAD_DIM], v_new[HEAD_DIM];
+    __shared__ __align__(16) float q[HEAD_DIM], k_new[HEAD_DIM], v_new[HEAD_DIM];
     __shared__ float scores[(1024 + SPLITS - 1) / SPLITS];
     __shared__ float reduce[32];
     __shared__ float sums[128];
@@ -119,17 +210,22 @@ __device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cac
         }
     }
     __syncthreads();
-    int chunk = (pos + SPLITS) / SPLITS, first = split * chunk, end = min(pos + 1, first + chunk);
+    int start = min(starts[b], pos), chunk = (pos - start + SPLITS) / SPLITS, first = start + split * chunk, end = min(pos + 1, first + chunk);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     float local_max = NEG_INF;
-    for (int t = first + warp; t < end; t += warps) {
-        const float *k = t == pos ? k_new : k_cache + base + (size_t)t * HEAD_DIM;
-        float s = q[lane] * k[lane] + q[lane + 32] * k[lane + 32];
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    for (int t = first + (int)threadIdx.x; t < end; t += blockDim.x) {
+        const float4 *k = reinterpret_cast<const float4 *>(t == pos ? k_new : k_cache + base + (size_t)t * HEAD_DIM);
+        float4 kv[HEAD_DIM / 4];
+#pragma unroll
+        for (int i = 0; i < HEAD_DIM / 4; i++) kv[i] = k[i]; // all in flight at once
+        float s = 0;
+#pragma unroll
+        for (int i = 0; i < HEAD_DIM / 4; i++) s += q[4 * i] * kv[i].x + q[4 * i + 1] * kv[i].y + q[4 * i + 2] * kv[i].z + q[4 * i + 3] * kv[i].w;
         s *= 0.125f; // 1 / sqrt(HEAD_DIM)
-        if (lane == 0) scores[t - first] = s;
+        scores[t - first] = s;
         local_max = fmaxf(local_max, s);
     }
+    for (int o = 16; o > 0; o >>= 1) local_max = fmaxf(local_max, __shfl_xor_sync(0xffffffffu, local_max, o));
     if (lane == 0) reduce[warp] = local_max;
     __syncthreads();
     float m = NEG_INF;
@@ -143,6 +239,7 @@ __device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cac
     float l = block_sum(local_sum); // synchronises: the exponentials are complete
     int d = threadIdx.x % HEAD_DIM, group = threadIdx.x / HEAD_DIM, groups = blockDim.x / HEAD_DIM;
     float acc = 0;
+#pragma unroll 8
     for (int t = first + group; t < end; t += groups) acc += scores[t - first] * (t == pos ? v_new[d] : v_cache[base + (size_t)t * HEAD_DIM + d]);
     sums[threadIdx.x] = acc;
     __syncthreads();
@@ -175,39 +272,83 @@ __device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cac
     from_f(out[(size_t)b * E + h * HEAD_DIM + threadIdx.x], value / total);
 }
 
-// history[pos + 1][b] = the first index of the largest logit of row b (torch.argmax's tie rule).
-__device__ void argmax(const float *logits, int vocab, const int *position, int *history) {
-    const float *row = logits + (size_t)blockIdx.x * vocab;
-    float best = NEG_INF;
-    int index = 0x7fffffff;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-        if (row[i] > best) best = row[i], index = i;
+// The block-wide largest (value, index) pair, ties to the lower index (torch.argmax's
+// rule); the result is thread 0's. Synchronises.
+__device__ void block_argmax(float &best, int &index) {
+    __shared__ float bests[32];
+    __shared__ int indices[32];
     for (int o = 16; o > 0; o >>= 1) {
         float ob = __shfl_xor_sync(0xffffffffu, best, o);
         int oi = __shfl_xor_sync(0xffffffffu, index, o);
         if (ob > best || (ob == best && oi < index)) best = ob, index = oi;
     }
-    __shared__ float bests[32];
-    __shared__ int indices[32];
     if ((threadIdx.x & 31) == 0) bests[threadIdx.x >> 5] = best, indices[threadIdx.x >> 5] = index;
     __syncthreads();
     if (threadIdx.x == 0) {
         for (int w = 1; w < (int)(blockDim.x >> 5); w++)
             if (bests[w] > best || (bests[w] == best && indices[w] < index)) best = bests[w], index = indices[w];
-        history[(size_t)(*position + 1) * gridDim.x + blockIdx.x] = index;
     }
+    __syncthreads();
 }
 
 #define FOR_TYPE(T, S) \
-extern "C" __global__ void embed_##S(const int *history, const int *pos, const T *wte, const T *wpe, float *x) { embed<T>(history, pos, wte, wpe, x); } \
+extern "C" __global__ void embed_##S(const int *history, const int *pos, const int *starts, const T *wte, const T *wpe, float *x) { embed<T>(history, pos, starts, wte, wpe, x); } \
 extern "C" __global__ void layer_norm_##S(float *x, const T *bias, const T *g, const T *b, T *y) { layer_norm<T>(x, bias, g, b, y); } \
 extern "C" __global__ void prepare_##S(const float *src, T *dst, int rows, int cols, int first, int count, int transpose) { prepare<T>(src, dst, rows, cols, first, count, transpose); } \
 extern "C" __global__ void bias_gelu_##S(T *h, const T *bias, int rows, int cols) { bias_gelu<T>(h, bias, rows, cols); } \
-extern "C" __global__ void attend_##S(const T *qkv, const T *bias, float *k, float *v, const int *pos, int max_len, T *out, float *partial, unsigned *done) { attend<T>(qkv, bias, k, v, pos, max_len, out, partial, done); }
+extern "C" __global__ void fused_gemv_##S(const T *w, const float *x, const T *g, const T *beta, const T *in, const T *bias, int gelu, int residual, float *y_f32, T *y_t, int out, int n_in) { fused_gemv<T>(w, x, g, beta, in, bias, gelu, residual, y_f32, y_t, out, n_in); } \
+extern "C" __global__ void attend_##S(const T *qkv, const T *bias, float *k, float *v, const int *pos, const int *starts, int max_len, T *out, float *partial, unsigned *done) { attend<T>(qkv, bias, k, v, pos, starts, max_len, out, partial, done); }
 FOR_TYPE(float, f32)
 FOR_TYPE(__half, f16)
-extern "C" __global__ void argmax_rows(const float *logits, int vocab, const int *pos, int *history) { argmax(logits, vocab, pos, history); }
 extern "C" __global__ void advance(int *pos) { *pos += 1; }
+
+// history[pos + 1][b] = the first index of the largest logit of row b. Block (b, part)
+// of PICK_PARTS takes a slice of the row and leaves its pair in `values`/`indices`; the
+// last to finish (a counter per row, reset for the next step) picks among them.
+#define PICK_PARTS 32
+extern "C" __global__ void argmax_rows(const float *logits, int vocab, const int *position, int *history, float *values, int *indices,
+                                       unsigned *done) {
+    __shared__ bool last;
+    int b = blockIdx.x, part = blockIdx.y, chunk = (vocab + PICK_PARTS - 1) / PICK_PARTS;
+    const float *row = logits + (size_t)b * vocab;
+    float best = NEG_INF;
+    int index = 0x7fffffff;
+    for (int i = part * chunk + threadIdx.x; i < min(vocab, (part + 1) * chunk); i += blockDim.x)
+        if (row[i] > best) best = row[i], index = i;
+    block_argmax(best, index);
+    if (threadIdx.x == 0) {
+        values[b * PICK_PARTS + part] = best;
+        indices[b * PICK_PARTS + part] = index;
+        __threadfence();
+        last = atomicAdd(done + b, 1u) == PICK_PARTS - 1;
+    }
+    __syncthreads();
+    if (!last || threadIdx.x >= 32) return;
+    __threadfence();
+    best = ((volatile float *)values)[b * PICK_PARTS + threadIdx.x];
+    index = ((volatile int *)indices)[b * PICK_PARTS + threadIdx.x];
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, index, o);
+        if (ob > best || (ob == best && oi < index)) best = ob, index = oi;
+    }
+    if (threadIdx.x == 0) {
+        history[(size_t)(*position + 1) * gridDim.x + b] = index;
+        done[b] = 0;
+    }
+}
+
+// Sums `words` 16-byte words (never true in practice: the sink keeps the reads): one
+// streaming read of the weights times the step's bandwidth floor.
+extern "C" __global__ void read_all(const int4 *p, size_t words, int *sink) {
+    int acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x) {
+        int4 v = __ldcs(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x7fffffff) *sink = acc;
+}
+
 
 // history[pos + 1][b] = a top-k sample of row b's logits with uniform[b] (the host
 // reference is sampling.hpp's sample_top_k, step for step). One block per row: k
@@ -215,8 +356,6 @@ extern "C" __global__ void advance(int *pos) { *pos += 1; }
 extern "C" __global__ void sample_top_k(const float *logits, int vocab, int k, const float *uniform, const int *position, int *history) {
     __shared__ float values[1024];
     __shared__ int indices[1024];
-    __shared__ float bests[32];
-    __shared__ int best_indices[32];
     const float *row = logits + (size_t)blockIdx.x * vocab;
     float last = __int_as_float(0x7f800000); // +inf: everything is after it
     int last_index = -1;
@@ -228,19 +367,8 @@ extern "C" __global__ void sample_top_k(const float *logits, int vocab, int k, c
             bool after = v < last || (v == last && i > last_index);
             if (after && (v > best || (v == best && i < index))) best = v, index = i;
         }
-        for (int o = 16; o > 0; o >>= 1) {
-            float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            int oi = __shfl_xor_sync(0xffffffffu, index, o);
-            if (ob > best || (ob == best && oi < index)) best = ob, index = oi;
-        }
-        if ((threadIdx.x & 31) == 0) bests[threadIdx.x >> 5] = best, best_indices[threadIdx.x >> 5] = index;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-                if (bests[w] > best || (bests[w] == best && best_indices[w] < index)) best = bests[w], index = best_indices[w];
-            values[pick] = best;
-            indices[pick] = index;
-        }
+        block_argmax(best, index);
+        if (threadIdx.x == 0) values[pick] = best, indices[pick] = index;
         __syncthreads();
         last = values[pick];
         last_index = indices[pick];

@@ -16,8 +16,9 @@ int main(int argc, char **argv) try {
     const auto started = std::chrono::steady_clock::now();
     gpt2::Options opt = gpt2::parse_options(argc, argv);
     std::vector<std::vector<int>> prompts = gpt2::read_prompts(opt.prompts, gpt2::kVocab);
-    const int rows = static_cast<int>(prompts.size()), prompt_len = static_cast<int>(prompts[0].size());
-    if (prompt_len + opt.new_tokens > gpt2::kPositions) throw std::invalid_argument("prompt and new tokens exceed 1024 positions");
+    // Tokens by position, the prompts' left-padded, then each step's pick, all on the device.
+    const gpt2::PaddedPrompts padded = gpt2::left_pad(prompts, opt.new_tokens, gpt2::kPositions);
+    const int rows = static_cast<int>(prompts.size()), prompt_len = padded.length;
     if (gpurt_init() != GPURT_SUCCESS || gpurt::Device::count() == 0) {
         std::printf("gpt2: no GPU (%s): nothing to run\n", gpurt_last_error_message());
         return 0;
@@ -27,14 +28,11 @@ int main(int argc, char **argv) try {
     gpurt::Stream stream;
     gpt2::Model model(opt.weights, opt.fp16 ? gpt2::Precision::F16 : gpt2::Precision::F32, stream);
     const int total = prompt_len + opt.new_tokens;
-    // Tokens by position: the prompt's, then each step's pick, all on the device.
-    std::vector<int> by_position(static_cast<size_t>(total) * rows, 0);
-    for (int p = 0; p < prompt_len; p++)
-        for (int r = 0; r < rows; r++) by_position[static_cast<size_t>(p) * rows + r] = prompts[r][p];
-    gpurt::DeviceBuffer<int> tokens(by_position.size(), stream);
-    tokens.copy_from(by_position, stream);
-    model.reserve(rows, total, tokens.data());
+    gpurt::DeviceBuffer<int> tokens(padded.by_position.size(), stream);
+    tokens.copy_from(padded.by_position, stream);
+    model.reserve(rows, total, tokens.data(), padded.starts);
     model.set_sampling(opt.top_k, opt.seed);
+    model.set_fused_gemv(opt.fused);
     if (opt.tunable) {
         // One eager step (at position 0, where reserve left it) tunes every GEMM shape
         // (a capture runs the choices but does not tune); what it leaves in the
@@ -90,12 +88,14 @@ int main(int argc, char **argv) try {
     }
     if (opt.tunable) std::printf("%s", model.tunable_choices().c_str());
     if (!opt.snapshot.empty()) gpurt::memory::snapshot(opt.snapshot.c_str());
-    gpurt_memory_stats_t st = gpurt::Device(0).memory_stats();
+    gpurt_memory_stats_t st = gpurt::Device(0).memory_stats(); // before the probe below allocates
+    const double floor_ms = model.weights_read_ms();
     const double mib = 1048576.0;
     std::printf("gpt2 %s%s: %d prompt(s) x %d tokens, %d new: %.1f tokens/s (%.3f ms a step), first token after %.0f ms, "
-                "peak reserved %.1f MiB (the KV cache's pool %.1f MiB of it)\n",
+                "peak reserved %.1f MiB (the KV cache's pool %.1f MiB of it); floor %.3f ms a step (the weights, %.0f MiB, read at %.2f TB/s): %.2fx it\n",
                 opt.fp16 ? "fp16" : "fp32", opt.graphs ? ", graphs" : "", rows, prompt_len, opt.new_tokens, rows * opt.new_tokens / (ms / 1e3), ms / opt.new_tokens,
-                first_token_ms, st.reserved_bytes.all.peak / mib, model.cache_reserved_peak() / mib); // the device's figures count every pool
+                first_token_ms, st.reserved_bytes.all.peak / mib, model.cache_reserved_peak() / mib, // the device's figures count every pool
+                floor_ms, model.weights_bytes() / mib, model.weights_bytes() / floor_ms / 1e9, ms / opt.new_tokens / floor_ms);
     return 0;
 } catch (const std::exception &e) {
     std::fprintf(stderr, "gpt2: %s\n", e.what());

@@ -117,6 +117,7 @@ Model::Model(const std::string &path, Precision precision, const gpurt::Stream &
     layer_norm_ = kernel(std::string("layer_norm") + suffix());
     bias_gelu_ = kernel(std::string("bias_gelu") + suffix());
     attend_ = kernel(std::string("attend") + suffix());
+    fused_gemv_ = kernel(std::string("fused_gemv") + suffix());
     argmax_ = kernel("argmax_rows");
     advance_ = kernel("advance");
     sample_top_k_ = kernel("sample_top_k");
@@ -172,8 +173,13 @@ void Model::set_sampling(int top_k, unsigned long long seed) {
     if (s != GPURT_SUCCESS) throw gpurt::Error(s, gpurt_last_error_message());
 }
 
-void Model::reserve(int rows, int max_len, int *history) {
+void Model::reserve(int rows, int max_len, int *history, const std::vector<int> &starts) {
     if (rows < 1 || max_len < 1 || max_len > kPositions) throw std::invalid_argument("gpt2::Model::reserve: rows >= 1 and 1 <= max_len <= 1024");
+    if (!starts.empty() && (starts.size() != static_cast<size_t>(rows) || *std::min_element(starts.begin(), starts.end()) < 0 ||
+                            *std::max_element(starts.begin(), starts.end()) >= max_len))
+        throw std::invalid_argument("gpt2::Model::reserve: starts needs one position in 0..max_len-1 per row");
+    starts_ = gpurt::DeviceBuffer<int>(static_cast<size_t>(rows), stream_);
+    starts_.copy_from(starts.empty() ? std::vector<int>(static_cast<size_t>(rows), 0) : starts, stream_);
     rows_ = rows;
     max_len_ = max_len;
     history_ = history;
@@ -196,9 +202,14 @@ void Model::reserve(int rows, int max_len, int *history) {
     h_ = gpurt::DeviceBuffer<char>(static_cast<size_t>(rows) * 4 * kEmbed * elem_, stream_);
     uniform_ = gpurt::DeviceBuffer<float>(static_cast<size_t>(rows), stream_);
     attention_partial_ = gpurt::DeviceBuffer<float>(static_cast<size_t>(rows) * kHeads * kAttentionSplits * (kEmbed / kHeads + 2), stream_);
-    attention_done_ = gpurt::DeviceBuffer<unsigned>(static_cast<size_t>(rows) * kHeads, stream_);
-    gpurt_status_t zeroed = gpurt_memset_async(attention_done_.data(), 0, 4, attention_done_.size(), stream_.get());
-    if (zeroed != GPURT_SUCCESS) throw gpurt::Error(zeroed, gpurt_last_error_message());
+    pick_values_ = gpurt::DeviceBuffer<float>(static_cast<size_t>(rows) * kPickParts, stream_);
+    pick_indices_ = gpurt::DeviceBuffer<int>(static_cast<size_t>(rows) * kPickParts, stream_);
+    // The last-block counters start at 0; the kernels leave them at 0 after each step.
+    for (gpurt::DeviceBuffer<unsigned> *counters : {&attention_done_, &pick_done_}) {
+        *counters = gpurt::DeviceBuffer<unsigned>(static_cast<size_t>(rows) * (counters == &pick_done_ ? 1 : kHeads), stream_);
+        gpurt_status_t zeroed = gpurt_memset_async(counters->data(), 0, 4, counters->size(), stream_.get());
+        if (zeroed != GPURT_SUCCESS) throw gpurt::Error(zeroed, gpurt_last_error_message());
+    }
     set_position(0);
 }
 
@@ -264,18 +275,50 @@ void Model::gemm_cublaslt(const GemmArgs &a) {
                  "cublasLtMatmul");
 }
 
+// y = W in (+ bias, GELU) through the engine's fused GEMV of one row (kernels.hpp):
+// `in` is the layer norm (g, beta) of x when g is set, else a T vector of in_features;
+// the result is added to x (residual), written to y_f32, or written to y_t as T.
+void Model::fused_gemv(const void *w, const void *g, const void *beta, const void *in, int in_features, const void *bias, bool gelu, bool residual,
+                       float *y_f32, void *y_t, int out) {
+    const float *x = x_.data();
+    int gelu_flag = gelu, residual_flag = residual;
+    if (residual) y_f32 = x_.data();
+    const int warps = 4, rows_per_block = warps / (in_features / kEmbed); // GEMV_WARPS: a warp per kEmbed weights
+    const unsigned blocks = static_cast<unsigned>(std::min(2048, (out + rows_per_block - 1) / rows_per_block));
+    launch(fused_gemv_, dim3(blocks), 32 * warps, 0, stream_, {&w, &x, &g, &beta, &in, &bias, &gelu_flag, &residual_flag, &y_f32, &y_t, &out, &in_features});
+}
+
+double Model::weights_read_ms() {
+    gpurt::Kernel read_all = kernel("read_all");
+    const void *words = weights_.data();
+    size_t count = weights_.size() / 16;
+    gpurt::DeviceBuffer<int> sink(1, stream_);
+    int *sink_ptr = sink.data();
+    std::vector<double> times;
+    for (int i = 0; i < 7; i++) {
+        gpurt::Event start, stop;
+        start.record(stream_);
+        launch(read_all, dim3(2048), 512, 0, stream_, {&words, &count, &sink_ptr});
+        stop.record(stream_);
+        stop.synchronize();
+        times.push_back(stop.elapsed_since(start));
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+}
+
 void Model::step(bool pick) {
     if (position_now_ + (pick ? 1 : 0) >= max_len_) throw std::invalid_argument("gpt2::Model::step: past the reserved length");
     position_now_++;
     const gpurt::Stream &s = stream_;
     float *x = x_.data();
     void *xn = xn_.data(), *qkv = qkv_.data(), *att = att_.data(), *h = h_.data();
-    int *pos = position_.data(), *history = history_;
+    int *pos = position_.data(), *history = history_, *starts = starts_.data();
     float *partial = attention_partial_.data();
     unsigned *done = attention_done_.data();
     int rows = rows_, e = kEmbed, e3 = 3 * kEmbed, e4 = 4 * kEmbed, max_len = max_len_;
     size_t per_layer = static_cast<size_t>(rows) * kHeads * max_len * (kEmbed / kHeads);
-    launch(embed_, dim3(rows), 256, 0, s, {&history, &pos, &wte_, &wpe_, &x});
+    launch(embed_, dim3(rows), 256, 0, s, {&history, &pos, &starts, &wte_, &wpe_, &x});
     // The residual stream's biases wait in x's next layer norm (`pending`), which adds
     // them before normalising: one kernel fewer per GEMM that accumulates into x.
     const void *pending = nullptr;
@@ -284,14 +327,25 @@ void Model::step(bool pick) {
         for (int l = 0; l < kLayers; l++) names.push_back("gpt2 layer " + std::to_string(l));
         return names;
     }();
+    // At one row the GEMVs are the engine's (layer norm, bias, GELU and the residual
+    // fused in); beyond, or with the TunableOp, cuBLAS/cuBLASLt's GEMMs.
+    const bool fused = fused_gemv_allowed_ && rows_ == 1 && !gemm_op_;
     for (int l = 0; l < kLayers; l++) {
         gpurt::nvtx::Range range(layer_names[l].c_str()); // seen by Nsight when the step runs eagerly or is captured
         const Layer &L = layers_[l];
         float *kc = k_cache_.data() + l * per_layer, *vc = v_cache_.data() + l * per_layer;
         const void *ln1_g = L.ln1_g, *ln1_b = L.ln1_b, *ln2_g = L.ln2_g, *ln2_b = L.ln2_b, *attn_b = L.attn_b, *fc_b = L.fc_b;
+        if (fused) {
+            fused_gemv(L.attn_w, L.ln1_g, L.ln1_b, nullptr, e, nullptr, false, false, nullptr, qkv, e3);
+            launch(attend_, dim3(rows, kHeads, kAttentionSplits), 128, 0, s, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &max_len, &att, &partial, &done});
+            fused_gemv(L.proj_w, nullptr, nullptr, att, e, L.proj_b, false, true, nullptr, nullptr, e);
+            fused_gemv(L.fc_w, L.ln2_g, L.ln2_b, nullptr, e, L.fc_b, true, false, nullptr, h, e4);
+            fused_gemv(L.fc_proj_w, nullptr, nullptr, h, e4, L.fc_proj_b, false, true, nullptr, nullptr, e);
+            continue;
+        }
         launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &ln1_g, &ln1_b, &xn});
         gemm(L.attn_w, xn, qkv, e3, e, 0.0f, false);
-        launch(attend_, dim3(rows, kHeads, kAttentionSplits), 128, 0, s, {&qkv, &attn_b, &kc, &vc, &pos, &max_len, &att, &partial, &done});
+        launch(attend_, dim3(rows, kHeads, kAttentionSplits), 128, 0, s, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &max_len, &att, &partial, &done});
         gemm(L.proj_w, att, x, e, e, 1.0f, true);
         pending = L.proj_b;
         launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &ln2_g, &ln2_b, &xn});
@@ -300,13 +354,20 @@ void Model::step(bool pick) {
         gemm(L.fc_proj_w, h, x, e, e4, 1.0f, true);
         pending = L.fc_proj_b;
     }
-    launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &lnf_g_, &lnf_b_, &xn});
-    gemm(wte_, xn, logits_.data(), kVocab, e, 0.0f, true);
+    if (fused) {
+        fused_gemv(wte_, lnf_g_, lnf_b_, nullptr, e, nullptr, false, false, logits_.data(), nullptr, kVocab);
+    } else {
+        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &lnf_g_, &lnf_b_, &xn});
+        gemm(wte_, xn, logits_.data(), kVocab, e, 0.0f, true);
+    }
     if (pick) {
         float *logits = logits_.data(), *uniform = uniform_.data();
         int vocab = kVocab, k = top_k_;
         if (k == 0) {
-            launch(argmax_, dim3(rows), 1024, 0, s, {&logits, &vocab, &pos, &history});
+            float *values = pick_values_.data();
+            int *indices = pick_indices_.data();
+            unsigned *pick_done = pick_done_.data();
+            launch(argmax_, dim3(rows, kPickParts), 256, 0, s, {&logits, &vocab, &pos, &history, &values, &indices, &pick_done});
         } else {
             // Captured in a graph, the fill draws fresh numbers at every replay (gpurt
             // advances the generator's offset per replay).

@@ -18,6 +18,7 @@ namespace gpt2 {
 
 constexpr int kLayers = 12, kEmbed = 768, kHeads = 12, kVocab = 50257, kPositions = 1024;
 constexpr int kAttentionSplits = 8; // SPLITS in kernels.hpp
+constexpr int kPickParts = 32;      // PICK_PARTS in kernels.hpp: blocks per row of the greedy pick
 
 enum class Precision { F32, F16 };
 
@@ -30,8 +31,9 @@ public:
     Model &operator=(const Model &) = delete;
 
     /** Room for `rows` sequences of up to `max_len` positions, whose tokens are in
-     *  `history` (device, max_len x rows ints, position-major); position 0. */
-    void reserve(int rows, int max_len, int *history);
+     *  `history` (device, max_len x rows ints, position-major), row r's from position
+     *  starts[r] on (left padding, masked out of attention; empty: all from 0); position 0. */
+    void reserve(int rows, int max_len, int *history, const std::vector<int> &starts = {});
     /** Picks by seeded top-k sampling from now on (a gpurt generator on the device;
      *  the same seed gives the same tokens); `top_k` 0 goes back to greedy. */
     void set_sampling(int top_k, unsigned long long seed);
@@ -41,6 +43,9 @@ public:
      *  GPURT_TUNABLEOP_FILENAME). Run one eager step before capturing: a capture
      *  runs the kept choice but does not tune. */
     void enable_tunable_gemm();
+    /** Whether one-row steps use the engine's fused GEMV (the default) or, like
+     *  larger ones, the libraries' GEMMs. */
+    void set_fused_gemv(bool on) { fused_gemv_allowed_ = on; }
     /** The choice for each GEMM shape tuned so far, one "signature: candidate" a line. */
     std::string tunable_choices() const;
     /** Sets the position the next step reads (queued on the stream). */
@@ -56,6 +61,10 @@ public:
     int rows() const { return rows_; }
     Precision precision() const { return precision_; }
     const gpurt::Stream &stream() const { return stream_; }
+    /** The median time of one streaming read of all the weights (ms): the step's
+     *  bandwidth floor, since a step reads every weight once. */
+    double weights_read_ms();
+    size_t weights_bytes() const { return weights_.size(); }
     /** The KV cache pool's peak reserved bytes. */
     int64_t cache_reserved_peak() const { return cache_pool_.stats().reserved_bytes.all.peak; }
 
@@ -64,6 +73,8 @@ private:
         const void *ln1_g, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b, *ln2_g, *ln2_b, *fc_w, *fc_b, *fc_proj_w, *fc_proj_b;
     };
     void gemm(const void *w, const void *x, void *y, int out, int in, float beta, bool y_fp32);
+    void fused_gemv(const void *w, const void *g, const void *beta, const void *in, int in_features, const void *bias, bool gelu, bool residual,
+                    float *y_f32, void *y_t, int out);
 public:
     /** One GEMM's operands, as the TunableOp's candidates take them. */
     struct GemmArgs {
@@ -95,14 +106,19 @@ private:
     gpurt::DeviceBuffer<float> k_cache_, v_cache_;
     gpurt::DeviceBuffer<float> x_, logits_;
     gpurt::DeviceBuffer<int> position_;
+    gpurt::DeviceBuffer<int> starts_; // each row's first real position
     gpurt::DeviceBuffer<float> attention_partial_; // attention's slices (kernels.hpp, attend)
     gpurt::DeviceBuffer<unsigned> attention_done_;
+    gpurt::DeviceBuffer<float> pick_values_; // the greedy pick's slices (kernels.hpp, argmax_rows)
+    gpurt::DeviceBuffer<int> pick_indices_;
+    gpurt::DeviceBuffer<unsigned> pick_done_;
     int *history_ = nullptr;
     gpurt::DeviceBuffer<char> xn_, qkv_, att_, h_;
     int rows_ = 0, max_len_ = 0;
     int position_now_ = 0; // the host's count, for step()'s bounds (a replayed graph's are the caller's)
-    gpurt::Kernel embed_, layer_norm_, bias_gelu_, attend_, argmax_, advance_, sample_top_k_;
+    gpurt::Kernel embed_, layer_norm_, bias_gelu_, fused_gemv_, attend_, argmax_, advance_, sample_top_k_;
     int top_k_ = 0;
+    bool fused_gemv_allowed_ = true;
     gpurt_generator_t generator_ = nullptr; // destroyed with the model
     gpurt::DeviceBuffer<float> uniform_;    // one uniform per row and step
 };

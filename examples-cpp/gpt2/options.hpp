@@ -1,6 +1,7 @@
 // The engine's command line and prompts file, checked before any GPU work.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -16,12 +17,13 @@ struct Options {
     bool fp16 = false;
     bool graphs = true; // each step replayed from a CUDA graph captured once
     bool tunable = false; // TunableOp picks cuBLAS or cuBLASLt per GEMM shape
+    bool fused = true;    // the engine's fused GEMV for one prompt (else the libraries' GEMV)
     int top_k = 0;        // 0: greedy; else seeded top-k sampling
     unsigned long long seed = 0;
 };
 
 inline Options parse_options(int argc, const char *const *argv) {
-    const char *usage = "usage: gpt2 WEIGHTS.safetensors PROMPTS.txt NEW_TOKENS [--fp16] [--no-graphs] [--tunable] [--top-k K [--seed S]] [--tokens OUT.txt] [--logits OUT.f32] [--snapshot OUT.pickle]";
+    const char *usage = "usage: gpt2 WEIGHTS.safetensors PROMPTS.txt NEW_TOKENS [--fp16] [--no-graphs] [--no-fused] [--tunable] [--top-k K [--seed S]] [--tokens OUT.txt] [--logits OUT.f32] [--snapshot OUT.pickle]";
     Options o;
     std::vector<std::string> positional;
     for (int i = 1; i < argc; i++) {
@@ -30,6 +32,8 @@ inline Options parse_options(int argc, const char *const *argv) {
             o.fp16 = true;
         } else if (a == "--no-graphs") {
             o.graphs = false;
+        } else if (a == "--no-fused") {
+            o.fused = false;
         } else if (a == "--tunable") {
             o.tunable = true;
         } else if (a == "--top-k" || a == "--seed") {
@@ -59,7 +63,7 @@ inline Options parse_options(int argc, const char *const *argv) {
     return o;
 }
 
-/** Prompts as token ids, one prompt per line; all of one length (no padding here). */
+/** Prompts as token ids, one prompt per line, of any lengths (left_pad aligns them). */
 inline std::vector<std::vector<int>> read_prompts(const std::string &path, int vocab) {
     std::ifstream in(path);
     if (!in) throw std::invalid_argument("cannot open the prompts file " + path);
@@ -77,9 +81,34 @@ inline std::vector<std::vector<int>> read_prompts(const std::string &path, int v
         if (!ids.empty()) prompts.push_back(std::move(ids));
     }
     if (prompts.empty() || prompts.size() > 16) throw std::invalid_argument("1 to 16 prompts are needed, not " + std::to_string(prompts.size()));
-    for (const auto &p : prompts)
-        if (p.size() != prompts[0].size()) throw std::invalid_argument("every prompt must have the same number of tokens");
     return prompts;
+}
+
+/** Prompts of unequal lengths, left-padded so that every prompt ends at position
+ *  `length` - 1 and generation starts at one position for all (as transformers'
+ *  generate does with left padding and an attention mask): the token ids by position
+ *  (`total` positions x rows, position-major; padding and the positions to generate
+ *  hold 0), and each row's first real position (its padding is masked out of
+ *  attention, and its positions count from there). */
+struct PaddedPrompts {
+    int length = 0;
+    std::vector<int> by_position, starts;
+};
+
+inline PaddedPrompts left_pad(const std::vector<std::vector<int>> &prompts, int new_tokens, int max_positions) {
+    PaddedPrompts p;
+    for (const auto &prompt : prompts) p.length = std::max(p.length, static_cast<int>(prompt.size()));
+    if (p.length + new_tokens > max_positions)
+        throw std::invalid_argument("the longest prompt (" + std::to_string(p.length) + ") and " + std::to_string(new_tokens) + " new tokens exceed " +
+                                    std::to_string(max_positions) + " positions");
+    const size_t rows = prompts.size();
+    p.by_position.assign(static_cast<size_t>(p.length + new_tokens) * rows, 0);
+    for (size_t r = 0; r < rows; r++) {
+        const int start = p.length - static_cast<int>(prompts[r].size());
+        p.starts.push_back(start);
+        for (size_t i = 0; i < prompts[r].size(); i++) p.by_position[(start + i) * rows + r] = prompts[r][i];
+    }
+    return p;
 }
 
 } // namespace gpt2
