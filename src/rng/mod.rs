@@ -192,6 +192,15 @@ fn replay_cell(generator: &Generator, state: &mut State) -> Result<u64> {
 pub fn fill(handle: Option<Handle>, out: u64, n: u64, dtype: gpurt_dtype_t, distribution: Distribution, stream: Handle) -> Result<()> {
     distribution.check(dtype)?;
     let s = crate::stream::get(stream)?;
+    // The handles are checked before an empty fill returns: a forged or destroyed
+    // generator is an error whatever the count.
+    let generator = match handle {
+        None => default_generator(s.device())?,
+        Some(_) => generator(handle)?,
+    };
+    if generator.device != s.device() {
+        return Err(Error::invalid_argument(format!("the generator is on device {}, the stream on device {}", generator.device, s.device())));
+    }
     if n == 0 {
         return Ok(());
     }
@@ -205,13 +214,6 @@ pub fn fill(handle: Option<Handle>, out: u64, n: u64, dtype: gpurt_dtype_t, dist
     crate::boundary::check_range(out, bytes, "n")?;
     if out % dtype.size() != 0 {
         return Err(Error::invalid_argument(format!("out {out:#x} is not aligned to its {}-byte elements", dtype.size())));
-    }
-    let generator = match handle {
-        None => default_generator(s.device())?,
-        Some(_) => generator(handle)?,
-    };
-    if generator.device != s.device() {
-        return Err(Error::invalid_argument(format!("the generator is on device {}, the stream on device {}", generator.device, s.device())));
     }
     let fill = Fill { distribution, dtype, out, n };
     let blocks = distribution.blocks(dtype, n);

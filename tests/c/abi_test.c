@@ -120,6 +120,17 @@ static void check_random(gpurt_stream_t stream) {
     EXPECT(gpurt_random_uniform(gen, out, SIZE_MAX, GPURT_DTYPE_F32, stream), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_random_uniform(gen, out, 16, GPURT_DTYPE_F32, NULL), GPURT_ERROR_INVALID_HANDLE);
     EXPECT(gpurt_random_uniform((gpurt_generator_t)stream, out, 16, GPURT_DTYPE_F32, stream), GPURT_ERROR_INVALID_HANDLE);
+    /* An empty fill checks its handles and dtype too: a wrong-kind, forged or (below)
+     * destroyed generator, or no stream, is refused whatever the count. */
+    EXPECT(gpurt_random_uniform((gpurt_generator_t)stream, NULL, 0, GPURT_DTYPE_F32, stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_random_normal((gpurt_generator_t)(uintptr_t)0x5a5a5a5a5a5aull, NULL, 0, GPURT_DTYPE_F32, 0.0, 1.0, stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_random_integers((gpurt_generator_t)stream, NULL, 0, GPURT_DTYPE_I32, 0, 10, stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_random_bernoulli((gpurt_generator_t)stream, NULL, 0, GPURT_DTYPE_F32, 0.5, stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_random_permutation((gpurt_generator_t)stream, NULL, 0, GPURT_DTYPE_I64, stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_random_uniform(gen, NULL, 0, GPURT_DTYPE_F32, NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_random_uniform(gen, NULL, 0, 77, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_random_uniform(NULL, NULL, 0, GPURT_DTYPE_F32, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_random_permutation(gen, NULL, 0, GPURT_DTYPE_I32, stream), GPURT_SUCCESS);
     EXPECT(gpurt_random_normal(gen, out, 16, GPURT_DTYPE_F32, 0.0, -1.0, stream), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_random_integers(gen, out, 16, GPURT_DTYPE_I32, 5, 5, stream), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_random_integers(gen, out, 16, GPURT_DTYPE_I32, 0, (int64_t)1 << 40, stream), GPURT_ERROR_INVALID_ARGUMENT);
@@ -133,6 +144,8 @@ static void check_random(gpurt_stream_t stream) {
     EXPECT(gpurt_generator_destroy(gen), GPURT_SUCCESS);
     EXPECT(gpurt_generator_destroy(gen), GPURT_ERROR_INVALID_HANDLE);
     EXPECT(gpurt_rng_get_state(gen, &after), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_random_uniform(gen, NULL, 0, GPURT_DTYPE_F32, stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_random_normal(gen, NULL, 0, GPURT_DTYPE_F32, 0.0, 1.0, stream), GPURT_ERROR_INVALID_HANDLE);
 }
 
 /* NVML telemetry: argument checks first; on the stub (no NVML) a clear refusal,
