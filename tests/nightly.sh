@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# The checks that need nightly Rust tools. Each runs where its tool is present and
-# says why it is skipped where not:
+# The checks that need nightly Rust tools:
 #   - Miri: the core's unit tests that need no driver (handle tables, block lists,
 #     the segment owner table, the pinned pool on host ranges, statistics,
 #     configuration, staging, graph pools), for undefined behaviour, leaks and data
@@ -9,17 +8,32 @@
 #     tables, pinned pool, stream and event state, IPC holds, the memory history's rings
 #     and snapshots), built with -Zsanitizer=thread;
 #   - cargo-fuzz: each target in fuzz/ for FUZZ_SECONDS (default 15) seconds.
-# NIGHTLY_TOOLS=miri,tsan,fuzz chooses among them (default: all three).
+# What a tool needs is installed when missing (the nightly toolchain, its miri and
+# rust-src components, cargo-fuzz), so that a fresh machine runs all three; a tool
+# that cannot be installed or run fails the command, naming it.
+# NIGHTLY_TOOLS=miri,tsan,fuzz chooses among them (default: all three; "none": none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools=",${NIGHTLY_TOOLS:-miri,tsan,fuzz},"
-target=$(rustc -vV | sed -n 's/^host: //p')
-
-if ! cargo +nightly --version >/dev/null 2>&1; then
-    echo "nightly tools: skipped (no nightly toolchain: rustup toolchain install nightly)"
+if [[ $tools == ,none, ]]; then
+    echo "nightly tools: none chosen (NIGHTLY_TOOLS=none)"
     exit 0
 fi
-has_rust_src() { [ -d "$(rustc +nightly --print sysroot)/lib/rustlib/src/rust/library" ]; }
+target=$(rustc -vV | sed -n 's/^host: //p')
+
+need() {  # need TOOL COMMAND...: runs the installation step, or fails naming the tool
+    local tool=$1; shift
+    "$@" || { echo "nightly tools: $tool cannot be installed here ($*): failing" >&2; exit 1; }
+}
+cargo +nightly --version >/dev/null 2>&1 || need "the nightly toolchain" rustup toolchain install nightly --profile minimal
+if [[ $tools == *,miri,* || $tools == *,tsan,* ]]; then
+    components=(rust-src)
+    [[ $tools == *,miri,* ]] && components+=(miri)
+    need "Miri / ThreadSanitizer (nightly components ${components[*]})" rustup component add --toolchain nightly "${components[@]}"
+fi
+if [[ $tools == *,fuzz,* ]] && ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+    need cargo-fuzz cargo install --locked cargo-fuzz
+fi
 
 # Under Miri: the modules whose unit tests need no driver (Miri loads no foreign
 # library), in a hundredth of their native iterations (`test_iterations`). The
@@ -35,31 +49,19 @@ budget() {
 }
 if [[ $tools == *,miri,* ]]; then
     echo "== Miri"
-    if cargo +nightly miri --version >/dev/null 2>&1 && has_rust_src; then
-        MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation -Zmiri-tree-borrows -Zmiri-permissive-provenance}" budget 1200 Miri cargo +nightly miri test --lib -- "${miri_tests[@]}"
-    else
-        echo "Miri: skipped (nightly has no miri: rustup component add --toolchain nightly miri rust-src)"
-    fi
+    MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation -Zmiri-tree-borrows -Zmiri-permissive-provenance}" budget 1200 Miri cargo +nightly miri test --lib -- "${miri_tests[@]}"
 fi
 
 if [[ $tools == *,tsan,* ]]; then
     echo "== ThreadSanitizer"
-    if has_rust_src; then
-        RUSTFLAGS="-Zsanitizer=thread" TSAN_OPTIONS="halt_on_error=1" \
-            budget 1500 ThreadSanitizer cargo +nightly test -Zbuild-std --target "$target" --target-dir target/tsan --lib -- \
-            alloc::tests alloc::history alloc::snapshot handle::tests pinned::tests stream::tests event::tests ipc::holders
-    else
-        echo "ThreadSanitizer: skipped (needs nightly's rust-src: rustup component add --toolchain nightly rust-src)"
-    fi
+    RUSTFLAGS="-Zsanitizer=thread" TSAN_OPTIONS="halt_on_error=1" \
+        budget 1500 ThreadSanitizer cargo +nightly test -Zbuild-std --target "$target" --target-dir target/tsan --lib -- \
+        alloc::tests alloc::history alloc::snapshot handle::tests pinned::tests stream::tests event::tests ipc::holders
 fi
 
 if [[ $tools == *,fuzz,* ]]; then
     echo "== cargo-fuzz"
-    if cargo +nightly fuzz --version >/dev/null 2>&1; then
-        for fuzz_target in $(cd fuzz && cargo +nightly fuzz list); do
-            (cd fuzz && cargo +nightly fuzz run "$fuzz_target" -- -max_total_time="${FUZZ_SECONDS:-15}" 2>&1 | tail -n 1)
-        done
-    else
-        echo "cargo-fuzz: skipped (not installed: cargo install cargo-fuzz)"
-    fi
+    for fuzz_target in $(cd fuzz && cargo +nightly fuzz list); do
+        (cd fuzz && cargo +nightly fuzz run "$fuzz_target" -- -max_total_time="${FUZZ_SECONDS:-15}" 2>&1 | tail -n 1)
+    done
 fi

@@ -396,6 +396,73 @@ static void check_sizes(gpurt_stream_t stream) {
     EXPECT(gpurt_free(dev), GPURT_SUCCESS);
 }
 
+/* Empty requests: every entry point that takes a size or a count checks its handles,
+ * pointers and other arguments before it returns early for 0. A destroyed stream, a
+ * wrong-kind handle (a pinned pool's as a stream, a stream's as a pool or a file) and
+ * a NULL out-parameter are refused at 0 as at any size; with good arguments 0 succeeds,
+ * allocating nothing. */
+static void check_empty_requests(gpurt_stream_t stream) {
+    const char *names[] = {"a"};
+    const void *inputs[1];
+    char host[64];
+    void *p = (void *)1, *dev = NULL;
+    gpurt_stream_t stale = NULL, wrong = NULL;
+    gpurt_pinned_pool_t def = NULL;
+    gpurt_mem_pool_t pool = NULL;
+    gpurt_memory_stats_t before = GPURT_MEMORY_STATS_INIT, after = GPURT_MEMORY_STATS_INIT;
+    int bad;
+    inputs[0] = host;
+    EXPECT(gpurt_malloc(4096, stream, &dev), GPURT_SUCCESS);
+    EXPECT(gpurt_pinned_pool_default(&def), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_create(0, NULL, &pool), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_create(0, 0, 0, &stale), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_destroy(stale), GPURT_SUCCESS);
+    wrong = (gpurt_stream_t)def;
+    EXPECT(gpurt_memory_stats(0, &before), GPURT_SUCCESS);
+    for (bad = 0; bad < 2; bad++) {
+        gpurt_stream_t s = bad ? wrong : stale;
+        EXPECT(gpurt_malloc(0, s, &p), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_mem_pool_malloc(pool, 0, s, &p), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_memcpy_async(dev, host, 0, s), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_memcpy(host, dev, 0, s), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_memcpy_peer_async(dev, 0, dev, 0, 0, s), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_memset_async(dev, 0, 4, 0, s), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_memcpy_2d_async(dev, 64, host, 64, 0, 0, s), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_memcpy_htod_staged(dev, host, 0, s), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_memcpy_dtoh_staged(host, dev, 0, s), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_elementwise("out = a", names, inputs, 1, GPURT_DTYPE_F32, 0, dev, s), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_random_uniform(NULL, dev, 0, GPURT_DTYPE_F32, s), GPURT_ERROR_INVALID_HANDLE);
+    }
+    EXPECT(gpurt_mem_pool_malloc((gpurt_mem_pool_t)stream, 0, stream, &p), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_pinned_malloc((gpurt_pinned_pool_t)stream, 0, &p), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_gds_read((gpurt_gds_file_t)stream, dev, 0, 0, NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_gds_write((gpurt_gds_file_t)stream, dev, 0, 0, NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_gds_read_async((gpurt_gds_file_t)stream, dev, 0, 0, stream), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_gds_write_async((gpurt_gds_file_t)stream, dev, 0, 0, stream), GPURT_ERROR_INVALID_HANDLE);
+    /* NULL out-parameters and bad values, at 0. */
+    EXPECT(gpurt_malloc(0, stream, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_malloc_device(0, 0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_malloc_device(99, 0, &p), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_pool_malloc(pool, 0, stream, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_pinned_malloc(def, 0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_memset_async(dev, 0, 3, 0, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_memcpy_peer_async(dev, 99, dev, 0, 0, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_elementwise("out = a", names, inputs, 1, 77, 0, dev, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_elementwise(NULL, names, inputs, 1, GPURT_DTYPE_F32, 0, dev, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    /* Good arguments: 0 succeeds and allocates nothing. */
+    EXPECT(gpurt_malloc(0, stream, &p), GPURT_SUCCESS);
+    EXPECT_TRUE(p == NULL);
+    EXPECT(gpurt_mem_pool_malloc(pool, 0, stream, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_memcpy_async(dev, host, 0, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_memset_async(dev, 0, 4, 0, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_elementwise("out = a", names, inputs, 1, GPURT_DTYPE_F32, 0, dev, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_memory_stats(0, &after), GPURT_SUCCESS);
+    EXPECT_TRUE(before.allocation.all.current == after.allocation.all.current);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_free(dev), GPURT_SUCCESS);
+}
+
 /* Modules, kernels and NVRTC: bad images, unknown names and attributes, bad launch
  * shapes, stale kernel handles after unload. The PTX is real, for the GPU run. */
 /* Allocation for raw CUstreams (RMM's path): argument checks, exact statistics, frees
@@ -813,6 +880,7 @@ static void check_pinned_and_copies(void) {
     EXPECT(gpurt_host_register(host, sizeof host, 0x40), GPURT_ERROR_INVALID_ARGUMENT);
     check_staged_copies(stream);
     check_sizes(stream);
+    check_empty_requests(stream);
     check_native_streams(stream);
     check_mem_pools(stream);
     check_user_upstream(stream);
