@@ -122,15 +122,20 @@ pub fn launch(
     if names.len() != inputs.len() {
         return Err(Error::invalid_argument("one input pointer per input name"));
     }
-    let statements_count = parse(statements, names)?.len();
-    if outputs.len() != statements_count {
-        return Err(Error::invalid_argument(format!("{statements_count} statement(s) need as many output pointers, not {}", outputs.len())));
-    }
     // The recipe names the source: the dtype, the statements and the input names,
     // each ended by a NUL (which none of them can hold).
     let mut recipe = format!("{}\0{statements}\0", dtype as i32);
     names.iter().for_each(|n| recipe.extend([n, "\0"]));
     let s = crate::stream::get(stream)?;
+    // A cached recipe was parsed when it was compiled: its statements are only counted.
+    let cached = super::rtc::cached_kernel(s.device(), &recipe);
+    let statements_count = match cached {
+        Some(_) => statements.split(';').filter(|s| !s.trim().is_empty()).count(),
+        None => parse(statements, names)?.len(),
+    };
+    if outputs.len() != statements_count {
+        return Err(Error::invalid_argument(format!("{statements_count} statement(s) need as many output pointers, not {}", outputs.len())));
+    }
     if count == 0 {
         return Ok(());
     }
@@ -141,8 +146,10 @@ pub fn launch(
     for &p in inputs.iter().chain(outputs) {
         crate::boundary::check_range(p, bytes, "count")?;
     }
-    let generate = || source(statements, names, dtype);
-    let kernel = crate::device::with_device(s.device(), || super::rtc::get_kernel_by_recipe(&recipe, KERNEL_NAME, generate))?;
+    let kernel = match cached {
+        Some(kernel) => kernel,
+        None => super::rtc::get_kernel_by_recipe(s.device(), &recipe, KERNEL_NAME, || source(statements, names, dtype))?,
+    };
     let mut values: Vec<u64> = inputs.iter().chain(outputs).copied().collect();
     values.push(count);
     let mut args: Vec<*mut libc::c_void> = values.iter_mut().map(|v| (v as *mut u64).cast()).collect();

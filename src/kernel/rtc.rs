@@ -351,20 +351,26 @@ pub fn get_kernel(source: &str, options: &[&str], name: &str) -> Result<Handle> 
     Ok(kernel)
 }
 
+/// The kernel cached for a caller's `recipe` on `device`, if any: no context switch,
+/// no source generated or hashed (the hot path of elementwise calls and random fills).
+pub fn cached_kernel(device: i32, recipe: &str) -> Option<Handle> {
+    let cache = lock(&KERNEL_CACHE);
+    cache.as_ref()?.recipes.get(recipe)?.iter().find(|(d, _)| *d == device).map(|&(_, k)| k)
+}
+
 /// The kernel `name` of the source that `recipe` stands for (`source` generates it,
-/// on a miss only), compiled without options for the current device: `get_kernel`,
-/// keyed by the short recipe instead of the whole source. Cleared with the caches.
-pub fn get_kernel_by_recipe(recipe: &str, name: &str, source: impl FnOnce() -> Result<String>) -> Result<Handle> {
-    let device = crate::device::current()?;
-    let found = |cache: &KernelCache| cache.recipes.get(recipe)?.iter().find(|(d, _)| *d == device).map(|&(_, k)| k);
-    if let Some(k) = lock(&KERNEL_CACHE).as_ref().and_then(found) {
+/// on a miss only), compiled without options for `device`: `get_kernel` (with the
+/// device current), keyed by the short recipe instead of the whole source. Cleared
+/// with the caches.
+pub fn get_kernel_by_recipe(device: i32, recipe: &str, name: &str, source: impl FnOnce() -> Result<String>) -> Result<Handle> {
+    if let Some(k) = cached_kernel(device, recipe) {
         return Ok(k);
     }
-    let kernel = get_kernel(&source()?, &[], name)?;
+    let kernel = crate::device::with_device(device, || get_kernel(&source()?, &[], name))?;
     let mut cache = lock(&KERNEL_CACHE);
-    let cache = cache.get_or_insert_with(KernelCache::default);
-    if found(cache).is_none() {
-        cache.recipes.entry(recipe.to_string()).or_default().push((device, kernel));
+    let by_device = cache.get_or_insert_with(KernelCache::default).recipes.entry(recipe.to_string()).or_default();
+    if !by_device.iter().any(|(d, _)| *d == device) {
+        by_device.push((device, kernel));
     }
     Ok(kernel)
 }

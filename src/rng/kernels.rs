@@ -282,7 +282,7 @@ pub fn launch(fill: &Fill, draw: Draw, stream: Handle) -> Result<()> {
     let s = crate::stream::get(stream)?;
     let recipe = format!("rng\0{}\0{}\0{}", distribution.kind(), dtype as i32, distribution.wide(dtype));
     let generate = || Ok(source(distribution, dtype));
-    let kernel = crate::device::with_device(s.device(), || crate::kernel::rtc::get_kernel_by_recipe(&recipe, KERNEL_NAME, generate))?;
+    let kernel = crate::kernel::rtc::get_kernel_by_recipe(s.device(), &recipe, KERNEL_NAME, generate)?;
     let (a, c) = distribution.parameters();
     let mut values = [out, n, draw.seed, draw.offset, draw.cell, a, c];
     let mut args: Vec<*mut libc::c_void> = values.iter_mut().map(|v| (v as *mut u64).cast()).collect();

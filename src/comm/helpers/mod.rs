@@ -380,7 +380,7 @@ extern "C" __global__ void gpurt_batched_copy(gpurt_copies table, unsigned int n
 /// `BATCH` copies instead of one driver call each.
 fn batched_copy(copies: &[CopyOp], device: i32, stream: Handle) -> Result<()> {
     crate::device::with_device(device, || {
-        let kernel = crate::kernel::rtc::get_kernel_by_recipe(BATCHED_COPY_NAME, BATCHED_COPY_NAME, || Ok(BATCHED_COPY.to_string()))?;
+        let kernel = crate::kernel::rtc::get_kernel_by_recipe(device, BATCHED_COPY_NAME, BATCHED_COPY_NAME, || Ok(BATCHED_COPY.to_string()))?;
         for batch in copies.chunks(BATCH).filter(|b| b.iter().any(|c| c.bytes > 0)) {
             let mut table = [CopyOp::default(); BATCH];
             table[..batch.len()].copy_from_slice(batch);
