@@ -731,8 +731,9 @@ typedef gpurt_module_s *gpurt_module_t;
 typedef gpurt_kernel_s *gpurt_kernel_t;
 
 /**
- * One launch: grid and block shape, dynamic shared memory, stream, and a thread
- * block cluster shape (zeros or ones: none). Initialise with GPURT_LAUNCH_CONFIG_INIT.
+ * One launch: grid and block shape, dynamic shared memory, stream, a thread block
+ * cluster shape (zeros or ones: none), and programmatic dependent launch.
+ * Initialise with GPURT_LAUNCH_CONFIG_INIT.
  */
 typedef struct {
   size_t struct_size;
@@ -741,6 +742,15 @@ typedef struct {
   unsigned int shared_memory_bytes;
   gpurt_stream_t stream;
   unsigned int cluster[3];
+  /**
+   * 1: the kernel may start before the stream's previous kernel has finished
+   * (CUDA's programmatic dependent launch, compute capability 9.0): its threads
+   * run `griddepcontrol.wait` (cudaGridDependencySynchronize) before they touch
+   * what the previous kernel writes, and the previous kernel may let it start
+   * early with `griddepcontrol.launch_dependents`. Captured into graphs as a
+   * programmatic edge. 0 (and a struct from before this field): an ordinary launch.
+   */
+  unsigned int programmatic_dependent_launch;
 } gpurt_launch_config_t;
 
 typedef gpurt_program_s *gpurt_program_t;
@@ -1876,7 +1886,8 @@ gpurt_status_t gpurt_launch_kernel(gpurt_kernel_t kernel,
 
 /**
  * Launches `kernel` as `config` describes, with thread block clusters where given
- * (GPURT_ERROR_NOT_SUPPORTED on devices without them).
+ * (GPURT_ERROR_NOT_SUPPORTED on devices without them) and programmatic dependent
+ * launch where asked (GPURT_ERROR_NOT_SUPPORTED on a driver without cuLaunchKernelEx).
  */
 gpurt_status_t gpurt_launch_kernel_ex(gpurt_kernel_t kernel,
                                       const gpurt_launch_config_t *config,

@@ -98,10 +98,10 @@ int main(int argc, char **argv) {
     gpt2::Options o = gpt2::parse_options(10, ok);
     CHECK(o.weights == "w.safetensors" && o.new_tokens == 128 && o.fp16 && o.graphs && o.logits_out == "l.f32" && o.tokens_out.empty());
     CHECK(o.tunable && o.snapshot == "s.pickle");
-    CHECK(o.fused);
-    const char *eager[] = {"gpt2", "w", "p", "4", "--no-graphs", "--top-k", "40", "--seed", "7", "--no-fused"};
-    gpt2::Options sampled = gpt2::parse_options(10, eager);
-    CHECK(!sampled.graphs && sampled.top_k == 40 && sampled.seed == 7 && !sampled.fused);
+    CHECK(o.fused && o.programmatic);
+    const char *eager[] = {"gpt2", "w", "p", "4", "--no-graphs", "--top-k", "40", "--seed", "7", "--no-fused", "--no-pdl"};
+    gpt2::Options sampled = gpt2::parse_options(11, eager);
+    CHECK(!sampled.graphs && sampled.top_k == 40 && sampled.seed == 7 && !sampled.fused && !sampled.programmatic);
     const char *bad_k[] = {"gpt2", "w", "p", "4", "--top-k", "0"}, *bad_seed[] = {"gpt2", "w", "p", "4", "--seed", "-3"};
     CHECK(throws_with([&] { gpt2::parse_options(6, bad_k); }, "1..1024"));
     CHECK(throws_with([&] { gpt2::parse_options(6, bad_seed); }, "not a seed"));

@@ -20,6 +20,18 @@ __device__ inline float to_f(__half x) { return __half2float(x); }
 __device__ inline void from_f(float &y, float x) { y = x; }
 __device__ inline void from_f(__half &y, float x) { y = __float2half(x); }
 
+// Programmatic dependent launch (compute capability 9.0; the model launches its step
+// kernels with it): a kernel may start while the one before it in the stream ends. Each
+// lets the next start at once, and waits for the one before it to finish before it
+// touches activations; only the weights, which no step writes, are read before that
+// (fused_gemv issues its weights' loads first). Launched without it, both are no-ops.
+__device__ __forceinline__ void after_previous() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Block-wide sum over blockDim.x threads (a multiple of 32, at most 1024).
 __device__ float block_sum(float v) {
     __shared__ float partial[32];
@@ -112,7 +124,13 @@ __device__ void fused_gemv(const T *w, const float *x, const T *g, const T *beta
         for (int u = 0; u < PER_LANE; u++) wv[u] = __ldcs(words + u * 32 + lane);
     };
     int base = blockIdx.x * per_block;
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
     if (base + warp / slices < out) load(base + warp / slices);
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     if (g) {
         // x, g and beta in registers, all loaded at once: one memory round trip.
         constexpr int EACH = E / (32 * GEMV_WARPS);
@@ -292,15 +310,15 @@ __device__ void block_argmax(float &best, int &index) {
 }
 
 #define FOR_TYPE(T, S) \
-extern "C" __global__ void embed_##S(const int *history, const int *pos, const int *starts, const T *wte, const T *wpe, float *x) { embed<T>(history, pos, starts, wte, wpe, x); } \
-extern "C" __global__ void layer_norm_##S(float *x, const T *bias, const T *g, const T *b, T *y) { layer_norm<T>(x, bias, g, b, y); } \
+extern "C" __global__ void embed_##S(const int *history, const int *pos, const int *starts, const T *wte, const T *wpe, float *x) { after_previous(); embed<T>(history, pos, starts, wte, wpe, x); } \
+extern "C" __global__ void layer_norm_##S(float *x, const T *bias, const T *g, const T *b, T *y) { after_previous(); layer_norm<T>(x, bias, g, b, y); } \
 extern "C" __global__ void prepare_##S(const float *src, T *dst, int rows, int cols, int first, int count, int transpose) { prepare<T>(src, dst, rows, cols, first, count, transpose); } \
-extern "C" __global__ void bias_gelu_##S(T *h, const T *bias, int rows, int cols) { bias_gelu<T>(h, bias, rows, cols); } \
+extern "C" __global__ void bias_gelu_##S(T *h, const T *bias, int rows, int cols) { after_previous(); bias_gelu<T>(h, bias, rows, cols); } \
 extern "C" __global__ void fused_gemv_##S(const T *w, const float *x, const T *g, const T *beta, const T *in, const T *bias, int gelu, int residual, float *y_f32, T *y_t, int out, int n_in) { fused_gemv<T>(w, x, g, beta, in, bias, gelu, residual, y_f32, y_t, out, n_in); } \
-extern "C" __global__ void attend_##S(const T *qkv, const T *bias, float *k, float *v, const int *pos, const int *starts, int max_len, T *out, float *partial, unsigned *done) { attend<T>(qkv, bias, k, v, pos, starts, max_len, out, partial, done); }
+extern "C" __global__ void attend_##S(const T *qkv, const T *bias, float *k, float *v, const int *pos, const int *starts, int max_len, T *out, float *partial, unsigned *done) { after_previous(); attend<T>(qkv, bias, k, v, pos, starts, max_len, out, partial, done); }
 FOR_TYPE(float, f32)
 FOR_TYPE(__half, f16)
-extern "C" __global__ void advance(int *pos) { *pos += 1; }
+extern "C" __global__ void advance(int *pos) { after_previous(); *pos += 1; }
 
 // history[pos + 1][b] = the first index of the largest logit of row b. Block (b, part)
 // of PICK_PARTS takes a slice of the row and leaves its pair in `values`/`indices`; the
@@ -308,6 +326,7 @@ extern "C" __global__ void advance(int *pos) { *pos += 1; }
 #define PICK_PARTS 32
 extern "C" __global__ void argmax_rows(const float *logits, int vocab, const int *position, int *history, float *values, int *indices,
                                        unsigned *done) {
+    after_previous();
     __shared__ bool last;
     int b = blockIdx.x, part = blockIdx.y, chunk = (vocab + PICK_PARTS - 1) / PICK_PARTS;
     const float *row = logits + (size_t)b * vocab;
@@ -354,6 +373,7 @@ extern "C" __global__ void read_all(const int4 *p, size_t words, int *sink) {
 // reference is sampling.hpp's sample_top_k, step for step). One block per row: k
 // block-wide argmax passes, each over the logits ordered after the previous pick.
 extern "C" __global__ void sample_top_k(const float *logits, int vocab, int k, const float *uniform, const int *position, int *history) {
+    after_previous();
     __shared__ float values[1024];
     __shared__ int indices[1024];
     const float *row = logits + (size_t)blockIdx.x * vocab;

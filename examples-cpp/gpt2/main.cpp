@@ -33,6 +33,7 @@ int main(int argc, char **argv) try {
     model.reserve(rows, total, tokens.data(), padded.starts);
     model.set_sampling(opt.top_k, opt.seed);
     model.set_fused_gemv(opt.fused);
+    model.set_programmatic_launch(opt.programmatic);
     if (opt.tunable) {
         // One eager step (at position 0, where reserve left it) tunes every GEMM shape
         // (a capture runs the choices but does not tune); what it leaves in the

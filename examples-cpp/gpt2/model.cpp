@@ -21,8 +21,17 @@ void check_cublas(cublasStatus_t s, const char *what) {
     if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
 }
 
-void launch(const gpurt::Kernel &k, dim3 grid, unsigned block, unsigned shared, const gpurt::Stream &s, std::vector<void *> args) {
-    gpurt_status_t st = gpurt_launch_kernel(k.get(), grid.x, grid.y, grid.z, block, 1, 1, shared, s.get(), args.data());
+// A launch with programmatic dependent launch where `programmatic` (kernels.hpp's
+// after_previous: the kernel may start while the one before it ends).
+void launch(const gpurt::Kernel &k, dim3 grid, unsigned block, unsigned shared, const gpurt::Stream &s, std::vector<void *> args,
+            bool programmatic = false) {
+    gpurt_launch_config_t config = GPURT_LAUNCH_CONFIG_INIT;
+    config.grid[0] = grid.x, config.grid[1] = grid.y, config.grid[2] = grid.z;
+    config.block[0] = block, config.block[1] = config.block[2] = 1;
+    config.shared_memory_bytes = shared;
+    config.stream = s.get();
+    config.programmatic_dependent_launch = programmatic;
+    gpurt_status_t st = gpurt_launch_kernel_ex(k.get(), &config, args.data());
     if (st != GPURT_SUCCESS) throw gpurt::Error(st, gpurt_last_error_message());
 }
 
@@ -285,7 +294,7 @@ void Model::fused_gemv(const void *w, const void *g, const void *beta, const voi
     if (residual) y_f32 = x_.data();
     const int warps = 4, rows_per_block = warps / (in_features / kEmbed); // GEMV_WARPS: a warp per kEmbed weights
     const unsigned blocks = static_cast<unsigned>(std::min(2048, (out + rows_per_block - 1) / rows_per_block));
-    launch(fused_gemv_, dim3(blocks), 32 * warps, 0, stream_, {&w, &x, &g, &beta, &in, &bias, &gelu_flag, &residual_flag, &y_f32, &y_t, &out, &in_features});
+    launch(fused_gemv_, dim3(blocks), 32 * warps, 0, stream_, {&w, &x, &g, &beta, &in, &bias, &gelu_flag, &residual_flag, &y_f32, &y_t, &out, &in_features}, programmatic_);
 }
 
 double Model::weights_read_ms() {
@@ -318,7 +327,7 @@ void Model::step(bool pick) {
     unsigned *done = attention_done_.data();
     int rows = rows_, e = kEmbed, e3 = 3 * kEmbed, e4 = 4 * kEmbed, max_len = max_len_;
     size_t per_layer = static_cast<size_t>(rows) * kHeads * max_len * (kEmbed / kHeads);
-    launch(embed_, dim3(rows), 256, 0, s, {&history, &pos, &starts, &wte_, &wpe_, &x});
+    launch(embed_, dim3(rows), 256, 0, s, {&history, &pos, &starts, &wte_, &wpe_, &x}, programmatic_);
     // The residual stream's biases wait in x's next layer norm (`pending`), which adds
     // them before normalising: one kernel fewer per GEMM that accumulates into x.
     const void *pending = nullptr;
@@ -337,27 +346,27 @@ void Model::step(bool pick) {
         const void *ln1_g = L.ln1_g, *ln1_b = L.ln1_b, *ln2_g = L.ln2_g, *ln2_b = L.ln2_b, *attn_b = L.attn_b, *fc_b = L.fc_b;
         if (fused) {
             fused_gemv(L.attn_w, L.ln1_g, L.ln1_b, nullptr, e, nullptr, false, false, nullptr, qkv, e3);
-            launch(attend_, dim3(rows, kHeads, kAttentionSplits), 128, 0, s, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &max_len, &att, &partial, &done});
+            launch(attend_, dim3(rows, kHeads, kAttentionSplits), 128, 0, s, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &max_len, &att, &partial, &done}, programmatic_);
             fused_gemv(L.proj_w, nullptr, nullptr, att, e, L.proj_b, false, true, nullptr, nullptr, e);
             fused_gemv(L.fc_w, L.ln2_g, L.ln2_b, nullptr, e, L.fc_b, true, false, nullptr, h, e4);
             fused_gemv(L.fc_proj_w, nullptr, nullptr, h, e4, L.fc_proj_b, false, true, nullptr, nullptr, e);
             continue;
         }
-        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &ln1_g, &ln1_b, &xn});
+        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &ln1_g, &ln1_b, &xn}, programmatic_);
         gemm(L.attn_w, xn, qkv, e3, e, 0.0f, false);
-        launch(attend_, dim3(rows, kHeads, kAttentionSplits), 128, 0, s, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &max_len, &att, &partial, &done});
+        launch(attend_, dim3(rows, kHeads, kAttentionSplits), 128, 0, s, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &max_len, &att, &partial, &done}, programmatic_);
         gemm(L.proj_w, att, x, e, e, 1.0f, true);
         pending = L.proj_b;
-        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &ln2_g, &ln2_b, &xn});
+        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &ln2_g, &ln2_b, &xn}, programmatic_);
         gemm(L.fc_w, xn, h, e4, e, 0.0f, false);
-        launch(bias_gelu_, dim3(blocks_for(static_cast<size_t>(rows) * e4)), 256, 0, s, {&h, &fc_b, &rows, &e4});
+        launch(bias_gelu_, dim3(blocks_for(static_cast<size_t>(rows) * e4)), 256, 0, s, {&h, &fc_b, &rows, &e4}, programmatic_);
         gemm(L.fc_proj_w, h, x, e, e4, 1.0f, true);
         pending = L.fc_proj_b;
     }
     if (fused) {
         fused_gemv(wte_, lnf_g_, lnf_b_, nullptr, e, nullptr, false, false, logits_.data(), nullptr, kVocab);
     } else {
-        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &lnf_g_, &lnf_b_, &xn});
+        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &lnf_g_, &lnf_b_, &xn}, programmatic_);
         gemm(wte_, xn, logits_.data(), kVocab, e, 0.0f, true);
     }
     if (pick) {
@@ -367,16 +376,16 @@ void Model::step(bool pick) {
             float *values = pick_values_.data();
             int *indices = pick_indices_.data();
             unsigned *pick_done = pick_done_.data();
-            launch(argmax_, dim3(rows, kPickParts), 256, 0, s, {&logits, &vocab, &pos, &history, &values, &indices, &pick_done});
+            launch(argmax_, dim3(rows, kPickParts), 256, 0, s, {&logits, &vocab, &pos, &history, &values, &indices, &pick_done}, programmatic_);
         } else {
             // Captured in a graph, the fill draws fresh numbers at every replay (gpurt
             // advances the generator's offset per replay).
             gpurt_status_t st = gpurt_random_uniform(generator_, uniform, static_cast<size_t>(rows), GPURT_DTYPE_F32, s.get());
             if (st != GPURT_SUCCESS) throw gpurt::Error(st, gpurt_last_error_message());
-            launch(sample_top_k_, dim3(rows), 1024, 0, s, {&logits, &vocab, &k, &uniform, &pos, &history});
+            launch(sample_top_k_, dim3(rows), 1024, 0, s, {&logits, &vocab, &k, &uniform, &pos, &history}, programmatic_);
         }
     }
-    launch(advance_, dim3(1), 1, 0, s, {&pos});
+    launch(advance_, dim3(1), 1, 0, s, {&pos}, programmatic_);
 }
 
 } // namespace gpt2

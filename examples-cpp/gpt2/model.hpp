@@ -46,6 +46,10 @@ public:
     /** Whether one-row steps use the engine's fused GEMV (the default) or, like
      *  larger ones, the libraries' GEMMs. */
     void set_fused_gemv(bool on) { fused_gemv_allowed_ = on; }
+    /** Whether the step's kernels are launched with programmatic dependent launch
+     *  (the default: each may start while the one before it ends, on compute
+     *  capability 9.0; kernels.hpp, after_previous). */
+    void set_programmatic_launch(bool on) { programmatic_ = on; }
     /** The choice for each GEMM shape tuned so far, one "signature: candidate" a line. */
     std::string tunable_choices() const;
     /** Sets the position the next step reads (queued on the stream). */
@@ -119,6 +123,7 @@ private:
     gpurt::Kernel embed_, layer_norm_, bias_gelu_, fused_gemv_, attend_, argmax_, advance_, sample_top_k_;
     int top_k_ = 0;
     bool fused_gemv_allowed_ = true;
+    bool programmatic_ = true;
     gpurt_generator_t generator_ = nullptr; // destroyed with the model
     gpurt::DeviceBuffer<float> uniform_;    // one uniform per row and step
 };

@@ -18,12 +18,13 @@ struct Options {
     bool graphs = true; // each step replayed from a CUDA graph captured once
     bool tunable = false; // TunableOp picks cuBLAS or cuBLASLt per GEMM shape
     bool fused = true;    // the engine's fused GEMV for one prompt (else the libraries' GEMV)
+    bool programmatic = true; // programmatic dependent launch of the step's kernels
     int top_k = 0;        // 0: greedy; else seeded top-k sampling
     unsigned long long seed = 0;
 };
 
 inline Options parse_options(int argc, const char *const *argv) {
-    const char *usage = "usage: gpt2 WEIGHTS.safetensors PROMPTS.txt NEW_TOKENS [--fp16] [--no-graphs] [--no-fused] [--tunable] [--top-k K [--seed S]] [--tokens OUT.txt] [--logits OUT.f32] [--snapshot OUT.pickle]";
+    const char *usage = "usage: gpt2 WEIGHTS.safetensors PROMPTS.txt NEW_TOKENS [--fp16] [--no-graphs] [--no-fused] [--no-pdl] [--tunable] [--top-k K [--seed S]] [--tokens OUT.txt] [--logits OUT.f32] [--snapshot OUT.pickle]";
     Options o;
     std::vector<std::string> positional;
     for (int i = 1; i < argc; i++) {
@@ -34,6 +35,8 @@ inline Options parse_options(int argc, const char *const *argv) {
             o.graphs = false;
         } else if (a == "--no-fused") {
             o.fused = false;
+        } else if (a == "--no-pdl") {
+            o.programmatic = false;
         } else if (a == "--tunable") {
             o.tunable = true;
         } else if (a == "--top-k" || a == "--seed") {

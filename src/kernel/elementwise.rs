@@ -154,7 +154,7 @@ pub fn launch(
     values.push(count);
     let mut args: Vec<*mut libc::c_void> = values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
     let blocks = count.div_ceil(BLOCK as u64).min(MAX_BLOCKS) as u32;
-    let shape = super::LaunchShape { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_bytes: 0, cluster: [0, 0, 0] };
+    let shape = super::LaunchShape::plain([blocks, 1, 1], [BLOCK, 1, 1]);
     // SAFETY: one pointer per parameter of the generated kernel: the inputs and the
     // outputs (device pointers) and the count, each a u64 that lives until the call returns.
     unsafe { super::launch(kernel, &shape, stream, args.as_mut_ptr()) }?;

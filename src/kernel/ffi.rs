@@ -1,7 +1,7 @@
 use libc::{c_char, c_int, c_uint, c_void};
 
 use super::elementwise::gpurt_dtype_t;
-use crate::boundary::{self, in_ref, in_sized, in_str, Out};
+use crate::boundary::{self, in_ref, in_str, Out};
 use crate::error::{gpurt_status_t, Result};
 use crate::handle::Handle;
 use crate::stream::ffi::gpurt_stream_t;
@@ -24,8 +24,9 @@ pub struct gpurt_program_s {
 }
 pub type gpurt_program_t = *mut gpurt_program_s;
 
-/// One launch: grid and block shape, dynamic shared memory, stream, and a thread
-/// block cluster shape (zeros or ones: none). Initialise with GPURT_LAUNCH_CONFIG_INIT.
+/// One launch: grid and block shape, dynamic shared memory, stream, a thread block
+/// cluster shape (zeros or ones: none), and programmatic dependent launch.
+/// Initialise with GPURT_LAUNCH_CONFIG_INIT.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct gpurt_launch_config_t {
@@ -35,6 +36,54 @@ pub struct gpurt_launch_config_t {
     pub shared_memory_bytes: c_uint,
     pub stream: gpurt_stream_t,
     pub cluster: [c_uint; 3],
+    /// 1: the kernel may start before the stream's previous kernel has finished
+    /// (CUDA's programmatic dependent launch, compute capability 9.0): its threads
+    /// run `griddepcontrol.wait` (cudaGridDependencySynchronize) before they touch
+    /// what the previous kernel writes, and the previous kernel may let it start
+    /// early with `griddepcontrol.launch_dependents`. Captured into graphs as a
+    /// programmatic edge. 0 (and a struct from before this field): an ordinary launch.
+    pub programmatic_dependent_launch: c_uint,
+}
+
+/// The launch shape and stream `config` describes, read as the caller's version of
+/// the struct: one from before `programmatic_dependent_launch` (a smaller
+/// `struct_size`) reads as 0 there.
+pub(crate) fn launch_shape(config: *const gpurt_launch_config_t) -> crate::Result<(super::LaunchShape, gpurt_stream_t)> {
+    let c = launch_config(config)?;
+    if c.programmatic_dependent_launch > 1 {
+        return Err(crate::Error::invalid_argument("`config->programmatic_dependent_launch` is 0 or 1"));
+    }
+    let shape = super::LaunchShape {
+        grid: c.grid,
+        block: c.block,
+        shared_bytes: c.shared_memory_bytes,
+        cluster: c.cluster,
+        programmatic: c.programmatic_dependent_launch == 1,
+    };
+    Ok((shape, c.stream))
+}
+
+fn launch_config(config: *const gpurt_launch_config_t) -> crate::Result<gpurt_launch_config_t> {
+    const FIRST_EXTENSION: usize = std::mem::offset_of!(gpurt_launch_config_t, programmatic_dependent_launch);
+    let size = *in_ref(config.cast::<usize>(), "config")?;
+    if size < FIRST_EXTENSION {
+        return Err(crate::Error::invalid_argument("`config->struct_size` is too small: initialise it with GPURT_LAUNCH_CONFIG_INIT"));
+    }
+    if size >= std::mem::size_of::<gpurt_launch_config_t>() {
+        return Ok(*in_ref(config, "config")?);
+    }
+    let mut copy = gpurt_launch_config_t {
+        struct_size: size,
+        grid: [0; 3],
+        block: [0; 3],
+        shared_memory_bytes: 0,
+        stream: std::ptr::null_mut(),
+        cluster: [0; 3],
+        programmatic_dependent_launch: 0,
+    };
+    // SAFETY: the caller's struct holds `size` bytes (its struct_size), fewer than ours.
+    unsafe { std::ptr::copy_nonoverlapping(config.cast::<u8>(), (&mut copy as *mut gpurt_launch_config_t).cast::<u8>(), size) };
+    Ok(copy)
 }
 
 /// Loads a module image (PTX text, cubin or fatbin; `size` bytes) on the current
@@ -109,26 +158,21 @@ pub extern "C" fn gpurt_launch_kernel(
     args: *mut *mut c_void,
 ) -> gpurt_status_t {
     boundary::call("gpurt_launch_kernel", || {
-        let shape = super::LaunchShape {
-            grid: [grid_x, grid_y, grid_z],
-            block: [block_x, block_y, block_z],
-            shared_bytes: shared_memory_bytes,
-            cluster: [0, 0, 0],
-        };
+        let shape = super::LaunchShape { shared_bytes: shared_memory_bytes, ..super::LaunchShape::plain([grid_x, grid_y, grid_z], [block_x, block_y, block_z]) };
         // SAFETY: the caller's contract for `args` is cuLaunchKernel's.
         unsafe { super::launch(Handle::from_ptr(kernel), &shape, Handle::from_ptr(stream), args) }
     })
 }
 
 /// Launches `kernel` as `config` describes, with thread block clusters where given
-/// (GPURT_ERROR_NOT_SUPPORTED on devices without them).
+/// (GPURT_ERROR_NOT_SUPPORTED on devices without them) and programmatic dependent
+/// launch where asked (GPURT_ERROR_NOT_SUPPORTED on a driver without cuLaunchKernelEx).
 #[no_mangle]
 pub extern "C" fn gpurt_launch_kernel_ex(kernel: gpurt_kernel_t, config: *const gpurt_launch_config_t, args: *mut *mut c_void) -> gpurt_status_t {
     boundary::call("gpurt_launch_kernel_ex", || {
-        let c = in_sized(config, "config", "GPURT_LAUNCH_CONFIG_INIT")?;
-        let shape = super::LaunchShape { grid: c.grid, block: c.block, shared_bytes: c.shared_memory_bytes, cluster: c.cluster };
+        let (shape, stream) = launch_shape(config)?;
         // SAFETY: as in gpurt_launch_kernel.
-        unsafe { super::launch(Handle::from_ptr(kernel), &shape, Handle::from_ptr(c.stream), args) }
+        unsafe { super::launch(Handle::from_ptr(kernel), &shape, Handle::from_ptr(stream), args) }
     })
 }
 

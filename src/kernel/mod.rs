@@ -181,9 +181,16 @@ pub struct LaunchShape {
     pub shared_bytes: u32,
     /// `[0, 0, 0]` or `[1, 1, 1]`: no cluster.
     pub cluster: [u32; 3],
+    /// Programmatic dependent launch: may start before the stream's previous kernel ends.
+    pub programmatic: bool,
 }
 
 impl LaunchShape {
+    /// A launch of `grid` blocks of `block` threads, nothing more.
+    pub const fn plain(grid: [u32; 3], block: [u32; 3]) -> LaunchShape {
+        LaunchShape { grid, block, shared_bytes: 0, cluster: [0, 0, 0], programmatic: false }
+    }
+
     /// Checks what the driver would reject with a less helpful message.
     pub fn validate(&self) -> Result<()> {
         if self.grid.contains(&0) || self.block.contains(&0) {
@@ -230,21 +237,34 @@ pub unsafe fn launch(kernel: Handle, shape: &LaunchShape, stream: Handle, args: 
     }
     let [gx, gy, gz] = shape.grid;
     let [bx, by, bz] = shape.block;
-    if !shape.has_cluster() {
+    if !shape.has_cluster() && !shape.programmatic {
         return s.run(|cu| {
             let code = unsafe { sys::cuLaunchKernel(function(k), gx, gy, gz, bx, by, bz, shape.shared_bytes, cu, args, std::ptr::null_mut()) };
             check(code, "cuLaunchKernel")
         });
     }
-    if !has_symbol("cuLaunchKernelEx") || device::attribute(k.device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH)? == 0 {
-        return Err(Error::new(Status::GPURT_ERROR_NOT_SUPPORTED, "thread block clusters need compute capability 9.0 and CUDA 12"));
+    if !has_symbol("cuLaunchKernelEx") {
+        return Err(Error::new(Status::GPURT_ERROR_NOT_SUPPORTED, "clusters and programmatic dependent launch need CUDA 12's cuLaunchKernelEx"));
     }
-    let [cx, cy, cz] = shape.cluster;
-    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = cx;
-    attr.value.clusterDim.y = cy;
-    attr.value.clusterDim.z = cz;
+    // SAFETY (both): a launch attribute is plain data; zeroed is "no value".
+    let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+    let mut count = 0;
+    if shape.has_cluster() {
+        if device::attribute(k.device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH)? == 0 {
+            return Err(Error::new(Status::GPURT_ERROR_NOT_SUPPORTED, "thread block clusters need compute capability 9.0 and CUDA 12"));
+        }
+        let [cx, cy, cz] = shape.cluster;
+        attrs[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attrs[count].value.clusterDim.x = cx;
+        attrs[count].value.clusterDim.y = cy;
+        attrs[count].value.clusterDim.z = cz;
+        count += 1;
+    }
+    if shape.programmatic {
+        attrs[count].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attrs[count].value.programmaticStreamSerializationAllowed = 1;
+        count += 1;
+    }
     s.run(|cu| {
         let config = sys::CUlaunchConfig {
             gridDimX: gx,
@@ -255,8 +275,8 @@ pub unsafe fn launch(kernel: Handle, shape: &LaunchShape, stream: Handle, args: 
             blockDimZ: bz,
             sharedMemBytes: shape.shared_bytes,
             hStream: cu,
-            attrs: &mut attr,
-            numAttrs: 1,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: count as u32,
         };
         check(unsafe { sys::cuLaunchKernelEx(&config, function(k), args, std::ptr::null_mut()) }, "cuLaunchKernelEx")
     })
@@ -278,7 +298,7 @@ mod tests {
 
     #[test]
     fn launch_shapes_are_checked_before_the_driver() {
-        let ok = LaunchShape { grid: [8, 2, 1], block: [256, 1, 1], shared_bytes: 0, cluster: [0, 0, 0] };
+        let ok = LaunchShape::plain([8, 2, 1], [256, 1, 1]);
         assert!(ok.validate().is_ok() && !ok.has_cluster());
         assert!(LaunchShape { grid: [0, 1, 1], ..ok }.validate().is_err());
         assert!(LaunchShape { block: [32, 32, 2], ..ok }.validate().unwrap_err().message.contains("2048"));

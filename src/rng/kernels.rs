@@ -287,7 +287,7 @@ pub fn launch(fill: &Fill, draw: Draw, stream: Handle) -> Result<()> {
     let mut values = [out, n, draw.seed, draw.offset, draw.cell, a, c];
     let mut args: Vec<*mut libc::c_void> = values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
     let blocks = distribution.threads(dtype, n).div_ceil(BLOCK as u64).min(MAX_BLOCKS) as u32;
-    let shape = crate::kernel::LaunchShape { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_bytes: 0, cluster: [0, 0, 0] };
+    let shape = crate::kernel::LaunchShape::plain([blocks, 1, 1], [BLOCK, 1, 1]);
     // SAFETY: one pointer per kernel parameter (the output and cell are device
     // pointers, the rest values), each a u64 that lives until the call returns.
     unsafe { crate::kernel::launch(kernel, &shape, stream, args.as_mut_ptr()) }

@@ -1,6 +1,6 @@
 use libc::{c_char, c_int, c_void};
 
-use crate::boundary::{self, in_ref, in_str, Out};
+use crate::boundary::{self, in_str, Out};
 use crate::error::gpurt_status_t;
 use crate::handle::Handle;
 use crate::kernel::ffi::{gpurt_kernel_t, gpurt_launch_config_t};
@@ -59,8 +59,7 @@ pub extern "C" fn gpurt_tunable_op_add_callback(op: gpurt_tunable_op_t, name: *c
 #[no_mangle]
 pub extern "C" fn gpurt_tunable_op_add_kernel(op: gpurt_tunable_op_t, name: *const c_char, kernel: gpurt_kernel_t, config: *const gpurt_launch_config_t) -> gpurt_status_t {
     boundary::call("gpurt_tunable_op_add_kernel", || {
-        let config = in_ref(config, "config")?;
-        let shape = crate::kernel::LaunchShape { grid: config.grid, block: config.block, shared_bytes: config.shared_memory_bytes, cluster: config.cluster };
+        let (shape, _stream) = crate::kernel::ffi::launch_shape(config)?;
         super::add_kernel(self::op(op), in_str(name, "name")?, Handle::from_ptr(kernel), shape)
     })
 }

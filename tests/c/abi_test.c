@@ -5,6 +5,7 @@
  * the consumer tests build it both ways. */
 #define _POSIX_C_SOURCE 200112L /* posix_memalign */
 #include <gpurt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -719,6 +720,18 @@ static void check_kernels(gpurt_stream_t stream) {
     EXPECT(gpurt_launch_kernel_ex(kernel, &config, NULL), GPURT_ERROR_INVALID_ARGUMENT); /* 3 % 2 */
     config.cluster[0] = 1;
     EXPECT(gpurt_launch_kernel_ex(kernel, &config, NULL), GPURT_SUCCESS);
+    /* Programmatic dependent launch: 0 or 1; a struct from before the field (its
+     * struct_size ends where the field begins) launches without it. */
+    config.programmatic_dependent_launch = 2;
+    EXPECT(gpurt_launch_kernel_ex(kernel, &config, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    config.programmatic_dependent_launch = 1;
+    EXPECT(gpurt_launch_kernel_ex(kernel, &config, NULL), GPURT_SUCCESS);
+    EXPECT(gpurt_launch_kernel_ex(kernel, &config, NULL), GPURT_SUCCESS);
+    config.struct_size = offsetof(gpurt_launch_config_t, programmatic_dependent_launch);
+    EXPECT(gpurt_launch_kernel_ex(kernel, &config, NULL), GPURT_SUCCESS);
+    config.struct_size = offsetof(gpurt_launch_config_t, cluster);
+    EXPECT(gpurt_launch_kernel_ex(kernel, &config, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    config.struct_size = sizeof config;
     EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
     EXPECT(gpurt_module_unload(module), GPURT_SUCCESS);
     EXPECT(gpurt_launch_kernel(kernel, 1, 1, 1, 32, 1, 1, 0, stream, NULL), GPURT_ERROR_INVALID_HANDLE);

@@ -1,7 +1,8 @@
 //! Kernels on the GPU: NVRTC compile, load and launch with exact results, compile
-//! errors with their log, the kernel caches (memory and disk), cluster launches, and
-//! elementwise kernels against a CPU reference for every dtype, and their kernels kept
-//! apart by expression and input names across a cache clear.
+//! errors with their log, the kernel caches (memory and disk), cluster launches,
+//! programmatic dependent launches, and elementwise kernels against a CPU reference
+//! for every dtype, and their kernels kept apart by expression and input names across
+//! a cache clear.
 
 use gpurt::kernel::elementwise::gpurt_dtype_t::{self, *};
 use gpurt::kernel::ffi::*;
@@ -15,6 +16,7 @@ pub const TESTS: &[crate::support::Test] = &[
     ("compile_error_returns_the_nvrtc_log", compile_error_returns_the_nvrtc_log),
     ("kernel_cache_serves_repeats_and_survives_a_clear_through_disk", kernel_cache_serves_repeats_and_survives_a_clear_through_disk),
     ("cluster_launch_runs_every_block", cluster_launch_runs_every_block),
+    ("programmatic_dependent_launches_keep_stream_order", programmatic_dependent_launches_keep_stream_order),
     ("elementwise_matches_the_cpu_for_every_dtype", elementwise_matches_the_cpu_for_every_dtype),
     ("elementwise_kernels_are_told_apart_and_survive_a_cache_clear", elementwise_kernels_are_told_apart_and_survive_a_cache_clear),
     ("one_elementwise_kernel_writes_several_outputs", one_elementwise_kernel_writes_several_outputs),
@@ -32,6 +34,14 @@ extern "C" __global__ void affine_u32(unsigned* x, unsigned mul, unsigned add, u
 }
 extern "C" __global__ void block_ids(unsigned* out) {
     if (threadIdx.x == 0) out[blockIdx.x] = blockIdx.x + 1;
+}
+extern "C" __global__ void dependent_affine(unsigned* x, unsigned mul, unsigned add, unsigned n) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] * mul + add;
 }
 "#;
 
@@ -158,9 +168,45 @@ fn cluster_launch_runs_every_block() {
     let d = upload(&vec![0; blocks as usize], s);
     let mut p = d;
     let mut argv = args(&mut [&mut p]);
-    let config = gpurt_launch_config_t { struct_size: std::mem::size_of::<gpurt_launch_config_t>(), grid: [blocks, 1, 1], block: [32, 1, 1], shared_memory_bytes: 0, stream: s, cluster: [4, 1, 1] };
+    let config = gpurt_launch_config_t {
+        struct_size: std::mem::size_of::<gpurt_launch_config_t>(),
+        grid: [blocks, 1, 1],
+        block: [32, 1, 1],
+        shared_memory_bytes: 0,
+        stream: s,
+        cluster: [4, 1, 1],
+        programmatic_dependent_launch: 0,
+    };
     expect_status!(gpurt_launch_kernel_ex(k, &config, argv.as_mut_ptr()), GPURT_SUCCESS);
     assert_eq!(download(d, blocks as usize, s), (1..=blocks).collect::<Vec<_>>());
+    free(d);
+    expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
+}
+
+/// 100 launches that may each start before the previous one ends (each waits for it
+/// before touching the data): the result is exactly 100 steps in order.
+fn programmatic_dependent_launches_keep_stream_order() {
+    let s = stream();
+    let k = kernel("dependent_affine");
+    let n = 1u32 << 20;
+    let words = random_words(n as usize);
+    let d = upload(&words, s);
+    let (mut p, mut mul, mut add, mut count) = (d, 2_654_435_761u32, 12_345u32, n);
+    let config = gpurt_launch_config_t {
+        struct_size: std::mem::size_of::<gpurt_launch_config_t>(),
+        grid: [n / 256, 1, 1],
+        block: [256, 1, 1],
+        shared_memory_bytes: 0,
+        stream: s,
+        cluster: [0, 0, 0],
+        programmatic_dependent_launch: 1,
+    };
+    for _ in 0..100 {
+        let mut argv = args(&mut [&mut p, &mut mul, &mut add, &mut count]);
+        expect_status!(gpurt_launch_kernel_ex(k, &config, argv.as_mut_ptr()), GPURT_SUCCESS);
+    }
+    let want: Vec<u32> = words.iter().map(|&w| (0..100).fold(w, |x, _| x.wrapping_mul(mul).wrapping_add(add))).collect();
+    assert!(download(d, n as usize, s) == want, "100 dependent launches in stream order");
     free(d);
     expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
 }

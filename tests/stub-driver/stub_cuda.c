@@ -209,6 +209,22 @@ CUresult cuFuncSetAttribute(P f, int a, int v) { (void)f; (void)a; (void)v; retu
 CUresult cuLaunchKernel(P f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sh, P s, void **args, void **extra) {
     (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)args; (void)extra; return 0;
 }
+/* cuLaunchKernelEx: the config's attributes must be ones gpurt sets, with valid
+ * values (cluster dimensions >= 1; programmatic stream serialization 0 or 1). */
+typedef struct { int id; char pad[4]; union { char bytes[64]; struct { unsigned x, y, z; } cluster; int serialization; } value; } StubLaunchAttribute;
+typedef struct { unsigned gx, gy, gz, bx, by, bz, shared; P stream; StubLaunchAttribute *attrs; unsigned count; } StubLaunchConfig;
+CUresult cuLaunchKernelEx(const StubLaunchConfig *c, P f, void **args, void **extra) {
+    (void)f; (void)args; (void)extra;
+    INJECT("cuLaunchKernelEx", UNKNOWN);
+    if (!c || (c->count && !c->attrs)) return 1;
+    for (unsigned i = 0; i < c->count; i++) {
+        const StubLaunchAttribute *a = &c->attrs[i];
+        if (a->id == 4 && a->value.cluster.x && a->value.cluster.y && a->value.cluster.z) continue; /* cluster dimension */
+        if (a->id == 6 && (a->value.serialization == 0 || a->value.serialization == 1)) continue; /* programmatic serialization */
+        return 1;
+    }
+    return 0;
+}
 CUresult cuStreamBeginCapture_v2(P s, int mode) { (void)mode; INJECT("cuStreamBeginCapture_v2", UNKNOWN); if ((unsigned long)s <= 4096) return 1; *(int *)s = 1; return 0; }
 CUresult cuStreamEndCapture(P s, P *g) { if (!capturing(s)) return 1; *(int *)s = 0; *g = malloc(16); return 0; }
 CUresult cuStreamGetCaptureInfo_v2(P s, int *status, unsigned long long *id, P *g, P *deps, size_t *n) {

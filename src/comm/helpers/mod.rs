@@ -387,7 +387,7 @@ fn batched_copy(copies: &[CopyOp], device: i32, stream: Handle) -> Result<()> {
             let mut n = batch.len() as u32;
             let largest = batch.iter().map(|c| c.bytes).max().unwrap_or(0);
             let blocks = largest.div_ceil(16 * 256).clamp(1, 1024) as u32;
-            let shape = crate::kernel::LaunchShape { grid: [blocks, n, 1], block: [256, 1, 1], shared_bytes: 0, cluster: [0, 0, 0] };
+            let shape = crate::kernel::LaunchShape::plain([blocks, n, 1], [256, 1, 1]);
             let mut args: [*mut libc::c_void; 2] = [(&mut table as *mut [CopyOp; BATCH]).cast(), (&mut n as *mut u32).cast()];
             // SAFETY: the kernel's two parameters: a table of BATCH copies (three u64
             // each, as `gpurt_copies`) and their number, both alive until the launch returns.
