@@ -92,6 +92,16 @@ pub(crate) fn in_sized<'a, T>(ptr: *const T, name: &str, init: &str) -> Result<&
     in_ref(ptr, name)
 }
 
+/// `n` slots of `value`: in `stack` when they fit, else in `heap` (arrays a call
+/// builds from its arguments, so that the usual few allocate nothing).
+pub(crate) fn slots<'a, T: Copy, const N: usize>(n: usize, value: T, stack: &'a mut [T; N], heap: &'a mut Vec<T>) -> &'a mut [T] {
+    if n <= N {
+        return &mut stack[..n];
+    }
+    heap.resize(n, value);
+    heap
+}
+
 pub(crate) fn in_str<'a>(ptr: *const libc::c_char, name: &str) -> Result<&'a str> {
     let ptr = in_ref(ptr, name)?;
     // SAFETY: the caller's contract is a NUL-terminated string.

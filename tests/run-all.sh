@@ -32,6 +32,7 @@ command -v go >/dev/null || missing+=(golang-go)
 command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
 [ -f /usr/share/java/jna.jar ] || missing+=(libjna-java)
 [ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
+command -v valgrind >/dev/null || missing+=(valgrind)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 # The memory snapshot viewer is tested in a real browser.
 command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || missing+=(chromium-headless-shell)
@@ -106,6 +107,27 @@ mkdir -p "$stub"
 cc -O2 -shared -fPIC tests/stub-driver/stub_cuda.c -o "$stub/libcuda.so.1"
 LD_LIBRARY_PATH=$stub "$work/pkg-config/abi_test"
 LD_LIBRARY_PATH=$stub "$work/gpurt/example-allocator-stats" >/dev/null   # the stub moves no data: the others check bytes
+
+echo "== run-time compilation on the stand-in NVRTC (tests/stub-driver/stub_nvrtc.c): the C ABI test again, and an elementwise call's cost"
+nvrtc=$stub/nvrtc   # a directory of its own: the other tests run without NVRTC
+mkdir -p "$nvrtc"
+cc -O2 -Wall -Wextra -Werror -shared -fPIC tests/stub-driver/stub_nvrtc.c -o "$nvrtc/libnvrtc.so.13"
+LD_LIBRARY_PATH=$stub:$nvrtc "$work/pkg-config/abi_test"
+cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror tests/c/elementwise_cost.c $(pkg-config --cflags --libs gpurt) \
+   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$nvrtc/elementwise_cost"
+# Instructions per call (callgrind counts repeat exactly): two call counts of each kind.
+per_call() {  # per_call KIND
+    local counts=() n
+    for n in 200 400; do
+        LD_LIBRARY_PATH=$stub:$nvrtc valgrind -q --tool=callgrind --callgrind-out-file="$nvrtc/callgrind.$1.$n" "$nvrtc/elementwise_cost" "$1" "$n"
+        counts+=("$(sed -n 's/^summary: //p' "$nvrtc/callgrind.$1.$n")")
+    done
+    echo $(( (counts[1] - counts[0]) / 200 ))
+}
+elementwise=$(per_call elementwise) launch=$(per_call launch)
+echo "instructions a call: elementwise on a repeated expression $elementwise, gpurt_launch_kernel $launch (+$((elementwise - launch)))"
+# A ceiling well above today's +1 538, far below the +4 455 before the last-call memo.
+(( elementwise - launch <= 2500 )) || { echo "an elementwise call costs $((elementwise - launch)) instructions more than a launch: over 2 500"; exit 1; }
 
 echo "== fault injection: every driver call of a mixed workload failed in turn (stub driver)"
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/fault_test.c $(pkg-config --cflags --libs gpurt) \

@@ -357,10 +357,18 @@ fn elementwise(
     outputs: &[u64],
     stream: gpurt_stream_t,
 ) -> crate::Result<()> {
-    let names = strings(input_names, num_inputs, GPURT_ELEMENTWISE_MAX_INPUTS, "input_names")?;
+    let name_ptrs = boundary::in_array(input_names, num_inputs, GPURT_ELEMENTWISE_MAX_INPUTS, "input_names")?;
+    let (mut name_stack, mut name_heap) = ([""; 8], Vec::new());
+    let names = boundary::slots(name_ptrs.len(), "", &mut name_stack, &mut name_heap);
+    for (name, &p) in names.iter_mut().zip(name_ptrs) {
+        *name = in_str(p, "input_names")?;
+    }
     in_ref(inputs, "inputs")?;
-    let pointers: Vec<u64> = boundary::in_array(inputs, num_inputs, GPURT_ELEMENTWISE_MAX_INPUTS, "inputs")?.iter().map(|&p| p as u64).collect();
+    let input_ptrs = boundary::in_array(inputs, num_inputs, GPURT_ELEMENTWISE_MAX_INPUTS, "inputs")?;
+    let (mut pointer_stack, mut pointer_heap) = ([0u64; 8], Vec::new());
+    let pointers = boundary::slots(input_ptrs.len(), 0, &mut pointer_stack, &mut pointer_heap);
+    pointers.iter_mut().zip(input_ptrs).for_each(|(p, &q)| *p = q as u64);
     let dtype = gpurt_dtype_t::from_raw(dtype)?;
     let statements = in_str(statements, "expression")?;
-    super::elementwise::launch(statements, &names, dtype, count as u64, &pointers, outputs, Handle::from_ptr(stream))
+    super::elementwise::launch(statements, names, dtype, count as u64, pointers, outputs, Handle::from_ptr(stream))
 }

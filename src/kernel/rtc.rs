@@ -302,7 +302,16 @@ struct KernelCache {
     modules: Vec<Handle>,
     /// Kernels by a caller's recipe (what it generates its source from) and device,
     /// so that a repeated request skips generating and hashing the source.
-    recipes: HashMap<String, Vec<(i32, Handle)>>,
+    recipes: rustc_hash::FxHashMap<String, Vec<(i32, Handle)>>,
+}
+
+/// Bumped by every `clear_cache`: a kernel handle a caller remembers is good while the
+/// epoch it was served in lasts.
+static EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The kernel caches' epoch (see `EPOCH`).
+pub fn cache_epoch() -> u64 {
+    EPOCH.load(std::sync::atomic::Ordering::Acquire)
 }
 
 static KERNEL_CACHE: Mutex<Option<KernelCache>> = Mutex::new(None);
@@ -378,6 +387,7 @@ pub fn get_kernel_by_recipe(device: i32, recipe: &str, name: &str, source: impl 
 /// Empties both in-memory caches and unloads the cached modules (their kernel
 /// handles become invalid). The disk cache stays.
 pub fn clear_cache() -> Result<()> {
+    EPOCH.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     lock(&COMPILED).take();
     let cache = lock(&KERNEL_CACHE).take();
     for m in cache.into_iter().flat_map(|c| c.modules) {

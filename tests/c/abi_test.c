@@ -752,6 +752,29 @@ static void check_kernels(gpurt_stream_t stream) {
         EXPECT(gpurt_elementwise_multi("s = a; s = a", one, in, 1, GPURT_DTYPE_F32, 4, (void *const *)outs, 2, stream), GPURT_ERROR_INVALID_ARGUMENT);
         EXPECT(gpurt_elementwise_multi("s = a; d = s", one, in, 1, GPURT_DTYPE_F32, 4, (void *const *)outs, (size_t)1 << 62, stream), GPURT_ERROR_INVALID_ARGUMENT);
     }
+    if (rtc == GPURT_SUCCESS) {
+        /* A call repeating this thread's last expression skips its recipe: names,
+         * dtype, output count and handles still count, and a cache clear still
+         * recompiles. (NVRTC, or the stand-in NVRTC beside the stand-in driver.) */
+        const char *ab[] = {"a", "b"}, *ba[] = {"b", "a"};
+        const void *ins[2];
+        void *buf[3], *two[2];
+        int j;
+        for (j = 0; j < 3; j++) EXPECT(gpurt_malloc(64, stream, &buf[j]), GPURT_SUCCESS);
+        ins[0] = buf[0], ins[1] = buf[1], two[0] = two[1] = buf[2];
+        EXPECT(gpurt_elementwise("out = a - b", ab, ins, 2, GPURT_DTYPE_F32, 16, buf[2], stream), GPURT_SUCCESS);
+        EXPECT(gpurt_elementwise("out = a - b", ab, ins, 2, GPURT_DTYPE_F32, 16, buf[2], stream), GPURT_SUCCESS);
+        EXPECT(gpurt_elementwise("out = a - b", ba, ins, 2, GPURT_DTYPE_F32, 16, buf[2], stream), GPURT_SUCCESS);
+        EXPECT(gpurt_elementwise("out = a - b", ab, ins, 2, GPURT_DTYPE_I32, 16, buf[2], stream), GPURT_SUCCESS);
+        EXPECT(gpurt_elementwise("out = a - b", ab, ins, 2, GPURT_DTYPE_F32, 16, buf[2], stream), GPURT_SUCCESS);
+        EXPECT(gpurt_elementwise_multi("out = a - b", ab, ins, 2, GPURT_DTYPE_F32, 16, two, 2, stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_elementwise("out = a - b", ab, ins, 2, GPURT_DTYPE_F32, 16, NULL, stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_elementwise("out = a - b", ab, ins, 2, GPURT_DTYPE_F32, 16, buf[2], NULL), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_rtc_clear_cache(), GPURT_SUCCESS);
+        EXPECT(gpurt_elementwise("out = a - b", ab, ins, 2, GPURT_DTYPE_F32, 16, buf[2], stream), GPURT_SUCCESS);
+        EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+        for (j = 0; j < 3; j++) EXPECT(gpurt_free(buf[j]), GPURT_SUCCESS);
+    }
 }
 
 /* A graph pool is a memory pool handle (torch's graph_pool_handle() is a MemPool):
