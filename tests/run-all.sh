@@ -223,7 +223,7 @@ python3 -m venv "$venv"
 (cd "$work" && "$venv/bin/python" -m pytest -q -rs "$root/tests/python")
 (cd "$work" && LD_LIBRARY_PATH=$stub "$venv/bin/python" -m pytest -q "$root/tests/python")
 
-echo "== nightly tools: Miri, ThreadSanitizer, cargo-fuzz (each where present)"
+echo "== nightly tools: Miri, ThreadSanitizer, cargo-fuzz (each installed where missing)"
 bash tests/nightly.sh
 
 echo "all tests passed"
