@@ -109,7 +109,7 @@ step gpt2-speed-torch python3 src/gpt2_reference.py speed gpt2-data
 step gpt2-first-token-torch-b1 python3 src/gpt2_reference.py first gpt2-data gpt2-data/prompts_b1.txt
 step gpt2-first-token-torch-b16 python3 src/gpt2_reference.py first gpt2-data gpt2-data/prompts_b16.txt
 for batch in 1 16; do
-    for flags in "" "--no-graphs" "--fp16" "--no-fused" "--fp16 --no-fused"; do
+    for flags in "" "--no-pdl" "--no-graphs" "--fp16" "--fp16 --no-pdl" "--no-fused" "--fp16 --no-fused"; do
         [[ $batch != 1 && $flags == *--no-fused* ]] && continue  # the fused GEMV serves one prompt
         step "gpt2-speed-b$batch${flags// /}" build-gpt2/gpt2 gpt2-data/gpt2.safetensors "gpt2-data/prompts_b$batch.txt" 256 $flags
     done
