@@ -81,7 +81,6 @@ pub(crate) fn in_ref<'a, T>(ptr: *const T, name: &str) -> Result<&'a T> {
     unsafe { ptr.as_ref() }.ok_or_else(|| null_argument(name))
 }
 
-/// A checked, non-NULL, UTF-8 C string argument.
 /// The caller's extensible struct (its first field a `size_t struct_size`), refused
 /// before the rest is read where the caller's struct is smaller than this version's:
 /// `init` names the initialiser the message points to.
@@ -90,6 +89,26 @@ pub(crate) fn in_sized<'a, T>(ptr: *const T, name: &str, init: &str) -> Result<&
         return Err(Error::invalid_argument(format!("`{name}->struct_size` is too small: initialise it with {init}")));
     }
     in_ref(ptr, name)
+}
+
+/// As `in_sized` for a struct that grew: a caller's struct of at least `minimum` bytes
+/// (the fields every version has) is read by its `struct_size`, and the fields past
+/// it read as zero (their "not asked for").
+///
+/// # Safety
+/// `T` is plain data whose all-zero bytes are a valid value (integers, raw pointers).
+pub(crate) unsafe fn in_extended<T: Copy>(ptr: *const T, minimum: usize, name: &str, init: &str) -> Result<T> {
+    let caller_size = *in_ref(ptr.cast::<usize>(), name)?;
+    if caller_size < minimum {
+        return Err(Error::invalid_argument(format!("`{name}->struct_size` is too small: initialise it with {init}")));
+    }
+    // SAFETY: all-zero bytes are a T (this function's contract); the caller's struct
+    // holds `caller_size` readable bytes, of which at most our size are copied.
+    let mut value: T = unsafe { std::mem::zeroed() };
+    unsafe {
+        std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), (&mut value as *mut T).cast::<u8>(), caller_size.min(std::mem::size_of::<T>()));
+    }
+    Ok(value)
 }
 
 /// `n` slots of `value`: in `stack` when they fit, else in `heap` (arrays a call
@@ -102,6 +121,7 @@ pub(crate) fn slots<'a, T: Copy, const N: usize>(n: usize, value: T, stack: &'a 
     heap
 }
 
+/// A checked, non-NULL, UTF-8 C string argument.
 pub(crate) fn in_str<'a>(ptr: *const libc::c_char, name: &str) -> Result<&'a str> {
     let ptr = in_ref(ptr, name)?;
     // SAFETY: the caller's contract is a NUL-terminated string.

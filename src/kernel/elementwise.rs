@@ -136,6 +136,12 @@ fn same_as_last(statements: &str, names: &[&str], dtype: gpurt_dtype_t, device: 
     })
 }
 
+/// A call's kernel: served from a cache, or to compile from its recipe.
+enum Kernel {
+    Cached(Handle),
+    ToCompile(String),
+}
+
 const BLOCK: u32 = 256;
 /// Enough blocks to fill any current GPU; the loop strides over the rest.
 const MAX_BLOCKS: u64 = 65_536;
@@ -157,20 +163,19 @@ pub fn launch(
     let s = crate::stream::get(stream)?;
     let epoch = super::rtc::cache_epoch(); // before any lookup: a clear after it forgets what this call remembers
     let last = same_as_last(statements, names, dtype, s.device());
-    // The recipe names the source: the dtype, the statements and the input names,
-    // each ended by a NUL (which none of them can hold).
-    let recipe = || {
-        let mut recipe = format!("{}\0{statements}\0", dtype as i32);
-        names.iter().for_each(|n| recipe.extend([n, "\0"]));
-        recipe
-    };
-    // A cached recipe was parsed when it was compiled: its statements are only counted.
-    let (cached, statements_count) = match last {
-        Some((kernel, outputs)) => (Some(kernel), outputs),
-        None => match super::rtc::cached_kernel(s.device(), &recipe()) {
-            Some(kernel) => (Some(kernel), statements.split(';').filter(|s| !s.trim().is_empty()).count()),
-            None => (None, parse(statements, names)?.len()),
-        },
+    let (kernel, statements_count) = match last {
+        Some((kernel, outputs)) => (Kernel::Cached(kernel), outputs),
+        None => {
+            // The recipe names the source: the dtype, the statements and the input
+            // names, each ended by a NUL (which none of them can hold).
+            let mut recipe = format!("{}\0{statements}\0", dtype as i32);
+            names.iter().for_each(|n| recipe.extend([n, "\0"]));
+            // A cached recipe was parsed when it was compiled: its statements are only counted.
+            match super::rtc::cached_kernel(s.device(), &recipe) {
+                Some(kernel) => (Kernel::Cached(kernel), statements.split(';').filter(|s| !s.trim().is_empty()).count()),
+                None => (Kernel::ToCompile(recipe), parse(statements, names)?.len()),
+            }
+        }
     };
     if outputs.len() != statements_count {
         return Err(Error::invalid_argument(format!("{statements_count} statement(s) need as many output pointers, not {}", outputs.len())));
@@ -185,9 +190,9 @@ pub fn launch(
     for &p in inputs.iter().chain(outputs) {
         crate::boundary::check_range(p, bytes, "count")?;
     }
-    let kernel = match cached {
-        Some(kernel) => kernel,
-        None => super::rtc::get_kernel_by_recipe(s.device(), &recipe(), KERNEL_NAME, || source(statements, names, dtype))?,
+    let kernel = match kernel {
+        Kernel::Cached(kernel) => kernel,
+        Kernel::ToCompile(recipe) => super::rtc::get_kernel_by_recipe(s.device(), &recipe, KERNEL_NAME, || source(statements, names, dtype))?,
     };
     if last.is_none() {
         let remembered = LastCall {

@@ -49,7 +49,9 @@ pub struct gpurt_launch_config_t {
 /// the struct: one from before `programmatic_dependent_launch` (a smaller
 /// `struct_size`) reads as 0 there.
 pub(crate) fn launch_shape(config: *const gpurt_launch_config_t) -> crate::Result<(super::LaunchShape, gpurt_stream_t)> {
-    let c = launch_config(config)?;
+    const EVERY_VERSION: usize = std::mem::offset_of!(gpurt_launch_config_t, programmatic_dependent_launch);
+    // SAFETY: the config is integers and a stream handle; zero is "none" for each.
+    let c = unsafe { boundary::in_extended(config, EVERY_VERSION, "config", "GPURT_LAUNCH_CONFIG_INIT") }?;
     if c.programmatic_dependent_launch > 1 {
         return Err(crate::Error::invalid_argument("`config->programmatic_dependent_launch` is 0 or 1"));
     }
@@ -61,29 +63,6 @@ pub(crate) fn launch_shape(config: *const gpurt_launch_config_t) -> crate::Resul
         programmatic: c.programmatic_dependent_launch == 1,
     };
     Ok((shape, c.stream))
-}
-
-fn launch_config(config: *const gpurt_launch_config_t) -> crate::Result<gpurt_launch_config_t> {
-    const FIRST_EXTENSION: usize = std::mem::offset_of!(gpurt_launch_config_t, programmatic_dependent_launch);
-    let size = *in_ref(config.cast::<usize>(), "config")?;
-    if size < FIRST_EXTENSION {
-        return Err(crate::Error::invalid_argument("`config->struct_size` is too small: initialise it with GPURT_LAUNCH_CONFIG_INIT"));
-    }
-    if size >= std::mem::size_of::<gpurt_launch_config_t>() {
-        return Ok(*in_ref(config, "config")?);
-    }
-    let mut copy = gpurt_launch_config_t {
-        struct_size: size,
-        grid: [0; 3],
-        block: [0; 3],
-        shared_memory_bytes: 0,
-        stream: std::ptr::null_mut(),
-        cluster: [0; 3],
-        programmatic_dependent_launch: 0,
-    };
-    // SAFETY: the caller's struct holds `size` bytes (its struct_size), fewer than ours.
-    unsafe { std::ptr::copy_nonoverlapping(config.cast::<u8>(), (&mut copy as *mut gpurt_launch_config_t).cast::<u8>(), size) };
-    Ok(copy)
 }
 
 /// Loads a module image (PTX text, cubin or fatbin; `size` bytes) on the current
