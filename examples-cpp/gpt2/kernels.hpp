@@ -101,18 +101,118 @@ __device__ void bias_gelu(T *h, const T *bias, int rows, int cols) {
 
 // The fused GEMV of a one-row step: y[j] = sum_i W[j][i] in[i] for j < out (W [out][in]
 // in T, fp32 accumulation), where in is layer_norm(x) (x: fp32 [E], when g is set; each
-// block normalises it itself, rounded to T as the library path's GEMM operand is) or a
-// T vector of n_in (E or 4 E). Then + bias (when set), GELU (when gelu), and y_f32 +=
-// (residual), y_f32 = (when y_f32 is set), or y_t = (as T).
+// block normalises it itself, rounded to T as the library path's GEMM operand is),
+// attention's output (when `attention` is set: its slices, which each block combines
+// itself, see attend), or a T vector of n_in (E or 4 E). Then + bias (when set), GELU
+// (when gelu), and y_f32 += (residual), y_f32 = (when y_f32 is set), or y_t = (as T).
+// With `pick` (y_f32 set: the logits), also the greedy pick: each block leaves the
+// largest of its outputs in pick[1 + 2 block], the last block to finish (pick[0], an
+// unsigned counter, reset for the next step) writes the first index of the largest into
+// history[position + 1] and advances the position.
 // A step is latency-bound, so every warp takes E weights of one output row (a row of
 // 4 E is 4 warps' of one block, summed in shared memory) and issues all their 16-byte
 // loads at once, streamed past L1 (which keeps the input); a warp's first loads are in
-// flight while its block normalises x. This replaces, at one row, a library GEMV plus
-// a layer norm, bias or GELU kernel.
+// flight while its block prepares its input. This replaces, at one row, a library GEMV
+// plus a layer norm, bias, GELU, attention's combining or greedy pick kernel.
 #define GEMV_WARPS 4
+#define SPLITS 8 // attention's slices per head (attend)
+
+// The warp-wide largest (value, index) pair, ties to the lower index (torch.argmax's
+// rule), in every lane.
+__device__ void warp_argmax(float &best, int &index) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, index, o);
+        if (ob > best || (ob == best && oi < index)) best = ob, index = oi;
+    }
+}
+
+// The block-wide largest (value, index) pair, by warp_argmax's rule; the result is
+// thread 0's. Synchronises.
+__device__ void block_argmax(float &best, int &index) {
+    __shared__ float bests[32];
+    __shared__ int indices[32];
+    warp_argmax(best, index);
+    if ((threadIdx.x & 31) == 0) bests[threadIdx.x >> 5] = best, indices[threadIdx.x >> 5] = index;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (bests[w] > best || (bests[w] == best && indices[w] < index)) best = bests[w], index = indices[w];
+    }
+    __syncthreads();
+}
+
+// Attention's output for the one-row step, from attend's slices (one per head and
+// split: max, sum of exponentials, weighted sum of v), rounded to T as attend's own
+// combining writes it, into `combined` [E]; its loads are issued at once. Synchronises.
 template <class T>
-__device__ void fused_gemv(const T *w, const float *x, const T *g, const T *beta, const T *in, const T *bias, int gelu, int residual,
-                           float *y_f32, T *y_t, int out, int n_in) {
+__device__ void combine_attention(const float *partial, float *combined) {
+    __shared__ float scale[HEADS * SPLITS];
+    constexpr int EACH = E / (32 * GEMV_WARPS), SLICE = HEAD_DIM + 2;
+    float sums[EACH][SPLITS];
+#pragma unroll
+    for (int k = 0; k < EACH; k++) {
+        const int i = threadIdx.x + k * 32 * GEMV_WARPS, h = i / HEAD_DIM, d = i % HEAD_DIM;
+#pragma unroll
+        for (int s = 0; s < SPLITS; s++) sums[k][s] = partial[(h * SPLITS + s) * SLICE + 2 + d];
+    }
+    // Thread h * SPLITS + s weighs slice s of head h; a head's SPLITS threads share a warp.
+    const bool weighs = threadIdx.x < HEADS * SPLITS;
+    float m = weighs ? partial[threadIdx.x * SLICE] : NEG_INF, l = weighs ? partial[threadIdx.x * SLICE + 1] : 0.0f, big = m;
+    for (int o = SPLITS / 2; o > 0; o >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
+    const float w = m == NEG_INF ? 0.0f : __expf(m - big); // an empty slice adds nothing
+    float total = l * w;
+    for (int o = SPLITS / 2; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+    if (weighs) scale[threadIdx.x] = w / total;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < EACH; k++) {
+        const int i = threadIdx.x + k * 32 * GEMV_WARPS, h = i / HEAD_DIM;
+        float value = 0;
+        for (int s = 0; s < SPLITS; s++) value += sums[k][s] * scale[h * SPLITS + s];
+        T rounded;
+        from_f(rounded, value);
+        combined[i] = to_f(rounded);
+    }
+    __syncthreads();
+}
+
+// The greedy pick across a one-row grid's blocks (fused_gemv's `pick`): each block's
+// largest (value, index) goes into pick[1 + 2 block]; the last block picks among them
+// (ties to the lower index, torch.argmax's rule), writes history[position + 1] and
+// advances the position. Every thread of the block calls it.
+__device__ void pick_greedy(float best, int index, float *pick, int *position, int *history) {
+    __shared__ bool last;
+    block_argmax(best, index);
+    unsigned *counter = reinterpret_cast<unsigned *>(pick);
+    float *slots = pick + 1;
+    if (threadIdx.x == 0) {
+        slots[2 * blockIdx.x] = best;
+        slots[2 * blockIdx.x + 1] = __int_as_float(index);
+        __threadfence();
+        last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    best = NEG_INF, index = 0x7fffffff;
+    for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x) {
+        const float v = __ldcg(slots + 2 * b); // from L2, where the fences left them
+        const int i = __float_as_int(__ldcg(slots + 2 * b + 1));
+        if (v > best || (v == best && i < index)) best = v, index = i;
+    }
+    block_argmax(best, index);
+    if (threadIdx.x == 0) {
+        const int p = *position;
+        history[p + 1] = index;
+        *position = p + 1;
+        *counter = 0;
+    }
+}
+
+template <class T, bool COMBINES> // COMBINES: attention's slices are the input (its own kernel: they take registers)
+__device__ void fused_gemv(const T *w, const float *x, const T *g, const T *beta, const float *attention, const T *in, const T *bias, int gelu,
+                           int residual, float *y_f32, T *y_t, int out, int n_in, float *pick, int *position, int *history) {
     __shared__ __align__(16) float normed[E];
     __shared__ float slice_sums[GEMV_WARPS];
     constexpr int VEC = 16 / sizeof(T), PER_LANE = E / VEC / 32;
@@ -151,6 +251,9 @@ __device__ void fused_gemv(const T *w, const float *x, const T *g, const T *beta
         }
         __syncthreads();
     }
+    if (COMBINES) combine_attention<T>(attention, normed);
+    float best = NEG_INF; // this thread's largest output so far (with pick)
+    int best_index = 0x7fffffff;
     for (bool loaded = true; base < out; base += gridDim.x * per_block, loaded = false) { // block-uniform
         const int j = base + warp / slices;
         float acc = 0;
@@ -161,7 +264,7 @@ __device__ void fused_gemv(const T *w, const float *x, const T *g, const T *beta
                 const int c = u * 32 + lane;
                 const T *wt = reinterpret_cast<const T *>(&wv[u]);
                 float xv[VEC];
-                if (g) {
+                if (g || COMBINES) {
                     const float4 *src = reinterpret_cast<const float4 *>(normed + c * VEC);
                     for (int q = 0; q < VEC / 4; q++) {
                         float4 f = src[q];
@@ -188,15 +291,17 @@ __device__ void fused_gemv(const T *w, const float *x, const T *g, const T *beta
         if (residual) y_f32[j] += acc;
         else if (y_f32) y_f32[j] = acc;
         else from_f(y_t[j], acc);
+        if (acc > best) best = acc, best_index = j; // j rises: ties keep the first
     }
+    if (pick) pick_greedy(best, best_index, pick, position, history);
 }
 
 // One decode step of attention, split over positions (flash-decoding): block
 // (b, h, split) of SPLITS takes a slice of positions 0..pos for row b and head h, so
 // that a step keeps rows x HEADS x SPLITS blocks busy instead of rows x HEADS. Each
 // slice leaves its max, its sum of exponentials and its weighted sum of v in
-// `partial`; the last block of (b, h) to finish (a counter, reset for the next step)
-// combines them into out. Split 0 appends this position's k and v (with their bias)
+// `partial`; with `done`, the last block of (b, h) to finish (a counter, reset for the
+// next step) combines them into out, else the next kernel does (fused_gemv). Split 0 appends this position's k and v (with their bias)
 // to the cache; every block takes them for position pos from qkv itself, so no block
 // waits for that write. A thread takes a position's score, its 64 dims' loads issued
 // at once (a slice has at most 128 positions, so each is one memory round trip); the
@@ -205,7 +310,6 @@ __device__ void fused_gemv(const T *w, const float *x, const T *g, const T *beta
 // position attends to itself alone, so that its output stays finite).
 // qkv: [rows][3 E] in T, before its bias; out: [rows][E] in T; caches: [rows][HEADS]
 // [max_len][HEAD_DIM] floats; partial: [rows][HEADS][SPLITS][HEAD_DIM + 2] floats.
-#define SPLITS 8
 template <class T>
 __device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cache, const int *position, const int *starts, int max_len, T *out,
                        float *partial, unsigned *done) {
@@ -267,6 +371,7 @@ __device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cac
         mine[2 + d] = acc;
         if (d == 0) mine[0] = m, mine[1] = l;
     }
+    if (!done) return; // the next kernel combines the slices (fused_gemv's `attention`)
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -290,31 +395,13 @@ __device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cac
     from_f(out[(size_t)b * E + h * HEAD_DIM + threadIdx.x], value / total);
 }
 
-// The block-wide largest (value, index) pair, ties to the lower index (torch.argmax's
-// rule); the result is thread 0's. Synchronises.
-__device__ void block_argmax(float &best, int &index) {
-    __shared__ float bests[32];
-    __shared__ int indices[32];
-    for (int o = 16; o > 0; o >>= 1) {
-        float ob = __shfl_xor_sync(0xffffffffu, best, o);
-        int oi = __shfl_xor_sync(0xffffffffu, index, o);
-        if (ob > best || (ob == best && oi < index)) best = ob, index = oi;
-    }
-    if ((threadIdx.x & 31) == 0) bests[threadIdx.x >> 5] = best, indices[threadIdx.x >> 5] = index;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-            if (bests[w] > best || (bests[w] == best && indices[w] < index)) best = bests[w], index = indices[w];
-    }
-    __syncthreads();
-}
-
 #define FOR_TYPE(T, S) \
 extern "C" __global__ void embed_##S(const int *history, const int *pos, const int *starts, const T *wte, const T *wpe, float *x) { after_previous(); embed<T>(history, pos, starts, wte, wpe, x); } \
 extern "C" __global__ void layer_norm_##S(float *x, const T *bias, const T *g, const T *b, T *y) { after_previous(); layer_norm<T>(x, bias, g, b, y); } \
 extern "C" __global__ void prepare_##S(const float *src, T *dst, int rows, int cols, int first, int count, int transpose) { prepare<T>(src, dst, rows, cols, first, count, transpose); } \
 extern "C" __global__ void bias_gelu_##S(T *h, const T *bias, int rows, int cols) { after_previous(); bias_gelu<T>(h, bias, rows, cols); } \
-extern "C" __global__ void fused_gemv_##S(const T *w, const float *x, const T *g, const T *beta, const T *in, const T *bias, int gelu, int residual, float *y_f32, T *y_t, int out, int n_in) { fused_gemv<T>(w, x, g, beta, in, bias, gelu, residual, y_f32, y_t, out, n_in); } \
+extern "C" __global__ void fused_gemv_##S(const T *w, const float *x, const T *g, const T *beta, const float *attention, const T *in, const T *bias, int gelu, int residual, float *y_f32, T *y_t, int out, int n_in, float *pick, int *position, int *history) { fused_gemv<T, false>(w, x, g, beta, attention, in, bias, gelu, residual, y_f32, y_t, out, n_in, pick, position, history); } \
+extern "C" __global__ void fused_gemv_attention_##S(const T *w, const float *x, const T *g, const T *beta, const float *attention, const T *in, const T *bias, int gelu, int residual, float *y_f32, T *y_t, int out, int n_in, float *pick, int *position, int *history) { fused_gemv<T, true>(w, x, g, beta, attention, in, bias, gelu, residual, y_f32, y_t, out, n_in, pick, position, history); } \
 extern "C" __global__ void attend_##S(const T *qkv, const T *bias, float *k, float *v, const int *pos, const int *starts, int max_len, T *out, float *partial, unsigned *done) { after_previous(); attend<T>(qkv, bias, k, v, pos, starts, max_len, out, partial, done); }
 FOR_TYPE(float, f32)
 FOR_TYPE(__half, f16)
@@ -346,11 +433,7 @@ extern "C" __global__ void argmax_rows(const float *logits, int vocab, const int
     __threadfence();
     best = ((volatile float *)values)[b * PICK_PARTS + threadIdx.x];
     index = ((volatile int *)indices)[b * PICK_PARTS + threadIdx.x];
-    for (int o = 16; o > 0; o >>= 1) {
-        float ob = __shfl_xor_sync(0xffffffffu, best, o);
-        int oi = __shfl_xor_sync(0xffffffffu, index, o);
-        if (ob > best || (ob == best && oi < index)) best = ob, index = oi;
-    }
+    warp_argmax(best, index);
     if (threadIdx.x == 0) {
         history[(size_t)(*position + 1) * gridDim.x + b] = index;
         done[b] = 0;

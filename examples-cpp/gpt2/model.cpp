@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
+#include <utility>
 
 #include "kernels.hpp"
 
@@ -127,6 +128,7 @@ Model::Model(const std::string &path, Precision precision, const gpurt::Stream &
     bias_gelu_ = kernel(std::string("bias_gelu") + suffix());
     attend_ = kernel(std::string("attend") + suffix());
     fused_gemv_ = kernel(std::string("fused_gemv") + suffix());
+    fused_gemv_attention_ = kernel(std::string("fused_gemv_attention") + suffix());
     argmax_ = kernel("argmax_rows");
     advance_ = kernel("advance");
     sample_top_k_ = kernel("sample_top_k");
@@ -214,9 +216,12 @@ void Model::reserve(int rows, int max_len, int *history, const std::vector<int> 
     pick_values_ = gpurt::DeviceBuffer<float>(static_cast<size_t>(rows) * kPickParts, stream_);
     pick_indices_ = gpurt::DeviceBuffer<int>(static_cast<size_t>(rows) * kPickParts, stream_);
     // The last-block counters start at 0; the kernels leave them at 0 after each step.
-    for (gpurt::DeviceBuffer<unsigned> *counters : {&attention_done_, &pick_done_}) {
-        *counters = gpurt::DeviceBuffer<unsigned>(static_cast<size_t>(rows) * (counters == &pick_done_ ? 1 : kHeads), stream_);
-        gpurt_status_t zeroed = gpurt_memset_async(counters->data(), 0, 4, counters->size(), stream_.get());
+    attention_done_ = gpurt::DeviceBuffer<unsigned>(static_cast<size_t>(rows) * kHeads, stream_);
+    pick_done_ = gpurt::DeviceBuffer<unsigned>(static_cast<size_t>(rows), stream_);
+    gemv_pick_ = gpurt::DeviceBuffer<float>(1 + 2 * kGemvBlocks, stream_);
+    for (auto [counters, count] : {std::pair<void *, size_t>{attention_done_.data(), attention_done_.size()}, {pick_done_.data(), pick_done_.size()},
+                                   {gemv_pick_.data(), 1}}) {
+        gpurt_status_t zeroed = gpurt_memset_async(counters, 0, 4, count, stream_.get());
         if (zeroed != GPURT_SUCCESS) throw gpurt::Error(zeroed, gpurt_last_error_message());
     }
     set_position(0);
@@ -284,17 +289,21 @@ void Model::gemm_cublaslt(const GemmArgs &a) {
                  "cublasLtMatmul");
 }
 
-// y = W in (+ bias, GELU) through the engine's fused GEMV of one row (kernels.hpp):
-// `in` is the layer norm (g, beta) of x when g is set, else a T vector of in_features;
-// the result is added to x (residual), written to y_f32, or written to y_t as T.
-void Model::fused_gemv(const void *w, const void *g, const void *beta, const void *in, int in_features, const void *bias, bool gelu, bool residual,
-                       float *y_f32, void *y_t, int out) {
-    const float *x = x_.data();
-    int gelu_flag = gelu, residual_flag = residual;
-    if (residual) y_f32 = x_.data();
+void Model::launch_step(const gpurt::Kernel &k, const dim3 &grid, unsigned block, std::vector<void *> args) const {
+    launch(k, grid, block, 0, stream_, std::move(args), programmatic_);
+}
+
+void Model::fused_gemv(const Gemv &op) {
+    const void *w = op.w, *g = op.g, *beta = op.beta, *in = op.in, *bias = op.bias;
+    const float *x = x_.data(), *attention = op.attention ? attention_partial_.data() : nullptr;
+    float *y_f32 = op.residual ? x_.data() : op.y_f32, *pick = op.pick ? gemv_pick_.data() : nullptr;
+    void *y_t = op.y_t;
+    int *position = position_.data(), *history = history_;
+    int gelu = op.gelu, residual = op.residual, out = op.out, in_features = op.in_features;
     const int warps = 4, rows_per_block = warps / (in_features / kEmbed); // GEMV_WARPS: a warp per kEmbed weights
-    const unsigned blocks = static_cast<unsigned>(std::min(2048, (out + rows_per_block - 1) / rows_per_block));
-    launch(fused_gemv_, dim3(blocks), 32 * warps, 0, stream_, {&w, &x, &g, &beta, &in, &bias, &gelu_flag, &residual_flag, &y_f32, &y_t, &out, &in_features}, programmatic_);
+    const unsigned blocks = static_cast<unsigned>(std::min(kGemvBlocks, (out + rows_per_block - 1) / rows_per_block));
+    launch_step(op.attention ? fused_gemv_attention_ : fused_gemv_, dim3(blocks), 32 * warps,
+                {&w, &x, &g, &beta, &attention, &in, &bias, &gelu, &residual, &y_f32, &y_t, &out, &in_features, &pick, &position, &history});
 }
 
 double Model::weights_read_ms() {
@@ -327,7 +336,7 @@ void Model::step(bool pick) {
     unsigned *done = attention_done_.data();
     int rows = rows_, e = kEmbed, e3 = 3 * kEmbed, e4 = 4 * kEmbed, max_len = max_len_;
     size_t per_layer = static_cast<size_t>(rows) * kHeads * max_len * (kEmbed / kHeads);
-    launch(embed_, dim3(rows), 256, 0, s, {&history, &pos, &starts, &wte_, &wpe_, &x}, programmatic_);
+    launch_step(embed_, dim3(rows), 256, {&history, &pos, &starts, &wte_, &wpe_, &x});
     // The residual stream's biases wait in x's next layer norm (`pending`), which adds
     // them before normalising: one kernel fewer per GEMM that accumulates into x.
     const void *pending = nullptr;
@@ -345,28 +354,40 @@ void Model::step(bool pick) {
         float *kc = k_cache_.data() + l * per_layer, *vc = v_cache_.data() + l * per_layer;
         const void *ln1_g = L.ln1_g, *ln1_b = L.ln1_b, *ln2_g = L.ln2_g, *ln2_b = L.ln2_b, *attn_b = L.attn_b, *fc_b = L.fc_b;
         if (fused) {
-            fused_gemv(L.attn_w, L.ln1_g, L.ln1_b, nullptr, e, nullptr, false, false, nullptr, qkv, e3);
-            launch(attend_, dim3(rows, kHeads, kAttentionSplits), 128, 0, s, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &max_len, &att, &partial, &done}, programmatic_);
-            fused_gemv(L.proj_w, nullptr, nullptr, att, e, L.proj_b, false, true, nullptr, nullptr, e);
-            fused_gemv(L.fc_w, L.ln2_g, L.ln2_b, nullptr, e, L.fc_b, true, false, nullptr, h, e4);
-            fused_gemv(L.fc_proj_w, nullptr, nullptr, h, e4, L.fc_proj_b, false, true, nullptr, nullptr, e);
+            Gemv to_qkv, proj, fc, fc_proj;
+            to_qkv.w = L.attn_w, to_qkv.out = e3, to_qkv.g = L.ln1_g, to_qkv.beta = L.ln1_b, to_qkv.y_t = qkv;
+            fused_gemv(to_qkv);
+            // No counter: the projection combines attention's slices itself.
+            unsigned *no_done = nullptr;
+            launch_step(attend_, dim3(rows, kHeads, kAttentionSplits), 128, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &max_len, &att, &partial, &no_done});
+            proj.w = L.proj_w, proj.out = e, proj.attention = true, proj.bias = L.proj_b, proj.residual = true;
+            fused_gemv(proj);
+            fc.w = L.fc_w, fc.out = e4, fc.g = L.ln2_g, fc.beta = L.ln2_b, fc.bias = L.fc_b, fc.gelu = true, fc.y_t = h;
+            fused_gemv(fc);
+            fc_proj.w = L.fc_proj_w, fc_proj.out = e, fc_proj.in = h, fc_proj.in_features = e4, fc_proj.bias = L.fc_proj_b, fc_proj.residual = true;
+            fused_gemv(fc_proj);
             continue;
         }
-        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &ln1_g, &ln1_b, &xn}, programmatic_);
+        launch_step(layer_norm_, dim3(rows), 256, {&x, &pending, &ln1_g, &ln1_b, &xn});
         gemm(L.attn_w, xn, qkv, e3, e, 0.0f, false);
-        launch(attend_, dim3(rows, kHeads, kAttentionSplits), 128, 0, s, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &max_len, &att, &partial, &done}, programmatic_);
+        launch_step(attend_, dim3(rows, kHeads, kAttentionSplits), 128, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &max_len, &att, &partial, &done});
         gemm(L.proj_w, att, x, e, e, 1.0f, true);
         pending = L.proj_b;
-        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &ln2_g, &ln2_b, &xn}, programmatic_);
+        launch_step(layer_norm_, dim3(rows), 256, {&x, &pending, &ln2_g, &ln2_b, &xn});
         gemm(L.fc_w, xn, h, e4, e, 0.0f, false);
-        launch(bias_gelu_, dim3(blocks_for(static_cast<size_t>(rows) * e4)), 256, 0, s, {&h, &fc_b, &rows, &e4}, programmatic_);
+        launch_step(bias_gelu_, dim3(blocks_for(static_cast<size_t>(rows) * e4)), 256, {&h, &fc_b, &rows, &e4});
         gemm(L.fc_proj_w, h, x, e, e4, 1.0f, true);
         pending = L.fc_proj_b;
     }
+    // The fused greedy pick advances the position itself.
+    const bool pick_in_gemv = fused && pick && top_k_ == 0;
     if (fused) {
-        fused_gemv(wte_, lnf_g_, lnf_b_, nullptr, e, nullptr, false, false, logits_.data(), nullptr, kVocab);
+        Gemv lm_head;
+        lm_head.w = wte_, lm_head.out = kVocab, lm_head.g = lnf_g_, lm_head.beta = lnf_b_, lm_head.y_f32 = logits_.data(), lm_head.pick = pick_in_gemv;
+        fused_gemv(lm_head);
+        if (pick_in_gemv) return;
     } else {
-        launch(layer_norm_, dim3(rows), 256, 0, s, {&x, &pending, &lnf_g_, &lnf_b_, &xn}, programmatic_);
+        launch_step(layer_norm_, dim3(rows), 256, {&x, &pending, &lnf_g_, &lnf_b_, &xn});
         gemm(wte_, xn, logits_.data(), kVocab, e, 0.0f, true);
     }
     if (pick) {
@@ -376,16 +397,16 @@ void Model::step(bool pick) {
             float *values = pick_values_.data();
             int *indices = pick_indices_.data();
             unsigned *pick_done = pick_done_.data();
-            launch(argmax_, dim3(rows, kPickParts), 256, 0, s, {&logits, &vocab, &pos, &history, &values, &indices, &pick_done}, programmatic_);
+            launch_step(argmax_, dim3(rows, kPickParts), 256, {&logits, &vocab, &pos, &history, &values, &indices, &pick_done});
         } else {
             // Captured in a graph, the fill draws fresh numbers at every replay (gpurt
             // advances the generator's offset per replay).
             gpurt_status_t st = gpurt_random_uniform(generator_, uniform, static_cast<size_t>(rows), GPURT_DTYPE_F32, s.get());
             if (st != GPURT_SUCCESS) throw gpurt::Error(st, gpurt_last_error_message());
-            launch(sample_top_k_, dim3(rows), 1024, 0, s, {&logits, &vocab, &k, &uniform, &pos, &history}, programmatic_);
+            launch_step(sample_top_k_, dim3(rows), 1024, {&logits, &vocab, &k, &uniform, &pos, &history});
         }
     }
-    launch(advance_, dim3(1), 1, 0, s, {&pos}, programmatic_);
+    launch_step(advance_, dim3(1), 1, {&pos});
 }
 
 } // namespace gpt2

@@ -14,11 +14,14 @@
 
 #include "safetensors.hpp"
 
+struct dim3; // CUDA's launch shape (vector_types.h)
+
 namespace gpt2 {
 
 constexpr int kLayers = 12, kEmbed = 768, kHeads = 12, kVocab = 50257, kPositions = 1024;
 constexpr int kAttentionSplits = 8; // SPLITS in kernels.hpp
 constexpr int kPickParts = 32;      // PICK_PARTS in kernels.hpp: blocks per row of the greedy pick
+constexpr int kGemvBlocks = 2048;   // the fused GEMV's most blocks
 
 enum class Precision { F32, F16 };
 
@@ -77,8 +80,27 @@ private:
         const void *ln1_g, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b, *ln2_g, *ln2_b, *fc_w, *fc_b, *fc_proj_w, *fc_proj_b;
     };
     void gemm(const void *w, const void *x, void *y, int out, int in, float beta, bool y_fp32);
-    void fused_gemv(const void *w, const void *g, const void *beta, const void *in, int in_features, const void *bias, bool gelu, bool residual,
-                    float *y_f32, void *y_t, int out);
+    // One fused GEMV of a one-row step (kernels.hpp, fused_gemv): y (out) = W input,
+    // where the input is layer_norm(x) with g and beta, attention's slices combined, or
+    // `in` (a T vector of in_features); + bias, GELU; added to x (residual), written to
+    // y_f32 or y_t; with `pick`, y_f32's greedy pick goes into the history and the
+    // position advances.
+    struct Gemv {
+        const void *w = nullptr;
+        int out = 0;
+        const void *g = nullptr, *beta = nullptr;
+        bool attention = false;
+        const void *in = nullptr;
+        int in_features = kEmbed;
+        const void *bias = nullptr;
+        bool gelu = false, residual = false;
+        float *y_f32 = nullptr;
+        void *y_t = nullptr;
+        bool pick = false;
+    };
+    void fused_gemv(const Gemv &op);
+    // A step kernel's launch on the model's stream, programmatic where set.
+    void launch_step(const gpurt::Kernel &k, const dim3 &grid, unsigned block, std::vector<void *> args) const;
 public:
     /** One GEMM's operands, as the TunableOp's candidates take them. */
     struct GemmArgs {
@@ -116,11 +138,12 @@ private:
     gpurt::DeviceBuffer<float> pick_values_; // the greedy pick's slices (kernels.hpp, argmax_rows)
     gpurt::DeviceBuffer<int> pick_indices_;
     gpurt::DeviceBuffer<unsigned> pick_done_;
+    gpurt::DeviceBuffer<float> gemv_pick_; // the fused GEMV's greedy pick: a counter, then its blocks' pairs
     int *history_ = nullptr;
     gpurt::DeviceBuffer<char> xn_, qkv_, att_, h_;
     int rows_ = 0, max_len_ = 0;
     int position_now_ = 0; // the host's count, for step()'s bounds (a replayed graph's are the caller's)
-    gpurt::Kernel embed_, layer_norm_, bias_gelu_, fused_gemv_, attend_, argmax_, advance_, sample_top_k_;
+    gpurt::Kernel embed_, layer_norm_, bias_gelu_, fused_gemv_, fused_gemv_attention_, attend_, argmax_, advance_, sample_top_k_;
     int top_k_ = 0;
     bool fused_gemv_allowed_ = true;
     bool programmatic_ = true;
