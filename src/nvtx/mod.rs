@@ -1,13 +1,14 @@
 //! NVTX marks and ranges (`torch.cuda.nvtx`), through NVTX v3's own implementation
 //! (`shim.c`, compiled from `third_party/nvtx3`): a tool named by
 //! `NVTX_INJECTION64_PATH` (Nsight Systems, Nsight Compute, or any other) sees them
-//! as it sees any NVTX user's; with none attached, a call is a load and a branch in
-//! NVTX's code. Domains are gpurt handles, so that a stale one is refused rather
+//! as it sees any NVTX user's; with none attached, a call of the default domain is
+//! a load and a branch here, before any call into C (`no_tool`). Domains are gpurt handles, so that a stale one is refused rather
 //! than passed to a tool. `ffi` holds the C entry points.
 
 pub mod ffi;
 
 use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::error::{Error, Result};
 use crate::handle::{Handle, HandleTable, Kind};
@@ -21,6 +22,26 @@ extern "C" {
     fn gpurt_nvtx_c_range_pop(domain: *mut c_void) -> i32;
     fn gpurt_nvtx_c_range_start(domain: *mut c_void, message: *const c_char, argb: u32, category: u32) -> u64;
     fn gpurt_nvtx_c_range_end(domain: *mut c_void, id: u64);
+    static gpurt_nvtx_c_default_slots: [*const *const c_void; 3];
+}
+
+/// The default domain's entry points whose NVTX slot `no_tool` reads (shim.c's order).
+#[derive(Clone, Copy)]
+enum Slot {
+    Mark = 0,
+    Push = 1,
+    Pop = 2,
+}
+
+/// Whether a call of `slot` in domain `d` would do nothing: the default domain, and
+/// NVTX found no tool (its slot is NULL; before NVTX's first call it holds NVTX's
+/// initialiser, so that call goes through and looks for one). Another thread's first
+/// call may be writing the slot: it is read atomically.
+#[inline(always)]
+fn no_tool(d: *mut c_void, slot: Slot) -> bool {
+    // SAFETY: the slots point into NVTX's globals, alive for the process; a pointer is
+    // read as an AtomicPtr of the same size and alignment.
+    d.is_null() && unsafe { (*gpurt_nvtx_c_default_slots[slot as usize].cast::<AtomicPtr<c_void>>()).load(Ordering::Relaxed).is_null() }
 }
 
 /// What NVTX returns for a push or pop when no tool tracks the ranges.
@@ -92,6 +113,9 @@ pub fn name_category(handle: Handle, category: u32, name: &CStr) -> Result<()> {
 #[inline]
 pub fn mark(handle: Handle, event: Attributes) -> Result<()> {
     let d = domain(handle)?;
+    if no_tool(d, Slot::Mark) {
+        return Ok(());
+    }
     // SAFETY: the message is NUL-terminated and outlives the call.
     unsafe { gpurt_nvtx_c_mark(d, event.message.0, event.argb, event.category) };
     Ok(())
@@ -102,6 +126,9 @@ pub fn mark(handle: Handle, event: Attributes) -> Result<()> {
 #[inline]
 pub fn range_push(handle: Handle, event: Attributes) -> Result<i32> {
     let d = domain(handle)?;
+    if no_tool(d, Slot::Push) {
+        return Ok(GPURT_NVTX_NO_TRACKING);
+    }
     // SAFETY: as `mark`.
     Ok(unsafe { gpurt_nvtx_c_range_push(d, event.message.0, event.argb, event.category) })
 }
@@ -111,6 +138,9 @@ pub fn range_push(handle: Handle, event: Attributes) -> Result<i32> {
 #[inline]
 pub fn range_pop(handle: Handle) -> Result<i32> {
     let d = domain(handle)?;
+    if no_tool(d, Slot::Pop) {
+        return Ok(GPURT_NVTX_NO_TRACKING);
+    }
     // SAFETY: no pointer is passed but the domain, which the handle holds.
     Ok(unsafe { gpurt_nvtx_c_range_pop(d) })
 }

@@ -7,6 +7,15 @@
  * tool, the attributes are not even built. */
 #define GPURT_NVTX_TOOL(name) (NVTX_VERSIONED_IDENTIFIER(nvtxGlobals).name##_impl_fnptr != 0)
 
+/* NVTX's implementation pointers for the default domain's mark, push and pop, in
+ * that order (NULL once NVTX found no tool): the Rust side reads them first, so that
+ * a call with no tool returns without calling into C. */
+void *const *const gpurt_nvtx_c_default_slots[3] = {
+    (void *const *)&NVTX_VERSIONED_IDENTIFIER(nvtxGlobals).nvtxMarkEx_impl_fnptr,
+    (void *const *)&NVTX_VERSIONED_IDENTIFIER(nvtxGlobals).nvtxRangePushEx_impl_fnptr,
+    (void *const *)&NVTX_VERSIONED_IDENTIFIER(nvtxGlobals).nvtxRangePop_impl_fnptr,
+};
+
 /* Fills the attributes in place: a struct returned by value was copied through
  * vector registers that read back the fields just stored, a store-forwarding stall
  * that cost more than the rest of the call. */
