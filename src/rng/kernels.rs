@@ -378,10 +378,27 @@ mod tests {
         assert!(source(Distribution::Permutation, GPURT_DTYPE_I32).contains("while (x >= gpurt_n)"));
     }
 
+    /// MINUS_TWO_LOG's series near 1, in f32 as the kernel computes it, against
+    /// -2 ln(u) in f64: within its stated 1e-5 (truncation 7.6e-7, then rounding).
+    #[test]
+    fn the_normal_fill_series_near_one_is_within_its_bound() {
+        let series = |v: f32| 2.0 * v * (1.0 + v * (0.5 + v * (0.333_333_34 + v * 0.25)));
+        let mut worst = 0f64;
+        for k in (1..=1u32 << 18).step_by(7).chain([1 << 18]) {
+            let v = k as f32 / (1u32 << 24) as f32; // u = 1 - v, a multiple of 2^-24, up to v = 2^-6
+            let exact = -2.0 * (1.0 - v as f64).ln();
+            worst = worst.max(((series(v) as f64) - exact).abs() / exact);
+        }
+        assert!(worst < 1e-6, "worst relative error {worst:e}");
+    }
+
     #[test]
     fn the_sources_name_their_stores_and_the_reference_follows_the_offset() {
         let f16 = source(Distribution::Normal { mean: 0.0, std: 1.0 }, GPURT_DTYPE_F16);
-        assert!(f16.contains("gpurt_store_f16(x)") && f16.contains("alignas(8)") && f16.contains("sincospif"));
+        assert!(f16.contains("gpurt_store_f16(x)") && f16.contains("alignas(8)") && f16.contains("gpurt_minus_two_log(u1)"));
+        assert!(f16.contains("sin.approx.ftz.f32") && !f16.contains("sincospif"));
+        let f64_normal = source(Distribution::Normal { mean: 0.0, std: 1.0 }, GPURT_DTYPE_F64);
+        assert!(f64_normal.contains("sincospi(") && f64_normal.contains("log(u1)"), "f64 normals keep the accurate functions");
         let wide = source(Distribution::Integers { low: -5, range: 1 << 40 }, GPURT_DTYPE_I64);
         assert!(wide.contains("alignas(16)") && wide.contains("% gpurt_c"));
         let all = reference(Distribution::Uniform, GPURT_DTYPE_F32, 10, 42, 0);
