@@ -95,6 +95,9 @@ const REQUIRED: &[&str] = &[
     "cuMemUnmap",
     "cuMemSetAccess",
     "cuMemGetAllocationGranularity",
+    "cuMemRetainAllocationHandle",
+    "cuMemExportToShareableHandle",
+    "cuMemImportFromShareableHandle",
 ];
 
 static INIT: OnceLock<Result<()>> = OnceLock::new();

@@ -10,6 +10,7 @@
 
 use libc::{c_int, c_void};
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use cudarc::driver::sys;
@@ -25,11 +26,14 @@ pub struct DriverSource {
     device: i32,
     /// The unit of expandable segments' mappings, asked of the driver once.
     granularity: OnceLock<u64>,
+    /// Set once the driver refused memory that another process may import: later
+    /// mappings are made without, and their blocks cannot be exported.
+    unshareable: AtomicBool,
 }
 
 impl DriverSource {
     pub(crate) fn new(device: i32) -> DriverSource {
-        DriverSource { device, granularity: OnceLock::new() }
+        DriverSource { device, granularity: OnceLock::new(), unshareable: AtomicBool::new(false) }
     }
 
     pub(crate) fn device(&self) -> i32 {
@@ -45,12 +49,33 @@ impl DriverSource {
         })
     }
 
-    fn allocation_prop(&self) -> sys::CUmemAllocationProp {
+    /// Device memory; `shareable`: exportable as a POSIX file descriptor (IPC of
+    /// expandable segments' blocks, `crate::ipc`), as PyTorch makes its chunks.
+    fn allocation_prop(&self, shareable: bool) -> sys::CUmemAllocationProp {
         let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
         prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
         prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
         prop.location.id = self.device;
+        if shareable {
+            prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        }
         prop
+    }
+
+    /// Physical memory for a mapping: shareable unless the driver refused that once
+    /// (then, and from then on, plain).
+    fn create_physical(&self, size: u64) -> Result<sys::CUmemGenericAllocationHandle> {
+        let mut handle = 0;
+        if !self.unshareable.load(Ordering::Relaxed) {
+            let code = unsafe { sys::cuMemCreate(&mut handle, size as usize, &self.allocation_prop(true), 0) };
+            match code {
+                sys::CUresult::CUDA_SUCCESS => return Ok(handle),
+                sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => return check(code, "cuMemCreate").map(|_| handle),
+                _ => self.unshareable.store(true, Ordering::Relaxed),
+            }
+        }
+        check(unsafe { sys::cuMemCreate(&mut handle, size as usize, &self.allocation_prop(false), 0) }, "cuMemCreate")?;
+        Ok(handle)
     }
 }
 
@@ -114,9 +139,8 @@ impl SegmentSource for DriverSource {
     /// The allocation handle is released at once: the mapping keeps the memory.
     fn map(&self, addr: u64, size: u64) -> Result<()> {
         device::with_device(self.device, || {
-            let prop = self.allocation_prop();
-            let mut handle = 0;
-            check(unsafe { sys::cuMemCreate(&mut handle, size as usize, &prop, 0) }, "cuMemCreate")?;
+            let prop = self.allocation_prop(false);
+            let handle = self.create_physical(size)?;
             let mapped = check(unsafe { sys::cuMemMap(addr, size as usize, 0, handle, 0) }, "cuMemMap");
             unsafe { sys::cuMemRelease(handle) };
             mapped?;
@@ -137,7 +161,7 @@ impl SegmentSource for DriverSource {
     }
     fn map_granularity(&self) -> u64 {
         *self.granularity.get_or_init(|| {
-            let prop = self.allocation_prop();
+            let prop = self.allocation_prop(false);
             let mut granularity = 0;
             let option = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
             let code = unsafe { sys::cuMemGetAllocationGranularity(&mut granularity, &prop, option) };

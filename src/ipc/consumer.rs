@@ -1,13 +1,15 @@
 //! The consumer's side: opening exported blocks, each segment mapped once however
-//! many of its blocks are open, and each hold marked in the producer's table.
+//! many of its blocks are open (an expandable segment's block: its own mappings),
+//! and each hold marked in the producer's table.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
 use super::holders::{table_name, ClaimError, HolderTable, Process, HOLDERS};
-use super::ExportedBlock;
+use super::{chunks, ExportedBlock, Memory};
 use crate::boundary::lock;
 use crate::device;
 use crate::driver::check;
@@ -19,10 +21,29 @@ struct Mapping {
     device: i32,
     /// Blocks of it open here.
     blocks: u32,
+    /// For an expandable segment's block, the mappings imported for it.
+    imported: Option<chunks::Imported>,
+}
+
+/// What a mapping here is of: a segment (by its driver IPC handle), or the mappings
+/// of one export of an expandable segment's block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum MappingKey {
+    Segment([u8; 64]),
+    Export { producer: Process, slot: u32, generation: u64 },
+}
+
+impl MappingKey {
+    fn of(block: &ExportedBlock) -> MappingKey {
+        match block.memory {
+            Memory::Segment(handle) => MappingKey::Segment(handle),
+            Memory::Mappings { .. } => MappingKey::Export { producer: block.producer, slot: block.slot, generation: block.generation },
+        }
+    }
 }
 
 struct OpenBlock {
-    segment: [u8; 64],
+    segment: MappingKey,
     table: Arc<HolderTable>,
     producer: Process,
     slot: u32,
@@ -33,8 +54,7 @@ struct OpenBlock {
 
 #[derive(Default)]
 struct Consumer {
-    /// By the segment's driver IPC handle.
-    mappings: HashMap<[u8; 64], Mapping>,
+    mappings: HashMap<MappingKey, Mapping>,
     /// By address here.
     blocks: HashMap<u64, OpenBlock>,
     tables: HashMap<Process, Arc<HolderTable>>,
@@ -69,19 +89,26 @@ impl Consumer {
         }
     }
 
-    /// The address of the segment here, mapped on first use.
-    fn map(&mut self, segment: &[u8; 64], device: i32) -> Result<&mut Mapping> {
-        if !self.mappings.contains_key(segment) {
-            let base = device::with_device(device, || {
+    /// The address of the block's memory here, mapped on first use.
+    fn map(&mut self, block: &ExportedBlock, device: i32) -> Result<&mut Mapping> {
+        let entry = match self.mappings.entry(MappingKey::of(block)) {
+            Entry::Occupied(mapped) => return Ok(mapped.into_mut()),
+            Entry::Vacant(entry) => entry,
+        };
+        let mapping = match block.memory {
+            Memory::Segment(segment) => device::with_device(device, || {
                 let handle = sys::CUipcMemHandle { reserved: segment.map(|b| b as _) };
                 let mut base = 0;
                 let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
                 check(unsafe { sys::cuIpcOpenMemHandle_v2(&mut base, handle, flags) }, "cuIpcOpenMemHandle")?;
-                Ok(base)
-            })?;
-            self.mappings.insert(*segment, Mapping { base, device, blocks: 0 });
-        }
-        Ok(self.mappings.get_mut(segment).expect("inserted above"))
+                Ok(Mapping { base, device, blocks: 0, imported: None })
+            })?,
+            Memory::Mappings { list_fd, count } => {
+                let imported = chunks::import(device, block.producer, list_fd, count)?;
+                Mapping { base: imported.base, device, blocks: 0, imported: Some(imported) }
+            }
+        };
+        Ok(entry.insert(mapping))
     }
 }
 
@@ -93,7 +120,7 @@ pub fn open(block: &ExportedBlock) -> Result<u64> {
     }
     let mut guard = lock(&CONSUMER);
     let consumer = guard.get_or_insert_with(Consumer::default);
-    if let Some(mapping) = consumer.mappings.get(&block.driver_handle) {
+    if let Some(mapping) = consumer.mappings.get(&MappingKey::of(block)) {
         let ptr = mapping.base + block.offset;
         if let Some(open) = consumer.blocks.get_mut(&ptr) {
             if (open.producer, open.slot, open.generation) != (block.producer, block.slot, block.generation) {
@@ -114,7 +141,7 @@ pub fn open(block: &ExportedBlock) -> Result<u64> {
             ClaimError::Full => Error::not_supported(format!("{HOLDERS} processes hold the block already, the most one block may have")),
         });
     }
-    let mapping = match consumer.map(&block.driver_handle, device) {
+    let mapping = match consumer.map(block, device) {
         Ok(mapping) => mapping,
         Err(e) => {
             let _ = table.release(block.slot, me);
@@ -125,7 +152,7 @@ pub fn open(block: &ExportedBlock) -> Result<u64> {
     };
     mapping.blocks += 1;
     let ptr = mapping.base + block.offset;
-    let open = OpenBlock { segment: block.driver_handle, table, producer: block.producer, slot: block.slot, generation: block.generation, opens: 1 };
+    let open = OpenBlock { segment: MappingKey::of(block), table, producer: block.producer, slot: block.slot, generation: block.generation, opens: 1 };
     consumer.blocks.insert(ptr, open);
     Ok(ptr)
 }
@@ -151,8 +178,14 @@ pub fn close(ptr: u64) -> Result<()> {
     let mapping = consumer.mappings.get_mut(&open.segment).expect("open blocks keep their mapping");
     mapping.blocks -= 1;
     if mapping.blocks == 0 {
-        let Mapping { base, device, .. } = consumer.mappings.remove(&open.segment).expect("found above");
-        device::with_device(device, || check(unsafe { sys::cuIpcCloseMemHandle(base) }, "cuIpcCloseMemHandle"))?;
+        let Mapping { base, device, imported, .. } = consumer.mappings.remove(&open.segment).expect("found above");
+        device::with_device(device, || match &imported {
+            Some(imported) => {
+                chunks::unmap(imported);
+                Ok(())
+            }
+            None => check(unsafe { sys::cuIpcCloseMemHandle(base) }, "cuIpcCloseMemHandle"),
+        })?;
     }
     Ok(())
 }

@@ -2,15 +2,18 @@
 //! `share_memory_` of CUDA tensors and `ipc_collect`, cupy's `ipcGetMemHandle`).
 //!
 //! The producer exports a live block (`producer`): the handle names the block's
-//! segment by its driver IPC handle, the block's offset and size in it, the device
-//! by UUID, and a slot of the producer's holder table (`holders`). A consumer
-//! (`consumer`) opens each segment once and marks its hold in the slot. The
+//! memory (a `cuMemAlloc` segment by its driver IPC handle; in an expandable
+//! segment, the physical mappings it lies on, shared as file descriptors by
+//! `chunks`), the block's offset and size in it, the device by UUID, and a slot of
+//! the producer's holder table (`holders`). A consumer (`consumer`) maps each
+//! segment once, or an expandable block's mappings, and marks its hold in the slot. The
 //! producer's free of a block that a consumer holds keeps it allocated;
 //! `gpurt_ipc_collect` frees it once every holder has closed it or died.
 //!
 //! Above `alloc` (which asks the producer, through its keeper hook, whether a freed
 //! block must stay) and `device`; nothing below imports it.
 
+pub mod chunks;
 pub mod consumer;
 pub mod ffi;
 pub mod holders;
@@ -24,7 +27,7 @@ use crate::error::{Error, Result};
 pub const GPURT_IPC_HANDLE_SIZE: usize = 256;
 
 const MAGIC: [u8; 8] = *b"gpurtIPC";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// What a handle says, in a fixed little-endian layout (any process of the same
 /// boot reads it, whatever build of gpurt made it, as long as the version matches).
@@ -34,12 +37,46 @@ pub struct ExportedBlock {
     pub boot: [u8; 16],
     pub producer: Process,
     pub device_uuid: [u8; 16],
-    /// The segment's `cuIpcGetMemHandle`.
-    pub driver_handle: [u8; 64],
+    pub memory: Memory,
+    /// The block's offset in its memory (the segment, or the first mapping).
     pub offset: u64,
     pub size: u64,
     pub slot: u32,
     pub generation: u64,
+}
+
+/// Where an exported block's memory is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Memory {
+    /// A `cuMemAlloc` segment, by its `cuIpcGetMemHandle`.
+    Segment([u8; 64]),
+    /// Mappings of an expandable segment: the producer's descriptor of their list
+    /// (`chunks`), and how many.
+    Mappings { list_fd: i32, count: u32 },
+}
+
+impl Memory {
+    fn encode(&self) -> [u8; 65] {
+        let mut bytes = [0; 65];
+        match self {
+            Memory::Segment(handle) => bytes[1..].copy_from_slice(handle),
+            Memory::Mappings { list_fd, count } => {
+                bytes[0] = 1;
+                bytes[1..5].copy_from_slice(&list_fd.to_le_bytes());
+                bytes[5..9].copy_from_slice(&count.to_le_bytes());
+            }
+        }
+        bytes
+    }
+
+    fn decode(bytes: [u8; 65]) -> Result<Memory> {
+        let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        match bytes[0] {
+            0 => Ok(Memory::Segment(bytes[1..].try_into().expect("64 bytes"))),
+            1 => Ok(Memory::Mappings { list_fd: word(1) as i32, count: word(5) }),
+            kind => Err(Error::invalid_handle(format!("a gpurt IPC handle of an unknown kind of memory ({kind})"))),
+        }
+    }
 }
 
 /// Reads and writes fields in turn.
@@ -70,7 +107,7 @@ impl ExportedBlock {
         c.put(&self.producer.pid.to_le_bytes());
         c.put(&self.producer.start.to_le_bytes());
         c.put(&self.device_uuid);
-        c.put(&self.driver_handle);
+        c.put(&self.memory.encode());
         c.put(&self.offset.to_le_bytes());
         c.put(&self.size.to_le_bytes());
         c.put(&self.slot.to_le_bytes());
@@ -93,7 +130,7 @@ impl ExportedBlock {
             boot: c.take(),
             producer: Process { pid: u32::from_le_bytes(c.take()), start: u64::from_le_bytes(c.take()) },
             device_uuid: c.take(),
-            driver_handle: c.take(),
+            memory: Memory::decode(c.take())?,
             offset: u64::from_le_bytes(c.take()),
             size: u64::from_le_bytes(c.take()),
             slot: u32::from_le_bytes(c.take()),
@@ -132,7 +169,7 @@ mod tests {
             boot: boot_id().unwrap(),
             producer: Process { pid: 4242, start: 987_654_321 },
             device_uuid: [7; 16],
-            driver_handle: std::array::from_fn(|i| i as u8),
+            memory: Memory::Segment(std::array::from_fn(|i| i as u8)),
             offset: 3 << 20,
             size: 12345,
             slot: 65535,
@@ -144,6 +181,11 @@ mod tests {
     fn a_handle_reads_back_what_was_written() {
         let b = block();
         assert_eq!(ExportedBlock::decode(&b.encode()).unwrap(), b);
+        let mapped = ExportedBlock { memory: Memory::Mappings { list_fd: 1023, count: 70_000 }, ..block() };
+        assert_eq!(ExportedBlock::decode(&mapped.encode()).unwrap(), mapped);
+        let mut unknown = mapped.encode();
+        unknown[56] = 7; // the memory's kind, after mark, version, boot, process and device
+        assert!(ExportedBlock::decode(&unknown).unwrap_err().to_string().contains("unknown kind of memory (7)"));
     }
 
     #[test]

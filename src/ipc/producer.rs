@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use cudarc::driver::sys;
 
 use super::holders::{remove_stale_tables, table_name, HolderTable, Process, SLOTS};
-use super::{boot_id, ExportedBlock};
+use super::{boot_id, chunks, ExportedBlock, Memory};
 use crate::alloc::device as pools;
 use crate::boundary::lock;
 use crate::device;
@@ -18,6 +18,10 @@ struct Export {
     slot: u32,
     generation: u64,
     size: u64,
+    memory: Memory,
+    offset: u64,
+    /// An expandable segment's block: its mappings' descriptors, open while exported.
+    _shared: Option<chunks::Shared>,
     /// Freed by this process, kept for its holders.
     freed: bool,
 }
@@ -83,34 +87,39 @@ fn producer(slot: &mut Option<Producer>) -> Result<&mut Producer> {
 pub fn export(ptr: u64) -> Result<ExportedBlock> {
     let (boot, me) = (boot_id()?, Process::current()?);
     let (device, place) = pools::place(ptr)?;
-    if place.expandable {
-        return Err(Error::not_supported(format!(
-            "{ptr:#x} lies in an expandable segment, which gpurt does not export: \
-             allocate shared blocks with expandable_segments:False (GPURT_ALLOC_CONF, or a pool's config)"
-        )));
-    }
-    let driver_handle = device::with_device(device, || {
-        let mut handle = sys::CUipcMemHandle { reserved: [0; 64] };
-        check(unsafe { sys::cuIpcGetMemHandle(&mut handle, place.segment) }, "cuIpcGetMemHandle").map_err(|e| {
-            e.context("exporting a block needs a segment from cuMemAlloc (the default pool, or a pool over the driver upstream)")
-        })?;
-        Ok(handle.reserved.map(|b| b as u8))
-    })?;
     let device_uuid = device::uuid(device)?;
     let mut guard = lock(&PRODUCER);
     let producer = producer(&mut guard)?;
-    let (slot, generation) = match producer.exports.get(&ptr) {
-        Some(export) if export.freed => return Err(freed_already(ptr)),
-        Some(export) => (export.slot, export.generation),
-        None => {
-            let slot = producer.take_slot()?;
-            let generation = producer.table.export(slot)?;
-            producer.exports.insert(ptr, Export { slot, generation, size: place.size, freed: false });
-            pools::keeping(true);
-            (slot, generation)
+    let block = |e: &Export| ExportedBlock { boot, producer: me, device_uuid, memory: e.memory, offset: e.offset, size: e.size, slot: e.slot, generation: e.generation };
+    if let Some(export) = producer.exports.get(&ptr) {
+        return if export.freed { Err(freed_already(ptr)) } else { Ok(block(export)) };
+    }
+    let (memory, offset, shared) = match place.mappings.first() {
+        Some(&(first, _)) => {
+            let shared = chunks::share(device, &place.mappings)?;
+            let (list_fd, count) = shared.list();
+            (Memory::Mappings { list_fd, count }, ptr - first, Some(shared))
         }
+        None => (Memory::Segment(segment_handle(device, place.segment)?), ptr - place.segment, None),
     };
-    Ok(ExportedBlock { boot, producer: me, device_uuid, driver_handle, offset: ptr - place.segment, size: place.size, slot, generation })
+    let slot = producer.take_slot()?;
+    let generation = producer.table.export(slot)?;
+    let export = Export { slot, generation, size: place.size, memory, offset, _shared: shared, freed: false };
+    let exported = block(&export);
+    producer.exports.insert(ptr, export);
+    pools::keeping(true);
+    Ok(exported)
+}
+
+/// The driver IPC handle of a `cuMemAlloc` segment.
+fn segment_handle(device: i32, segment: u64) -> Result<[u8; 64]> {
+    device::with_device(device, || {
+        let mut handle = sys::CUipcMemHandle { reserved: [0; 64] };
+        check(unsafe { sys::cuIpcGetMemHandle(&mut handle, segment) }, "cuIpcGetMemHandle").map_err(|e| {
+            e.context("exporting a block needs a segment from cuMemAlloc (the default pool, or a pool over the driver upstream)")
+        })?;
+        Ok(handle.reserved.map(|b| b as u8))
+    })
 }
 
 fn freed_already(ptr: u64) -> Error {

@@ -5,7 +5,9 @@
  * simulator (work "completes" when queued); it lets CI run the GPU-present code
  * paths of the C ABI test, and measures gpurt's own CPU cost per call in the
  * benchmarks (the driver's share here is a few ns). */
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -276,3 +278,34 @@ CUresult cuMemUnmap(unsigned long long p, size_t size) {
 }
 CUresult cuMemSetAccess(unsigned long long p, size_t size, const void *desc, size_t n) { (void)p; (void)size; (void)desc; (void)n; return 0; }
 CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) { (void)prop; (void)option; *g = 2u << 20; return 0; }
+/* Shareable physical memory (expandable segments' IPC): an export is a real
+ * descriptor (of /dev/null), so that the consumer's pidfd_getfd runs for real; an
+ * import checks that it was given an open descriptor. Only the POSIX-descriptor
+ * handle type (1) is offered. */
+static int is_mapped(unsigned long long p) {
+    int i, found = 0;
+    pthread_mutex_lock(&maps_lock);
+    for (i = 0; i < 16384 && !found; i++) found = maps[i].size != 0 && maps[i].addr <= p && p < maps[i].addr + maps[i].size;
+    pthread_mutex_unlock(&maps_lock);
+    return found;
+}
+CUresult cuMemRetainAllocationHandle(unsigned long long *h, void *addr) {
+    if (!is_mapped((unsigned long long)(uintptr_t)addr)) return 1; /* CUDA_ERROR_INVALID_VALUE */
+    *h = 1;
+    return 0;
+}
+CUresult cuMemExportToShareableHandle(void *out, unsigned long long h, int type, unsigned long long f) {
+    int fd;
+    (void)h; (void)f;
+    INJECT("cuMemExportToShareableHandle", UNKNOWN);
+    if (type != 1) return 1;
+    fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 2;
+    *(int *)out = fd;
+    return 0;
+}
+CUresult cuMemImportFromShareableHandle(unsigned long long *h, void *os_handle, int type) {
+    if (type != 1 || fcntl((int)(intptr_t)os_handle, F_GETFD) < 0) return 1;
+    *h = 2;
+    return 0;
+}

@@ -167,6 +167,10 @@ fn each_pool_keeps_its_own_configuration_and_out_of_memory_is_clean() {
     assert_eq!(expandable.allocator().source().mapped_bytes(), 4 * MIB + 8 * MIB, "the first block's granules, then a step");
     let c = plain.allocator().malloc(3 * MIB, 1).unwrap();
     assert_eq!(plain.allocator().source().mapped_bytes(), 0, "the other pool keeps plain segments");
+    let mappings = |pool: &Arc<MemPool<HostSource>>, addr| pool.allocator().try_place(addr).unwrap().unwrap().mappings;
+    assert_eq!(mappings(&expandable, a), [(a, 4 * MIB)], "an IPC export shares the mappings a block lies on");
+    assert_eq!(mappings(&expandable, b), [(a, 4 * MIB), (a + 4 * MIB, 8 * MIB)], "a block across a step lies on both");
+    assert!(mappings(&plain, c).is_empty(), "a plain segment has no mappings");
     let before = plain.allocator().stats();
     let err = plain.allocator().malloc(100 * MIB, 1).unwrap_err();
     assert_eq!(err.status, Status::GPURT_ERROR_OUT_OF_MEMORY);

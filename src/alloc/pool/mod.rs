@@ -291,7 +291,7 @@ struct Segment {
 }
 
 /// Where a live block lies: its segment, as an IPC export names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockPlace {
     pub size: u64,
     /// The segment's start (for a driver segment, what `cuMemAlloc` returned).
@@ -299,6 +299,9 @@ pub struct BlockPlace {
     pub segment_size: u64,
     /// Whether the segment is an expandable one (memory mapped into reserved addresses).
     pub expandable: bool,
+    /// In an expandable segment, the mappings (start, size) the block lies on, in
+    /// address order: each one physical allocation, which an export shares whole.
+    pub mappings: Vec<(u64, u64)>,
 }
 
 /// A caching pool: one shard of an allocator, holding the segments it took from the
@@ -793,13 +796,14 @@ impl<S: SegmentSource> Pool<S> {
             while self.blocks[first].prev != NO_BLOCK {
                 first = self.blocks[first].prev;
             }
-            let segment = self.blocks[first].addr;
-            BlockPlace {
-                size: self.blocks[id].size,
-                segment,
-                segment_size: self.segments[&segment].size,
-                expandable: self.expandable.values().any(|e| e.base == segment),
-            }
+            let (segment, addr, size) = (self.blocks[first].addr, self.blocks[id].addr, self.blocks[id].size);
+            let segment_size = self.segments[&segment].size;
+            let expandable = self.expandable.values().find(|e| e.base == segment);
+            let mappings = expandable.map_or_else(Vec::new, |e| {
+                let ends = e.maps.iter().skip(1).copied().chain([segment + segment_size]);
+                e.maps.iter().zip(ends).filter(|&(&start, end)| start < addr + size && addr < end).map(|(&start, end)| (start, end - start)).collect()
+            });
+            BlockPlace { size, segment, segment_size, expandable: expandable.is_some(), mappings }
         }))
     }
 
