@@ -96,6 +96,22 @@ def llm_generate(batch=8, prompt=96, new_tokens=192, d=768, heads=12, layers=12,
     return tokens
 
 
+def gpt2_generate_sampled(calls=12, new_tokens=64):
+    """transformers' GPT-2 (124M, fp16) sampling (top-k 50) for prompts of 1 to 8 rows
+    and 32 to 500 tokens, one generate call after another: a decode loop whose peak is
+    a few hundred MiB."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    model = GPT2LMHeadModel(GPT2Config()).cuda().half().eval()
+    rng = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for _ in range(calls):
+            rows = int(torch.randint(1, 9, (1,), generator=rng))
+            length = int(torch.randint(32, 501, (1,), generator=rng))
+            prompt = torch.randint(0, 50257, (rows, length), generator=rng).cuda()
+            model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=True, top_k=50,
+                           max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)
+
+
 def encoder_varlen(batch=32, steps=40):
     layer = nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)
     model = nn.TransformerEncoder(layer, 6, enable_nested_tensor=False).cuda()
@@ -166,6 +182,7 @@ WORKLOADS = {
     "cnn_train_b128": lambda: cnn_train(128),
     "cnn_train_b256": lambda: cnn_train(256),
     "llm_generate": llm_generate,
+    "gpt2_generate_sampled": gpt2_generate_sampled,
     "encoder_varlen": encoder_varlen,
     "resnet50_train_b64": resnet50_deterministic,
 }
