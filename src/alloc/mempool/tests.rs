@@ -157,6 +157,29 @@ fn a_pool_with_live_allocations_or_pushed_is_not_destroyed() {
 }
 
 #[test]
+fn an_expandable_segment_past_its_cold_start_grows_by_smaller_steps() {
+    let pools = MemPools::<HostSource>::default();
+    let grown = |quiet: bool| {
+        let pool = pools.create(0, HostSource::new(1 << 40), config("expandable_segments:True"), 0);
+        let (a, b) = (pool.allocator().malloc(3 * MIB, 1).unwrap(), pool.allocator().malloc(3 * MIB, 1).unwrap());
+        assert_eq!(pool.allocator().source().mapped_bytes(), 12 * MIB, "4 MiB, then a cold step of 8");
+        for _ in 0..if quiet { 999 } else { 998 } {
+            let x = pool.allocator().malloc(4096, 1).unwrap();
+            pool.allocator().free(x).unwrap();
+        }
+        let c = pool.allocator().malloc(9 * MIB, 1).unwrap(); // 3 MiB past the free 6
+        let mapped = pool.allocator().source().mapped_bytes();
+        for addr in [a, b, c] {
+            pool.allocator().free(addr).unwrap();
+        }
+        pool.allocator().check_invariants().unwrap();
+        mapped
+    };
+    assert_eq!(grown(false), 20 * MIB, "999 allocations since the last step (b's, then 998): still a cold step of 8 MiB");
+    assert_eq!(grown(true), 16 * MIB, "1 000: a quiet step (12 MiB / 32, at least 2 MiB), less than the 4 MiB needed, so 4");
+}
+
+#[test]
 fn each_pool_keeps_its_own_configuration_and_out_of_memory_is_clean() {
     let pools = MemPools::<HostSource>::default();
     let expandable = pools.create(0, HostSource::new(1 << 40), config("expandable_segments:True"), 0);
