@@ -67,9 +67,11 @@ fn export_mapping(start: u64) -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// A producer's mappings, imported and mapped here in order from `base`.
+/// A producer's mappings, imported and mapped here in order from `base`, in an
+/// address range of `reserved` bytes.
 pub struct Imported {
     pub base: u64,
+    reserved: u64,
     sizes: Vec<u64>,
 }
 
@@ -78,6 +80,11 @@ pub struct Imported {
 pub fn import(device: i32, producer: Process, list_fd: i32, count: u32) -> Result<Imported> {
     let pidfd = pidfd_open(producer)?;
     let list = File::from(pidfd_getfd(&pidfd, list_fd)?);
+    // The count is the handle's (any bytes); the list's length is the exporter's.
+    let length = list.metadata().map(|m| m.len()).unwrap_or(0);
+    if count == 0 || length != (ENTRY as u64) * count as u64 {
+        return Err(Error::invalid_handle(format!("the handle names {count} mappings, the exporter's list {}: not this export's handle", length / ENTRY as u64)));
+    }
     let mut bytes = vec![0; ENTRY * count as usize];
     list.read_exact_at(&mut bytes, 0).map_err(|e| Error::invalid_handle(format!("reading the exporter's list of mappings: {e}")))?;
     let entries: Vec<(i32, u64)> =
@@ -106,7 +113,7 @@ fn map_in_order(device: i32, handles: &[sys::CUmemGenericAllocationHandle], entr
     let total: u64 = sizes.iter().sum();
     let mut base = 0;
     check(unsafe { sys::cuMemAddressReserve(&mut base, total as usize, 0, 0, 0) }, "cuMemAddressReserve")?;
-    let mut imported = Imported { base, sizes: Vec::with_capacity(sizes.len()) };
+    let mut imported = Imported { base, reserved: total, sizes: Vec::with_capacity(sizes.len()) };
     let mut at = base;
     for (&handle, &size) in handles.iter().zip(&sizes) {
         if let Err(e) = check(unsafe { sys::cuMemMap(at, size as usize, 0, handle, 0) }, "cuMemMap") {
@@ -134,8 +141,7 @@ pub fn unmap(imported: &Imported) {
         unsafe { sys::cuMemUnmap(at, size as usize) };
         at += size;
     }
-    let reserved: u64 = imported.sizes.iter().sum();
-    unsafe { sys::cuMemAddressFree(imported.base, reserved.max(1) as usize) };
+    unsafe { sys::cuMemAddressFree(imported.base, imported.reserved as usize) };
 }
 
 fn os_error(call: &str) -> Error {

@@ -224,7 +224,7 @@ static void expandable_block(Child *child, uint64_t seed, int real) {
     const size_t bytes = 5 * 1000 * 1000 + 3;
     gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
     gpurt_mem_pool_t pool = NULL;
-    gpurt_ipc_mem_handle_t h, again;
+    gpurt_ipc_mem_handle_t h, again, bad;
     void *first = NULL, *block;
     unsigned long long in_child = 0, again_in_child = 0;
     Child doomed;
@@ -236,6 +236,9 @@ static void expandable_block(Child *child, uint64_t seed, int real) {
     EXPECT(gpurt_ipc_mem_handle(block, &again), GPURT_SUCCESS);
     CHECK(memcmp(&h, &again, sizeof h) == 0, "exporting an expandable block twice gives the same handle");
     prctl(PR_SET_PTRACER, (unsigned long)child->pid, 0, 0, 0); /* where Yama asks for it; harmless elsewhere */
+    bad = h;
+    bad.bytes[61] ^= 0x40; /* the count of mappings (after the memory's kind and the list's descriptor) */
+    CHECK(reopen_in(child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "a count of mappings that is not the export's list's");
     CHECK(open_in(child, &h, bytes, seed, &in_child) == 0, "the consumer opens an expandable segment's block and reads its bytes exactly");
     if (real) CHECK(sees_consumer_change(block, bytes, seed), "the producer sees what the consumer wrote into the expandable block");
     CHECK(reopen_in(child, &h, &again_in_child) == 0 && again_in_child == in_child, "the same handle opens at the same address");
