@@ -305,7 +305,7 @@ pub fn launch(fill: &Fill, draw: Draw, stream: Handle) -> Result<()> {
     let kernel = crate::kernel::rtc::get_kernel_by_recipe(s.device(), &recipe, KERNEL_NAME, generate)?;
     let (a, c) = distribution.parameters();
     let mut values = [out, n, draw.seed, draw.offset, draw.cell, a, c];
-    let mut args: Vec<*mut libc::c_void> = values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
+    let mut args: [*mut libc::c_void; 7] = values.each_mut().map(|v| (v as *mut u64).cast());
     let blocks = distribution.threads(dtype, n).div_ceil(BLOCK as u64).min(MAX_BLOCKS) as u32;
     let shape = crate::kernel::LaunchShape::plain([blocks, 1, 1], [BLOCK, 1, 1]);
     // SAFETY: one pointer per kernel parameter (the output and cell are device
