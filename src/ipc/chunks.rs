@@ -61,7 +61,10 @@ fn export_mapping(start: u64) -> Result<OwnedFd> {
     let exported = check(unsafe { sys::cuMemExportToShareableHandle((&mut fd as *mut c_int).cast(), handle, POSIX_FD, 0) }, "cuMemExportToShareableHandle");
     unsafe { sys::cuMemRelease(handle) };
     exported.map_err(|e| {
-        e.context("the block's memory cannot be shared: the driver refused shareable (POSIX descriptor) memory when it was mapped; allocate shared blocks with expandable_segments:False")
+        e.context(
+            "exporting the block's memory as a POSIX descriptor (memory mapped while the driver refused shareable memory cannot be: \
+             allocate shared blocks with expandable_segments:False)",
+        )
     })?;
     // SAFETY: the driver made this descriptor for us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
