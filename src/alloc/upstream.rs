@@ -70,7 +70,7 @@ impl DriverSource {
             let code = unsafe { sys::cuMemCreate(&mut handle, size as usize, &self.allocation_prop(true), 0) };
             match code {
                 sys::CUresult::CUDA_SUCCESS => return Ok(handle),
-                sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => return check(code, "cuMemCreate").map(|_| handle),
+                sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => check(code, "cuMemCreate")?,
                 _ => self.unshareable.store(true, Ordering::Relaxed),
             }
         }

@@ -113,7 +113,7 @@ pub fn import(device: i32, producer: Process, list_fd: i32, count: u32) -> Resul
 /// Reserves a range for the mappings and maps each in order; on failure, undoes it.
 fn map_in_order(device: i32, handles: &[sys::CUmemGenericAllocationHandle], entries: &[(i32, u64)]) -> Result<Imported> {
     let sizes: Vec<u64> = entries.iter().map(|&(_, size)| size).collect();
-    let total: u64 = sizes.iter().sum();
+    let total = sizes.iter().try_fold(0u64, |sum, &size| sum.checked_add(size)).ok_or_else(|| Error::invalid_handle("the exporter's mappings add up past 2^64 bytes"))?;
     let mut base = 0;
     check(unsafe { sys::cuMemAddressReserve(&mut base, total as usize, 0, 0, 0) }, "cuMemAddressReserve")?;
     let mut imported = Imported { base, reserved: total, sizes: Vec::with_capacity(sizes.len()) };

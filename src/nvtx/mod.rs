@@ -2,8 +2,9 @@
 //! (`shim.c`, compiled from `third_party/nvtx3`): a tool named by
 //! `NVTX_INJECTION64_PATH` (Nsight Systems, Nsight Compute, or any other) sees them
 //! as it sees any NVTX user's; with none attached, a call of the default domain is
-//! a load and a branch here, before any call into C (`no_tool`). Domains are gpurt handles, so that a stale one is refused rather
-//! than passed to a tool. `ffi` holds the C entry points.
+//! a load and a branch here, before any call into C (`no_tool`). Domains are gpurt
+//! handles, so that a stale one is refused rather than passed to a tool. `ffi` holds
+//! the C entry points.
 
 pub mod ffi;
 

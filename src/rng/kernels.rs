@@ -196,6 +196,8 @@ pub fn source(distribution: Distribution, dtype: gpurt_dtype_t) -> String {
     let per = distribution.per_block(dtype);
     let vector_bytes = per * dtype.size();
     let one = |k: usize, value: &str, compute: &str| format!("        {{ const {compute} x = {value}; gpurt_v.s[{k}] = {store}; }}\n");
+    // Only the f32 normal fill calls it.
+    let minus_two_log = if matches!((distribution, wide), (Distribution::Normal { .. }, false)) { MINUS_TWO_LOG } else { "" };
     let values: String = match (distribution, wide) {
         (Distribution::Uniform, false) => {
             let (shift, scale) = match dtype {
@@ -250,7 +252,7 @@ pub fn source(distribution: Distribution, dtype: gpurt_dtype_t) -> String {
     let words = vector_bytes / 4;
     let vector_fields: String = (0..words).map(|i| format!("unsigned int v{i}; ")).collect();
     format!(
-        "{CONVERSIONS}{PHILOX}{MINUS_TWO_LOG}\n\
+        "{CONVERSIONS}{PHILOX}{minus_two_log}\n\
          struct alignas({vector_bytes}) gpurt_vec {{ {vector_fields}}};\n\
          union gpurt_block {{ {storage} s[{per}]; gpurt_vec v; }};\n\
          extern \"C\" __global__ void {KERNEL_NAME}({storage}* __restrict__ gpurt_out, unsigned long long gpurt_n, unsigned long long gpurt_seed,\n\
@@ -397,6 +399,7 @@ mod tests {
         let f16 = source(Distribution::Normal { mean: 0.0, std: 1.0 }, GPURT_DTYPE_F16);
         assert!(f16.contains("gpurt_store_f16(x)") && f16.contains("alignas(8)") && f16.contains("gpurt_minus_two_log(u1)"));
         assert!(f16.contains("sin.approx.ftz.f32") && !f16.contains("sincospif"));
+        assert!(!source(Distribution::Uniform, GPURT_DTYPE_F32).contains("gpurt_minus_two_log"), "only the f32 normal fill carries its helper");
         let f64_normal = source(Distribution::Normal { mean: 0.0, std: 1.0 }, GPURT_DTYPE_F64);
         assert!(f64_normal.contains("sincospi(") && f64_normal.contains("log(u1)"), "f64 normals keep the accurate functions");
         let wide = source(Distribution::Integers { low: -5, range: 1 << 40 }, GPURT_DTYPE_I64);

@@ -305,10 +305,9 @@ pub struct BlockPlace {
     /// The segment's start (for a driver segment, what `cuMemAlloc` returned).
     pub segment: u64,
     pub segment_size: u64,
-    /// Whether the segment is an expandable one (memory mapped into reserved addresses).
-    pub expandable: bool,
     /// In an expandable segment, the mappings (start, size) the block lies on, in
     /// address order: each one physical allocation, which an export shares whole.
+    /// Empty for a segment of its own.
     pub mappings: Vec<(u64, u64)>,
 }
 
@@ -550,13 +549,13 @@ impl<S: SegmentSource> Pool<S> {
         self.segments.contains_key(&start)
     }
 
-    /// The statistics, with parked blocks counted as freed and their reuses as
-    /// allocations and frees (see `stats`).
     /// Allocations served so far, parked reuses included.
     fn allocations_so_far(&self) -> i64 {
         self.stats.allocation.all.allocated + self.parked_reuses.iter().map(|&(reuses, _)| reuses).sum::<i64>()
     }
 
+    /// The statistics, with parked blocks counted as freed and their reuses as
+    /// allocations and frees (see `stats`).
     pub fn stats(&self) -> gpurt_memory_stats_t {
         let mut s = self.stats;
         for p in &self.parked {
@@ -817,12 +816,11 @@ impl<S: SegmentSource> Pool<S> {
             }
             let (segment, addr, size) = (self.blocks[first].addr, self.blocks[id].addr, self.blocks[id].size);
             let segment_size = self.segments[&segment].size;
-            let expandable = self.expandable.values().find(|e| e.base == segment);
-            let mappings = expandable.map_or_else(Vec::new, |e| {
+            let mappings = self.expandable.values().find(|e| e.base == segment).map_or_else(Vec::new, |e| {
                 let ends = e.maps.iter().skip(1).copied().chain([segment + segment_size]);
                 e.maps.iter().zip(ends).filter(|&(&start, end)| start < addr + size && addr < end).map(|(&start, end)| (start, end - start)).collect()
             });
-            BlockPlace { size, segment, segment_size, expandable: expandable.is_some(), mappings }
+            BlockPlace { size, segment, segment_size, mappings }
         }))
     }
 
