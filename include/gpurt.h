@@ -1532,12 +1532,16 @@ gpurt_status_t gpurt_mem_get_info(int device, size_t *free, size_t *total);
 gpurt_status_t gpurt_device_can_access_peer(int device, int peer, int *can_access);
 
 /**
- * Lets `device` access `peer`'s memory. Enabling twice succeeds.
+ * Lets `device` access `peer`'s memory: memory from `cuMemAlloc` and the mappings
+ * of `peer`'s expandable segments, those made before and after (the driver opens
+ * those only to the devices named on each). Enabling twice succeeds; a failed call
+ * leaves access as it was.
  */
 gpurt_status_t gpurt_device_enable_peer_access(int device, int peer);
 
 /**
- * Revokes `device`'s access to `peer`. Disabling twice succeeds.
+ * Revokes `device`'s access to `peer` (expandable segments' mappings included).
+ * Disabling twice succeeds.
  */
 gpurt_status_t gpurt_device_disable_peer_access(int device, int peer);
 

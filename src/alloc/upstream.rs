@@ -135,22 +135,22 @@ impl SegmentSource for DriverSource {
             Ok(addr)
         })
     }
-    /// Physical memory from cuMemCreate, mapped and made accessible to this device.
-    /// The allocation handle is released at once: the mapping keeps the memory.
+    /// Physical memory from cuMemCreate, mapped and made accessible to this device
+    /// and the peers granted access to it. The allocation handle is released at
+    /// once: the mapping keeps the memory.
     fn map(&self, addr: u64, size: u64) -> Result<()> {
         device::with_device(self.device, || {
-            let prop = self.allocation_prop(false);
             let handle = self.create_physical(size)?;
             let mapped = check(unsafe { sys::cuMemMap(addr, size as usize, 0, handle, 0) }, "cuMemMap");
             unsafe { sys::cuMemRelease(handle) };
             mapped?;
-            let access = sys::CUmemAccessDesc { location: prop.location, flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-            check(unsafe { sys::cuMemSetAccess(addr, size as usize, &access, 1) }, "cuMemSetAccess").inspect_err(|_| unsafe {
+            device::peers::mapped(self.device, addr, size).inspect_err(|_| unsafe {
                 sys::cuMemUnmap(addr, size as usize);
             })
         })
     }
     fn unmap(&self, addr: u64, size: u64) {
+        device::peers::unmapped(self.device, addr, size);
         let unmapped = device::with_device(self.device, || check(unsafe { sys::cuMemUnmap(addr, size as usize) }, "cuMemUnmap"));
         if let Err(e) = unmapped {
             crate::log::log(crate::log::Level::Error, &format!("unmapping part of an expandable segment: {e}"));

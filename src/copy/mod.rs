@@ -53,7 +53,7 @@ fn enqueue_copy(dst: u64, src: u64, bytes: u64, stream: Handle) -> Result<Stream
     }
     require_pointers(dst, src)?;
     require_ranges(dst, bytes, src, bytes)?;
-    s.run(|cu| check(unsafe { sys::cuMemcpyAsync(dst, src, bytes as usize, cu) }, "cuMemcpyAsync"))?;
+    s.run_in_context(|cu| check(unsafe { sys::cuMemcpyAsync(dst, src, bytes as usize, cu) }, "cuMemcpyAsync"))?;
     note_uses(s, &[dst, src]);
     declare(s, (dst, bytes), Some((src, bytes)), "gpurt_memcpy");
     Ok(s)
@@ -153,7 +153,7 @@ pub fn copy_2d_async(dst: u64, dst_pitch: u64, src: u64, src_pitch: u64, width: 
         WidthInBytes: width as usize,
         Height: height as usize,
     };
-    s.run(|cu| check(unsafe { sys::cuMemcpy2DAsync_v2(&params, cu) }, "cuMemcpy2DAsync"))?;
+    s.run_in_context(|cu| check(unsafe { sys::cuMemcpy2DAsync_v2(&params, cu) }, "cuMemcpy2DAsync"))?;
     note_uses(s, &[dst, src]);
     // Each side as one range from its first row to its last: the gaps between rows too.
     declare(s, (dst, dst_span), Some((src, src_span)), "gpurt_memcpy_2d");

@@ -165,13 +165,17 @@ pub extern "C" fn gpurt_device_can_access_peer(device: c_int, peer: c_int, can_a
     })
 }
 
-/// Lets `device` access `peer`'s memory. Enabling twice succeeds.
+/// Lets `device` access `peer`'s memory: memory from `cuMemAlloc` and the mappings
+/// of `peer`'s expandable segments, those made before and after (the driver opens
+/// those only to the devices named on each). Enabling twice succeeds; a failed call
+/// leaves access as it was.
 #[no_mangle]
 pub extern "C" fn gpurt_device_enable_peer_access(device: c_int, peer: c_int) -> gpurt_status_t {
     boundary::call("gpurt_device_enable_peer_access", || super::set_peer_access(device, peer, true))
 }
 
-/// Revokes `device`'s access to `peer`. Disabling twice succeeds.
+/// Revokes `device`'s access to `peer` (expandable segments' mappings included).
+/// Disabling twice succeeds.
 #[no_mangle]
 pub extern "C" fn gpurt_device_disable_peer_access(device: c_int, peer: c_int) -> gpurt_status_t {
     boundary::call("gpurt_device_disable_peer_access", || super::set_peer_access(device, peer, false))

@@ -2,6 +2,7 @@
 //! runtime through each device's primary context), properties, memory info, peers.
 
 pub mod ffi;
+pub(crate) mod peers;
 
 use std::sync::{Mutex, OnceLock};
 
@@ -340,26 +341,37 @@ pub fn can_access_peer(ordinal: i32, peer: i32) -> Result<bool> {
     Ok(can != 0)
 }
 
-/// Grants (`enable`) or revokes `ordinal`'s access to `peer`'s memory. Idempotent:
-/// enabling access that is enabled, or disabling access that is not, succeeds.
+/// Grants (`enable`) or revokes `ordinal`'s access to `peer`'s memory: its
+/// `cuMemAlloc` memory through the contexts, its expandable segments' mappings
+/// through `peers`. Idempotent: enabling access that is enabled, or disabling access
+/// that is not, succeeds. A grant that fails leaves access as it was.
 pub fn set_peer_access(ordinal: i32, peer: i32, enable: bool) -> Result<()> {
     let (d, p) = (resolve(ordinal)?, resolve(peer)?);
     if d == p {
         return Err(Error::invalid_argument(format!("device {d} cannot be its own peer")));
     }
     let peer_ctx = primary_context(p)?;
-    with_device(d, || {
-        // SAFETY: peer_ctx is a retained primary context; d's context is current.
-        let (code, call, already) = if enable {
-            (unsafe { sys::cuCtxEnablePeerAccess(peer_ctx, 0) }, "cuCtxEnablePeerAccess", CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
-        } else {
-            (unsafe { sys::cuCtxDisablePeerAccess(peer_ctx) }, "cuCtxDisablePeerAccess", CUresult::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED)
-        };
-        if code == already {
-            return Ok(());
-        }
-        check(code, call)
-    })
+    // Whether the contexts' access changed (it may have been so already).
+    let set_context = |enable: bool| {
+        with_device(d, || {
+            // SAFETY: peer_ctx is a retained primary context; d's context is current.
+            let (code, call, already) = if enable {
+                (unsafe { sys::cuCtxEnablePeerAccess(peer_ctx, 0) }, "cuCtxEnablePeerAccess", CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+            } else {
+                (unsafe { sys::cuCtxDisablePeerAccess(peer_ctx) }, "cuCtxDisablePeerAccess", CUresult::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED)
+            };
+            if code == already {
+                return Ok(false);
+            }
+            check(code, call).map(|()| true)
+        })
+    };
+    let changed = set_context(enable)?;
+    let granted = with_device(p, || peers::set_granted(p, d, enable));
+    if granted.is_err() && enable && changed {
+        let _ = set_context(false);
+    }
+    granted
 }
 
 /// Blocks until all work on the device has finished.

@@ -74,6 +74,7 @@ fn export_mapping(start: u64) -> Result<OwnedFd> {
 /// address range of `reserved` bytes.
 pub struct Imported {
     pub base: u64,
+    device: i32,
     reserved: u64,
     sizes: Vec<u64>,
 }
@@ -116,7 +117,7 @@ fn map_in_order(device: i32, handles: &[sys::CUmemGenericAllocationHandle], entr
     let total = sizes.iter().try_fold(0u64, |sum, &size| sum.checked_add(size)).ok_or_else(|| Error::invalid_handle("the exporter's mappings add up past 2^64 bytes"))?;
     let mut base = 0;
     check(unsafe { sys::cuMemAddressReserve(&mut base, total as usize, 0, 0, 0) }, "cuMemAddressReserve")?;
-    let mut imported = Imported { base, reserved: total, sizes: Vec::with_capacity(sizes.len()) };
+    let mut imported = Imported { base, device, reserved: total, sizes: Vec::with_capacity(sizes.len()) };
     let mut at = base;
     for (&handle, &size) in handles.iter().zip(&sizes) {
         if let Err(e) = check(unsafe { sys::cuMemMap(at, size as usize, 0, handle, 0) }, "cuMemMap") {
@@ -126,11 +127,7 @@ fn map_in_order(device: i32, handles: &[sys::CUmemGenericAllocationHandle], entr
         imported.sizes.push(size);
         at += size;
     }
-    let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
-    access.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = device;
-    access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if let Err(e) = check(unsafe { sys::cuMemSetAccess(base, total as usize, &access, 1) }, "cuMemSetAccess") {
+    if let Err(e) = device::peers::mapped(device, base, total) {
         unmap(&imported);
         return Err(e);
     }
@@ -139,6 +136,7 @@ fn map_in_order(device: i32, handles: &[sys::CUmemGenericAllocationHandle], entr
 
 /// Unmaps what `import` mapped and frees its addresses (in the device's context).
 pub fn unmap(imported: &Imported) {
+    device::peers::unmapped(imported.device, imported.base, imported.reserved);
     let mut at = imported.base;
     for &size in &imported.sizes {
         unsafe { sys::cuMemUnmap(at, size as usize) };

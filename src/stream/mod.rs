@@ -102,6 +102,14 @@ impl Stream {
             body(self.cu())
         }
     }
+    /// `run`, with the stream's device current around the call whatever the stream:
+    /// for copies, which the driver refuses (`CUDA_ERROR_INVALID_VALUE` for pageable
+    /// host memory) on a stream of a device whose context is not current. The CUDA
+    /// runtime's copies switch too.
+    #[inline]
+    pub fn run_in_context<R>(self, body: impl FnOnce(CUstream) -> Result<R>) -> Result<R> {
+        device::with_context(device::primary_context(self.device())?, || body(self.cu()))
+    }
 }
 
 impl From<Stream> for sanitizer::StreamRef {

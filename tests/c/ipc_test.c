@@ -9,7 +9,8 @@
  * killed with SIGKILL while holding a block does not keep it from its producer. A
  * block of an expandable segment that lies on two of its mappings goes the same way
  * (its mappings' descriptors copied with pidfd_getfd: the producer names its consumer
- * with prctl(PR_SET_PTRACER), as Yama's ptrace_scope 1 asks). Bad handles and misuse
+ * with prctl(PR_SET_PTRACER), as Yama's ptrace_scope 1 asks), on device 0 and, where
+ * two devices can access each other, on device 1 for a consumer on device 0. Bad handles and misuse
  * get their status, and change nothing.
  *
  * On the stub driver (CI) the two processes share no memory: every step runs but
@@ -51,21 +52,25 @@ static int from_hex(const char *text, gpurt_ipc_mem_handle_t *h) {
 }
 
 /* The legacy default stream, for the synchronous copies. */
-static gpurt_stream_t legacy(void) {
+static gpurt_stream_t legacy_of(int device) {
     gpurt_stream_t stream = NULL;
-    gpurt_stream_default(0, &stream);
+    gpurt_stream_default(device, &stream);
     return stream;
 }
 
+static gpurt_stream_t legacy(void) { return legacy_of(0); }
+
 /* ---- the consumer ------------------------------------------------------------ */
 
-/* Commands: "open HEX BYTES SEED" (check the bytes, write them back XOR 0x5a),
- * "reopen HEX", "close PTR", "quit". Answers: "ok PTR" / "ok" / "err STATUS MESSAGE". */
+/* Commands: "open HEX BYTES SEED" (check the bytes, write them back XOR 0x5a, on
+ * device 0's stream), "reopen HEX", "close PTR", "peer DEVICE PEER" (DEVICE may
+ * access PEER's memory), "quit". Answers: "ok PTR" / "ok" / "err STATUS MESSAGE". */
 static int consumer(int real) {
     char line[1024], hex[2 * GPURT_IPC_HANDLE_SIZE + 1];
     while (fgets(line, sizeof line, stdin)) {
         gpurt_ipc_mem_handle_t h;
         unsigned long long bytes = 0, seed = 0, ptr_value = 0;
+        int device = 0, peer = 0;
         void *ptr = NULL;
         gpurt_status_t s = GPURT_ERROR_INVALID_ARGUMENT;
         if (sscanf(line, "open %512s %llu %llu", hex, &bytes, &seed) == 3 && from_hex(hex, &h)) {
@@ -91,6 +96,8 @@ static int consumer(int real) {
             s = gpurt_ipc_open_mem_handle(&h, &ptr);
         } else if (sscanf(line, "close %llx", &ptr_value) == 1) {
             s = gpurt_ipc_close_mem_handle((void *)(uintptr_t)ptr_value);
+        } else if (sscanf(line, "peer %d %d", &device, &peer) == 2) {
+            s = gpurt_device_enable_peer_access(device, peer);
         } else if (strncmp(line, "quit", 4) == 0) {
             return 0;
         }
@@ -187,40 +194,42 @@ static int64_t allocated_now(void) {
     return stats.allocated_bytes.all.current;
 }
 
-/* Fresh random bytes in a new block (of `pool`; NULL: the device's default pool):
- * its seed goes to the consumer. */
-static void *filled_block_of(gpurt_mem_pool_t pool, size_t bytes, uint64_t seed, int real) {
+/* Fresh random bytes in a new block (of `pool`, on `device`; NULL: device 0's
+ * default pool): its seed goes to the consumer. */
+static void *filled_block_of(gpurt_mem_pool_t pool, int device, size_t bytes, uint64_t seed, int real) {
     void *dev = NULL;
     unsigned char *host = malloc(bytes);
     fill_pattern(host, bytes, seed);
-    if (pool) EXPECT(gpurt_mem_pool_malloc(pool, bytes, legacy(), &dev), GPURT_SUCCESS);
+    if (pool) EXPECT(gpurt_mem_pool_malloc(pool, bytes, legacy_of(device), &dev), GPURT_SUCCESS);
     else EXPECT(gpurt_malloc_device(0, bytes, &dev), GPURT_SUCCESS);
-    if (real) EXPECT(gpurt_memcpy(dev, host, bytes, legacy()), GPURT_SUCCESS);
+    if (real) EXPECT(gpurt_memcpy(dev, host, bytes, legacy_of(device)), GPURT_SUCCESS);
     free(host);
     return dev;
 }
 
-static void *filled_block(size_t bytes, uint64_t seed, int real) { return filled_block_of(NULL, bytes, seed, real); }
+static void *filled_block(size_t bytes, uint64_t seed, int real) { return filled_block_of(NULL, 0, bytes, seed, real); }
 
-/* Whether the consumer changed each byte of the block as it does (xor 0x5a). */
-static int sees_consumer_change(const void *dev, size_t bytes, uint64_t seed) {
+/* Whether the consumer changed each byte of the block (on `device`) as it does (xor 0x5a). */
+static int sees_consumer_change_on(int device, const void *dev, size_t bytes, uint64_t seed) {
     unsigned char *want = malloc(bytes), *got = malloc(bytes);
     size_t i;
     int same;
     fill_pattern(want, bytes, seed);
     for (i = 0; i < bytes; i++) want[i] ^= 0x5a;
-    EXPECT(gpurt_memcpy(got, dev, bytes, legacy()), GPURT_SUCCESS);
+    EXPECT(gpurt_memcpy(got, dev, bytes, legacy_of(device)), GPURT_SUCCESS);
     same = memcmp(want, got, bytes) == 0;
     free(want);
     free(got);
     return same;
 }
 
-/* A block of an expandable segment lying on two of its mappings (the first block
- * takes part of the first mapping; the second runs into the growth step after it):
- * opened by the consumer, read and changed exactly, kept while held, collected;
- * then one held by a consumer killed with SIGKILL. */
-static void expandable_block(Child *child, uint64_t seed, int real) {
+static int sees_consumer_change(const void *dev, size_t bytes, uint64_t seed) { return sees_consumer_change_on(0, dev, bytes, seed); }
+
+/* A block of an expandable segment on `device` lying on two of its mappings (the
+ * first block takes part of the first mapping; the second runs into the growth step
+ * after it): opened by the consumer, read and changed exactly on device 0, kept
+ * while held, collected; then one held by a consumer killed with SIGKILL. */
+static void expandable_block(Child *child, int device, uint64_t seed, int real) {
     const size_t bytes = 5 * 1000 * 1000 + 3;
     gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
     gpurt_mem_pool_t pool = NULL;
@@ -229,9 +238,9 @@ static void expandable_block(Child *child, uint64_t seed, int real) {
     unsigned long long in_child = 0, again_in_child = 0;
     Child doomed;
     options.config = "expandable_segments:True";
-    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_SUCCESS);
-    EXPECT(gpurt_mem_pool_malloc(pool, 1 << 20, legacy(), &first), GPURT_SUCCESS);
-    block = filled_block_of(pool, bytes, seed, real);
+    EXPECT(gpurt_mem_pool_create(device, &options, &pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(pool, 1 << 20, legacy_of(device), &first), GPURT_SUCCESS);
+    block = filled_block_of(pool, device, bytes, seed, real);
     EXPECT(gpurt_ipc_mem_handle(block, &h), GPURT_SUCCESS);
     EXPECT(gpurt_ipc_mem_handle(block, &again), GPURT_SUCCESS);
     CHECK(memcmp(&h, &again, sizeof h) == 0, "exporting an expandable block twice gives the same handle");
@@ -240,7 +249,7 @@ static void expandable_block(Child *child, uint64_t seed, int real) {
     bad.bytes[61] ^= 0x40; /* the count of mappings (after the memory's kind and the list's descriptor) */
     CHECK(reopen_in(child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "a count of mappings that is not the export's list's");
     CHECK(open_in(child, &h, bytes, seed, &in_child) == 0, "the consumer opens an expandable segment's block and reads its bytes exactly");
-    if (real) CHECK(sees_consumer_change(block, bytes, seed), "the producer sees what the consumer wrote into the expandable block");
+    if (real) CHECK(sees_consumer_change_on(device, block, bytes, seed), "the producer sees what the consumer wrote into the expandable block");
     CHECK(reopen_in(child, &h, &again_in_child) == 0 && again_in_child == in_child, "the same handle opens at the same address");
     EXPECT(gpurt_free(block), GPURT_SUCCESS);
     CHECK(kept_blocks() == 1, "the freed expandable block is kept for its consumer");
@@ -249,9 +258,10 @@ static void expandable_block(Child *child, uint64_t seed, int real) {
     CHECK(kept_blocks() == 0, "collected once the consumer closed it");
 
     /* A consumer killed (SIGKILL) while it holds an expandable block holds nothing. */
-    block = filled_block_of(pool, bytes, seed + 1, real);
+    block = filled_block_of(pool, device, bytes, seed + 1, real);
     EXPECT(gpurt_ipc_mem_handle(block, &h), GPURT_SUCCESS);
     doomed = spawn_consumer();
+    if (device != 0) CHECK(ask(&doomed, "peer 0 1", NULL) == 0, "the other consumer's device 0 may access device 1");
     prctl(PR_SET_PTRACER, (unsigned long)doomed.pid, 0, 0, 0);
     CHECK(open_in(&doomed, &h, bytes, seed + 1, &in_child) == 0, "another consumer opens an expandable block");
     EXPECT(gpurt_free(block), GPURT_SUCCESS);
@@ -261,6 +271,22 @@ static void expandable_block(Child *child, uint64_t seed, int real) {
     CHECK(kept_blocks() == 0, "a killed consumer holds no expandable block");
     EXPECT(gpurt_free(first), GPURT_SUCCESS);
     EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+}
+
+/* Two devices that can access each other: an expandable block of device 1, opened
+ * by a consumer whose device 0 was granted access to device 1 first (the import
+ * opens the mappings to it) and read and written there exactly. */
+static void cross_device_expandable_block(Child *child, uint64_t seed, int real) {
+    int count = 0, can_access = 0;
+    gpurt_device_count(&count);
+    if (count >= 2) gpurt_device_can_access_peer(0, 1, &can_access);
+    if (!can_access) {
+        printf("ipc_test: the expandable block across two devices is skipped: %s\n",
+               count < 2 ? "one device" : "devices 0 and 1 cannot access each other");
+        return;
+    }
+    CHECK(ask(child, "peer 0 1", NULL) == 0, "the consumer's device 0 may access device 1");
+    expandable_block(child, 1, seed, real);
 }
 
 static int producer(int real) {
@@ -297,7 +323,8 @@ static int producer(int real) {
     child = spawn_consumer();
     CHECK(child.pid > 0 && child.to && child.from, "the consumer starts");
     if (child.pid <= 0) return 1;
-    expandable_block(&child, seed + 4, real);
+    expandable_block(&child, 0, seed + 4, real);
+    cross_device_expandable_block(&child, seed + 5, real);
     CHECK(open_in(&child, &h, bytes, seed, &in_child) == 0, "the consumer opens the block and reads its bytes exactly");
     memset(&bad, 0x17, sizeof bad);
     CHECK(reopen_in(&child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "bytes that are not a handle");

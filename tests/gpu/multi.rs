@@ -1,20 +1,25 @@
 //! Tests that need two GPUs (reported as skipped, with the reason, on one): each
 //! device's caching pool keeps its own memory and statistics, a pointer-only free
-//! finds the right device's pool from any thread, and peer copies move bytes exactly
-//! with and without peer access.
+//! finds the right device's pool from any thread, peer copies move bytes exactly
+//! with and without peer access, and a kernel on one device computes exactly on the
+//! other's expandable segments once granted access.
 
 use cudarc::driver::sys;
 use gpurt::alloc::ffi::*;
+use gpurt::alloc::mempool::ffi::*;
 use gpurt::copy::ffi::*;
 use gpurt::device::ffi::*;
+use gpurt::kernel::ffi::*;
 use gpurt::stream::ffi::*;
 
 use crate::expect_status;
+use crate::kernels::{args, download, kernel};
 use crate::util::{malloc, ok, random_words};
 
 pub const TESTS: &[crate::support::Test] = &[
     ("each_device_has_its_own_pool_and_statistics", each_device_has_its_own_pool_and_statistics),
     ("peer_copies_between_two_devices_are_byte_exact", peer_copies_between_two_devices_are_byte_exact),
+    ("a_peer_computes_on_expandable_blocks_mapped_before_and_after_its_grant", a_peer_computes_on_expandable_blocks_mapped_before_and_after_its_grant),
 ];
 
 const MIB: usize = 1 << 20;
@@ -108,6 +113,56 @@ fn peer_copies_between_two_devices_are_byte_exact() {
     for p in [a, b, back] {
         expect_status!(gpurt_free(p as *mut _), GPURT_SUCCESS);
     }
+    for s in [s0, s1] {
+        expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
+    }
+}
+
+/// Expandable segments' memory is open to a peer only where cuMemSetAccess names it
+/// (cuCtxEnablePeerAccess does not reach it): a kernel on device 0 computes exactly
+/// on device 1's blocks, one on a mapping made before device 0 was granted access,
+/// one on a mapping made after. Device 0 stays current: the copies into device 1's
+/// blocks from pageable memory, on device 1's stream, switch to its context.
+fn a_peer_computes_on_expandable_blocks_mapped_before_and_after_its_grant() {
+    expect_status!(gpurt_set_device(0), GPURT_SUCCESS);
+    let mut can_access = 0;
+    expect_status!(gpurt_device_can_access_peer(0, 1, &mut can_access), GPURT_SUCCESS);
+    if can_access == 0 {
+        println!("devices 0 and 1 cannot access each other: a kernel on one cannot read the other's memory, not tried");
+        return;
+    }
+    let (s0, s1) = (stream_on(0), stream_on(1));
+    let mut options: gpurt_mem_pool_options_t = unsafe { std::mem::zeroed() };
+    expect_status!(gpurt_mem_pool_options_init(&mut options), GPURT_SUCCESS);
+    options.config = c"expandable_segments:True".as_ptr();
+    let mut pool = std::ptr::null_mut();
+    expect_status!(gpurt_mem_pool_create(1, &options, &mut pool), GPURT_SUCCESS);
+    let n = MIB; // 4 MiB a block: the second outgrows the first mapping
+    let block = |words: &[u32]| {
+        let mut p = std::ptr::null_mut();
+        expect_status!(gpurt_mem_pool_malloc(pool, n * 4, s1, &mut p), GPURT_SUCCESS);
+        expect_status!(gpurt_memcpy(p, words.as_ptr().cast(), n * 4, s1), GPURT_SUCCESS);
+        p as u64
+    };
+    let (words_before, words_after) = (random_words(n), random_words(n));
+    let before = block(&words_before);
+    expect_status!(gpurt_device_enable_peer_access(0, 1), GPURT_SUCCESS);
+    let after = block(&words_after);
+    assert_eq!(device_of(after), 1);
+    let affine = kernel("affine_u32");
+    for (p, words) in [(before, &words_before), (after, &words_after)] {
+        let (mut x, mut mul, mut add, mut count) = (p, 2_654_435_761u32, 12_345u32, n as u32);
+        let mut argv = args(&mut [&mut x, &mut mul, &mut add, &mut count]);
+        expect_status!(gpurt_launch_kernel(affine, (n as u32).div_ceil(256), 1, 1, 256, 1, 1, 0, s0, argv.as_mut_ptr()), GPURT_SUCCESS);
+        expect_status!(gpurt_stream_synchronize(s0), GPURT_SUCCESS);
+        let want: Vec<u32> = words.iter().map(|w| w.wrapping_mul(mul).wrapping_add(add)).collect();
+        assert!(download(p, n, s1) == want, "device 0's kernel on device 1's expandable block {p:#x}");
+    }
+    expect_status!(gpurt_device_disable_peer_access(0, 1), GPURT_SUCCESS);
+    for p in [before, after] {
+        expect_status!(gpurt_free(p as *mut _), GPURT_SUCCESS);
+    }
+    expect_status!(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
     for s in [s0, s1] {
         expect_status!(gpurt_stream_destroy(s), GPURT_SUCCESS);
     }
