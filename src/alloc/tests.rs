@@ -316,6 +316,29 @@ fn expandable(capacity: u64) -> Allocator {
     Allocator::new(HostSource::new(capacity), AllocConfig { expandable_segments: true, ..AllocConfig::default() })
 }
 
+/// A freed block above 8 MiB is parked (kept for its size's next request, the most
+/// recently freed first) only without expandable segments; with them it merges with
+/// its free neighbour at once, and the next request takes the merged range's start.
+#[test]
+fn expandable_segments_merge_large_frees_at_once() {
+    for (p, expandable) in [(pool(GIB), false), (expandable(GIB), true)] {
+        let blocks: Vec<u64> = (0..3).map(|_| p.malloc(16 * MIB, 1).unwrap()).collect();
+        p.free(blocks[0]).unwrap();
+        p.free(blocks[1]).unwrap();
+        let want = if expandable { blocks[0] } else { blocks[1] };
+        assert_eq!(p.malloc(16 * MIB, 1).unwrap(), want, "expandable segments: {expandable}");
+        check(&p);
+        let small = p.malloc(8 * MIB, 1).unwrap();
+        let after = p.malloc(8 * MIB, 1).unwrap();
+        p.free(small).unwrap();
+        assert_eq!(p.malloc(8 * MIB, 1).unwrap(), small, "8 MiB is parked either way");
+        for addr in [want, small, after, blocks[2]] {
+            p.free(addr).unwrap();
+        }
+        check(&p);
+    }
+}
+
 /// Large blocks of one stream follow each other in one address range; it grows by
 /// what its free end lacks, and `empty_cache` unmaps the free end, then the rest.
 #[test]

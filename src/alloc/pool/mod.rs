@@ -353,6 +353,9 @@ pub struct Pool<S: SegmentSource> {
     /// the next request (most frees of varied sizes).
     recent_sizes: [u64; RECENT_SIZES],
     recent_sizes_next: usize,
+    /// The largest block parked on its free (`EXPANDABLE_PARK_MAX` with expandable
+    /// segments, else any), kept with the config so the free path reads one field.
+    park_max: u64,
     /// This shard's statistics (exact for its blocks, once `stats` settles them);
     /// the allocator sums shards.
     ///
@@ -398,6 +401,14 @@ struct Expandable {
     maps: Vec<u64>,
     /// The pool's allocation count when this segment last grew.
     allocations_at_growth: i64,
+}
+
+fn park_max(config: &AllocConfig) -> u64 {
+    if config.expandable_segments {
+        EXPANDABLE_PARK_MAX
+    } else {
+        u64::MAX
+    }
 }
 
 fn pool_index(pool: PoolKind) -> usize {
@@ -475,6 +486,7 @@ fn segment_size(size: u64) -> u64 {
 
 impl<S: SegmentSource> Pool<S> {
     pub fn new(shared: Arc<Segments<S>>, shard: u32, config: AllocConfig, history: Option<history::Tag>) -> Self {
+        let park_max = park_max(&config);
         Pool {
             shared,
             shard,
@@ -488,6 +500,7 @@ impl<S: SegmentSource> Pool<S> {
             parked: Vec::new(),
             recent_sizes: [0; RECENT_SIZES],
             recent_sizes_next: 0,
+            park_max,
             stats: gpurt_memory_stats_t::new(),
             parked_reuses: [(0, 0); 2],
             expandable: HashMap::default(),
@@ -544,6 +557,7 @@ impl<S: SegmentSource> Pool<S> {
     }
 
     pub fn set_config(&mut self, config: AllocConfig) {
+        self.park_max = park_max(&config);
         self.config = config;
     }
 
@@ -847,7 +861,7 @@ impl<S: SegmentSource> Pool<S> {
         }
         let (pool, size, requested) = (block.pool, block.size, block.requested);
         self.note_block(&[Action::FreeRequested, Action::FreeCompleted], id, requested);
-        if self.recent_sizes.contains(&size) && (size <= EXPANDABLE_PARK_MAX || !self.config.expandable_segments) {
+        if self.recent_sizes.contains(&size) && size <= self.park_max {
             self.park(id);
         } else {
             uncount_use(&mut self.stats, pool, 1, size as i64);
