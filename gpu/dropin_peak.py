@@ -7,8 +7,9 @@ points, against PyTorch's own allocator, each with and without expandable segmen
     python3 dropin_peak.py LIB table OUT_DIR        # prints the table of the runs in OUT_DIR
 
 Expandable segments are asked for the usual way: PYTORCH_CUDA_ALLOC_CONF for PyTorch's
-allocator, GPURT_ALLOC_CONF for gpurt's (`expandable_segments:True`). Workloads, each
-from an empty cache: GPT-2 (124 M parameters, fp16) generating 256 tokens for 16
+allocator, GPURT_ALLOC_CONF for gpurt's (`expandable_segments:True`). Workloads, in
+one process, each after an empty_cache (DROPIN_WORKLOADS, comma-separated, runs some
+of them only): GPT-2 (124 M parameters, fp16) generating 256 tokens for 16
 prompts of 128 with a KV cache grown by concatenation; ResNet-50 training (SGD with
 momentum, batch 64 at 224 x 224, 6 steps). Peak reserved memory is the allocator's own
 figure (torch.cuda.max_memory_reserved; gpurt_memory_usage's max_reserved). Results
@@ -93,7 +94,12 @@ def gpt2_generate():
 os.makedirs(out_dir, exist_ok=True)
 run = {"allocator": "gpurt" if on_gpurt else "PyTorch", "expandable": expandable, "workloads": {}}
 reference_path = os.path.join(out_dir, f"results-expandable-{expandable}.bin")
+# DROPIN_WORKLOADS (comma-separated names) runs some of them only, each then in a
+# process of its own.
+chosen = os.environ.get("DROPIN_WORKLOADS", "gpt2_generate,resnet50_train").split(",")
 for name, workload in (("gpt2_generate", gpt2_generate), ("resnet50_train", resnet50_train)):
+    if name not in chosen:
+        continue
     reset()
     t = time.perf_counter()
     result = workload()

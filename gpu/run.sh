@@ -150,6 +150,11 @@ for expandable in False True; do
         python3 src/dropin_peak.py "$lib/libgpurt.so.0" gpurt "$logs/dropin"
 done
 step dropin-peak-table python3 src/dropin_peak.py "$lib/libgpurt.so.0" table "$logs/dropin"
+# ResNet-50 alone, in a process of its own, on PyTorch's and gpurt's expandable segments.
+step dropin-peak-alone-torch-expandable env DROPIN_WORKLOADS=resnet50_train PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True GPURT_ALLOC_CONF= \
+    python3 src/dropin_peak.py "$lib/libgpurt.so.0" native "$logs/dropin-alone"
+step dropin-peak-alone-gpurt-expandable env DROPIN_WORKLOADS=resnet50_train GPURT_ALLOC_CONF=expandable_segments:True PYTORCH_CUDA_ALLOC_CONF= \
+    python3 src/dropin_peak.py "$lib/libgpurt.so.0" gpurt "$logs/dropin-alone"
 # The Python package from its wheel, with the carried cffi and pytest, beside the
 # machine's PyTorch and CuPy.
 step python-install python3 -m pip install -q --no-index --find-links wheels --target pydeps gpurt pytest
