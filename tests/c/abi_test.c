@@ -760,7 +760,10 @@ static void check_kernels(gpurt_stream_t stream) {
         const void *ins[2];
         void *buf[3], *two[2];
         int j;
-        for (j = 0; j < 3; j++) EXPECT(gpurt_malloc(64, stream, &buf[j]), GPURT_SUCCESS);
+        for (j = 0; j < 3; j++) {
+            EXPECT(gpurt_malloc(64, stream, &buf[j]), GPURT_SUCCESS);
+            EXPECT(gpurt_memset_async(buf[j], 0, 1, 64, stream), GPURT_SUCCESS); /* read below: initialised (initcheck) */
+        }
         ins[0] = buf[0], ins[1] = buf[1], two[0] = two[1] = buf[2];
         EXPECT(gpurt_elementwise("out = a - b", ab, ins, 2, GPURT_DTYPE_F32, 16, buf[2], stream), GPURT_SUCCESS);
         EXPECT(gpurt_elementwise("out = a - b", ab, ins, 2, GPURT_DTYPE_F32, 16, buf[2], stream), GPURT_SUCCESS);
