@@ -183,9 +183,22 @@ pub extern "C" fn gpurt_arch_list(archs: *mut c_int, capacity: usize, count: *mu
 /// before the caller's array is read.
 pub const GPURT_RTC_MAX_OPTIONS: usize = 1024;
 
-/// `count` C strings (NULL for none), at most `max`.
-fn strings<'a>(list: *const *const c_char, count: usize, max: usize, name: &str) -> Result<Vec<&'a str>> {
-    boundary::in_array(list, count, max, name)?.iter().map(|&p| in_str(p, name)).collect()
+/// `count` C strings (NULL for none), at most `max`: in `stack` when they fit, else
+/// in `heap`, so that the usual few allocate nothing.
+fn strings<'a, const N: usize>(
+    list: *const *const c_char,
+    count: usize,
+    max: usize,
+    name: &str,
+    stack: &'a mut [&'a str; N],
+    heap: &'a mut Vec<&'a str>,
+) -> Result<&'a [&'a str]> {
+    let pointers = boundary::in_array(list, count, max, name)?;
+    let slots = boundary::slots(pointers.len(), "", stack, heap);
+    for (slot, &p) in slots.iter_mut().zip(pointers) {
+        *slot = in_str(p, name)?;
+    }
+    Ok(slots)
 }
 
 /// Compiles CUDA C++ `source` with NVRTC options (the current device's architecture
@@ -200,7 +213,9 @@ pub extern "C" fn gpurt_rtc_compile(
 ) -> gpurt_status_t {
     boundary::call("gpurt_rtc_compile", || {
         let out = Out::new(program, "program")?;
-        let options: Vec<String> = strings(options, num_options, GPURT_RTC_MAX_OPTIONS, "options")?.iter().map(|s| s.to_string()).collect();
+        let (mut stack, mut heap) = ([""; 8], Vec::new());
+        let options = strings(options, num_options, GPURT_RTC_MAX_OPTIONS, "options", &mut stack, &mut heap)?;
+        let options: Vec<String> = options.iter().map(|s| s.to_string()).collect();
         out.write(super::rtc::create_program(in_str(source, "source")?, &options)?.to_ptr());
         Ok(())
     })
@@ -253,8 +268,9 @@ pub extern "C" fn gpurt_rtc_get_kernel(
 ) -> gpurt_status_t {
     boundary::call("gpurt_rtc_get_kernel", || {
         let out = Out::new(kernel, "kernel")?;
-        let options = strings(options, num_options, GPURT_RTC_MAX_OPTIONS, "options")?;
-        out.write(super::rtc::get_kernel(in_str(source, "source")?, &options, in_str(name, "name")?)?.to_ptr());
+        let (mut stack, mut heap) = ([""; 8], Vec::new());
+        let options = strings(options, num_options, GPURT_RTC_MAX_OPTIONS, "options", &mut stack, &mut heap)?;
+        out.write(super::rtc::get_kernel(in_str(source, "source")?, options, in_str(name, "name")?)?.to_ptr());
         Ok(())
     })
 }
@@ -336,12 +352,8 @@ fn elementwise(
     outputs: &[u64],
     stream: gpurt_stream_t,
 ) -> crate::Result<()> {
-    let name_ptrs = boundary::in_array(input_names, num_inputs, GPURT_ELEMENTWISE_MAX_INPUTS, "input_names")?;
     let (mut name_stack, mut name_heap) = ([""; 8], Vec::new());
-    let names = boundary::slots(name_ptrs.len(), "", &mut name_stack, &mut name_heap);
-    for (name, &p) in names.iter_mut().zip(name_ptrs) {
-        *name = in_str(p, "input_names")?;
-    }
+    let names = strings(input_names, num_inputs, GPURT_ELEMENTWISE_MAX_INPUTS, "input_names", &mut name_stack, &mut name_heap)?;
     in_ref(inputs, "inputs")?;
     let input_ptrs = boundary::in_array(inputs, num_inputs, GPURT_ELEMENTWISE_MAX_INPUTS, "inputs")?;
     let (mut pointer_stack, mut pointer_heap) = ([0u64; 8], Vec::new());
