@@ -12,6 +12,8 @@ fn main() {
         .file("src/nvtx/shim.c")
         .include("third_party")
         .warnings(false)
+        // Called from Rust inside the library only: never exported.
+        .flag("-fvisibility=hidden")
         .flag_if_supported("-Werror=implicit-function-declaration")
         .compile("gpurt_nvtx");
     println!("cargo:rerun-if-changed=src/nvtx/shim.c");

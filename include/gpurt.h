@@ -54,6 +54,28 @@
 /** GPURT_VERSION as returned by gpurt_version(). */
 #define GPURT_VERSION (GPURT_VERSION_MAJOR * 10000 + GPURT_VERSION_MINOR * 100 + GPURT_VERSION_PATCH)
 
+/**
+ * True when this header is gpurt major.minor.patch or later, for code that uses a
+ * newer call where the header has it: `#if GPURT_VERSION_AT_LEAST(0, 2, 0)`. The
+ * library found at run time may be newer still: gpurt_version() says which.
+ */
+#define GPURT_VERSION_AT_LEAST(major, minor, patch) (GPURT_VERSION >= ((major) * 10000 + (minor) * 100 + (patch)))
+
+/**
+ * Marks a deprecated function: compilers warn where it is called, with `msg`
+ * (which names the replacement). A deprecated function stays in the library until
+ * the next major version (docs/compatibility.md).
+ */
+#if defined(__cplusplus) && __cplusplus >= 201402L
+#define GPURT_DEPRECATED(msg) [[deprecated(msg)]]
+#elif defined(__GNUC__) || defined(__clang__)
+#define GPURT_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#elif defined(_MSC_VER)
+#define GPURT_DEPRECATED(msg) __declspec(deprecated(msg))
+#else
+#define GPURT_DEPRECATED(msg)
+#endif
+
 /** Pass as a device ordinal to mean this thread's current device. */
 #define GPURT_CURRENT_DEVICE (-1)
 

@@ -5,7 +5,8 @@
 #      check and the C99 / C++17 header compile, the GPU suite (skipped here); then
 #      clippy on every target, warnings as errors (skipped, saying so, where the
 #      toolchain has no clippy);
-#   2. CMake: build + install to a prefix, then a find_package consumer building the
+#   2. CMake: build + install to a prefix; the ABI check (abi/check.sh: symbol
+#      versions, abidiff against the baseline, and its self-test); a find_package consumer building the
 #      C ABI test as C and C++ against gpurt::gpurt and gpurt::gpurt_static, and the
 #      C++ header's tests;
 #   3. the GPT-2 engine's CMake project (host tests); add_subdirectory(gpurt) consumer;
@@ -33,6 +34,8 @@ command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
 [ -f /usr/share/java/jna.jar ] || missing+=(libjna-java)
 [ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
 command -v valgrind >/dev/null || missing+=(valgrind)
+command -v abidiff >/dev/null || missing+=(abigail-tools)
+command -v objdump >/dev/null || missing+=(binutils)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 # The memory snapshot viewer is tested in a real browser.
 command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || missing+=(chromium-headless-shell)
@@ -62,6 +65,10 @@ cmake --build "$work/gpurt"
 cmake --install "$work/gpurt" >/dev/null
 "$work/prefix/bin/gpurt-info"
 for example in "$work"/gpurt/example-*; do "$example"; done   # no driver here: each says so and exits 0
+
+echo "== ABI: every export under GPURT_0, abidiff against abi/gpurt.abi, and the check's self-test"
+abi/check.sh "$work/prefix/lib/libgpurt.so.0"
+abi/check.sh --self-test
 
 echo "== find_package consumer (C and C++, shared and static)"
 cmake -S tests/consumer -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# gpurt's ABI check (docs/compatibility.md).
+#
+#   abi/check.sh LIB          LIB (the built libgpurt.so) exports exactly the functions
+#                             include/gpurt.h declares, each under GPURT_<major>, and
+#                             nothing else; the header's ABI (abi/probe.py) against the
+#                             baseline abi/gpurt.abi with abidiff, and its integer
+#                             constants and extensible structs' layouts against
+#                             abi/constants.txt: a removed function, a
+#                             changed parameter or return type, a struct field moved or
+#                             resized, an enum value or constant changed fail with the
+#                             report; additions pass.
+#   abi/check.sh --self-test  builds changed copies of the header (a function removed, a
+#                             parameter type changed, two struct fields swapped, an enum
+#                             value changed, a constant changed) and shows each is caught,
+#                             and that additions pass.
+#   abi/check.sh --new-major  a deliberate break: bumps the major version (and with it the
+#                             SONAME and the symbol version node) everywhere it is written,
+#                             regenerates the header, and writes the new baseline.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work=${GPURT_ABI_WORK:-$root/target/abi}
+mkdir -p "$work"
+for tool in abidw abidiff objdump python3 cc; do
+  command -v $tool >/dev/null || { echo "abi/check.sh: $tool missing (apt-get install abigail-tools binutils)"; exit 1; }
+done
+major=$(sed -n 's/^version = "\([0-9]*\)\..*/\1/p' Cargo.toml)
+
+# probe HEADER DIR: the header's ABI in DIR/gpurt.abi, its constants in DIR/constants.txt.
+probe() {
+  local header=$1 dir=$2
+  mkdir -p "$dir/include"
+  cp "$header" "$dir/include/gpurt.h"
+  python3 abi/probe.py "$dir/include/gpurt.h" "$dir/probe.c" "$dir/suppressions" "$dir/constants.all" "$dir/layout.c" >/dev/null
+  # The layout and the constants are compared line by line, so kept in one file.
+  cc -I"$dir/include" "$dir/layout.c" -o "$dir/layout"
+  { grep -v '^GPURT_VERSION_' "$dir/constants.all" | sed 's/^/constant /'   # a release changes those
+    "$dir/layout" | sed 's/^/struct /'; } > "$dir/constants.txt"
+  cc -g -O0 -fPIC -shared -I"$dir/include" "$dir/probe.c" -Wl,--version-script=abi/gpurt.map \
+     -Wl,-soname,libgpurt.so."$major" -o "$dir/libgpurt.so.$major"
+  abidw --headers-dir "$dir/include" --drop-private-types --no-corpus-path --no-comp-dir-path \
+        --short-locs --type-id-style hash "$dir/libgpurt.so.$major" > "$dir/gpurt.abi"
+}
+
+# compare DIR: 0 if DIR's ABI keeps the baseline's, else abidiff's report or the changed constants.
+compare() {
+  local dir=$1 rc=0
+  abidiff --no-added-syms --suppressions "$dir/suppressions" abi/gpurt.abi "$dir/gpurt.abi" > "$dir/abidiff.txt" || rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "abidiff (exit $rc) against abi/gpurt.abi:"; cat "$dir/abidiff.txt"
+  fi
+  # Every baseline constant and extensible struct member must be there as it was;
+  # new ones may be added (a member only past the struct's old end: the old lines
+  # keep their offsets).
+  local changed
+  changed=$(comm -23 <(sort abi/constants.txt) <(sort "$dir/constants.txt"))
+  if [ -n "$changed" ]; then
+    echo "constants or extensible struct members removed or changed (baseline shown):"; echo "$changed"; rc=1
+  fi
+  return $rc
+}
+
+exports_check() {
+  local lib=$1
+  python3 - "$lib" "$major" <<'PY'
+import re, subprocess, sys
+lib, major = sys.argv[1], sys.argv[2]
+code = re.sub(r"/\*.*?\*/", "", open("include/gpurt.h").read(), flags=re.S)
+declared = set(re.findall(r"\b(gpurt_\w+)\(", "\n".join(l for l in code.splitlines() if not l.startswith("#"))))
+declared = {n for n in declared if re.search(r"^[A-Za-z_][\w \*]*?\b%s\(" % n, code, re.M)}
+exported, wrong = set(), []
+for line in subprocess.run(["objdump", "-T", lib], capture_output=True, text=True, check=True).stdout.splitlines():
+    f = line.split()
+    if len(f) < 6 or "*UND*" in line or f[1] not in ("g", "w"):
+        continue
+    name, version = f[-1], f[-2]
+    exported.add(name)
+    if version != f"GPURT_{major}":
+        wrong.append(f"{name} ({version})")
+problems = []
+if wrong: problems.append(f"exported without version GPURT_{major}: " + ", ".join(sorted(wrong)[:20]))
+if exported - declared: problems.append("exported but not in gpurt.h: " + ", ".join(sorted(exported - declared)[:20]))
+if declared - exported: problems.append("declared in gpurt.h but not exported: " + ", ".join(sorted(declared - exported)[:20]))
+if problems:
+    sys.exit(f"{lib}:\n  " + "\n  ".join(problems))
+print(f"{lib}: {len(exported)} functions, each under GPURT_{major}, and nothing else exported")
+PY
+}
+
+case "${1:-}" in
+  --self-test)
+    probe include/gpurt.h "$work/current"
+    compare "$work/current" >/dev/null || { echo "the header itself differs from the baseline: run abi/check.sh LIB"; exit 1; }
+    # mutate NAME EXPECT PYTHON: a copy of the header changed by PYTHON (on `s`),
+    # which must be caught (EXPECT=caught) or pass (EXPECT=passes).
+    mutate() {
+      local name=$1 expect=$2 edit=$3 dir=$work/self-test/$1
+      mkdir -p "$dir"
+      python3 -c "
+import re, sys
+s = open('include/gpurt.h').read()
+before = s
+$edit
+assert s != before, 'the edit changed nothing'
+open('$dir/gpurt.h', 'w').write(s)"
+      probe "$dir/gpurt.h" "$dir/out"
+      if compare "$dir/out" > "$dir/report.txt"; then result=passes; else result=caught; fi
+      if [ "$result" != "$expect" ]; then
+        echo "ABI self-test '$name': $result, expected $expect"; cat "$dir/report.txt"; exit 1
+      fi
+      if [ $result = caught ]; then
+        echo "ABI self-test '$name': caught: $(grep -m1 -E 'Removed|changed|Changed|constants|members' "$dir/report.txt" | sed 's/^ *//')"
+      else
+        echo "ABI self-test '$name': passes, as it should"
+      fi
+    }
+    mutate function-removed caught "s = re.sub(r'\ngpurt_status_t gpurt_stream_query\([^;]*\);', '', s)"
+    mutate parameter-type-changed caught "s = s.replace('gpurt_status_t gpurt_memcpy_async(void *dst, const void *src, size_t bytes,', 'gpurt_status_t gpurt_memcpy_async(void *dst, const void *src, uint32_t bytes,')"
+    mutate return-type-changed caught "s = s.replace('gpurt_status_t gpurt_stream_query(', 'int64_t gpurt_stream_query(')"
+    mutate struct-fields-swapped caught "s = s.replace('  int64_t current;\n  int64_t peak;', '  int64_t peak;\n  int64_t current;')"
+    mutate extensible-struct-fields-swapped caught "s = s.replace('  unsigned int shared_memory_bytes;\n  gpurt_stream_t stream;', '  gpurt_stream_t stream;\n  unsigned int shared_memory_bytes;')"
+    mutate struct-field-resized caught "s = s.replace('typedef struct {\n  int64_t current;', 'typedef struct {\n  int32_t current;')"
+    mutate enum-value-changed caught "s = s.replace('GPURT_ERROR_OUT_OF_MEMORY = 5,', 'GPURT_ERROR_OUT_OF_MEMORY = 18,')"
+    mutate constant-changed caught "s = s.replace('#define GPURT_HISTORY_CLEAR 2', '#define GPURT_HISTORY_CLEAR 4')"
+    mutate additions passes "
+s = s.replace('  uint64_t unknown;\n} gpurt_memory_stats_t;', '  uint64_t unknown;\n  int64_t num_new;\n} gpurt_memory_stats_t;')
+s = s.replace('  GPURT_ERROR_COMM = 17,\n', '  GPURT_ERROR_COMM = 17,\n  GPURT_ERROR_NEW = 18,\n')
+s = s.replace('#define GPURT_HISTORY_CLEAR 2', '#define GPURT_HISTORY_CLEAR 2\n#define GPURT_HISTORY_NEW 4')
+s = s.replace('#ifdef __cplusplus\n}  // extern', 'gpurt_status_t gpurt_new_function(int x);\n\n#ifdef __cplusplus\n}  // extern')"
+    echo "ABI self-test: every change caught, additions pass"
+    ;;
+  --new-major)
+    old=$major new=$((major + 1))
+    echo "a deliberate ABI break: $old -> $new.0.0 (libgpurt.so.$new, symbol version GPURT_$new)"
+    sed -i "s/^version = \"$old\.[0-9]*\.[0-9]*\"/version = \"$new.0.0\"/" Cargo.toml pyproject.toml
+    sed -i "s/^__version__ = \"$old\.[0-9]*\.[0-9]*\"/__version__ = \"$new.0.0\"/" python/gpurt/__init__.py
+    sed -i "s/^project(gpurt VERSION $old\.[0-9]*\.[0-9]*/project(gpurt VERSION $new.0.0/" CMakeLists.txt
+    sed -i "s/^pub const GPURT_VERSION_MAJOR: i32 = $old;/pub const GPURT_VERSION_MAJOR: i32 = $new;/; s/^pub const GPURT_VERSION_MINOR: i32 = [0-9]*;/pub const GPURT_VERSION_MINOR: i32 = 0;/; s/^pub const GPURT_VERSION_PATCH: i32 = [0-9]*;/pub const GPURT_VERSION_PATCH: i32 = 0;/" src/lib.rs
+    sed -i "s/\bGPURT_$old\b/GPURT_$new/g; s/libgpurt\.so\.$old\b/libgpurt.so.$new/g" abi/gpurt.map
+    { grep -rlI "libgpurt\.so\.$old\b" gpu tests benches README.md docs bindings python || true; } \
+      | xargs -r sed -i "s/libgpurt\.so\.$old\b/libgpurt.so.$new/g"
+    sed -i "s/^    version = \"$old\.[0-9]*\.[0-9]*\"/    version = \"$new.0.0\"/" conanfile.py
+    cargo update -p gpurt --offline >/dev/null 2>&1 || cargo update -p gpurt >/dev/null
+    GPURT_UPDATE_HEADER=1 cargo test --test header >/dev/null
+    major=$new
+    probe include/gpurt.h "$work/current"
+    cp "$work/current/gpurt.abi" abi/gpurt.abi
+    cp "$work/current/constants.txt" abi/constants.txt
+    echo "new baseline written: abi/gpurt.abi, abi/constants.txt; add the break to CHANGELOG.md under a new major"
+    ;;
+  --write-baseline)
+    # Only for the first baseline of a major version (the --new-major path uses it).
+    probe include/gpurt.h "$work/current"
+    cp "$work/current/gpurt.abi" abi/gpurt.abi
+    cp "$work/current/constants.txt" abi/constants.txt
+    echo "baseline written: abi/gpurt.abi, abi/constants.txt"
+    ;;
+  ""|-*)
+    echo "usage: abi/check.sh LIB | --self-test | --new-major"; exit 2 ;;
+  *)
+    exports_check "$1"
+    probe include/gpurt.h "$work/current"
+    compare "$work/current"
+    echo "ABI: gpurt.h keeps abi/gpurt.abi ($(grep -c '<elf-symbol name=.gpurt_[a-z]' abi/gpurt.abi) symbols) and abi/constants.txt"
+    ;;
+esac
