@@ -11,7 +11,9 @@
 #      C++ header's tests;
 #   3. the GPT-2 engine's CMake project (host tests); add_subdirectory(gpurt) consumer;
 #   4. pkg-config consumer; the same install moved to a second prefix, used through
-#      pkg-config and find_package from there (the package is relocatable);
+#      pkg-config and find_package from there (the package is relocatable); the
+#      packages (tests/packages.sh: CPack's .debs installed into /usr with dpkg and
+#      removed, the .tar.gz, a Conan 2 recipe);
 #   5. the C ABI test, the fault-injection sweep, the C++ header's tests, the
 #      process-event tests (fork, exit, dlclose), IPC memory between two processes,
 #      the cudaMallocAsync backend, TunableOp
@@ -107,6 +109,8 @@ cmake -S tests/consumer -B "$work/consumer-relocated" -DCMAKE_PREFIX_PATH="$relo
 cmake --build "$work/consumer-relocated"
 grep -q "$relocated/include" "$work/consumer-relocated/CMakeFiles/abi_c_gpurt.dir/flags.make" || { echo "find_package did not use the relocated prefix"; exit 1; }
 (cd "$work/consumer-relocated" && ctest --output-on-failure)
+
+bash tests/packages.sh "$work" "$cargo_dir"
 
 echo "== stub driver: the C ABI test on the GPU-present paths, and gpurt's own cost per call"
 stub=$work/stub-driver
