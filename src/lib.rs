@@ -12,7 +12,7 @@
 //! Layout: one module per concept, each a safe core (`mod.rs`) and a thin `ffi`
 //! counterpart holding its `extern "C"` functions. `boundary` is the one panic
 //! boundary every exported function goes through; `handle` holds the generational
-//! handle tables; `driver` loads libcuda at run time, and `dylib` the optional CUDA
+//! handle tables; `files` writes and reads gpurt's own files safely; `driver` loads libcuda at run time, and `dylib` the optional CUDA
 //! libraries (NVRTC, cuBLAS, cuDNN, ...), so that the library loads where CUDA is
 //! absent; `process` keeps fork and exit safe.
 
@@ -35,6 +35,7 @@ pub(crate) mod dylib;
 pub mod dtype;
 pub mod error;
 pub mod event;
+pub mod files;
 pub mod gds;
 pub mod graph;
 pub mod handle;

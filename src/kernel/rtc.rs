@@ -174,17 +174,32 @@ static COMPILED: Mutex<Option<HashMap<Vec<u8>, Arc<Compiled>>>> = Mutex::new(Non
 static CACHE_DIR: Mutex<Option<Option<PathBuf>>> = Mutex::new(None);
 
 /// Sets (or with `None` turns off) the on-disk cache directory; the default is
-/// `GPURT_RTC_CACHE_DIR`.
+/// `GPURT_RTC_CACHE_DIR`. The directory is created 0700 where missing; one that
+/// belongs to another user or that its group or others may write is refused, as code
+/// read from it is loaded onto the GPU (SECURITY.md), and the cache is left as it was.
 pub fn set_cache_dir(dir: Option<&str>) -> Result<()> {
     if let Some(d) = dir {
-        std::fs::create_dir_all(d).map_err(|e| Error::invalid_argument(format!("creating cache directory {d:?}: {e}")))?;
+        crate::files::private_directory(Path::new(d))
+            .map_err(|why| Error::invalid_argument(format!("the kernel cache directory is not used: {why}")))?;
     }
     *lock(&CACHE_DIR) = Some(dir.map(PathBuf::from));
     Ok(())
 }
 
+/// The cache directory: the one set, else `GPURT_RTC_CACHE_DIR` if it is trusted
+/// (otherwise a warning, once, and no disk cache).
 fn cache_dir() -> Option<PathBuf> {
-    lock(&CACHE_DIR).get_or_insert_with(|| std::env::var_os("GPURT_RTC_CACHE_DIR").map(PathBuf::from)).clone()
+    lock(&CACHE_DIR).get_or_insert_with(|| std::env::var_os("GPURT_RTC_CACHE_DIR").and_then(|d| trusted_from_env(PathBuf::from(d)))).clone()
+}
+
+fn trusted_from_env(dir: PathBuf) -> Option<PathBuf> {
+    match crate::files::private_directory(&dir) {
+        Ok(()) => Some(dir),
+        Err(why) => {
+            crate::log::log(crate::log::Level::Warn, &format!("GPURT_RTC_CACHE_DIR is not used, kernels are compiled without the disk cache: {why}"));
+            None
+        }
+    }
 }
 
 const DISK_MAGIC: &[u8; 8] = b"GPURTC1\n";
@@ -217,19 +232,17 @@ pub fn decode_disk_entry(key: &[u8], bytes: &[u8]) -> Option<Compiled> {
     Some(Compiled { code: code.to_vec(), is_cubin: is_cubin == 1, log: CString::default() })
 }
 
-fn load_from_disk(key: &[u8]) -> Option<Compiled> {
-    let path = disk_path(&cache_dir()?, key);
-    decode_disk_entry(key, &std::fs::read(path).ok()?)
+/// An entry is read only if it is a regular file of this user that no one else may
+/// write (not a link): another user cannot plant code there.
+fn load_from_disk(dir: &Path, key: &[u8]) -> Option<Compiled> {
+    decode_disk_entry(key, &crate::files::read_private(&disk_path(dir, key))?)
 }
 
-/// Written to a temporary name, then renamed: readers never see half a file.
-fn store_on_disk(key: &[u8], c: &Compiled) {
-    let Some(dir) = cache_dir() else { return };
-    let path = disk_path(&dir, key);
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    if std::fs::write(&tmp, encode_disk_entry(key, c)).and_then(|_| std::fs::rename(&tmp, &path)).is_err() {
-        let _ = std::fs::remove_file(&tmp);
-        crate::log::log(crate::log::Level::Warn, &format!("could not write the kernel cache entry {}", path.display()));
+/// Written 0600 to a new temporary name, then renamed: readers never see half a file.
+fn store_on_disk(dir: &Path, key: &[u8], c: &Compiled) {
+    let path = disk_path(dir, key);
+    if let Err(e) = crate::files::write_atomically(&path, &encode_disk_entry(key, c), 0o600) {
+        crate::log::log(crate::log::Level::Warn, &format!("could not write the kernel cache entry {}: {e}", path.display()));
     }
 }
 
@@ -249,11 +262,14 @@ pub fn compile(source: &str, options: &[String]) -> Result<Arc<Compiled>> {
     if let Some(c) = lock(&COMPILED).get_or_insert_with(HashMap::new).get(&key) {
         return Ok(c.clone());
     }
-    let compiled = Arc::new(match load_from_disk(&key) {
+    let dir = cache_dir();
+    let compiled = Arc::new(match dir.as_deref().and_then(|dir| load_from_disk(dir, &key)) {
         Some(c) => c,
         None => {
             let c = run_nvrtc(source, &effective)?;
-            store_on_disk(&key, &c);
+            if let Some(dir) = &dir {
+                store_on_disk(dir, &key, &c);
+            }
             c
         }
     });
@@ -436,6 +452,44 @@ mod tests {
         assert!(decode_disk_entry(b"key two", &bytes).is_none(), "a colliding file is a miss");
         assert!(decode_disk_entry(b"key one", &bytes[..12]).is_none(), "a truncated file is a miss");
         assert!(decode_disk_entry(b"key one", b"junk").is_none());
+    }
+
+    /// The disk cache's trust rules (SECURITY.md): entries are written 0600, and
+    /// one planted as a link, or writable by others, is a miss.
+    #[cfg(not(miri))]
+    #[test]
+    fn the_disk_cache_reads_only_this_users_private_entries() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = std::env::temp_dir().join(format!("gpurt-rtc-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        crate::files::private_directory(&dir).unwrap();
+        let c = Compiled { code: b"kernel code".to_vec(), is_cubin: false, log: CString::default() };
+        store_on_disk(&dir, b"key", &c);
+        let entry = disk_path(&dir, b"key");
+        assert_eq!(std::fs::metadata(&entry).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(load_from_disk(&dir, b"key").unwrap().code, c.code);
+        // Another user's code, linked in at the entry's name: not read.
+        let planted = dir.join("planted");
+        std::fs::write(&planted, encode_disk_entry(b"key", &Compiled { code: b"evil".to_vec(), is_cubin: false, log: CString::default() })).unwrap();
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::remove_file(&entry).unwrap();
+        std::os::unix::fs::symlink(&planted, &entry).unwrap();
+        assert!(load_from_disk(&dir, b"key").is_none(), "an entry that is a link is ignored");
+        std::fs::remove_file(&entry).unwrap();
+        std::fs::copy(&planted, &entry).unwrap();
+        std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(load_from_disk(&dir, b"key").is_none(), "an entry others may write is ignored");
+        // A directory anyone may write is refused, and the one set before stays.
+        set_cache_dir(Some(dir.to_str().unwrap())).unwrap();
+        let open = dir.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = set_cache_dir(Some(open.to_str().unwrap())).unwrap_err();
+        assert_eq!(e.status, Status::GPURT_ERROR_INVALID_ARGUMENT);
+        assert!(e.message.contains("writable by its group or others"), "{}", e.message);
+        assert_eq!(cache_dir(), Some(dir.clone()));
+        assert!(trusted_from_env(open).is_none(), "GPURT_RTC_CACHE_DIR naming an open directory: no disk cache");
+        set_cache_dir(None).unwrap();
     }
 
     #[test]

@@ -5,7 +5,6 @@
 //! temporary file and renamed over the old one, so a crash never leaves half a file.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 
 use crate::error::{Error, Result, Status};
 
@@ -80,20 +79,11 @@ pub fn render(validators: &Validators, choices: &Choices) -> String {
     text
 }
 
-/// Writes `text` to `path` atomically: a temporary file beside it, flushed to disk,
-/// then renamed over it.
+/// Writes `text` to `path` atomically (`files::write_atomically`: a new temporary
+/// file beside it, flushed, renamed over it; a link planted anywhere is not followed).
 pub fn write_atomically(path: &str, text: &str) -> Result<()> {
-    let temporary = format!("{path}.tmp.{}", std::process::id());
-    let written = (|| {
-        let mut file = std::fs::File::create(&temporary)?;
-        file.write_all(text.as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, path)
-    })();
-    written.map_err(|e| {
-        let _ = std::fs::remove_file(&temporary);
-        Error::new(Status::GPURT_ERROR_INTERNAL, format!("writing the TunableOp results to {path}: {e}"))
-    })
+    crate::files::write_atomically(std::path::Path::new(path), text.as_bytes(), 0o644)
+        .map_err(|e| Error::new(Status::GPURT_ERROR_INTERNAL, format!("writing the TunableOp results to {path}: {e}")))
 }
 
 #[cfg(test)]

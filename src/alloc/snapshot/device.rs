@@ -47,8 +47,11 @@ pub fn bytes(ordinal: i32, format: gpurt_snapshot_format_t) -> Result<Vec<u8>> {
     encode(&take(ordinal)?, format)
 }
 
-/// Writes the snapshot of `ordinal`'s device to `path` in `format`.
+/// Writes the snapshot of `ordinal`'s device to `path` in `format`, atomically
+/// (`files::write_atomically`: a reader never sees half a snapshot, and a link planted
+/// at the temporary name is not followed).
 pub fn write(ordinal: i32, format: gpurt_snapshot_format_t, path: &str) -> Result<()> {
     let bytes = bytes(ordinal, format)?;
-    std::fs::write(path, bytes).map_err(|e| Error::new(Status::GPURT_ERROR_IO, format!("writing the snapshot to {path}: {e}")))
+    crate::files::write_atomically(std::path::Path::new(path), &bytes, 0o644)
+        .map_err(|e| Error::new(Status::GPURT_ERROR_IO, format!("writing the snapshot to {path}: {e}")))
 }
