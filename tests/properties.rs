@@ -32,6 +32,13 @@ proptest! {
     }
 
     #[test]
+    fn environment_values_are_parsed_within_bounds(
+        value in "[0-9:]{0,40}|[0-9.eE+-]{0,24}|(inf|nan|NaN|-0|1e309|0x10)|.{0,32}",
+    ) {
+        harness::env_values(value.as_bytes());
+    }
+
+    #[test]
     fn configuration_parser_accepts_what_it_describes(bytes in vec(any::<u8>(), 0..16)) {
         harness::config_round_trip(&bytes);
     }

@@ -139,8 +139,12 @@ fn insert_all(nccl: &Nccl, comms: &[(RawComm, i32, i32, i32)]) -> Result<Vec<Han
 
 /// The timeout of `init_rank`: `GPURT_COMM_INIT_TIMEOUT_MS`, else 5 minutes.
 pub fn default_timeout() -> Duration {
-    let ms = std::env::var("GPURT_COMM_INIT_TIMEOUT_MS").ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(300_000);
-    Duration::from_millis(ms)
+    Duration::from_millis(std::env::var("GPURT_COMM_INIT_TIMEOUT_MS").ok().and_then(|v| parse_timeout_ms(&v)).unwrap_or(300_000))
+}
+
+/// `GPURT_COMM_INIT_TIMEOUT_MS`: whole milliseconds; None where unreadable.
+pub fn parse_timeout_ms(text: &str) -> Option<u64> {
+    text.trim().parse::<u64>().ok()
 }
 
 /// Rank `rank` of `nranks` on `device`, joining the group `id` names. Initialises

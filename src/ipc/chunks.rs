@@ -23,6 +23,9 @@ const POSIX_FD: sys::CUmemAllocationHandleType = sys::CUmemAllocationHandleType:
 /// Bytes of one entry of the list: the producer's descriptor (i64) and the size (u64).
 const ENTRY: usize = 16;
 
+/// The seals an exported list carries: its bytes can no longer change.
+const LIST_SEALS: c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+
 /// What the producer keeps open while a block is exported: the list and the
 /// descriptor of each mapping it names (closed when the export goes).
 pub struct Shared {
@@ -44,13 +47,18 @@ pub fn share(device: i32, mappings: &[(u64, u64)]) -> Result<Shared> {
     let bytes: Vec<u8> =
         descriptors.iter().zip(mappings).flat_map(|(fd, &(_, size))| (fd.as_raw_fd() as i64).to_le_bytes().into_iter().chain(size.to_le_bytes())).collect();
     // SAFETY: a NUL-terminated name; the result is checked.
-    let raw = unsafe { libc::memfd_create(c"gpurt-ipc-mappings".as_ptr(), libc::MFD_CLOEXEC) };
+    let raw = unsafe { libc::memfd_create(c"gpurt-ipc-mappings".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     if raw < 0 {
         return Err(os_error("memfd_create"));
     }
     // SAFETY: a descriptor just opened, owned by nothing else.
     let list = File::from(unsafe { OwnedFd::from_raw_fd(raw) });
     list.write_all_at(&bytes, 0).map_err(|e| Error::new(Status::GPURT_ERROR_IO, format!("writing the IPC mapping list: {e}")))?;
+    // Sealed, so that a consumer reads the list as it was exported (SECURITY.md).
+    // SAFETY: fcntl on a descriptor owned here; the result is checked.
+    if unsafe { libc::fcntl(list.as_raw_fd(), libc::F_ADD_SEALS, LIST_SEALS | libc::F_SEAL_SEAL) } != 0 {
+        return Err(os_error("sealing the IPC mapping list"));
+    }
     Ok(Shared { list: list.into(), _mappings: descriptors, count: mappings.len() as u32 })
 }
 
@@ -75,7 +83,7 @@ fn export_mapping(start: u64) -> Result<OwnedFd> {
 pub struct Imported {
     pub base: u64,
     device: i32,
-    reserved: u64,
+    pub reserved: u64,
     sizes: Vec<u64>,
 }
 
@@ -84,6 +92,16 @@ pub struct Imported {
 pub fn import(device: i32, producer: Process, list_fd: i32, count: u32) -> Result<Imported> {
     let pidfd = pidfd_open(producer)?;
     let list = File::from(pidfd_getfd(&pidfd, list_fd)?);
+    // A handle is another process's bytes (SECURITY.md): its descriptor must be a list
+    // gpurt sealed, whose entries cannot change after they are checked.
+    // SAFETY: fcntl on a descriptor owned here.
+    let seals = unsafe { libc::fcntl(list.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & LIST_SEALS != LIST_SEALS {
+        return Err(Error::invalid_handle(format!(
+            "descriptor {list_fd} of process {} is not a sealed gpurt list of mappings: not a gpurt IPC handle's",
+            producer.pid
+        )));
+    }
     // The count is the handle's (any bytes); the list's length is the exporter's.
     let length = list.metadata().map(|m| m.len()).unwrap_or(0);
     if count == 0 || length != (ENTRY as u64) * count as u64 {
@@ -98,7 +116,13 @@ pub fn import(device: i32, producer: Process, list_fd: i32, count: u32) -> Resul
         let imported = entries.iter().try_for_each(|&(fd, _)| {
             let local = pidfd_getfd(&pidfd, fd)?;
             let mut handle = 0;
-            check(unsafe { sys::cuMemImportFromShareableHandle(&mut handle, local.as_raw_fd() as isize as *mut c_void, POSIX_FD) }, "cuMemImportFromShareableHandle")?;
+            check(unsafe { sys::cuMemImportFromShareableHandle(&mut handle, local.as_raw_fd() as isize as *mut c_void, POSIX_FD) }, "cuMemImportFromShareableHandle")
+                .map_err(|e| {
+                    Error::invalid_handle(format!(
+                        "descriptor {fd} of process {} is not CUDA memory the driver imports ({}): not a gpurt IPC handle's",
+                        producer.pid, e.message
+                    ))
+                })?;
             handles.push(handle);
             Ok(())
         });

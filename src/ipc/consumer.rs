@@ -18,6 +18,8 @@ use crate::error::{Error, Result};
 /// A segment of another process, mapped here.
 struct Mapping {
     base: u64,
+    /// Its bytes: a handle's block must lie within them.
+    len: u64,
     device: i32,
     /// Blocks of it open here.
     blocks: u32,
@@ -89,6 +91,21 @@ impl Consumer {
         }
     }
 
+    /// Unmaps the memory `key` names once no block of it is open here.
+    fn unmap_if_unused(&mut self, key: MappingKey) -> Result<()> {
+        if self.mappings.get(&key).map_or(true, |m| m.blocks > 0) {
+            return Ok(());
+        }
+        let Mapping { base, device, imported, .. } = self.mappings.remove(&key).expect("found above");
+        device::with_device(device, || match &imported {
+            Some(imported) => {
+                chunks::unmap(imported);
+                Ok(())
+            }
+            None => check(unsafe { sys::cuIpcCloseMemHandle(base) }, "cuIpcCloseMemHandle"),
+        })
+    }
+
     /// The address of the block's memory here, mapped on first use.
     fn map(&mut self, block: &ExportedBlock, device: i32) -> Result<&mut Mapping> {
         let entry = match self.mappings.entry(MappingKey::of(block)) {
@@ -101,14 +118,31 @@ impl Consumer {
                 let mut base = 0;
                 let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
                 check(unsafe { sys::cuIpcOpenMemHandle_v2(&mut base, handle, flags) }, "cuIpcOpenMemHandle")?;
-                Ok(Mapping { base, device, blocks: 0, imported: None })
+                let (mut start, mut len) = (0, 0);
+                if let Err(e) = check(unsafe { sys::cuMemGetAddressRange_v2(&mut start, &mut len, base) }, "cuMemGetAddressRange") {
+                    unsafe { sys::cuIpcCloseMemHandle(base) };
+                    return Err(e);
+                }
+                Ok(Mapping { base, len: len as u64, device, blocks: 0, imported: None })
             })?,
             Memory::Mappings { list_fd, count } => {
                 let imported = chunks::import(device, block.producer, list_fd, count)?;
-                Mapping { base: imported.base, device, blocks: 0, imported: Some(imported) }
+                Mapping { base: imported.base, len: imported.reserved, device, blocks: 0, imported: Some(imported) }
             }
         };
         Ok(entry.insert(mapping))
+    }
+}
+
+/// The block's address in `mapping`. A handle is another process's bytes
+/// (SECURITY.md): its block must lie within the memory it names.
+fn address_in(mapping: &Mapping, block: &ExportedBlock) -> Result<u64> {
+    match block.offset.checked_add(block.size) {
+        Some(end) if block.size > 0 && end <= mapping.len => Ok(mapping.base + block.offset),
+        _ => Err(Error::invalid_handle(format!(
+            "the handle's block ({} bytes at offset {}) does not lie within the {} bytes of memory it names: not an exported block's handle",
+            block.size, block.offset, mapping.len
+        ))),
     }
 }
 
@@ -121,7 +155,7 @@ pub fn open(block: &ExportedBlock) -> Result<u64> {
     let mut guard = lock(&CONSUMER);
     let consumer = guard.get_or_insert_with(Consumer::default);
     if let Some(mapping) = consumer.mappings.get(&MappingKey::of(block)) {
-        let ptr = mapping.base + block.offset;
+        let ptr = address_in(mapping, block)?;
         if let Some(open) = consumer.blocks.get_mut(&ptr) {
             if (open.producer, open.slot, open.generation) != (block.producer, block.slot, block.generation) {
                 return Err(Error::invalid_handle("a stale IPC handle: another export of this block is open here"));
@@ -141,17 +175,17 @@ pub fn open(block: &ExportedBlock) -> Result<u64> {
             ClaimError::Full => Error::not_supported(format!("{HOLDERS} processes hold the block already, the most one block may have")),
         });
     }
-    let mapping = match consumer.map(block, device) {
-        Ok(mapping) => mapping,
-        Err(e) => {
-            let _ = table.release(block.slot, me);
-            drop(table);
-            consumer.drop_table_if_unused(block.producer);
-            return Err(e);
-        }
-    };
+    let mapped = consumer.map(block, device).and_then(|mapping| address_in(mapping, block));
+    if let Err(e) = mapped {
+        let _ = table.release(block.slot, me);
+        drop(table);
+        consumer.drop_table_if_unused(block.producer);
+        consumer.unmap_if_unused(MappingKey::of(block))?;
+        return Err(e);
+    }
+    let mapping = consumer.mappings.get_mut(&MappingKey::of(block)).expect("mapped above");
     mapping.blocks += 1;
-    let ptr = mapping.base + block.offset;
+    let ptr = mapping.base + block.offset; // within the mapping: checked above
     let open = OpenBlock { segment: MappingKey::of(block), table, producer: block.producer, slot: block.slot, generation: block.generation, opens: 1 };
     consumer.blocks.insert(ptr, open);
     Ok(ptr)
@@ -175,17 +209,6 @@ pub fn close(ptr: u64) -> Result<()> {
     let _ = open.table.release(open.slot, Process::current()?);
     drop(open.table);
     consumer.drop_table_if_unused(open.producer);
-    let mapping = consumer.mappings.get_mut(&open.segment).expect("open blocks keep their mapping");
-    mapping.blocks -= 1;
-    if mapping.blocks == 0 {
-        let Mapping { base, device, imported, .. } = consumer.mappings.remove(&open.segment).expect("found above");
-        device::with_device(device, || match &imported {
-            Some(imported) => {
-                chunks::unmap(imported);
-                Ok(())
-            }
-            None => check(unsafe { sys::cuIpcCloseMemHandle(base) }, "cuIpcCloseMemHandle"),
-        })?;
-    }
-    Ok(())
+    consumer.mappings.get_mut(&open.segment).expect("open blocks keep their mapping").blocks -= 1;
+    consumer.unmap_if_unused(open.segment)
 }

@@ -70,13 +70,21 @@ fn config() -> &'static Config {
     CONFIG.get_or_init(|| {
         let var = |name: &str| std::env::var(format!("GPURT_TUNABLEOP_{name}")).ok();
         let flag = |name: &str| var(name).map_or(true, |v| v != "0");
+        // An environment value is untrusted text: out of bounds, the default is used.
+        fn bounded<T>(name: &str, text: Option<String>, parse: fn(&str) -> Option<T>, default: T) -> T {
+            let Some(text) = text else { return default };
+            parse(&text).unwrap_or_else(|| {
+                crate::log::log(crate::log::Level::Warn, &format!("GPURT_TUNABLEOP_{name}={text:?} is out of bounds; the default is used"));
+                default
+            })
+        }
         Config {
             enabled: flag("ENABLED"),
             tuning: flag("TUNING"),
             filename: var("FILENAME").unwrap_or_else(|| "gpurt_tunableop_results%d.csv".into()),
             budget: Budget {
-                duration_ms: var("MAX_TUNING_DURATION_MS").and_then(|v| v.parse().ok()).unwrap_or(30.0),
-                max_iterations: var("MAX_TUNING_ITERATIONS").and_then(|v| v.parse().ok()).unwrap_or(100),
+                duration_ms: bounded("MAX_TUNING_DURATION_MS", var("MAX_TUNING_DURATION_MS"), tuner::parse_duration_ms, 30.0),
+                max_iterations: bounded("MAX_TUNING_ITERATIONS", var("MAX_TUNING_ITERATIONS"), tuner::parse_iterations, 100),
             },
         }
     })

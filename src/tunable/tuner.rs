@@ -25,6 +25,17 @@ pub struct Budget {
     pub max_iterations: u32,
 }
 
+/// `GPURT_TUNABLEOP_MAX_TUNING_DURATION_MS`: a finite number of milliseconds in
+/// (0, one hour]; None for anything else (the default is used).
+pub fn parse_duration_ms(text: &str) -> Option<f64> {
+    text.trim().parse::<f64>().ok().filter(|ms| ms.is_finite() && *ms > 0.0 && *ms <= 3_600_000.0)
+}
+
+/// `GPURT_TUNABLEOP_MAX_TUNING_ITERATIONS`: a whole number from 1 to 2^32 - 1.
+pub fn parse_iterations(text: &str) -> Option<u32> {
+    text.trim().parse::<u32>().ok().filter(|&n| n > 0)
+}
+
 /// The fastest valid candidate and its mean time in microseconds. Candidates that
 /// fail or are rejected by the validator are passed over, with a log line.
 pub fn tune(bench: &dyn Bench, budget: Budget) -> Result<(usize, f64)> {

@@ -19,12 +19,14 @@
  */
 #define _GNU_SOURCE
 #include <gpurt.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -35,6 +37,17 @@ extern char **environ;
 #include "check.h"
 
 /* ---- both sides ------------------------------------------------------------- */
+
+/* Where a handle's fields lie (src/ipc/mod.rs): after the mark, version, boot, the
+ * producer's pid and start time, the device's UUID, the memory (its kind, then a
+ * segment's driver handle, or the list's descriptor and count), offset and size. */
+enum { HANDLE_PID = 28, HANDLE_LIST_FD = 57, HANDLE_OFFSET = 121, HANDLE_SIZE = 129 };
+
+static gpurt_ipc_mem_handle_t with_field(const gpurt_ipc_mem_handle_t *h, int at, const void *value, size_t size) {
+    gpurt_ipc_mem_handle_t changed = *h;
+    memcpy(changed.bytes + at, value, size);
+    return changed;
+}
 
 static void to_hex(const gpurt_ipc_mem_handle_t *h, char *out) {
     size_t i;
@@ -225,6 +238,43 @@ static int sees_consumer_change_on(int device, const void *dev, size_t bytes, ui
 
 static int sees_consumer_change(const void *dev, size_t bytes, uint64_t seed) { return sees_consumer_change_on(0, dev, bytes, seed); }
 
+/* A handle is another process's bytes (SECURITY.md): a forged one, made from the
+ * genuine `h` with one field changed, is refused and imports nothing. */
+static void hostile_handles(Child *child, const gpurt_ipc_mem_handle_t *h, const char *what) {
+    uint32_t init = 1;
+    uint64_t far = 1ull << 62, zero = 0, past_end = 1ull << 40;
+    gpurt_ipc_mem_handle_t bad = with_field(h, HANDLE_PID, &init, sizeof init);
+    CHECK(reopen_in(child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "%s handle naming another process (pid 1) is refused", what);
+    bad = with_field(h, HANDLE_OFFSET, &far, sizeof far);
+    CHECK(reopen_in(child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "%s handle with an offset past its memory is refused", what);
+    bad = with_field(h, HANDLE_SIZE, &past_end, sizeof past_end);
+    CHECK(reopen_in(child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "%s handle with a size past its memory is refused", what);
+    bad = with_field(h, HANDLE_SIZE, &zero, sizeof zero);
+    CHECK(reopen_in(child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "%s handle with a size of 0 is refused", what);
+    CHECK(kept_blocks() == 0, "refused opens hold nothing");
+}
+
+/* An expandable block's handle names a descriptor of its producer: one that is not
+ * gpurt's sealed list, or a sealed list naming descriptors that are not CUDA memory,
+ * is refused. */
+static void hostile_expandable_handles(Child *child, const gpurt_ipc_mem_handle_t *h) {
+    int not_a_list = STDERR_FILENO;
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    int forged = memfd_create("gpurt-ipc-mappings", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int64_t entry[2] = {devnull, 2 << 20};
+    gpurt_ipc_mem_handle_t bad = with_field(h, HANDLE_LIST_FD, &not_a_list, sizeof not_a_list);
+    CHECK(reopen_in(child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "a handle naming a descriptor that is not a sealed list is refused");
+    CHECK(devnull >= 0 && forged >= 0 && write(forged, entry, sizeof entry) == (ssize_t)sizeof entry
+              && fcntl(forged, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) == 0,
+          "a forged list is made");
+    bad = with_field(h, HANDLE_LIST_FD, &forged, sizeof forged);
+    bad.bytes[HANDLE_LIST_FD + 4] = 1; /* one mapping */
+    memset(bad.bytes + HANDLE_LIST_FD + 5, 0, 3);
+    CHECK(reopen_in(child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "a sealed list naming a descriptor that is not CUDA memory (/dev/null) is refused");
+    close(forged);
+    close(devnull);
+}
+
 /* A block of an expandable segment on `device` lying on two of its mappings (the
  * first block takes part of the first mapping; the second runs into the growth step
  * after it): opened by the consumer, read and changed exactly on device 0, kept
@@ -248,6 +298,8 @@ static void expandable_block(Child *child, int device, uint64_t seed, int real) 
     bad = h;
     bad.bytes[61] ^= 0x40; /* the count of mappings (after the memory's kind and the list's descriptor) */
     CHECK(reopen_in(child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "a count of mappings that is not the export's list's");
+    hostile_expandable_handles(child, &h);
+    hostile_handles(child, &h, "an expandable block's");
     CHECK(open_in(child, &h, bytes, seed, &in_child) == 0, "the consumer opens an expandable segment's block and reads its bytes exactly");
     if (real) CHECK(sees_consumer_change_on(device, block, bytes, seed), "the producer sees what the consumer wrote into the expandable block");
     CHECK(reopen_in(child, &h, &again_in_child) == 0 && again_in_child == in_child, "the same handle opens at the same address");
@@ -328,6 +380,7 @@ static int producer(int real) {
     CHECK(open_in(&child, &h, bytes, seed, &in_child) == 0, "the consumer opens the block and reads its bytes exactly");
     memset(&bad, 0x17, sizeof bad);
     CHECK(reopen_in(&child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "bytes that are not a handle");
+    hostile_handles(&child, &h, "a segment's");
     if (real) CHECK(sees_consumer_change(a, bytes, seed), "the producer sees what the consumer wrote");
 
     /* Freed while the consumer holds it: kept, and not reused. */

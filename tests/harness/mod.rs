@@ -202,6 +202,32 @@ pub fn config_round_trip(bytes: &[u8]) {
     assert_eq!(config.expandable_segments, expandable, "{text:?}");
 }
 
+/// Any text as the value of each environment variable gpurt reads (SECURITY.md:
+/// environment values are untrusted): every parser returns, never panics, and what it
+/// accepts is within its bounds.
+pub fn env_values(bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    config_text(bytes); // GPURT_ALLOC_CONF
+    let _ = gpurt::log::Level::parse(&text); // GPURT_LOG
+    if let Some(size) = gpurt::mathlib::workspace::parse_blas_config(&text) {
+        // CUBLAS_WORKSPACE_CONFIG: ":SIZE_KiB:COUNT" pairs, summed without wrapping.
+        assert!(size % 1024 == 0, "{text:?}: {size}");
+    }
+    if let Some(size) = gpurt::mathlib::workspace::parse_blaslt_size(&text) {
+        assert!(size % 1024 == 0, "{text:?}: {size}"); // CUBLASLT_WORKSPACE_SIZE, KiB
+    }
+    if let Some(ms) = gpurt::tunable::tuner::parse_duration_ms(&text) {
+        assert!(ms.is_finite() && ms > 0.0 && ms <= 3_600_000.0, "{text:?}: {ms}");
+    }
+    if let Some(n) = gpurt::tunable::tuner::parse_iterations(&text) {
+        assert!(n > 0, "{text:?}");
+    }
+    if let Some(ms) = gpurt::comm::parse_timeout_ms(&text) {
+        // Waiting that long is safe: the wait compares elapsed time, never adds to now.
+        let _ = std::time::Duration::from_millis(ms);
+    }
+}
+
 /// One table for every run: its chunks live as long as the process, as the
 /// library's tables do.
 static TABLE: HandleTable<u64> = HandleTable::new(Kind::Event);

@@ -7,6 +7,8 @@
  * benchmarks (the driver's share here is a few ns). */
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <sys/syscall.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,24 +132,61 @@ static int is_segment(unsigned long long addr) {
     pthread_mutex_unlock(&ranges_lock);
     return found;
 }
+/* The segments opened here from other processes, with their sizes (the handle's). */
+static Range opened[256];
+static size_t segment_size(unsigned long long addr) {
+    size_t size = 0;
+    int i;
+    pthread_mutex_lock(&ranges_lock);
+    for (i = 0; i < 4096; i++) if (ranges[i].addr == addr) size = ranges[i].size;
+    pthread_mutex_unlock(&ranges_lock);
+    return size;
+}
 CUresult cuIpcGetMemHandle(IpcMemHandle *h, unsigned long long p) {
     int pid = getpid();
+    size_t size = segment_size(p);
     if (!is_segment(p)) return 1; /* CUDA_ERROR_INVALID_VALUE: not the base of a cuMemAlloc */
     memset(h, 0, sizeof *h);
     memcpy(h->reserved, &p, sizeof p);
     memcpy(h->reserved + 8, &pid, sizeof pid);
+    memcpy(h->reserved + 16, &size, sizeof size);
     return 0;
 }
 CUresult cuIpcOpenMemHandle_v2(unsigned long long *p, IpcMemHandle h, unsigned flags) {
-    int pid;
+    int pid, i;
+    size_t size;
     (void)flags;
     memcpy(&pid, h.reserved + 8, sizeof pid);
+    memcpy(&size, h.reserved + 16, sizeof size);
     if (pid == getpid()) return 201; /* CUDA_ERROR_INVALID_CONTEXT, as the driver answers its own process */
     *p = __atomic_fetch_add(&next_address, 1ull << 32, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&ranges_lock);
+    for (i = 0; i < 256 && opened[i].addr != 0; i++) {}
+    if (i < 256) { opened[i].addr = *p; opened[i].size = size; }
+    pthread_mutex_unlock(&ranges_lock);
     count(&live_ipc_mappings, 1);
     return 0;
 }
-CUresult cuIpcCloseMemHandle(unsigned long long p) { (void)p; count(&live_ipc_mappings, -1); return 0; }
+CUresult cuIpcCloseMemHandle(unsigned long long p) {
+    int i;
+    pthread_mutex_lock(&ranges_lock);
+    for (i = 0; i < 256; i++) if (opened[i].addr == p) opened[i].addr = 0;
+    pthread_mutex_unlock(&ranges_lock);
+    count(&live_ipc_mappings, -1);
+    return 0;
+}
+/* The allocation (a segment of this process, or one opened from another) holding p. */
+CUresult cuMemGetAddressRange_v2(unsigned long long *base, size_t *size, unsigned long long p) {
+    int i;
+    CUresult found = 1; /* CUDA_ERROR_INVALID_VALUE */
+    pthread_mutex_lock(&ranges_lock);
+    for (i = 0; i < 4096 && found; i++)
+        if (ranges[i].addr && p >= ranges[i].addr && p - ranges[i].addr < ranges[i].size) { *base = ranges[i].addr; *size = ranges[i].size; found = 0; }
+    for (i = 0; i < 256 && found; i++)
+        if (opened[i].addr && p >= opened[i].addr && p - opened[i].addr < opened[i].size) { *base = opened[i].addr; *size = opened[i].size; found = 0; }
+    pthread_mutex_unlock(&ranges_lock);
+    return found;
+}
 CUresult cuMemAllocManaged(unsigned long long *p, size_t size, unsigned flags) {
     if (flags != 1 && flags != 2) return 1; /* CUDA_ERROR_INVALID_VALUE */
     return cuMemAlloc_v2(p, size);
@@ -295,18 +334,26 @@ CUresult cuMemRetainAllocationHandle(unsigned long long *h, void *addr) {
     *h = 1;
     return 0;
 }
+/* A shareable allocation is a memfd of the stub's name; the import refuses any other
+ * descriptor, as the driver refuses descriptors that are not its own. */
 CUresult cuMemExportToShareableHandle(void *out, unsigned long long h, int type, unsigned long long f) {
     int fd;
     (void)h; (void)f;
     INJECT("cuMemExportToShareableHandle", UNKNOWN);
     if (type != 1) return 1;
-    fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    fd = (int)syscall(SYS_memfd_create, "stub-cuda-allocation", 1u /* MFD_CLOEXEC */);
     if (fd < 0) return 2;
     *(int *)out = fd;
     return 0;
 }
 CUresult cuMemImportFromShareableHandle(unsigned long long *h, void *os_handle, int type) {
-    if (type != 1 || fcntl((int)(intptr_t)os_handle, F_GETFD) < 0) return 1;
+    char link[64], target[256];
+    ssize_t n;
+    snprintf(link, sizeof link, "/proc/self/fd/%d", (int)(intptr_t)os_handle);
+    n = readlink(link, target, sizeof target - 1);
+    if (type != 1 || n < 0) return 1;
+    target[n] = 0;
+    if (strstr(target, "memfd:stub-cuda-allocation") == NULL) return 1; /* CUDA_ERROR_INVALID_VALUE */
     *h = 2;
     return 0;
 }
