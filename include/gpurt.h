@@ -1,4 +1,5 @@
-/*
+/**
+ * @file gpurt.h
  * gpurt: the CUDA runtime layer of torch.cuda / cupy.cuda for C, C++ and any C FFI.
  *
  * Conventions (every function follows them):
@@ -88,8 +89,14 @@
  */
 #define GPURT_VERSION_MAJOR 0
 
+/**
+ * The header's minor version: releases that only add to the ABI.
+ */
 #define GPURT_VERSION_MINOR 1
 
+/**
+ * The header's patch version: releases that change no interface.
+ */
 #define GPURT_VERSION_PATCH 0
 
 /**
@@ -189,22 +196,49 @@
  */
 #define GPURT_COMM_SPLIT_NOCOLOR -1
 
+/**
+ * Event flag: gpurt_event_synchronize sleeps instead of spinning.
+ */
 #define GPURT_EVENT_BLOCKING_SYNC 1
 
+/**
+ * Event flag: no timing (cheaper records and waits; no gpurt_event_elapsed_time).
+ */
 #define GPURT_EVENT_DISABLE_TIMING 2
 
+/**
+ * Event flag: exportable with gpurt_event_ipc_handle (needs GPURT_EVENT_DISABLE_TIMING).
+ */
 #define GPURT_EVENT_INTERPROCESS 4
 
+/**
+ * Capture mode: unsafe calls (allocation, synchronisation) by any thread are illegal while the capture runs (cudaStreamCaptureModeGlobal).
+ */
 #define GPURT_CAPTURE_MODE_GLOBAL 0
 
+/**
+ * Capture mode: only the capturing thread's unsafe calls are illegal.
+ */
 #define GPURT_CAPTURE_MODE_THREAD_LOCAL 1
 
+/**
+ * Capture mode: no call is made illegal by the capture.
+ */
 #define GPURT_CAPTURE_MODE_RELAXED 2
 
+/**
+ * Instantiation flag: memory the graph allocates and does not free is freed at its next launch.
+ */
 #define GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH 1
 
+/**
+ * Instantiation flag: upload the graph on the given stream as part of instantiating it.
+ */
 #define GPURT_GRAPH_INSTANTIATE_UPLOAD 2
 
+/**
+ * Instantiation flag: kernel nodes keep the priorities of the streams they were captured from.
+ */
 #define GPURT_GRAPH_INSTANTIATE_USE_NODE_PRIORITY 8
 
 /**
@@ -212,20 +246,44 @@
  */
 #define GPURT_IPC_HANDLE_SIZE 256
 
+/**
+ * Kernel attribute: the most threads per block a launch of the kernel may have.
+ */
 #define GPURT_KERNEL_MAX_THREADS_PER_BLOCK 0
 
+/**
+ * Kernel attribute: its static shared memory per block, in bytes.
+ */
 #define GPURT_KERNEL_SHARED_SIZE_BYTES 1
 
+/**
+ * Kernel attribute: its constant memory, in bytes.
+ */
 #define GPURT_KERNEL_CONST_SIZE_BYTES 2
 
+/**
+ * Kernel attribute: its local memory per thread, in bytes.
+ */
 #define GPURT_KERNEL_LOCAL_SIZE_BYTES 3
 
+/**
+ * Kernel attribute: registers per thread.
+ */
 #define GPURT_KERNEL_NUM_REGS 4
 
+/**
+ * Kernel attribute: the PTX virtual architecture it was compiled for (major × 10 + minor).
+ */
 #define GPURT_KERNEL_PTX_VERSION 5
 
+/**
+ * Kernel attribute: the binary architecture it was compiled for (major × 10 + minor).
+ */
 #define GPURT_KERNEL_BINARY_VERSION 6
 
+/**
+ * Kernel attribute: the most dynamic shared memory a launch may ask (gpurt_kernel_set_max_dynamic_shared_memory).
+ */
 #define GPURT_KERNEL_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 
 /**
@@ -250,6 +308,9 @@
  */
 #define GPURT_MEM_ADVISE_SET_READ_MOSTLY 1
 
+/**
+ * gpurt_mem_advise: undoes GPURT_MEM_ADVISE_SET_READ_MOSTLY.
+ */
 #define GPURT_MEM_ADVISE_UNSET_READ_MOSTLY 2
 
 /**
@@ -257,6 +318,9 @@
  */
 #define GPURT_MEM_ADVISE_SET_PREFERRED_LOCATION 3
 
+/**
+ * gpurt_mem_advise: undoes GPURT_MEM_ADVISE_SET_PREFERRED_LOCATION.
+ */
 #define GPURT_MEM_ADVISE_UNSET_PREFERRED_LOCATION 4
 
 /**
@@ -264,18 +328,39 @@
  */
 #define GPURT_MEM_ADVISE_SET_ACCESSED_BY 5
 
+/**
+ * gpurt_mem_advise: undoes GPURT_MEM_ADVISE_SET_ACCESSED_BY.
+ */
 #define GPURT_MEM_ADVISE_UNSET_ACCESSED_BY 6
 
+/**
+ * Pinned pool flag: blocks are pinned for every device's context.
+ */
 #define GPURT_PINNED_PORTABLE 1
 
+/**
+ * Pinned pool flag: blocks are mapped into the devices' address space (gpurt_pinned_device_pointer).
+ */
 #define GPURT_PINNED_DEVICE_MAPPED 2
 
+/**
+ * Pinned pool flag: write-combined blocks: faster host-to-device copies, very slow host reads.
+ */
 #define GPURT_PINNED_WRITE_COMBINED 4
 
+/**
+ * gpurt_host_register flag: the memory is pinned for every context, not only the current one.
+ */
 #define GPURT_HOST_REGISTER_PORTABLE 1
 
+/**
+ * gpurt_host_register flag: map the memory into the device's address space.
+ */
 #define GPURT_HOST_REGISTER_DEVICE_MAPPED 2
 
+/**
+ * gpurt_host_register flag: the device only reads the memory.
+ */
 #define GPURT_HOST_REGISTER_READ_ONLY 8
 
 /**
@@ -389,6 +474,9 @@ typedef enum {
   GPURT_ERROR_COMM = 17,
 } gpurt_status_t;
 
+/**
+ * The path gpurt_gds_* calls take (gpurt_gds_mode).
+ */
 typedef enum {
   /**
    * cuFile with GPUDirect Storage: the storage's DMA reaches device memory.
@@ -404,6 +492,9 @@ typedef enum {
   GPURT_GDS_MODE_STAGED = 3,
 } gpurt_gds_mode_t;
 
+/**
+ * What happens at a call that blocks the host on the device (gpurt_set_sync_debug_mode, torch.cuda.set_sync_debug_mode).
+ */
 typedef enum {
   /**
    * Synchronising calls run silently (the default).
@@ -419,6 +510,9 @@ typedef enum {
   GPURT_SYNC_DEBUG_ERROR = 2,
 } gpurt_sync_debug_mode_t;
 
+/**
+ * An element type, for the calls that take a `dtype`.
+ */
 typedef enum {
   GPURT_DTYPE_F32 = 0,
   GPURT_DTYPE_F16 = 1,
@@ -552,6 +646,9 @@ typedef struct gpurt_stream_s gpurt_stream_s;
  */
 typedef struct gpurt_tunable_op_s gpurt_tunable_op_s;
 
+/**
+ * The handle of a stream: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_stream_s *gpurt_stream_t;
 
 /**
@@ -559,9 +656,21 @@ typedef gpurt_stream_s *gpurt_stream_t;
  * totals added and removed since the last accumulated reset.
  */
 typedef struct {
+  /**
+   * The value now.
+   */
   int64_t current;
+  /**
+   * The largest value since the last peak reset.
+   */
   int64_t peak;
+  /**
+   * The total added since the last accumulated reset.
+   */
   int64_t allocated;
+  /**
+   * The total removed since the last accumulated reset.
+   */
   int64_t freed;
 } gpurt_stat_t;
 
@@ -570,8 +679,17 @@ typedef struct {
  * `all`, `small_pool`, `large_pool`).
  */
 typedef struct {
+  /**
+   * Over every pool.
+   */
   gpurt_stat_t all;
+  /**
+   * Over the small pool (blocks of 1 MiB and less).
+   */
   gpurt_stat_t small_pool;
+  /**
+   * Over the large pool.
+   */
   gpurt_stat_t large_pool;
 } gpurt_stat_array_t;
 
@@ -582,19 +700,61 @@ typedef struct {
  * bytes callers requested before rounding.
  */
 typedef struct {
+  /**
+   * Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt fills only that much.
+   */
   size_t struct_size;
+  /**
+   * Blocks handed out.
+   */
   gpurt_stat_array_t allocation;
+  /**
+   * Segments held from the driver.
+   */
   gpurt_stat_array_t segment;
+  /**
+   * Blocks handed out or awaiting a cross-stream free.
+   */
   gpurt_stat_array_t active;
+  /**
+   * Free parts of split segments.
+   */
   gpurt_stat_array_t inactive_split;
+  /**
+   * Bytes handed out.
+   */
   gpurt_stat_array_t allocated_bytes;
+  /**
+   * Bytes held from the driver.
+   */
   gpurt_stat_array_t reserved_bytes;
+  /**
+   * Bytes of active blocks.
+   */
   gpurt_stat_array_t active_bytes;
+  /**
+   * Bytes of inactive split blocks.
+   */
   gpurt_stat_array_t inactive_split_bytes;
+  /**
+   * Bytes callers asked for, before rounding.
+   */
   gpurt_stat_array_t requested_bytes;
+  /**
+   * Allocations that succeeded only after the cache was released.
+   */
   int64_t num_alloc_retries;
+  /**
+   * Allocations that failed for lack of memory.
+   */
   int64_t num_ooms;
+  /**
+   * Driver allocations made.
+   */
   int64_t num_device_alloc;
+  /**
+   * Driver frees made.
+   */
   int64_t num_device_free;
   /**
    * The fields the allocator cannot know, as GPURT_STATS_UNKNOWN_* bits (0 with
@@ -618,6 +778,9 @@ typedef void (*gpurt_upstream_free_fn)(void*, size_t, int, void*, void*);
  * Options of gpurt_mem_pool_create; initialise with GPURT_MEM_POOL_OPTIONS_INIT.
  */
 typedef struct {
+  /**
+   * Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt fills only that much.
+   */
   size_t struct_size;
   /**
    * Where the pool's segments come from: GPURT_UPSTREAM_DRIVER, _ASYNC, _MANAGED or _USER.
@@ -650,6 +813,9 @@ typedef struct {
   void *user_context;
 } gpurt_mem_pool_options_t;
 
+/**
+ * The handle of a memory pool: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_mem_pool_s *gpurt_mem_pool_t;
 
 /**
@@ -658,6 +824,9 @@ typedef gpurt_mem_pool_s *gpurt_mem_pool_t;
  */
 typedef int (*gpurt_mem_pool_filter_fn)(size_t, int, void*, void*);
 
+/**
+ * The handle of a communicator: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_comm_s *gpurt_comm_t;
 
 /**
@@ -665,9 +834,15 @@ typedef gpurt_comm_s *gpurt_comm_t;
  * shipped to the others by any means (a file, a socket, MPI, a key-value store).
  */
 typedef struct {
+  /**
+   * NCCL's unique id's bytes: send them to every rank as they are.
+   */
   uint8_t internal[128];
 } gpurt_comm_id_t;
 
+/**
+ * The handle of a device: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_device_s *gpurt_device_t;
 
 /**
@@ -677,56 +852,182 @@ typedef gpurt_device_s *gpurt_device_t;
  * rates are kHz and 0 where the driver no longer reports them.
  */
 typedef struct {
+  /**
+   * Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt fills only that much.
+   */
   size_t struct_size;
+  /**
+   * The device's name, NUL-terminated.
+   */
   char name[256];
+  /**
+   * The device's UUID.
+   */
   uint8_t uuid[16];
+  /**
+   * Its PCI domain.
+   */
   int32_t pci_domain_id;
+  /**
+   * Its PCI bus.
+   */
   int32_t pci_bus_id;
+  /**
+   * Its PCI device.
+   */
   int32_t pci_device_id;
+  /**
+   * Compute capability, major.
+   */
   int32_t major;
+  /**
+   * Compute capability, minor.
+   */
   int32_t minor;
+  /**
+   * Device memory, in bytes.
+   */
   uint64_t total_memory;
+  /**
+   * Streaming multiprocessors.
+   */
   int32_t multiprocessor_count;
+  /**
+   * The most threads a block may have.
+   */
   int32_t max_threads_per_block;
+  /**
+   * The most threads resident on a multiprocessor.
+   */
   int32_t max_threads_per_multiprocessor;
+  /**
+   * Threads per warp.
+   */
   int32_t warp_size;
+  /**
+   * The largest block in x, y and z.
+   */
   int32_t max_block_dim[3];
+  /**
+   * The largest grid in x, y and z.
+   */
   int32_t max_grid_dim[3];
+  /**
+   * Shared memory a block may use by default, in bytes.
+   */
   int32_t shared_memory_per_block;
+  /**
+   * Shared memory a block may use when its kernel opts in, in bytes.
+   */
   int32_t shared_memory_per_block_optin;
+  /**
+   * Shared memory per multiprocessor, in bytes.
+   */
   int32_t shared_memory_per_multiprocessor;
+  /**
+   * Registers a block may use.
+   */
   int32_t registers_per_block;
+  /**
+   * Registers per multiprocessor.
+   */
   int32_t registers_per_multiprocessor;
+  /**
+   * L2 cache, in bytes.
+   */
   int32_t l2_cache_size;
+  /**
+   * The most L2 that may be set aside for persisting accesses, in bytes.
+   */
   int32_t persisting_l2_cache_max_size;
+  /**
+   * Memory bus width, in bits.
+   */
   int32_t memory_bus_width;
+  /**
+   * The SM clock, in kHz.
+   */
   int32_t clock_rate_khz;
+  /**
+   * The memory clock, in kHz.
+   */
   int32_t memory_clock_rate_khz;
+  /**
+   * 1 for an integrated GPU.
+   */
   int32_t integrated;
+  /**
+   * 1 if host memory can be mapped into the device.
+   */
   int32_t can_map_host_memory;
+  /**
+   * 1 with unified addressing.
+   */
   int32_t unified_addressing;
+  /**
+   * 1 if managed memory is supported.
+   */
   int32_t managed_memory;
+  /**
+   * 1 if the host and device may access managed memory at once.
+   */
   int32_t concurrent_managed_access;
+  /**
+   * 1 if the device can access pageable host memory.
+   */
   int32_t pageable_memory_access;
+  /**
+   * Copy engines.
+   */
   int32_t async_engine_count;
+  /**
+   * The driver's compute mode.
+   */
   int32_t compute_mode;
+  /**
+   * 1 with ECC on.
+   */
   int32_t ecc_enabled;
+  /**
+   * 1 if stream-ordered memory pools are supported.
+   */
   int32_t memory_pools_supported;
+  /**
+   * 1 if the virtual memory calls (expandable segments) are supported.
+   */
   int32_t virtual_memory_management_supported;
+  /**
+   * 1 if cooperative launches are supported.
+   */
   int32_t cooperative_launch;
+  /**
+   * 1 if stream priorities are supported.
+   */
   int32_t stream_priorities_supported;
+  /**
+   * 1 with TF32 tensor cores.
+   */
   int32_t tf32_supported;
 } gpurt_device_properties_t;
 
+/**
+ * The handle of an event: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_event_s *gpurt_event_t;
 
 /**
  * The bytes that carry an interprocess event to another process.
  */
 typedef struct {
+  /**
+   * The driver's IPC event handle's bytes.
+   */
   uint8_t reserved[64];
 } gpurt_ipc_event_handle_t;
 
+/**
+ * The handle of a file opened for GPUDirect Storage transfers: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_gds_file_s *gpurt_gds_file_t;
 
 /**
@@ -736,8 +1037,14 @@ typedef gpurt_gds_file_s *gpurt_gds_file_t;
  */
 typedef gpurt_mem_pool_t gpurt_graph_pool_t;
 
+/**
+ * The handle of a captured graph: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_graph_s *gpurt_graph_t;
 
+/**
+ * The handle of an instantiated graph: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_graph_exec_s *gpurt_graph_exec_t;
 
 /**
@@ -745,11 +1052,20 @@ typedef gpurt_graph_exec_s *gpurt_graph_exec_t;
  * bytes, to send by any means (a pipe, a socket, shared memory, a file).
  */
 typedef struct {
+  /**
+   * The handle's bytes: send them to the other process as they are.
+   */
   uint8_t bytes[GPURT_IPC_HANDLE_SIZE];
 } gpurt_ipc_mem_handle_t;
 
+/**
+ * The handle of a loaded module: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_module_s *gpurt_module_t;
 
+/**
+ * The handle of a kernel of a module: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_kernel_s *gpurt_kernel_t;
 
 /**
@@ -758,11 +1074,29 @@ typedef gpurt_kernel_s *gpurt_kernel_t;
  * Initialise with GPURT_LAUNCH_CONFIG_INIT.
  */
 typedef struct {
+  /**
+   * Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt fills only that much.
+   */
   size_t struct_size;
+  /**
+   * Blocks in x, y and z.
+   */
   unsigned int grid[3];
+  /**
+   * Threads per block in x, y and z.
+   */
   unsigned int block[3];
+  /**
+   * Dynamic shared memory per block, in bytes.
+   */
   unsigned int shared_memory_bytes;
+  /**
+   * The stream the launch is ordered on.
+   */
   gpurt_stream_t stream;
+  /**
+   * Blocks per cluster in x, y and z; all 0: no clusters.
+   */
   unsigned int cluster[3];
   /**
    * 1: the kernel may start before the stream's previous kernel has finished
@@ -775,6 +1109,9 @@ typedef struct {
   unsigned int programmatic_dependent_launch;
 } gpurt_launch_config_t;
 
+/**
+ * The handle of a program compiled by NVRTC: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_program_s *gpurt_program_t;
 
 /**
@@ -782,8 +1119,14 @@ typedef gpurt_program_s *gpurt_program_t;
  */
 typedef void (*gpurt_log_callback_t)(int level, const char *message, void *user);
 
+/**
+ * The handle of an NVTX domain: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_nvtx_domain_s *gpurt_nvtx_domain_t;
 
+/**
+ * The handle of a pinned host memory pool: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_pinned_pool_s *gpurt_pinned_pool_t;
 
 /**
@@ -791,23 +1134,56 @@ typedef gpurt_pinned_pool_s *gpurt_pinned_pool_t;
  * allocations held, and the time spent in the driver's host alloc and free.
  */
 typedef struct {
+  /**
+   * Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt fills only that much.
+   */
   size_t struct_size;
+  /**
+   * Blocks handed out.
+   */
   gpurt_stat_t allocations;
+  /**
+   * Bytes handed out.
+   */
   gpurt_stat_t allocated_bytes;
+  /**
+   * Bytes pinned from the driver.
+   */
   gpurt_stat_t reserved_bytes;
+  /**
+   * Pinned allocations held from the driver.
+   */
   gpurt_stat_t segment;
+  /**
+   * Pinned allocations made.
+   */
   int64_t num_host_alloc;
+  /**
+   * Pinned allocations freed.
+   */
   int64_t num_host_free;
+  /**
+   * Time spent pinning memory, in nanoseconds.
+   */
   int64_t host_alloc_time_ns;
+  /**
+   * Time spent unpinning memory, in nanoseconds.
+   */
   int64_t host_free_time_ns;
 } gpurt_host_memory_stats_t;
 
+/**
+ * The handle of a random number generator: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_generator_s *gpurt_generator_t;
 
 /**
  * A generator's state as bytes a caller keeps: the seed and the counter offset.
  */
 typedef struct {
+  /**
+   * The generator's seed.
+   */
   uint64_t seed;
   /**
    * Philox blocks (128 bits each) drawn so far.
@@ -826,17 +1202,29 @@ typedef void (*gpurt_host_fn_t)(void *user);
  * -1 (`clock_event_reasons`: UINT64_MAX).
  */
 typedef struct {
+  /**
+   * Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt fills only that much.
+   */
   size_t struct_size;
   /**
    * Device memory in use, free and in all, by every process (bytes).
    */
   uint64_t memory_used;
+  /**
+   * Free device memory, in bytes.
+   */
   uint64_t memory_free;
+  /**
+   * The device's memory, in bytes.
+   */
   uint64_t memory_total;
   /**
    * Power draw and the enforced limit (milliwatts).
    */
   int64_t power_draw_mw;
+  /**
+   * The power limit, in milliwatts.
+   */
   int64_t power_limit_mw;
   /**
    * Why the clocks are below their maximum now (NVML's clocks event reasons bits).
@@ -846,6 +1234,9 @@ typedef struct {
    * Percent of the last sample period in which a kernel ran / memory was read or written.
    */
   int32_t gpu_utilization;
+  /**
+   * Percent of the last sample period the memory was read or written.
+   */
   int32_t memory_utilization;
   /**
    * GPU core temperature (°C).
@@ -855,6 +1246,9 @@ typedef struct {
    * SM and memory clocks now (MHz).
    */
   int32_t sm_clock_mhz;
+  /**
+   * The memory clock, in MHz.
+   */
   int32_t memory_clock_mhz;
 } gpurt_telemetry_t;
 
@@ -863,10 +1257,19 @@ typedef struct {
  * driver does not say, as under some virtualisation).
  */
 typedef struct {
+  /**
+   * The process id.
+   */
   uint32_t pid;
+  /**
+   * Device memory it uses, in bytes.
+   */
   uint64_t used_bytes;
 } gpurt_process_t;
 
+/**
+ * The handle of a TunableOp: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
 typedef gpurt_tunable_op_s *gpurt_tunable_op_t;
 
 /**
@@ -893,49 +1296,107 @@ extern "C" {
  * Allocates `size` bytes of device memory on `stream`'s device from gpurt's caching
  * pool, for use on `stream`. Size 0 gives NULL. Memory freed on the same stream is
  * reused at once; see `gpurt_record_stream` for other streams.
+ *
+ * @param size bytes wanted; 0 succeeds with `*ptr` NULL; above GPURT_MAX_ALLOCATION_SIZE is out of memory
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) the block is for: its device is the block's
+ * @param[out] ptr receives the block's device address (NULL on failure); must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_OUT_OF_MEMORY when the device has no more memory even after the cache is released (or the pool's limit or memory fraction is reached); GPURT_ERROR_FORKED in a fork() child; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side: enqueues nothing, and the block may be used at once by work queued on `stream`. While `stream` is being captured, the block comes from the graph's private pool (see gpurt_stream_begin_capture).
  */
-gpurt_status_t gpurt_malloc(size_t size, gpurt_stream_t stream, void **ptr);
+gpurt_status_t gpurt_malloc(size_t size,
+                            gpurt_stream_t stream,
+                            void **ptr);
 
 /**
  * Allocates on `device` (`GPURT_CURRENT_DEVICE` for the current one) for use on
  * this thread's current stream of that device.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param size bytes wanted, as for gpurt_malloc
+ * @param[out] ptr receives the block's device address; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_OUT_OF_MEMORY when the device has no more memory even after the cache is released (or the pool's limit or memory fraction is reached); GPURT_ERROR_FORKED in a fork() child; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * As gpurt_malloc, for this thread's current stream of `device`.
  */
-gpurt_status_t gpurt_malloc_device(int device, size_t size, void **ptr);
+gpurt_status_t gpurt_malloc_device(int device,
+                                   size_t size,
+                                   void **ptr);
 
 /**
  * Allocates on `device` for use on `native_stream`, a `CUstream`/`cudaStream_t`
  * that gpurt need not know (NULL: the legacy default stream); otherwise as
  * `gpurt_malloc`. For libraries that pass raw streams (RMM, CUTLASS, ...).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param size bytes wanted, as for gpurt_malloc
+ * @param native_stream a `CUstream`/`cudaStream_t` of `device` (NULL: the legacy default stream)
+ * @param[out] ptr receives the block's device address; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_OUT_OF_MEMORY when the device has no more memory even after the cache is released (or the pool's limit or memory fraction is reached); GPURT_ERROR_FORKED in a fork() child; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * As gpurt_malloc, for `native_stream`.
  */
-gpurt_status_t gpurt_malloc_native(int device, size_t size, void *native_stream, void **ptr);
+gpurt_status_t gpurt_malloc_native(int device,
+                                   size_t size,
+                                   void *native_stream,
+                                   void **ptr);
 
 /**
  * Frees `ptr` in the order of `native_stream` (a `CUstream`/`cudaStream_t`; NULL:
  * the legacy default stream): reusable at once on that stream when it is the one
  * the memory was allocated for, else once the work queued there so far is done
  * (`gpurt_record_stream`, then `gpurt_free`). RMM's `deallocate(stream, ...)`.
+ *
+ * @param ptr a block from gpurt's allocator, or NULL (nothing is done)
+ * @param native_stream the `CUstream`/`cudaStream_t` whose order the free follows (NULL: the legacy default stream)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a pointer gpurt did not allocate or already freed; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Does not block: when `native_stream` is not the block's own stream, gpurt records an event there and reuses the block once it has passed. Allowed during a capture.
  */
-gpurt_status_t gpurt_free_native(void *ptr, void *native_stream);
+gpurt_status_t gpurt_free_native(void *ptr,
+                                 void *native_stream);
 
 /**
  * Frees memory from `gpurt_malloc` (NULL is a no-op). Found from the pointer alone.
+ *
+ * @param ptr a block from gpurt's allocator (any device, any pool), or NULL (nothing is done)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a pointer gpurt did not allocate or already freed (nothing changes); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Does not block: the block is reusable at once on its own stream, and after the events of streams named by gpurt_record_stream have passed. A block of a graph's private pool freed during capture stays the graph's.
  */
 gpurt_status_t gpurt_free(void *ptr);
 
 /**
  * Declares that `ptr` is also used on `stream`: its free then waits (without
  * blocking the caller) until the work queued there so far is done.
+ *
+ * @param ptr a live block from gpurt's allocator
+ * @param stream another a gpurt stream (gpurt_current_stream gives this thread's current one) that uses the block
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a pointer that is not a live gpurt block; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side bookkeeping: an event is recorded on `stream` when the block is freed, not now; does not block.
  */
-gpurt_status_t gpurt_record_stream(void *ptr, gpurt_stream_t stream);
+gpurt_status_t gpurt_record_stream(void *ptr,
+                                   gpurt_stream_t stream);
 
 /**
  * Releases every wholly free cached segment to the driver (`torch.cuda.empty_cache`).
+ *
+ * @return GPURT_SUCCESS; GPURT_ERROR_NO_DRIVER / GPURT_ERROR_NO_DEVICE where there is no device; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Returns wholly free cached memory to the driver, which waits for the device where that memory may still be in use (cuMemFree, cuMemUnmap); blocks whose freeing streams have not passed their recorded events stay cached. Not allowed while a stream is being captured in global mode.
+ * Every device's default pool and the pools of gpurt_mem_pool_create are emptied; graphs' private pools keep their memory.
  */
 gpurt_status_t gpurt_empty_cache(void);
 
 /**
  * Sets the allocator options, with `PYTORCH_CUDA_ALLOC_CONF`'s syntax (as the
  * `GPURT_ALLOC_CONF` environment variable). A malformed string changes nothing.
+ *
+ * @param config comma-separated `key:value` options (max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, backend, ...); NULL or empty: the defaults
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for an unknown key or a value out of range, naming it (nothing changes); GPURT_ERROR_NOT_SUPPORTED for a backend change after the allocator was first used; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_alloc_set_config(const char *config);
 
@@ -945,23 +1406,51 @@ gpurt_status_t gpurt_alloc_set_config(const char *config);
  * the device's stream-ordered driver pool: `backend:cudaMallocAsync` in
  * GPURT_ALLOC_CONF). Chosen when the allocator is first used (asking chooses it);
  * gpurt_alloc_set_config may choose it before that, and cannot change it after.
+ *
+ * @param[out] name receives a static string, "native" or "cudaMallocAsync", valid for the life of the process; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_allocator_backend(const char **name);
 
 /**
  * Caps the memory gpurt reserves on `device` at `fraction` of its total.
+ *
+ * @param fraction of the device's total memory gpurt may reserve, in [0, 1]
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a fraction outside [0, 1] or NaN; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_set_per_process_memory_fraction(double fraction, int device);
+gpurt_status_t gpurt_set_per_process_memory_fraction(double fraction,
+                                                     int device);
 
 /**
  * `torch.cuda.memory_stats()` for `device`, into a struct the caller initialised
  * (`GPURT_MEMORY_STATS_INIT`).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param stats a struct initialised with GPURT_MEMORY_STATS_INIT; gpurt fills as many fields as its `struct_size` holds
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if `stats` is NULL or its `struct_size` is smaller than the first version's; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_memory_stats(int device, gpurt_memory_stats_t *stats);
+gpurt_status_t gpurt_memory_stats(int device,
+                                  gpurt_memory_stats_t *stats);
 
 /**
  * Bytes currently allocated (`torch.cuda.memory_allocated`), its peak, bytes
  * reserved (`memory_reserved`) and its peak, for `device`; any may be NULL.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] allocated receives bytes in live allocations; may be NULL
+ * @param[out] max_allocated receives the peak of `allocated`; may be NULL
+ * @param[out] reserved receives bytes held from the driver; may be NULL
+ * @param[out] max_reserved receives the peak of `reserved`; may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_memory_usage(int device,
                                   uint64_t *allocated,
@@ -971,11 +1460,21 @@ gpurt_status_t gpurt_memory_usage(int device,
 
 /**
  * Resets every peak of `device`'s statistics to its current value.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_reset_peak_memory_stats(int device);
 
 /**
  * Resets `device`'s accumulated totals and event counters.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_reset_accumulated_memory_stats(int device);
 
@@ -983,36 +1482,92 @@ gpurt_status_t gpurt_reset_accumulated_memory_stats(int device);
  * Writes `torch.cuda.memory_summary()`'s table for `device` into `buffer` (NUL-
  * terminated, truncated to `capacity`); `*needed` gets the full size with the NUL.
  * `buffer` may be NULL with `capacity` 0 to ask for the size.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param buffer receives the table, NUL-terminated and truncated to `capacity` bytes; may be NULL when `capacity` is 0
+ * @param capacity bytes `buffer` holds
+ * @param[out] needed receives the table's full size with its NUL; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT if `buffer` is NULL with a non-zero `capacity`; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_memory_summary(int device, char *buffer, size_t capacity, size_t *needed);
+gpurt_status_t gpurt_memory_summary(int device,
+                                    char *buffer,
+                                    size_t capacity,
+                                    size_t *needed);
 
 /**
  * PyTorch's `CUDAPluggableAllocator` alloc: `void* alloc(ssize_t size, int device,
  * cudaStream_t stream)`.
+ *
+ * @param size bytes wanted (negative: nothing is allocated)
+ * @param device the device ordinal PyTorch passes
+ * @param stream the `cudaStream_t` the block is for
+ * @return the block's device address, or NULL where it could not be allocated (PyTorch then raises its out-of-memory error).
+ * @par Errors
+ * This entry point has PyTorch's signature, so it returns no status: failures are logged, and gpurt_last_error_message() holds the detail.
+ * @par Ordering
+ * As gpurt_malloc_native.
  */
-void *gpurt_torch_alloc(ptrdiff_t size, int device, void *stream);
+void *gpurt_torch_alloc(ptrdiff_t size,
+                        int device,
+                        void *stream);
 
 /**
  * PyTorch's `CUDAPluggableAllocator` free: `void free(void* ptr, ssize_t size, int
  * device, cudaStream_t stream)`.
+ *
+ * @param ptr a block from gpurt_torch_alloc
+ * @param size the size PyTorch allocated (unused: gpurt knows it)
+ * @param device the block's device (unused)
+ * @param stream the `cudaStream_t` PyTorch frees it on
+ * @par Errors
+ * This entry point has PyTorch's signature, so it returns no status: failures are logged, and gpurt_last_error_message() holds the detail.
+ * @par Ordering
+ * As gpurt_free_native.
  */
-void gpurt_torch_free(void *ptr, ptrdiff_t size, int device, void *stream);
+void gpurt_torch_free(void *ptr,
+                      ptrdiff_t size,
+                      int device,
+                      void *stream);
 
 /**
  * CuPy's `CFunctionAllocator` malloc: `intptr_t malloc(intptr_t param, size_t size,
  * int device)`. CuPy passes no stream: blocks are tagged with the legacy default
  * stream, so use it with CuPy's default stream.
+ *
+ * @param param CuPy's opaque parameter (unused)
+ * @param size bytes wanted
+ * @param device the device ordinal CuPy passes
+ * @return the block's device address as an integer, or 0 where it could not be allocated.
+ * @par Errors
+ * CuPy's signature: no status; failures are logged and gpurt_last_error_message() holds the detail.
+ * @par Ordering
+ * As gpurt_malloc_native on the legacy default stream.
  */
 ptrdiff_t gpurt_cupy_malloc(ptrdiff_t param, size_t size, int device);
 
 /**
  * CuPy's `CFunctionAllocator` free: `void free(intptr_t param, intptr_t ptr, int device)`.
+ *
+ * @param param CuPy's opaque parameter (unused)
+ * @param ptr a block from gpurt_cupy_malloc, as an integer
+ * @param device the block's device (unused)
+ * @par Errors
+ * CuPy's signature: no status; a failure is logged.
+ * @par Ordering
+ * As gpurt_free.
  */
 void gpurt_cupy_free(ptrdiff_t param, ptrdiff_t ptr, int device);
 
 /**
  * Initialises `options` for this version of the header: sets `struct_size`, the
  * driver upstream, no configuration of its own, no limit.
+ *
+ * @param[out] options receives the defaults for this header's version; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_mem_pool_options_init(gpurt_mem_pool_options_t *options);
 
@@ -1020,6 +1575,13 @@ gpurt_status_t gpurt_mem_pool_options_init(gpurt_mem_pool_options_t *options);
  * A new pool on `device` (`GPURT_CURRENT_DEVICE`: the current one), with its own
  * segments, cache, statistics and options (NULL: defaults). Its memory is freed
  * with gpurt_free like any other; destroy it when it holds no live allocation.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param options the pool's upstream, configuration (GPURT_ALLOC_CONF's syntax) and byte limit; NULL: the defaults
+ * @param[out] pool receives the new pool; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_INVALID_ARGUMENT for an unknown upstream, a malformed configuration, a user upstream without both functions, or expandable_segments:True asked of an upstream that cannot map; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_mem_pool_create(int device,
                                      const gpurt_mem_pool_options_t *options,
@@ -1029,17 +1591,37 @@ gpurt_status_t gpurt_mem_pool_create(int device,
  * Destroys a pool made with gpurt_mem_pool_create. Refused, changing nothing,
  * while it holds live allocations (the message says how many) or a thread has it
  * pushed; its cached memory goes back to the driver.
+ *
+ * @param pool a pool from gpurt_mem_pool_create
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a default pool, or while the pool holds live allocations or is pushed on a thread (nothing changes); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Returns wholly free cached memory to the driver, which waits for the device where that memory may still be in use (cuMemFree, cuMemUnmap); blocks whose freeing streams have not passed their recorded events stay cached. Not allowed while a stream is being captured in global mode.
  */
 gpurt_status_t gpurt_mem_pool_destroy(gpurt_mem_pool_t pool);
 
 /**
  * The handle of `device`'s default pool (the same at every call; never destroyed).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] pool receives the handle of the device's default pool; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_mem_pool_default(int device, gpurt_mem_pool_t *pool);
+gpurt_status_t gpurt_mem_pool_default(int device,
+                                      gpurt_mem_pool_t *pool);
 
 /**
  * Allocates `size` bytes from `pool` for use on `stream`, which must be on the
  * pool's device; otherwise as gpurt_malloc. Free with gpurt_free.
+ *
+ * @param pool the pool to allocate from
+ * @param size bytes wanted, as for gpurt_malloc
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the pool's device
+ * @param[out] ptr receives the block's device address; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a stream of another device; GPURT_ERROR_OUT_OF_MEMORY when the pool's upstream or limit refuses; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * As gpurt_malloc.
  */
 gpurt_status_t gpurt_mem_pool_malloc(gpurt_mem_pool_t pool,
                                      size_t size,
@@ -1051,6 +1633,11 @@ gpurt_status_t gpurt_mem_pool_malloc(gpurt_mem_pool_t pool,
  * device (gpurt_malloc, gpurt_malloc_device, gpurt_malloc_native and the PyTorch
  * and CuPy entry points) come from `pool` (torch.cuda.use_mem_pool). Pushes nest;
  * pushing a default pool routes back to it. A capture's private pool still wins.
+ *
+ * @param pool the pool this thread's allocations on its device come from until gpurt_mem_pool_pop
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_mem_pool_push(gpurt_mem_pool_t pool);
 
@@ -1059,6 +1646,13 @@ gpurt_status_t gpurt_mem_pool_push(gpurt_mem_pool_t pool);
  * allocation on the pool's device, on the allocating thread, with `context`; it
  * must not push or pop pools); the others go where they would without this entry
  * (torch's MemPool with a routing allocator). Undone by gpurt_mem_pool_pop.
+ *
+ * @param pool the pool the accepted allocations come from
+ * @param filter `int filter(size_t size, int device, void *stream, void *context)`: non-zero routes the allocation to `pool`; must not be NULL
+ * @param context passed to `filter` unchanged
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT if `filter` is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_mem_pool_push_filtered(gpurt_mem_pool_t pool,
                                             gpurt_mem_pool_filter_fn filter,
@@ -1066,19 +1660,39 @@ gpurt_status_t gpurt_mem_pool_push_filtered(gpurt_mem_pool_t pool,
 
 /**
  * Undoes this thread's last gpurt_mem_pool_push.
+ *
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT when this thread has no pool pushed; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_mem_pool_pop(void);
 
 /**
  * The pool's own statistics (for a default pool: without the other pools, which
  * gpurt_memory_stats adds up), into a struct initialised with GPURT_MEMORY_STATS_INIT.
+ *
+ * @param pool the pool
+ * @param stats a struct initialised with GPURT_MEMORY_STATS_INIT
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if `stats` is NULL or too small; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_mem_pool_stats(gpurt_mem_pool_t pool, gpurt_memory_stats_t *stats);
+gpurt_status_t gpurt_mem_pool_stats(gpurt_mem_pool_t pool,
+                                    gpurt_memory_stats_t *stats);
 
 /**
  * cupy's MemoryPool figures: bytes in live allocations (used_bytes), cached free
  * bytes (free_bytes), all bytes held (total_bytes) and free cached blocks
  * (n_free_blocks); any pointer may be NULL.
+ *
+ * @param pool the pool
+ * @param[out] used_bytes receives bytes in live allocations; may be NULL
+ * @param[out] free_bytes receives bytes cached free; may be NULL
+ * @param[out] total_bytes receives all bytes held from the upstream; may be NULL
+ * @param[out] free_blocks receives the number of free cached blocks; may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_mem_pool_usage(gpurt_mem_pool_t pool,
                                     uint64_t *used_bytes,
@@ -1088,13 +1702,25 @@ gpurt_status_t gpurt_mem_pool_usage(gpurt_mem_pool_t pool,
 
 /**
  * Releases the pool's wholly free cached segments (cupy's free_all_blocks).
+ *
+ * @param pool the pool
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Returns wholly free cached memory to the driver, which waits for the device where that memory may still be in use (cuMemFree, cuMemUnmap); blocks whose freeing streams have not passed their recorded events stay cached. Not allowed while a stream is being captured in global mode.
  */
 gpurt_status_t gpurt_mem_pool_empty_cache(gpurt_mem_pool_t pool);
 
 /**
  * The device the pool serves.
+ *
+ * @param pool the pool
+ * @param[out] device receives its device ordinal; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_mem_pool_get_device(gpurt_mem_pool_t pool, int *device);
+gpurt_status_t gpurt_mem_pool_get_device(gpurt_mem_pool_t pool,
+                                         int *device);
 
 /**
  * Starts (`enabled` non-zero) or stops recording the allocator's memory history: a
@@ -1103,17 +1729,35 @@ gpurt_status_t gpurt_mem_pool_get_device(gpurt_mem_pool_t pool, int *device);
  * `GPURT_HISTORY_STACKS` (each event keeps the caller's native stack, symbolised when
  * a snapshot is written), `GPURT_HISTORY_CLEAR` (forget the events so far).
  * Stopping keeps the events for a snapshot. (`torch.cuda.memory._record_memory_history`.)
+ *
+ * @param enabled non-zero starts recording, zero stops
+ * @param max_entries events kept per device (0: 10 000; at most GPURT_HISTORY_MAX_ENTRIES)
+ * @param flags GPURT_HISTORY_STACKS, GPURT_HISTORY_CLEAR, or 0
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for unknown flags or too many entries; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_memory_record_history(int enabled, size_t max_entries, unsigned int flags);
+gpurt_status_t gpurt_memory_record_history(int enabled,
+                                           size_t max_entries,
+                                           unsigned int flags);
 
 /**
  * Attaches `name` to the history events of what this thread does next, until the
  * matching `gpurt_memory_annotate_pop`; nested names join as "outer > inner".
+ *
+ * @param name the annotation, NUL-terminated
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if `name` is NULL or not UTF-8; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_memory_annotate_push(const char *name);
 
 /**
  * Removes this thread's innermost annotation.
+ *
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT when this thread has no annotation open; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_memory_annotate_pop(void);
 
@@ -1122,13 +1766,31 @@ gpurt_status_t gpurt_memory_annotate_pop(void);
  * to the file `path` as `format`: every segment of its pools with its blocks
  * (address, size, requested size, state, pool, stream, and where history recorded
  * them, the allocating stack and annotation) and the device's history.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param format a gpurt_snapshot_format_t: JSON, pickle or HTML
+ * @param path the file to write; replaced atomically (a link there is replaced, not followed; a device such as /dev/stdout is written to)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `path` or an unknown format; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_IO where the file cannot be written, with the system's reason; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_memory_snapshot(int device, int format, const char *path);
+gpurt_status_t gpurt_memory_snapshot(int device,
+                                     int format,
+                                     const char *path);
 
 /**
  * `gpurt_memory_snapshot` into a caller's buffer: `*size` gets the snapshot's
  * bytes; a `buffer` too small (or NULL with `capacity` 0, to ask the size) is
  * filled with nothing and gives GPURT_ERROR_INVALID_ARGUMENT.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param format a gpurt_snapshot_format_t
+ * @param buffer receives the snapshot; may be NULL when `capacity` is 0
+ * @param capacity bytes `buffer` holds
+ * @param[out] size receives the snapshot's size in bytes; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for an unknown format or a buffer too small (`*size` still says how large); GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_memory_snapshot_buffer(int device,
                                             int format,
@@ -1139,17 +1801,36 @@ gpurt_status_t gpurt_memory_snapshot_buffer(int device,
 /**
  * NCCL's version (`major*10000 + minor*100 + patch`). Without NCCL:
  * `GPURT_ERROR_NOT_SUPPORTED`, naming libnccl.so.2; every comm call answers so.
+ *
+ * @param[out] version receives NCCL's version, major × 10000 + minor × 100 + patch; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_comm_version(int *version);
 
 /**
  * One communicator per device of `devices[0..n]` (ranks in that order), for one
  * process over several GPUs; `comms` receives `n` handles.
+ *
+ * @param devices `n` device ordinals, one rank each, in rank order
+ * @param n how many devices (at least 1)
+ * @param[out] comms receives `n` communicators (an array of `n` handles); must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for `n` < 1, a NULL `devices` or a device that does not exist; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocks until every rank's communicator is made (NCCL's ncclCommInitAll); no stream work.
  */
-gpurt_status_t gpurt_comm_init_all(const int *devices, int n, gpurt_comm_t *comms);
+gpurt_status_t gpurt_comm_init_all(const int *devices,
+                                   int n,
+                                   gpurt_comm_t *comms);
 
 /**
  * A new group's id, for gpurt_comm_init_rank on every rank.
+ *
+ * @param[out] id receives a new group id, to pass to every rank (any way: it is plain bytes); must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_comm_unique_id(gpurt_comm_id_t *id);
 
@@ -1159,6 +1840,15 @@ gpurt_status_t gpurt_comm_unique_id(gpurt_comm_id_t *id);
  * `GPURT_COMM_INIT_TIMEOUT_MS` (5 minutes by default; see
  * gpurt_comm_init_rank_timeout): a rank that never joins is `GPURT_ERROR_COMM`,
  * and this rank can go on.
+ *
+ * @param id the group's id from gpurt_comm_unique_id on one rank
+ * @param nranks the number of ranks in the group
+ * @param rank this rank, in [0, nranks)
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] comm receives this rank's communicator; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a rank out of range; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when a peer does not join within the timeout (this rank's half-made communicator is aborted); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocks until every rank has joined, or the timeout.
  */
 gpurt_status_t gpurt_comm_init_rank(const gpurt_comm_id_t *id,
                                     int nranks,
@@ -1168,6 +1858,16 @@ gpurt_status_t gpurt_comm_init_rank(const gpurt_comm_id_t *id,
 
 /**
  * gpurt_comm_init_rank with its own timeout, in milliseconds.
+ *
+ * @param id the group's id
+ * @param nranks the number of ranks
+ * @param rank this rank
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param timeout_ms the longest wait for the other ranks, in milliseconds
+ * @param[out] comm receives this rank's communicator; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a rank out of range; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when a peer does not join in time; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocks until every rank has joined, or `timeout_ms`.
  */
 gpurt_status_t gpurt_comm_init_rank_timeout(const gpurt_comm_id_t *id,
                                             int nranks,
@@ -1178,30 +1878,67 @@ gpurt_status_t gpurt_comm_init_rank_timeout(const gpurt_comm_id_t *id,
 
 /**
  * Destroys a communicator (NCCL's resources go once no call on it is running).
+ *
+ * @param comm a communicator of this process
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Does not wait for the communicator's queued work: NCCL's resources go once it is done.
  */
 gpurt_status_t gpurt_comm_destroy(gpurt_comm_t comm);
 
 /**
  * Aborts a communicator, cancelling its pending work, and destroys the handle:
  * after a peer failed (see gpurt_comm_get_async_error).
+ *
+ * @param comm a communicator of this process
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Cancels the communicator's pending work without waiting for it; the handle is invalid afterwards.
  */
 gpurt_status_t gpurt_comm_abort(gpurt_comm_t comm);
 
 /**
  * The error NCCL found running this communicator's work, if any (success
  * otherwise): poll it while waiting on a collective that may never finish.
+ *
+ * @param comm a communicator of this process
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm`; GPURT_ERROR_COMM with NCCL's reason when the communicator's work failed; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_comm_get_async_error(gpurt_comm_t comm);
 
 /**
  * The communicator's rank, number of ranks and device (each may be NULL).
+ *
+ * @param comm a communicator of this process
+ * @param[out] rank receives this communicator's rank; may be NULL
+ * @param[out] nranks receives the number of ranks; may be NULL
+ * @param[out] device receives its device ordinal; may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_comm_info(gpurt_comm_t comm, int *rank, int *nranks, int *device);
+gpurt_status_t gpurt_comm_info(gpurt_comm_t comm,
+                               int *rank,
+                               int *nranks,
+                               int *device);
 
 /**
  * Reduces `count` elements of `send` over all ranks with `op`; every rank gets the
  * result in `recv` (may be `send`). Stream-ordered on `stream` (of the
  * communicator's device), and capturable into graphs.
+ *
+ * @param send `count` elements on the communicator's device
+ * @param recv receives the `count` reduced elements; may be `send`
+ * @param count elements per rank
+ * @param dtype the elements' gpurt_dtype_t
+ * @param op a gpurt_reduce_op_t
+ * @param comm a communicator of this process
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
  */
 gpurt_status_t gpurt_comm_all_reduce(const void *send,
                                      void *recv,
@@ -1214,6 +1951,17 @@ gpurt_status_t gpurt_comm_all_reduce(const void *send,
 /**
  * Copies `count` elements of rank `root`'s `send` to every rank's `recv` (NCCL's
  * broadcast collective; gpurt_comm_broadcast is torch.cuda.comm's helper).
+ *
+ * @param send on rank `root`, the `count` elements to send (ignored elsewhere)
+ * @param recv receives the elements on every rank
+ * @param count elements
+ * @param dtype the elements' gpurt_dtype_t
+ * @param root the rank that sends
+ * @param comm a communicator of this process
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
  */
 gpurt_status_t gpurt_comm_bcast(const void *send,
                                 void *recv,
@@ -1225,6 +1973,18 @@ gpurt_status_t gpurt_comm_bcast(const void *send,
 
 /**
  * Reduces `count` elements of `send` over all ranks into rank `root`'s `recv`.
+ *
+ * @param send `count` elements
+ * @param recv on rank `root`, receives the result (ignored elsewhere)
+ * @param count elements
+ * @param dtype the elements' gpurt_dtype_t
+ * @param op a gpurt_reduce_op_t
+ * @param root the rank that receives
+ * @param comm a communicator of this process
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
  */
 gpurt_status_t gpurt_comm_reduce(const void *send,
                                  void *recv,
@@ -1238,6 +1998,16 @@ gpurt_status_t gpurt_comm_reduce(const void *send,
 /**
  * Gathers `send_count` elements from every rank into `recv` (nranks × send_count,
  * in rank order) on every rank.
+ *
+ * @param send `send_count` elements
+ * @param recv receives nranks × `send_count` elements, in rank order
+ * @param send_count elements each rank sends
+ * @param dtype the elements' gpurt_dtype_t
+ * @param comm a communicator of this process
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
  */
 gpurt_status_t gpurt_comm_all_gather(const void *send,
                                      void *recv,
@@ -1249,6 +2019,17 @@ gpurt_status_t gpurt_comm_all_gather(const void *send,
 /**
  * Reduces `send` (nranks × recv_count elements) over all ranks with `op`; rank i
  * gets block i of the result in `recv`.
+ *
+ * @param send nranks × `recv_count` elements
+ * @param recv receives this rank's block of the result
+ * @param recv_count elements each rank receives
+ * @param dtype the elements' gpurt_dtype_t
+ * @param op a gpurt_reduce_op_t
+ * @param comm a communicator of this process
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
  */
 gpurt_status_t gpurt_comm_reduce_scatter(const void *send,
                                          void *recv,
@@ -1261,6 +2042,16 @@ gpurt_status_t gpurt_comm_reduce_scatter(const void *send,
 /**
  * Sends `count` elements to rank `peer` (which calls gpurt_comm_recv); pair them
  * in gpurt_comm_group_start/_end for exchanges in both directions.
+ *
+ * @param buffer `count` elements to send
+ * @param count elements
+ * @param dtype the elements' gpurt_dtype_t
+ * @param peer the receiving rank
+ * @param comm a communicator of this process
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
  */
 gpurt_status_t gpurt_comm_send(const void *buffer,
                                size_t count,
@@ -1271,6 +2062,16 @@ gpurt_status_t gpurt_comm_send(const void *buffer,
 
 /**
  * Receives `count` elements from rank `peer`.
+ *
+ * @param buffer receives `count` elements
+ * @param count elements
+ * @param dtype the elements' gpurt_dtype_t
+ * @param peer the sending rank
+ * @param comm a communicator of this process
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
  */
 gpurt_status_t gpurt_comm_recv(void *buffer,
                                size_t count,
@@ -1282,12 +2083,20 @@ gpurt_status_t gpurt_comm_recv(void *buffer,
 /**
  * Opens a group: the collectives and sends/receives until gpurt_comm_group_end
  * are issued together (one process driving several GPUs must group them).
+ *
+ * @return GPURT_SUCCESS; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_comm_group_start(void);
 
 /**
  * Closes a group opened by gpurt_comm_group_start on this thread; the outermost
  * issues the group's calls.
+ *
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT when this thread has no group open; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * The outermost end issues the group's calls on their streams; it does not wait for them.
  */
 gpurt_status_t gpurt_comm_group_end(void);
 
@@ -1299,14 +2108,34 @@ gpurt_status_t gpurt_comm_group_end(void);
  * rank; waits for the others at most as long as gpurt_comm_init_rank. A process
  * holding several ranks of `comm` splits them with gpurt_comm_split_all. Needs NCCL
  * 2.18 or later.
+ *
+ * @param comm a communicator of this process
+ * @param color ranks giving the same colour form a communicator; GPURT_COMM_SPLIT_NOCOLOR: this rank joins none
+ * @param key orders the ranks of the new communicator (ties: by old rank)
+ * @param[out] newcomm receives the new communicator, or NULL with GPURT_COMM_SPLIT_NOCOLOR; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm`; GPURT_ERROR_NOT_SUPPORTED for an NCCL older than 2.18; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Collective: blocks until every rank of `comm` has called it, or the timeout.
  */
-gpurt_status_t gpurt_comm_split(gpurt_comm_t comm, int color, int key, gpurt_comm_t *newcomm);
+gpurt_status_t gpurt_comm_split(gpurt_comm_t comm,
+                                int color,
+                                int key,
+                                gpurt_comm_t *newcomm);
 
 /**
  * gpurt_comm_split for several ranks of one communicator held by this process
  * (`comms[0..n]`, from gpurt_comm_init_all): they are split together, rank `i`
  * with `colors[i]` and `keys[i]`; `newcomms[i]` receives rank `i`'s new
  * communicator (NULL for GPURT_COMM_SPLIT_NOCOLOR).
+ *
+ * @param comms `n` communicators of one group held by this process
+ * @param n how many
+ * @param colors `n` colours, one per rank
+ * @param keys `n` keys, one per rank
+ * @param[out] newcomms receives `n` new communicators (NULL where the colour is GPURT_COMM_SPLIT_NOCOLOR); must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for `n` < 1 or NULL arrays; GPURT_ERROR_INVALID_HANDLE for a bad communicator; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocks until the split is made.
  */
 gpurt_status_t gpurt_comm_split_all(const gpurt_comm_t *comms,
                                     int n,
@@ -1321,6 +2150,17 @@ gpurt_status_t gpurt_comm_split_all(const gpurt_comm_t *comms,
  * and ready on its current stream; free each with gpurt_free. The source is read
  * after the work queued on `src_device`'s current stream, which then waits for the
  * copies. Needs no NCCL; a device may appear twice.
+ *
+ * @param src `count` elements on `src_device`
+ * @param src_device the source's device
+ * @param count elements
+ * @param dtype the elements' gpurt_dtype_t
+ * @param devices the `n` destination devices
+ * @param n how many destinations
+ * @param[out] outputs receives `n` new buffers, one per destination; free each with gpurt_free; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, `n` < 1, an unknown dtype, a device that does not exist or a byte count that overflows; GPURT_ERROR_OUT_OF_MEMORY where an output cannot be allocated (outputs made so far are freed); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued: reads each source after the work queued on its device's current stream, and the outputs are ready on their devices' current streams; returns without waiting for the copies. Not for use during a capture.
  */
 gpurt_status_t gpurt_comm_broadcast(const void *src,
                                     int src_device,
@@ -1336,6 +2176,19 @@ gpurt_status_t gpurt_comm_broadcast(const void *src,
  * `bucket_bytes` (0: 10 MiB) so that each bucket is one copy per device.
  * `outputs[i * num_buffers + j]` receives buffer j's copy on `devices[i]`, a buffer of
  * its own (as gpurt_comm_broadcast's).
+ *
+ * @param srcs `num_buffers` source buffers on `src_device`
+ * @param counts each buffer's element count
+ * @param num_buffers how many buffers
+ * @param dtype the elements' gpurt_dtype_t
+ * @param src_device the sources' device
+ * @param devices the `n` destination devices
+ * @param n how many destinations
+ * @param bucket_bytes the largest bucket (0: 10 MiB)
+ * @param[out] outputs receives `n` × `num_buffers` new buffers, destination-major; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, `n` < 1, an unknown dtype, a device that does not exist or a byte count that overflows; GPURT_ERROR_OUT_OF_MEMORY where an output cannot be allocated (outputs made so far are freed); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued: reads each source after the work queued on its device's current stream, and the outputs are ready on their devices' current streams; returns without waiting for the copies. Not for use during a capture.
  */
 gpurt_status_t gpurt_comm_broadcast_coalesced(const void *const *srcs,
                                               const size_t *counts,
@@ -1353,6 +2206,17 @@ gpurt_status_t gpurt_comm_broadcast_coalesced(const void *const *srcs,
  * current stream (`*output`; free it with gpurt_free). Each input is read after the
  * work queued on its device's current stream, which then waits for the read. Half
  * and bfloat16 are added in float, left to right.
+ *
+ * @param inputs `n` buffers, `inputs[i]` on `devices[i]`
+ * @param devices the inputs' devices
+ * @param n how many inputs
+ * @param count elements per input
+ * @param dtype the elements' gpurt_dtype_t
+ * @param destination the device of the sum
+ * @param[out] output receives a new buffer on `destination` holding the sum; free it with gpurt_free; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, `n` < 1, an unknown dtype, a device that does not exist or a byte count that overflows; GPURT_ERROR_OUT_OF_MEMORY where an output cannot be allocated (outputs made so far are freed); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued: reads each source after the work queued on its device's current stream, and the outputs are ready on their devices' current streams; returns without waiting for the copies. Not for use during a capture.
  */
 gpurt_status_t gpurt_comm_reduce_add(const void *const *inputs,
                                      const int *devices,
@@ -1367,6 +2231,19 @@ gpurt_status_t gpurt_comm_reduce_add(const void *const *inputs,
  * on `devices[i]` (`counts[j]` elements of `dtype`); `outputs[j]` receives the sum
  * of buffer j over the devices, on `destination`. Packed into buckets of up to
  * `bucket_bytes` (0: 10 MiB): one copy and one sum per bucket and device.
+ *
+ * @param inputs `n` × `num_buffers` buffers, device-major
+ * @param devices the `n` devices
+ * @param n how many devices
+ * @param counts each buffer's element count
+ * @param num_buffers buffers per device
+ * @param dtype the elements' gpurt_dtype_t
+ * @param destination the device of the sums
+ * @param bucket_bytes the largest bucket (0: 10 MiB)
+ * @param[out] outputs receives `num_buffers` new buffers on `destination`; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, `n` < 1, an unknown dtype, a device that does not exist or a byte count that overflows; GPURT_ERROR_OUT_OF_MEMORY where an output cannot be allocated (outputs made so far are freed); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued: reads each source after the work queued on its device's current stream, and the outputs are ready on their devices' current streams; returns without waiting for the copies. Not for use during a capture.
  */
 gpurt_status_t gpurt_comm_reduce_add_coalesced(const void *const *inputs,
                                                const int *devices,
@@ -1384,6 +2261,18 @@ gpurt_status_t gpurt_comm_reduce_add_coalesced(const void *const *inputs,
  * (`outputs[i]`, NULL for an empty chunk). `chunk_counts` (n element counts adding
  * up to `count`) sets the chunks; NULL: torch's `chunk`, ceil(count / n) each, the
  * last ones smaller. Streams as gpurt_comm_broadcast's.
+ *
+ * @param src `count` elements on `src_device`
+ * @param src_device the source's device
+ * @param count elements in all
+ * @param dtype the elements' gpurt_dtype_t
+ * @param devices the `n` destination devices
+ * @param n how many chunks
+ * @param chunk_counts `n` element counts adding up to `count`; NULL: torch's chunk
+ * @param[out] outputs receives `n` new buffers (NULL for an empty chunk); must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, `n` < 1, an unknown dtype, a device that does not exist or a byte count that overflows; GPURT_ERROR_OUT_OF_MEMORY where an output cannot be allocated (outputs made so far are freed); GPURT_ERROR_INVALID_ARGUMENT for chunk counts that do not add up to `count`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued: reads each source after the work queued on its device's current stream, and the outputs are ready on their devices' current streams; returns without waiting for the copies. Not for use during a capture.
  */
 gpurt_status_t gpurt_comm_scatter(const void *src,
                                   int src_device,
@@ -1398,6 +2287,17 @@ gpurt_status_t gpurt_comm_scatter(const void *src,
  * torch.cuda.comm.gather: `inputs[i]` (`counts[i]` elements of `dtype` on
  * `devices[i]`, i < n) one after the other in a new buffer on `destination`
  * (`*output`), ready on its current stream. Streams as gpurt_comm_reduce_add's.
+ *
+ * @param inputs `n` buffers, `inputs[i]` on `devices[i]`
+ * @param devices the inputs' devices
+ * @param counts each input's element count
+ * @param n how many inputs
+ * @param dtype the elements' gpurt_dtype_t
+ * @param destination the device of the result
+ * @param[out] output receives a new buffer on `destination` holding the inputs one after the other; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, `n` < 1, an unknown dtype, a device that does not exist or a byte count that overflows; GPURT_ERROR_OUT_OF_MEMORY where an output cannot be allocated (outputs made so far are freed); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued: reads each source after the work queued on its device's current stream, and the outputs are ready on their devices' current streams; returns without waiting for the copies. Not for use during a capture.
  */
 gpurt_status_t gpurt_comm_gather(const void *const *inputs,
                                  const int *devices,
@@ -1411,17 +2311,49 @@ gpurt_status_t gpurt_comm_gather(const void *const *inputs,
  * Copies `bytes` from `src` to `dst` on `stream`, asynchronously. Either side may be
  * device memory, pinned or plain host memory (from pageable memory the driver
  * stages the copy and returns once the source was read).
+ *
+ * @param dst where the bytes go: device, pinned or pageable host memory
+ * @param src where they come from: any of the same
+ * @param bytes how many; 0 does nothing
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL pointer with a non-zero size, or a range that runs past the address space; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. From pageable host memory the driver stages the copy and returns once `src` was read; to pageable host memory it returns once the bytes are there. Pinned blocks of gpurt's pools are kept from reuse until the copy is done.
  */
-gpurt_status_t gpurt_memcpy_async(void *dst, const void *src, size_t bytes, gpurt_stream_t stream);
+gpurt_status_t gpurt_memcpy_async(void *dst,
+                                  const void *src,
+                                  size_t bytes,
+                                  gpurt_stream_t stream);
 
 /**
  * As `gpurt_memcpy_async`, then waits until the copy is done (a synchronising call
  * for the sync debug mode).
+ *
+ * @param dst where the bytes go
+ * @param src where they come from
+ * @param bytes how many; 0 does nothing
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL pointer with a non-zero size, or a range that runs past the address space; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocks the calling thread until the copy, and the work queued on `stream` before it, are done: a synchronising call for the sync debug mode (GPURT_ERROR_SYNCHRONIZING_CALL in its error mode). Not allowed while a stream of the device is being captured (GPURT_ERROR_STREAM_CAPTURE).
  */
-gpurt_status_t gpurt_memcpy(void *dst, const void *src, size_t bytes, gpurt_stream_t stream);
+gpurt_status_t gpurt_memcpy(void *dst,
+                            const void *src,
+                            size_t bytes,
+                            gpurt_stream_t stream);
 
 /**
  * Copies `bytes` of device memory from `src_device` to `dst_device` on `stream`.
+ *
+ * @param dst device memory of `dst_device`
+ * @param dst_device the destination's device
+ * @param src device memory of `src_device`
+ * @param src_device the source's device
+ * @param bytes how many; 0 does nothing
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL pointer with a non-zero size, or a range that runs past the address space; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead.
  */
 gpurt_status_t gpurt_memcpy_peer_async(void *dst,
                                        int dst_device,
@@ -1433,6 +2365,15 @@ gpurt_status_t gpurt_memcpy_peer_async(void *dst,
 /**
  * Sets `count` elements of `element_size` bytes (1, 2 or 4) at `dst` to `value` on
  * `stream`.
+ *
+ * @param dst device memory
+ * @param value the value, of which the low `element_size` bytes are written
+ * @param element_size 1, 2 or 4 bytes
+ * @param count elements; 0 does nothing
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for another element size, a NULL `dst` with a non-zero count, or a count × size that overflows; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead.
  */
 gpurt_status_t gpurt_memset_async(void *dst,
                                   unsigned int value,
@@ -1443,6 +2384,17 @@ gpurt_status_t gpurt_memset_async(void *dst,
 /**
  * Copies `height` rows of `width` bytes from `src` (rows `src_pitch` bytes apart) to
  * `dst` (rows `dst_pitch` bytes apart) on `stream`.
+ *
+ * @param dst the first destination row
+ * @param dst_pitch bytes between destination rows (at least `width`)
+ * @param src the first source row
+ * @param src_pitch bytes between source rows (at least `width`)
+ * @param width bytes per row
+ * @param height rows; 0 does nothing
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a pitch below `width`, NULL pointers with a non-zero area, or an area past the address space; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead.
  */
 gpurt_status_t gpurt_memcpy_2d_async(void *dst,
                                      size_t dst_pitch,
@@ -1458,6 +2410,14 @@ gpurt_status_t gpurt_memcpy_2d_async(void *dst,
  * than the driver's own pageable copy. Returns once `src` may be reused; the data
  * arrives in stream order. Waits for the stream's earlier work when the copy is
  * larger than the staging ring (16 MiB).
+ *
+ * @param dst device memory
+ * @param src pageable host memory
+ * @param bytes how many; 0 does nothing
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL pointer with a non-zero size, or a range that runs past the address space; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_OUT_OF_MEMORY where pinned staging buffers cannot be had; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Returns once `src` may be reused; the data arrives in `stream`'s order. Above 16 MiB it waits for `stream`'s earlier work. Not for use during a capture (host threads copy).
  */
 gpurt_status_t gpurt_memcpy_htod_staged(void *dst,
                                         const void *src,
@@ -1468,6 +2428,14 @@ gpurt_status_t gpurt_memcpy_htod_staged(void *dst,
  * Copies `bytes` from device memory at `src` to pageable host memory at `dst`, after
  * `stream`'s earlier work, through pinned staging buffers. Returns once `dst` holds
  * the data (a synchronising call for the sync debug mode).
+ *
+ * @param dst pageable host memory
+ * @param src device memory
+ * @param bytes how many; 0 does nothing
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL pointer with a non-zero size, or a range that runs past the address space; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_OUT_OF_MEMORY where pinned staging buffers cannot be had; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocks the calling thread until `dst` holds the data (after `stream`'s earlier work): a synchronising call for the sync debug mode (GPURT_ERROR_SYNCHRONIZING_CALL in its error mode). Not allowed while a stream of the device is being captured (GPURT_ERROR_STREAM_CAPTURE).
  */
 gpurt_status_t gpurt_memcpy_dtoh_staged(void *dst,
                                         const void *src,
@@ -1478,103 +2446,219 @@ gpurt_status_t gpurt_memcpy_dtoh_staged(void *dst,
  * Loads the CUDA driver and initialises it. Optional: every call initialises on
  * demand. Returns `GPURT_ERROR_NO_DRIVER` or `GPURT_ERROR_NO_DEVICE` where
  * there is no usable GPU.
+ *
+ * @return GPURT_SUCCESS; GPURT_ERROR_NO_DRIVER where libcuda cannot be loaded; GPURT_ERROR_NO_DEVICE where it reports no device; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_init(void);
 
 /**
  * Sets `*initialized` to 1 if the driver has been loaded and initialised.
+ *
+ * @param[out] initialized receives 1 if the driver is loaded and initialised, else 0; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_is_initialized(int *initialized);
 
 /**
  * Sets `*available` to 1 if a CUDA driver and at least one device are present.
  * Never fails for lack of a driver.
+ *
+ * @param[out] available receives 1 if a driver and at least one device are present, else 0; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_is_available(int *available);
 
 /**
  * The driver's CUDA version, 1000 * major + 10 * minor (13000 for 13.0).
+ *
+ * @param[out] version receives the driver's CUDA version, 1000 × major + 10 × minor; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_NO_DRIVER where there is none; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_driver_version(int *version);
 
 /**
  * The number of CUDA devices: 0, with success, where there is no driver or device.
+ *
+ * @param[out] count receives the number of devices (0 without a driver); must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_device_count(int *count);
 
 /**
  * This thread's current device, the same one `cudaGetDevice` reports.
+ *
+ * @param[out] device receives this thread's current device ordinal; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_get_device(int *device);
 
 /**
  * Makes `device` current for this thread (its primary context, as `cudaSetDevice`).
+ *
+ * @param device the device ordinal to make current
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_set_device(int device);
 
 /**
  * A handle for device `ordinal` (`GPURT_CURRENT_DEVICE` for the current one).
+ *
+ * @param ordinal a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] device receives the device's handle; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_device_get(int ordinal, gpurt_device_t *device);
+gpurt_status_t gpurt_device_get(int ordinal,
+                                gpurt_device_t *device);
 
 /**
  * The ordinal of a device handle.
+ *
+ * @param device a device handle
+ * @param[out] ordinal receives its ordinal; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `device`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_device_get_ordinal(gpurt_device_t device, int *ordinal);
+gpurt_status_t gpurt_device_get_ordinal(gpurt_device_t device,
+                                        int *ordinal);
 
 /**
  * Initialises `props` for this version of the header: sets `struct_size`, zeroes the rest.
+ *
+ * @param[out] props receives a zeroed struct with this header's `struct_size`; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_device_properties_init(gpurt_device_properties_t *props);
 
 /**
  * Fills `props` (whose `struct_size` the caller set) for `device`.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param props a struct initialised with GPURT_DEVICE_PROPERTIES_INIT; gpurt fills as many fields as its `struct_size` holds
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if `props` is NULL or its `struct_size` is smaller than the first version's; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_device_get_properties(int device, gpurt_device_properties_t *props);
+gpurt_status_t gpurt_device_get_properties(int device,
+                                           gpurt_device_properties_t *props);
 
 /**
  * Sets `*supported` to 1 if `device` computes in bfloat16 natively (compute
  * capability ≥ 8.0; torch.cuda.is_bf16_supported).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] supported receives 1 or 0; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_device_bf16_supported(int device, int *supported);
+gpurt_status_t gpurt_device_bf16_supported(int device,
+                                           int *supported);
 
 /**
  * Sets `*supported` to 1 if `device` has TF32 tensor cores (compute capability ≥ 8.0).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] supported receives 1 or 0; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_device_tf32_supported(int device, int *supported);
+gpurt_status_t gpurt_device_tf32_supported(int device,
+                                           int *supported);
 
 /**
  * Free and total device memory in bytes, as `cudaMemGetInfo`.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] free receives free device memory in bytes; must not be NULL
+ * @param[out] total receives the device's memory in bytes; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_mem_get_info(int device, size_t *free, size_t *total);
+gpurt_status_t gpurt_mem_get_info(int device,
+                                  size_t *free,
+                                  size_t *total);
 
 /**
  * Sets `*can_access` to 1 if `device` can access `peer`'s memory directly.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param peer another device ordinal
+ * @param[out] can_access receives 1 if `device` can access `peer`'s memory, else 0; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_device_can_access_peer(int device, int peer, int *can_access);
+gpurt_status_t gpurt_device_can_access_peer(int device,
+                                            int peer,
+                                            int *can_access);
 
 /**
  * Lets `device` access `peer`'s memory: memory from `cuMemAlloc` and the mappings
  * of `peer`'s expandable segments, those made before and after (the driver opens
  * those only to the devices named on each). Enabling twice succeeds; a failed call
  * leaves access as it was.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param peer the device whose memory `device` may then access
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; an error naming the reason where the devices cannot access each other (a failed call leaves access as it was); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_device_enable_peer_access(int device, int peer);
+gpurt_status_t gpurt_device_enable_peer_access(int device,
+                                               int peer);
 
 /**
  * Revokes `device`'s access to `peer` (expandable segments' mappings included).
  * Disabling twice succeeds.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param peer the device whose memory `device` may no longer access
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_device_disable_peer_access(int device, int peer);
+gpurt_status_t gpurt_device_disable_peer_access(int device,
+                                                int peer);
 
 /**
  * Blocks until all work on `device` has finished. A synchronising call (see
  * `gpurt_set_sync_debug_mode`).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; the first error of the device's finished work; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocks the calling thread until all work on `device` has finished: a synchronising call for the sync debug mode (GPURT_ERROR_SYNCHRONIZING_CALL in its error mode). Not allowed while a stream of the device is being captured (GPURT_ERROR_STREAM_CAPTURE).
  */
 gpurt_status_t gpurt_device_synchronize(int device);
 
 /**
  * A static, human-readable name for a status; never NULL, also for unknown values.
+ *
+ * @param status any value, a gpurt_status_t or not
+ * @return a static string naming the status (unknown values get one too); never NULL.
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 const char *gpurt_status_string(int status);
 
@@ -1582,18 +2666,31 @@ const char *gpurt_status_string(int status);
  * The detail of the most recent failing gpurt call on this thread: which call, which
  * argument, the CUDA error's name and text. Empty if none failed. Valid until the
  * next failing call on this thread; never NULL. Successful calls leave it unchanged.
+ *
+ * @return this thread's last failure's detail, or an empty string; never NULL. Valid until this thread's next failing call.
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 const char *gpurt_last_error_message(void);
 
 /**
  * The raw CUresult of the most recent failing call on this thread, 0 if it did not
  * come from the driver.
+ *
+ * @param[out] cuda_result receives the raw CUresult of this thread's last failing call, 0 if it was not the driver's; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_last_cuda_error(int *cuda_result);
 
 /**
  * gpurt's version as `major * 10000 + minor * 100 + patch`, matching the header's
  * `GPURT_VERSION` for the header the caller compiled against.
+ *
+ * @return gpurt's version as major × 10000 + minor × 100 + patch (compare with GPURT_VERSION).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 int gpurt_version(void);
 
@@ -1601,39 +2698,82 @@ int gpurt_version(void);
  * Creates an event on `device`. `flags`: `GPURT_EVENT_BLOCKING_SYNC` (synchronize
  * sleeps instead of spinning), `GPURT_EVENT_DISABLE_TIMING` (cheaper, no elapsed
  * time), `GPURT_EVENT_INTERPROCESS` (exportable; needs DISABLE_TIMING).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param flags 0, or GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING and GPURT_EVENT_INTERPROCESS or-ed
+ * @param[out] event receives the new event; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_INVALID_ARGUMENT for unknown flags, or INTERPROCESS without DISABLE_TIMING; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_event_create(int device, unsigned int flags, gpurt_event_t *event);
+gpurt_status_t gpurt_event_create(int device,
+                                  unsigned int flags,
+                                  gpurt_event_t *event);
 
 /**
  * A timing-free event from `device`'s pool: no driver call when one is cached.
  * `gpurt_event_destroy` returns it to the pool.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] event receives a timing-free event of the device's pool; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_event_pool_get(int device, gpurt_event_t *event);
+gpurt_status_t gpurt_event_pool_get(int device,
+                                    gpurt_event_t *event);
 
 /**
  * Destroys an event, or returns a pooled one to its pool. Safe while a record is
  * still pending.
+ *
+ * @param event an event
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `event`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Does not wait for a pending record; allowed during a capture.
  */
 gpurt_status_t gpurt_event_destroy(gpurt_event_t event);
 
 /**
  * Records `event` on `stream`.
+ *
+ * @param event an event
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) of the event's device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `event` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a stream of another device; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. In a capture the record becomes a graph node.
  */
-gpurt_status_t gpurt_event_record(gpurt_event_t event, gpurt_stream_t stream);
+gpurt_status_t gpurt_event_record(gpurt_event_t event,
+                                  gpurt_stream_t stream);
 
 /**
  * Records `event` on this thread's current stream of the event's device.
+ *
+ * @param event an event
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `event`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * As gpurt_event_record, on this thread's current stream of the event's device.
  */
 gpurt_status_t gpurt_event_record_current(gpurt_event_t event);
 
 /**
  * `GPURT_SUCCESS` if the work before the last record is done (or the event was never
  * recorded), `GPURT_ERROR_NOT_READY` if not.
+ *
+ * @param event an event
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `event`; GPURT_ERROR_NOT_READY (no message) while the recorded work runs; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Does not block.
  */
 gpurt_status_t gpurt_event_query(gpurt_event_t event);
 
 /**
  * Blocks until the work before the last record is done. A synchronising call.
+ *
+ * @param event an event
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `event`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocks the calling thread until the work before the event's last record is done: a synchronising call for the sync debug mode (GPURT_ERROR_SYNCHRONIZING_CALL in its error mode). Not allowed while a stream of the device is being captured (GPURT_ERROR_STREAM_CAPTURE).
  */
 gpurt_status_t gpurt_event_synchronize(gpurt_event_t event);
 
@@ -1641,6 +2781,13 @@ gpurt_status_t gpurt_event_synchronize(gpurt_event_t event);
  * Milliseconds between two recorded timing events. An unrecorded event or one made
  * with `GPURT_EVENT_DISABLE_TIMING` is `GPURT_ERROR_INVALID_ARGUMENT`; one not yet
  * complete is `GPURT_ERROR_NOT_READY`.
+ *
+ * @param start a timing event recorded first
+ * @param end a timing event recorded after `start`
+ * @param[out] milliseconds receives the time between the two records; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `start` or `end`; GPURT_ERROR_INVALID_ARGUMENT for an unrecorded or timing-free event; GPURT_ERROR_NOT_READY while one has not completed; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Does not block.
  */
 gpurt_status_t gpurt_event_elapsed_time(gpurt_event_t start,
                                         gpurt_event_t end,
@@ -1648,21 +2795,49 @@ gpurt_status_t gpurt_event_elapsed_time(gpurt_event_t start,
 
 /**
  * The device an event belongs to.
+ *
+ * @param event an event
+ * @param[out] device receives the event's device ordinal; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `event`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_event_get_device(gpurt_event_t event, int *device);
+gpurt_status_t gpurt_event_get_device(gpurt_event_t event,
+                                      int *device);
 
 /**
  * The native `CUevent` (usable as `cudaEvent_t`), for the caller's own CUDA calls.
+ *
+ * @param event an event
+ * @param[out] native receives the `CUevent`, owned by gpurt: do not destroy it; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `event`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_event_native(gpurt_event_t event, void **native);
+gpurt_status_t gpurt_event_native(gpurt_event_t event,
+                                  void **native);
 
 /**
  * Exports an interprocess event as bytes for `gpurt_event_open_ipc` in another process.
+ *
+ * @param event an event made with GPURT_EVENT_INTERPROCESS
+ * @param[out] ipc receives the bytes to send to the other process; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `event`; GPURT_ERROR_INVALID_ARGUMENT for an event without GPURT_EVENT_INTERPROCESS; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_event_ipc_handle(gpurt_event_t event, gpurt_ipc_event_handle_t *ipc);
+gpurt_status_t gpurt_event_ipc_handle(gpurt_event_t event,
+                                      gpurt_ipc_event_handle_t *ipc);
 
 /**
  * Opens an event another process exported. Destroy it when done.
+ *
+ * @param device the device the event was made on, as this process numbers it
+ * @param ipc the bytes from gpurt_event_ipc_handle
+ * @param[out] event receives an event to wait on or query; destroy it when done; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; an error where the driver refuses the bytes; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_event_open_ipc(int device,
                                     const gpurt_ipc_event_handle_t *ipc,
@@ -1670,33 +2845,75 @@ gpurt_status_t gpurt_event_open_ipc(int device,
 
 /**
  * Work queued on `stream` after this waits for `event`'s last record.
+ *
+ * @param stream the stream that waits
+ * @param event the event whose last record it waits for
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream` or `event`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. The host does not wait; an event of another device works.
  */
-gpurt_status_t gpurt_stream_wait_event(gpurt_stream_t stream, gpurt_event_t event);
+gpurt_status_t gpurt_stream_wait_event(gpurt_stream_t stream,
+                                       gpurt_event_t event);
 
 /**
  * Work queued on `stream` after this waits for all work queued on `other` so far.
+ *
+ * @param stream the stream that waits
+ * @param other the stream whose work so far it waits for
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream` or `other`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. An event is recorded on `other` and waited for on `stream`; the host does not wait. Joins `stream` to `other`'s capture.
  */
-gpurt_status_t gpurt_stream_wait_stream(gpurt_stream_t stream, gpurt_stream_t other);
+gpurt_status_t gpurt_stream_wait_stream(gpurt_stream_t stream,
+                                        gpurt_stream_t other);
 
 /**
  * Opens `path` with POSIX `open` flags (`O_RDONLY`, `O_WRONLY` or `O_RDWR`, with
  * `O_CREAT`, `O_TRUNC`, `O_DIRECT` as wanted; a created file gets mode 0644).
  * `GPURT_ERROR_IO` with the system's reason where the file cannot be opened.
+ *
+ * @param path the file's path
+ * @param flags POSIX open flags: O_RDONLY, O_WRONLY or O_RDWR, with O_CREAT, O_TRUNC, O_DIRECT as wanted
+ * @param[out] file receives the open file; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL `path`; GPURT_ERROR_IO where the file cannot be opened; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_gds_file_open(const char *path, int flags, gpurt_gds_file_t *file);
+gpurt_status_t gpurt_gds_file_open(const char *path,
+                                   int flags,
+                                   gpurt_gds_file_t *file);
 
 /**
  * Closes the file's handle; transfers still queued on streams keep the file open
  * until they have run. Gives the error of a queued transfer not reported yet.
+ *
+ * @param file a file from gpurt_gds_file_open
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `file`; the error of a queued transfer not yet reported; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Does not wait for queued transfers: they keep the file open until they have run.
  */
 gpurt_status_t gpurt_gds_file_close(gpurt_gds_file_t file);
 
 /**
  * Registers `size` bytes of device memory at `ptr` for transfers (cuFile pins it
  * for the storage's DMA). Optional: unregistered device memory works too.
+ *
+ * @param ptr device memory
+ * @param size bytes from `ptr`
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `ptr`; GPURT_ERROR_IO with the path, the operation and the system's reason where the transfer fails; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_gds_register_buffer(void *ptr, size_t size);
+gpurt_status_t gpurt_gds_register_buffer(void *ptr,
+                                         size_t size);
 
+/**
+ * Undoes gpurt_gds_register_buffer.
+ * @param ptr the address that was registered
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL or unregistered `ptr`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
 gpurt_status_t gpurt_gds_deregister_buffer(void *ptr);
 
 /**
@@ -1704,6 +2921,15 @@ gpurt_status_t gpurt_gds_deregister_buffer(void *ptr);
  * and returns when they are there (as cuFileRead: not ordered after work queued on
  * streams; see gpurt_gds_read_async). `bytes` (may be NULL) receives the bytes
  * read, fewer at the end of the file; with NULL a short read is `GPURT_ERROR_IO`.
+ *
+ * @param file a file from gpurt_gds_file_open
+ * @param dev_ptr device memory that receives the bytes
+ * @param size bytes to read
+ * @param file_offset where in the file (not negative)
+ * @param[out] bytes receives the bytes read (fewer at the end of the file); may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `file`; GPURT_ERROR_INVALID_ARGUMENT for a NULL `dev_ptr` or a negative offset; GPURT_ERROR_IO with the path, the operation and the system's reason where the transfer fails; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocks until the bytes are in device memory; not ordered after work queued on streams (see gpurt_gds_read_async).
  */
 gpurt_status_t gpurt_gds_read(gpurt_gds_file_t file,
                               void *dev_ptr,
@@ -1714,6 +2940,15 @@ gpurt_status_t gpurt_gds_read(gpurt_gds_file_t file,
 /**
  * Writes `size` bytes of device memory at `dev_ptr` to the file at `file_offset`,
  * and returns when they are written. `bytes` (may be NULL) receives the count.
+ *
+ * @param file a file from gpurt_gds_file_open
+ * @param dev_ptr device memory to write
+ * @param size bytes to write
+ * @param file_offset where in the file (not negative)
+ * @param[out] bytes receives the bytes written; may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `file`; GPURT_ERROR_INVALID_ARGUMENT for a NULL `dev_ptr` or a negative offset; GPURT_ERROR_IO with the path, the operation and the system's reason where the transfer fails; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocks until the bytes are written; not ordered after work queued on streams.
  */
 gpurt_status_t gpurt_gds_write(gpurt_gds_file_t file,
                                const void *dev_ptr,
@@ -1726,6 +2961,15 @@ gpurt_status_t gpurt_gds_write(gpurt_gds_file_t file,
  * starts after the work queued there before it, and work queued after it sees the
  * bytes. A read past the end of the file is refused at once; an error found when
  * the stream runs it is given by the next call on the file (or its close).
+ *
+ * @param file a file from gpurt_gds_file_open
+ * @param dev_ptr device memory that receives the bytes
+ * @param size bytes to read
+ * @param file_offset where in the file
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `file` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a read past the end of the file; GPURT_ERROR_IO with the path, the operation and the system's reason where the transfer fails; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Not capturable: the transfer runs from a host function.
  */
 gpurt_status_t gpurt_gds_read_async(gpurt_gds_file_t file,
                                     void *dev_ptr,
@@ -1736,6 +2980,15 @@ gpurt_status_t gpurt_gds_read_async(gpurt_gds_file_t file,
 /**
  * Queues a write of `size` bytes from `dev_ptr` to the file at `file_offset` on
  * `stream`, in stream order (see gpurt_gds_read_async).
+ *
+ * @param file a file from gpurt_gds_file_open
+ * @param dev_ptr device memory to write
+ * @param size bytes to write
+ * @param file_offset where in the file
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `file` or `stream`; GPURT_ERROR_IO with the path, the operation and the system's reason where the transfer fails; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Not capturable: the transfer runs from a host function.
  */
 gpurt_status_t gpurt_gds_write_async(gpurt_gds_file_t file,
                                      const void *dev_ptr,
@@ -1746,6 +2999,11 @@ gpurt_status_t gpurt_gds_write_async(gpurt_gds_file_t file,
 /**
  * Which path the GDS calls take (chosen once, see `GPURT_GDS_MODE`): cuFile with
  * GPUDirect Storage, cuFile's compatibility mode, or gpurt's staged path.
+ *
+ * @param[out] mode receives the path the GDS calls take; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_gds_mode(gpurt_gds_mode_t *mode);
 
@@ -1755,22 +3013,50 @@ gpurt_status_t gpurt_gds_mode(gpurt_gds_mode_t *mode);
  * streams joined to the capture) serves memory from `pool`, or from a new private
  * pool of the graph when `pool` is NULL: the addresses stay the graph's until the
  * graph and its execs are destroyed.
+ *
+ * @param stream the stream to capture (not the legacy default stream)
+ * @param mode GPURT_CAPTURE_MODE_GLOBAL, _THREAD_LOCAL or _RELAXED
+ * @param pool a pool from gpurt_graph_pool_create the capture allocates from; NULL: a new private pool of the graph
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown mode; GPURT_ERROR_STREAM_CAPTURE for a stream already capturing or the legacy stream; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side: work queued on `stream` from now on is recorded, not run.
  */
-gpurt_status_t gpurt_stream_begin_capture(gpurt_stream_t stream, int mode, gpurt_graph_pool_t pool);
+gpurt_status_t gpurt_stream_begin_capture(gpurt_stream_t stream,
+                                          int mode,
+                                          gpurt_graph_pool_t pool);
 
 /**
  * Ends the capture on `stream` and gives the graph.
+ *
+ * @param stream the capturing stream
+ * @param[out] graph receives the captured graph; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_STREAM_CAPTURE for a stream not capturing, or a capture invalidated by an illegal call (the message names it); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_stream_end_capture(gpurt_stream_t stream, gpurt_graph_t *graph);
+gpurt_status_t gpurt_stream_end_capture(gpurt_stream_t stream,
+                                        gpurt_graph_t *graph);
 
 /**
  * A private pool on `device` for captures to share.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] pool receives a pool for captures to share; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_graph_pool_create(int device, gpurt_graph_pool_t *pool);
+gpurt_status_t gpurt_graph_pool_create(int device,
+                                       gpurt_graph_pool_t *pool);
 
 /**
  * Drops the caller's reference to a pool (as gpurt_mem_pool_destroy does for a
  * graph pool); graphs captured into it keep it alive.
+ *
+ * @param pool a pool from gpurt_graph_pool_create
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_graph_pool_destroy(gpurt_graph_pool_t pool);
 
@@ -1778,6 +3064,14 @@ gpurt_status_t gpurt_graph_pool_destroy(gpurt_graph_pool_t pool);
  * Instantiates `graph`. `flags`: `GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH`,
  * `_UPLOAD` (uploads on `upload_stream`, else ignored and may be NULL),
  * `_USE_NODE_PRIORITY`.
+ *
+ * @param graph a captured graph
+ * @param flags 0, or GPURT_GRAPH_INSTANTIATE_* flags or-ed
+ * @param upload_stream with GPURT_GRAPH_INSTANTIATE_UPLOAD, the stream the upload runs on; else ignored and may be NULL
+ * @param[out] exec receives the instantiated graph; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `graph`; GPURT_ERROR_INVALID_ARGUMENT for unknown flags, or UPLOAD without a stream; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Does not wait for the device (an upload is enqueued on `upload_stream`).
  */
 gpurt_status_t gpurt_graph_instantiate(gpurt_graph_t graph,
                                        unsigned long long flags,
@@ -1786,34 +3080,76 @@ gpurt_status_t gpurt_graph_instantiate(gpurt_graph_t graph,
 
 /**
  * The native `CUgraphExec` (usable as `cudaGraphExec_t`) of an instantiated graph.
+ *
+ * @param exec an instantiated graph
+ * @param[out] native receives the `CUgraphExec`, owned by gpurt; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `exec`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_graph_exec_native(gpurt_graph_exec_t exec, void **native);
+gpurt_status_t gpurt_graph_exec_native(gpurt_graph_exec_t exec,
+                                       void **native);
 
 /**
  * Uploads an instantiated graph's work to the device ahead of its first launch.
+ *
+ * @param exec an instantiated graph
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `exec` or `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead.
  */
-gpurt_status_t gpurt_graph_upload(gpurt_graph_exec_t exec, gpurt_stream_t stream);
+gpurt_status_t gpurt_graph_upload(gpurt_graph_exec_t exec,
+                                  gpurt_stream_t stream);
 
 /**
  * Replays an instantiated graph on `stream`.
+ *
+ * @param exec an instantiated graph
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `exec` or `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Launching inside another capture adds the graph as a child node.
  */
-gpurt_status_t gpurt_graph_launch(gpurt_graph_exec_t exec, gpurt_stream_t stream);
+gpurt_status_t gpurt_graph_launch(gpurt_graph_exec_t exec,
+                                  gpurt_stream_t stream);
 
 /**
  * Updates `exec` in place from `graph` (same topology, new parameters such as
  * kernel arguments). `GPURT_ERROR_GRAPH_UPDATE` with the reason when it cannot:
  * instantiate `graph` instead.
+ *
+ * @param exec the instantiated graph to update
+ * @param graph a graph of the same topology
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `exec` or `graph`; GPURT_ERROR_GRAPH_UPDATE with the reason where the graphs differ (`exec` is unchanged); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_graph_exec_update(gpurt_graph_exec_t exec, gpurt_graph_t graph);
+gpurt_status_t gpurt_graph_exec_update(gpurt_graph_exec_t exec,
+                                       gpurt_graph_t graph);
 
 /**
  * Writes `graph` as a Graphviz DOT file at `path` (`verbose` != 0: with each node's
  * parameters).
+ *
+ * @param graph a graph
+ * @param path the file to write
+ * @param verbose non-zero: each node's parameters too
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `graph`; GPURT_ERROR_INVALID_ARGUMENT for a NULL `path`; an error where the file cannot be written; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_graph_debug_dot_print(gpurt_graph_t graph, const char *path, int verbose);
+gpurt_status_t gpurt_graph_debug_dot_print(gpurt_graph_t graph,
+                                           const char *path,
+                                           int verbose);
 
 /**
  * Destroys a graph. Its private pool lives on while an exec of it does.
+ *
+ * @param graph a graph
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `graph`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_graph_destroy(gpurt_graph_t graph);
 
@@ -1821,6 +3157,11 @@ gpurt_status_t gpurt_graph_destroy(gpurt_graph_t graph);
  * Destroys an instantiated graph. When the last graph or exec of a private pool
  * goes, gpurt waits for the device (a replay may still use the memory) and then
  * returns the pool's free memory to the driver.
+ *
+ * @param exec an instantiated graph
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `exec`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * The last graph or exec of a private pool waits for the device before the pool's memory goes back to the driver; otherwise host-side.
  */
 gpurt_status_t gpurt_graph_exec_destroy(gpurt_graph_exec_t exec);
 
@@ -1832,8 +3173,15 @@ gpurt_status_t gpurt_graph_exec_destroy(gpurt_graph_exec_t exec);
  * from reuse until gpurt_ipc_collect finds every such process closed it or exited.
  * Synchronise the work that writes the block before the other process reads it.
  * GPURT_ERROR_NOT_SUPPORTED for a block of an expandable segment.
+ *
+ * @param ptr the start of a live gpurt block
+ * @param[out] handle receives the block's handle, bytes for another process; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a pointer that is not the start of a live block; GPURT_ERROR_NOT_SUPPORTED for memory the driver cannot share (a block of an expandable segment mapped while the driver refused shareable memory, managed memory); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_ipc_mem_handle(void *ptr, gpurt_ipc_mem_handle_t *handle);
+gpurt_status_t gpurt_ipc_mem_handle(void *ptr,
+                                    gpurt_ipc_mem_handle_t *handle);
 
 /**
  * Opens a block another process of this machine exported, on the device it lies
@@ -1841,45 +3189,96 @@ gpurt_status_t gpurt_ipc_mem_handle(void *ptr, gpurt_ipc_mem_handle_t *handle);
  * mapped once per process; opening the same handle again gives the same pointer
  * and needs as many closes. GPURT_ERROR_INVALID_HANDLE for bytes that are not a
  * gpurt handle, a handle of another boot or machine, or a block its producer freed.
+ *
+ * @param handle a handle another process of this machine exported (untrusted bytes: see SECURITY.md)
+ * @param[out] ptr receives the block's address in this process (unchanged on failure); must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for bytes that are not a gpurt handle, another boot's handle, a freed block, a forged field (a process, an offset or size outside the memory, a descriptor that is not gpurt's list or not CUDA memory); GPURT_ERROR_INVALID_ARGUMENT for a handle this process exported; GPURT_ERROR_NOT_SUPPORTED without pidfd_getfd (Linux < 5.6) or ptrace access to the exporter, for an expandable segment's block; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_ipc_open_mem_handle(const gpurt_ipc_mem_handle_t *handle, void **ptr);
+gpurt_status_t gpurt_ipc_open_mem_handle(const gpurt_ipc_mem_handle_t *handle,
+                                         void **ptr);
 
 /**
  * Closes a pointer from gpurt_ipc_open_mem_handle. The last close of a block waits
  * for the work queued on its device, then lets its producer reuse it.
+ *
+ * @param ptr a pointer from gpurt_ipc_open_mem_handle
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a pointer not open here; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * The last close of a block blocks until the work queued on its device is done, so that the exporter may reuse it.
  */
 gpurt_status_t gpurt_ipc_close_mem_handle(void *ptr);
 
 /**
  * Frees the exported blocks this process freed whose consumers have all closed
  * them or exited (torch.cuda.ipc_collect).
+ *
+ * @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_ipc_collect(void);
 
 /**
  * The blocks this process freed that other processes still hold open, and their
  * bytes (either pointer may be NULL).
+ *
+ * @param[out] blocks receives the number of freed blocks other processes still hold; may be NULL
+ * @param[out] bytes receives their bytes; may be NULL
+ * @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_ipc_kept(uint64_t *blocks, uint64_t *bytes);
+gpurt_status_t gpurt_ipc_kept(uint64_t *blocks,
+                              uint64_t *bytes);
 
 /**
  * Loads a module image (PTX text, cubin or fatbin; `size` bytes) on the current
  * device. A PTX error's JIT log is in the message.
+ *
+ * @param image PTX text (NUL-terminated), a cubin or a fatbin
+ * @param size the image's bytes
+ * @param[out] module receives the loaded module; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL image; an error with the JIT log where the image does not load; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_module_load_data(const void *image, size_t size, gpurt_module_t *module);
+gpurt_status_t gpurt_module_load_data(const void *image,
+                                      size_t size,
+                                      gpurt_module_t *module);
 
 /**
  * Loads a module from a file on the current device.
+ *
+ * @param path a PTX, cubin or fatbin file
+ * @param[out] module receives the loaded module; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL `path`; an error where the file does not load; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_module_load_file(const char *path, gpurt_module_t *module);
+gpurt_status_t gpurt_module_load_file(const char *path,
+                                      gpurt_module_t *module);
 
 /**
  * Unloads a module; its kernel handles become invalid.
+ *
+ * @param module a loaded module
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `module`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * The module must not be in use by queued work: unloading does not wait for it.
  */
 gpurt_status_t gpurt_module_unload(gpurt_module_t module);
 
 /**
  * The kernel named `name` in `module` (the same handle every time).
+ *
+ * @param module a loaded module
+ * @param name the kernel's (extern "C" or mangled) name
+ * @param[out] kernel receives the kernel; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `module`; an error where the module has no such kernel; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_module_get_kernel(gpurt_module_t module,
                                        const char *name,
@@ -1887,17 +3286,47 @@ gpurt_status_t gpurt_module_get_kernel(gpurt_module_t module,
 
 /**
  * A kernel attribute (`GPURT_KERNEL_NUM_REGS`, `GPURT_KERNEL_MAX_THREADS_PER_BLOCK`, ...).
+ *
+ * @param kernel a kernel
+ * @param attribute a GPURT_KERNEL_* attribute
+ * @param[out] value receives its value; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `kernel`; GPURT_ERROR_INVALID_ARGUMENT for an unknown attribute; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_kernel_get_attribute(gpurt_kernel_t kernel, int attribute, int *value);
+gpurt_status_t gpurt_kernel_get_attribute(gpurt_kernel_t kernel,
+                                          int attribute,
+                                          int *value);
 
 /**
  * Allows launches of `kernel` with up to `bytes` of dynamic shared memory.
+ *
+ * @param kernel a kernel
+ * @param bytes the most dynamic shared memory a launch may ask
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `kernel`; an error above the device's limit; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_kernel_set_max_dynamic_shared_memory(gpurt_kernel_t kernel, int bytes);
+gpurt_status_t gpurt_kernel_set_max_dynamic_shared_memory(gpurt_kernel_t kernel,
+                                                          int bytes);
 
 /**
  * Launches `kernel` on `stream`. `args` holds one pointer per kernel parameter, each
  * to the parameter's value (the cuLaunchKernel convention); NULL for none.
+ *
+ * @param kernel a kernel
+ * @param grid_x blocks in x
+ * @param grid_y blocks in y
+ * @param grid_z blocks in z
+ * @param block_x threads per block in x
+ * @param block_y threads per block in y
+ * @param block_z threads per block in z
+ * @param shared_memory_bytes dynamic shared memory per block
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @param args one pointer per kernel parameter, each to its value; NULL for a kernel without parameters
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `kernel` or `stream`; an error from the driver for a configuration the kernel cannot run with; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead.
  */
 gpurt_status_t gpurt_launch_kernel(gpurt_kernel_t kernel,
                                    unsigned int grid_x,
@@ -1914,6 +3343,13 @@ gpurt_status_t gpurt_launch_kernel(gpurt_kernel_t kernel,
  * Launches `kernel` as `config` describes, with thread block clusters where given
  * (GPURT_ERROR_NOT_SUPPORTED on devices without them) and programmatic dependent
  * launch where asked (GPURT_ERROR_NOT_SUPPORTED on a driver without cuLaunchKernelEx).
+ *
+ * @param kernel a kernel
+ * @param config grid, block, shared memory, stream, clusters and programmatic dependent launch (initialise with GPURT_LAUNCH_CONFIG_INIT)
+ * @param args one pointer per kernel parameter, each to its value
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if `config` is NULL or too small; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `kernel` or `config->stream`; GPURT_ERROR_NOT_SUPPORTED for clusters or programmatic dependent launch where the device or driver lacks them; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `config->stream`; returns without waiting for the device. While `config->stream` is being captured, the work is recorded into the graph instead.
  */
 gpurt_status_t gpurt_launch_kernel_ex(gpurt_kernel_t kernel,
                                       const gpurt_launch_config_t *config,
@@ -1921,20 +3357,44 @@ gpurt_status_t gpurt_launch_kernel_ex(gpurt_kernel_t kernel,
 
 /**
  * NVRTC's version; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded.
+ *
+ * @param[out] major receives NVRTC's major version; must not be NULL
+ * @param[out] minor receives its minor version; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_rtc_version(int *major, int *minor);
+gpurt_status_t gpurt_rtc_version(int *major,
+                                 int *minor);
 
 /**
  * The architectures run-time compilation targets (torch.cuda.get_arch_list), as
  * compute capability × 10: up to `capacity` into `archs` (NULL when `capacity` is
  * 0), their number into `count`. GPURT_ERROR_NOT_SUPPORTED without NVRTC.
+ *
+ * @param archs receives up to `capacity` architectures (compute capability × 10); may be NULL when `capacity` is 0
+ * @param capacity entries `archs` holds
+ * @param[out] count receives how many architectures there are; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_arch_list(int *archs, size_t capacity, size_t *count);
+gpurt_status_t gpurt_arch_list(int *archs,
+                               size_t capacity,
+                               size_t *count);
 
 /**
  * Compiles CUDA C++ `source` with NVRTC options (the current device's architecture
  * unless an `-arch` option names one), or finds it in the cache. A compile error is
  * GPURT_ERROR_COMPILATION with NVRTC's log as the message.
+ *
+ * @param source CUDA C++ source, NUL-terminated
+ * @param options `num_options` NVRTC options; may be NULL when `num_options` is 0
+ * @param num_options how many options (at most GPURT_RTC_MAX_OPTIONS)
+ * @param[out] program receives the compiled program; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL `source`, a NULL option, or too many options; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; GPURT_ERROR_COMPILATION with NVRTC's log as the message; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_rtc_compile(const char *source,
                                  const char *const *options,
@@ -1944,6 +3404,14 @@ gpurt_status_t gpurt_rtc_compile(const char *source,
 /**
  * The compiled code (valid until the program is destroyed): cubin when
  * `*is_cubin` is 1, else NUL-terminated PTX. Load it with gpurt_module_load_data.
+ *
+ * @param program a program from gpurt_rtc_compile
+ * @param[out] code receives the code, valid until the program is destroyed; must not be NULL
+ * @param[out] size receives its bytes; must not be NULL
+ * @param[out] is_cubin receives 1 for cubin, 0 for PTX; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `program`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_rtc_program_code(gpurt_program_t program,
                                       const void **code,
@@ -1952,15 +3420,38 @@ gpurt_status_t gpurt_rtc_program_code(gpurt_program_t program,
 
 /**
  * The compiler's warnings, NUL-terminated (valid until the program is destroyed).
+ *
+ * @param program a program from gpurt_rtc_compile
+ * @param[out] log receives the compiler's log, NUL-terminated, valid until the program is destroyed; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `program`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_rtc_program_log(gpurt_program_t program, const char **log);
+gpurt_status_t gpurt_rtc_program_log(gpurt_program_t program,
+                                     const char **log);
 
+/**
+ * Destroys a program and its code.
+ * @param program a program from gpurt_rtc_compile
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `program`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
 gpurt_status_t gpurt_rtc_program_destroy(gpurt_program_t program);
 
 /**
  * The kernel `name` of `source` compiled for the current device: compiled, loaded
  * and looked up on first use, then a hash lookup. The handle stays valid until
  * gpurt_rtc_clear_cache.
+ *
+ * @param source CUDA C++ source
+ * @param name the kernel's name in it
+ * @param options `num_options` NVRTC options; may be NULL when `num_options` is 0
+ * @param num_options how many options
+ * @param[out] kernel receives the kernel, valid until gpurt_rtc_clear_cache; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for NULL strings or too many options; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; GPURT_ERROR_COMPILATION with NVRTC's log; an error where the source has no such kernel; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_rtc_get_kernel(const char *source,
                                     const char *name,
@@ -1971,12 +3462,21 @@ gpurt_status_t gpurt_rtc_get_kernel(const char *source,
 /**
  * Keeps compiled code in `directory` across processes too (NULL: memory only). The
  * default is the GPURT_RTC_CACHE_DIR environment variable.
+ *
+ * @param directory the disk cache's directory, created 0700 where missing; NULL: memory only
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a directory of another user or one its group or others may write (SECURITY.md), or one that cannot be created; the cache is left as it was; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_rtc_set_cache_dir(const char *directory);
 
 /**
  * Empties the in-memory caches and unloads cached modules (their kernel handles
  * become invalid); the disk cache stays.
+ *
+ * @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Unloads cached modules: no queued work may still use their kernels.
  */
 gpurt_status_t gpurt_rtc_clear_cache(void);
 
@@ -1986,6 +3486,18 @@ gpurt_status_t gpurt_rtc_clear_cache(void);
  * (a gpurt_dtype_t), and the result goes to `output`, on `stream`. Half and
  * bfloat16 are computed in float. Compiled once per expression, names, dtype and
  * device.
+ *
+ * @param expression an assignment to `out` over the inputs' names, in CUDA C++
+ * @param input_names `num_inputs` identifiers
+ * @param inputs `num_inputs` device arrays of `count` elements each
+ * @param num_inputs how many inputs (at most GPURT_ELEMENTWISE_MAX_INPUTS)
+ * @param dtype every array's gpurt_dtype_t
+ * @param count elements; 0 does nothing
+ * @param output the device array of `count` elements the result goes to
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays or names, bad identifiers, too many inputs or an unknown dtype; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; GPURT_ERROR_COMPILATION for an expression that does not compile, with NVRTC's log; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. A repeated call costs a hash lookup and a launch; the first call for an expression compiles it (NVRTC) on the calling thread.
  */
 gpurt_status_t gpurt_elementwise(const char *expression,
                                  const char *const *input_names,
@@ -2001,6 +3513,19 @@ gpurt_status_t gpurt_elementwise(const char *expression,
  * multi-output functions): `statements` such as "s = a + b; d = s * c" write
  * `outputs[0]`, `outputs[1]`... in order, and a statement may use the outputs
  * computed before it. `num_outputs` must match the statements.
+ *
+ * @param statements assignments separated by `;`, one per output, in order
+ * @param input_names `num_inputs` identifiers
+ * @param inputs `num_inputs` device arrays
+ * @param num_inputs how many inputs
+ * @param dtype every array's gpurt_dtype_t
+ * @param count elements; 0 does nothing
+ * @param outputs `num_outputs` device arrays the results go to
+ * @param num_outputs how many outputs; must match the statements
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, bad identifiers, an output count that does not match the statements or an unknown dtype; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; GPURT_ERROR_COMPILATION with NVRTC's log; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. A repeated call costs a hash lookup and a launch; the first call for an expression compiles it (NVRTC) on the calling thread.
  */
 gpurt_status_t gpurt_elementwise_multi(const char *statements,
                                        const char *const *input_names,
@@ -2014,6 +3539,11 @@ gpurt_status_t gpurt_elementwise_multi(const char *statements,
 
 /**
  * Sets the log level: 0 off, 1 error, 2 warn, 3 info, 4 debug. Overrides `GPURT_LOG`.
+ *
+ * @param level 0 off, 1 error, 2 warn, 3 info, 4 debug
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for another value; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_set_log_level(int level);
 
@@ -2021,18 +3551,46 @@ gpurt_status_t gpurt_set_log_level(int level);
  * Routes log messages to `callback(level, message, user)` instead of stderr; NULL
  * restores stderr. The callback may run on any thread and must not call gpurt's
  * logging functions. Messages are still filtered by the log level.
+ *
+ * @param callback `void callback(int level, const char *message, void *user)`, or NULL for stderr
+ * @param user passed to `callback` unchanged
+ * @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_set_log_callback(gpurt_log_callback_t callback, void *user);
+gpurt_status_t gpurt_set_log_callback(gpurt_log_callback_t callback,
+                                      void *user);
 
 /**
  * A domain for a library's or a component's events (`nvtxDomainCreateA`).
+ *
+ * @param name the domain's name
+ * @param[out] domain receives the domain; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL `name`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
  */
-gpurt_status_t gpurt_nvtx_domain_create(const char *name, gpurt_nvtx_domain_t *domain);
+gpurt_status_t gpurt_nvtx_domain_create(const char *name,
+                                        gpurt_nvtx_domain_t *domain);
 
+/**
+ * Destroys a domain (nvtxDomainDestroy).
+ * @param domain a domain from gpurt_nvtx_domain_create
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `domain`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
+ */
 gpurt_status_t gpurt_nvtx_domain_destroy(gpurt_nvtx_domain_t domain);
 
 /**
  * Names category `category` of `domain` (NULL: the default domain) for tools.
+ *
+ * @param domain a domain from gpurt_nvtx_domain_create, or NULL for the default domain
+ * @param category the category's number
+ * @param name its name
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `name`; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `domain`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
  */
 gpurt_status_t gpurt_nvtx_name_category(gpurt_nvtx_domain_t domain,
                                         uint32_t category,
@@ -2040,6 +3598,11 @@ gpurt_status_t gpurt_nvtx_name_category(gpurt_nvtx_domain_t domain,
 
 /**
  * An instantaneous event in the default domain (`torch.cuda.nvtx.mark`).
+ *
+ * @param message the text, NUL-terminated
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `message`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
  */
 gpurt_status_t gpurt_nvtx_mark(const char *message);
 
@@ -2048,58 +3611,149 @@ gpurt_status_t gpurt_nvtx_mark(const char *message);
  * (`torch.cuda.nvtx.range_push`); `*depth` (may be NULL) gets NVTX's answer: the
  * new range's 0-based depth, or GPURT_NVTX_NO_TRACKING (-2) when no tool tracks
  * ranges.
+ *
+ * @param message the text, NUL-terminated
+ * @param[out] depth receives the new range's 0-based depth, or GPURT_NVTX_NO_TRACKING; may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `message`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
  */
-gpurt_status_t gpurt_nvtx_range_push(const char *message, int *depth);
+gpurt_status_t gpurt_nvtx_range_push(const char *message,
+                                     int *depth);
 
 /**
  * Closes this thread's innermost range of the default domain; `*depth` (may be
  * NULL) as for the push.
+ *
+ * @param[out] depth receives the closed range's depth, or GPURT_NVTX_NO_TRACKING; may be NULL
+ * @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
  */
 gpurt_status_t gpurt_nvtx_range_pop(int *depth);
 
 /**
  * Opens a range that any thread may end (`torch.cuda.nvtx.range_start`): its id.
+ *
+ * @param message the text, NUL-terminated
+ * @param[out] id receives the range's id, for gpurt_nvtx_range_end; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL `message`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
  */
-gpurt_status_t gpurt_nvtx_range_start(const char *message, uint64_t *id);
+gpurt_status_t gpurt_nvtx_range_start(const char *message,
+                                      uint64_t *id);
 
+/**
+ * Ends a range from gpurt_nvtx_range_start, on any thread (torch.cuda.nvtx.range_end).
+ * @param id the range's id
+ * @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
+ */
 gpurt_status_t gpurt_nvtx_range_end(uint64_t id);
 
 /**
  * `gpurt_nvtx_mark` in `domain` (NULL: the default one), with a colour (`argb`,
  * 0xAARRGGBB; 0: none) and a category (0: none).
+ *
+ * @param domain a domain from gpurt_nvtx_domain_create, or NULL for the default domain
+ * @param message the text, NUL-terminated
+ * @param argb the colour, 0xAARRGGBB; 0: none
+ * @param category the category; 0: none
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `message`; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `domain`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
  */
 gpurt_status_t gpurt_nvtx_mark_ex(gpurt_nvtx_domain_t domain,
                                   const char *message,
                                   uint32_t argb,
                                   uint32_t category);
 
+/**
+ * gpurt_nvtx_range_push in `domain`, with a colour and a category.
+ * @param domain a domain from gpurt_nvtx_domain_create, or NULL for the default domain
+ * @param message the text, NUL-terminated
+ * @param argb the colour, 0xAARRGGBB; 0: none
+ * @param category the category; 0: none
+ * @param[out] depth receives as for gpurt_nvtx_range_push; may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `message`; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `domain`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
+ */
 gpurt_status_t gpurt_nvtx_range_push_ex(gpurt_nvtx_domain_t domain,
                                         const char *message,
                                         uint32_t argb,
                                         uint32_t category,
                                         int *depth);
 
-gpurt_status_t gpurt_nvtx_range_pop_ex(gpurt_nvtx_domain_t domain, int *depth);
+/**
+ * gpurt_nvtx_range_pop in `domain`.
+ * @param domain a domain from gpurt_nvtx_domain_create, or NULL for the default domain
+ * @param[out] depth receives as for gpurt_nvtx_range_pop; may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `domain`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
+ */
+gpurt_status_t gpurt_nvtx_range_pop_ex(gpurt_nvtx_domain_t domain,
+                                       int *depth);
 
+/**
+ * gpurt_nvtx_range_start in `domain`, with a colour and a category.
+ * @param domain a domain from gpurt_nvtx_domain_create, or NULL for the default domain
+ * @param message the text, NUL-terminated
+ * @param argb the colour, 0xAARRGGBB; 0: none
+ * @param category the category; 0: none
+ * @param[out] id receives the range's id; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL `message`; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `domain`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
+ */
 gpurt_status_t gpurt_nvtx_range_start_ex(gpurt_nvtx_domain_t domain,
                                          const char *message,
                                          uint32_t argb,
                                          uint32_t category,
                                          uint64_t *id);
 
-gpurt_status_t gpurt_nvtx_range_end_ex(gpurt_nvtx_domain_t domain, uint64_t id);
+/**
+ * gpurt_nvtx_range_end in `domain`.
+ * @param domain a domain from gpurt_nvtx_domain_create, or NULL for the default domain
+ * @param id the range's id
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `domain`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
+ */
+gpurt_status_t gpurt_nvtx_range_end_ex(gpurt_nvtx_domain_t domain,
+                                       uint64_t id);
 
 /**
  * Allocates `size` bytes of managed (unified) memory, accessible from the host and
  * every device (cupy's malloc_managed), for use on this thread's current stream of
  * the current device. `flags`: GPURT_MEM_ATTACH_GLOBAL or GPURT_MEM_ATTACH_HOST.
  * Cached like device memory in a pool of its own; freed with gpurt_free.
+ *
+ * @param size bytes wanted; 0 gives `*ptr` NULL
+ * @param flags GPURT_MEM_ATTACH_GLOBAL or GPURT_MEM_ATTACH_HOST
+ * @param[out] ptr receives the managed block; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for other flags; GPURT_ERROR_OUT_OF_MEMORY; GPURT_ERROR_NOT_SUPPORTED on a device without managed memory; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * As gpurt_malloc, for this thread's current stream.
  */
-gpurt_status_t gpurt_malloc_managed(size_t size, unsigned int flags, void **ptr);
+gpurt_status_t gpurt_malloc_managed(size_t size,
+                                    unsigned int flags,
+                                    void **ptr);
 
 /**
  * Migrates `size` bytes of managed memory at `ptr` to `device` (an ordinal,
  * GPURT_CURRENT_DEVICE, or GPURT_DEVICE_HOST for host memory), in `stream`'s order.
+ *
+ * @param ptr managed memory
+ * @param size bytes from `ptr`
+ * @param device a device ordinal, GPURT_CURRENT_DEVICE, or GPURT_DEVICE_HOST for host memory
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `ptr` or memory that is not managed; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead.
  */
 gpurt_status_t gpurt_mem_prefetch_async(const void *ptr,
                                         size_t size,
@@ -2110,8 +3764,19 @@ gpurt_status_t gpurt_mem_prefetch_async(const void *ptr,
  * Gives the driver `advice` (GPURT_MEM_ADVISE_*) about `size` bytes of managed
  * memory at `ptr` and `device` (an ordinal, GPURT_CURRENT_DEVICE, or
  * GPURT_DEVICE_HOST).
+ *
+ * @param ptr managed memory
+ * @param size bytes from `ptr`
+ * @param advice a GPURT_MEM_ADVISE_* value
+ * @param device a device ordinal, GPURT_CURRENT_DEVICE, or GPURT_DEVICE_HOST for host memory
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `ptr`, an unknown advice or memory that is not managed; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_mem_advise(const void *ptr, size_t size, int advice, int device);
+gpurt_status_t gpurt_mem_advise(const void *ptr,
+                                size_t size,
+                                int advice,
+                                int device);
 
 /**
  * A `cublasHandle_t` for `stream`'s device: the calling thread's until it exits
@@ -2121,12 +3786,24 @@ gpurt_status_t gpurt_mem_advise(const void *ptr, size_t size, int advice, int de
  * again on the same stream costs a thread-local lookup; on another stream, cuBLAS's
  * two bind calls. Use the handle on this thread, with `stream`'s device current.
  * cuBLAS is loaded on first use: where it is missing, `GPURT_ERROR_NOT_SUPPORTED`.
+ *
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @param[out] handle receives a `cublasHandle_t`, owned by gpurt: do not destroy it; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side: binds the handle to `stream` (the library's SetStream), enqueues nothing. The handle is for the calling thread; it is allowed during a capture.
  */
-gpurt_status_t gpurt_blas_handle(gpurt_stream_t stream, void **handle);
+gpurt_status_t gpurt_blas_handle(gpurt_stream_t stream,
+                                 void **handle);
 
 /**
  * `gpurt_blas_handle` for the thread's current stream on its current device
  * (torch.cuda.current_blas_handle).
+ *
+ * @param[out] handle receives a `cublasHandle_t` bound to the current stream; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side: binds the handle to `stream` (the library's SetStream), enqueues nothing. The handle is for the calling thread; it is allowed during a capture.
  */
 gpurt_status_t gpurt_current_blas_handle(void **handle);
 
@@ -2135,6 +3812,14 @@ gpurt_status_t gpurt_current_blas_handle(void **handle);
  * `gpurt_blas_handle`), and the workspace to pass to `cublasLtMatmul` on `stream`:
  * `*workspace_size` bytes (`CUBLASLT_WORKSPACE_SIZE` KiB, default 1 MiB) from
  * gpurt's pool, kept for this handle and stream.
+ *
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @param[out] handle receives a `cublasLtHandle_t`, owned by gpurt; must not be NULL
+ * @param[out] workspace receives device memory for cublasLtMatmul on `stream`; must not be NULL
+ * @param[out] workspace_size receives the workspace's bytes; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; GPURT_ERROR_OUT_OF_MEMORY where the workspace cannot be allocated; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side: binds the handle to `stream` (the library's SetStream), enqueues nothing. The handle is for the calling thread; it is allowed during a capture.
  */
 gpurt_status_t gpurt_blaslt_handle(gpurt_stream_t stream,
                                    void **handle,
@@ -2144,30 +3829,61 @@ gpurt_status_t gpurt_blaslt_handle(gpurt_stream_t stream,
 /**
  * A `cusolverDnHandle_t` for `stream`'s device, the calling thread's, bound to
  * `stream` (cusolverDnSetStream).
+ *
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @param[out] handle receives a `cusolverDnHandle_t`, owned by gpurt; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side: binds the handle to `stream` (the library's SetStream), enqueues nothing. The handle is for the calling thread; it is allowed during a capture.
  */
-gpurt_status_t gpurt_solver_handle(gpurt_stream_t stream, void **handle);
+gpurt_status_t gpurt_solver_handle(gpurt_stream_t stream,
+                                   void **handle);
 
 /**
  * A `cusparseHandle_t` for `stream`'s device, the calling thread's, bound to
  * `stream` (cusparseSetStream).
+ *
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @param[out] handle receives a `cusparseHandle_t`, owned by gpurt; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side: binds the handle to `stream` (the library's SetStream), enqueues nothing. The handle is for the calling thread; it is allowed during a capture.
  */
-gpurt_status_t gpurt_sparse_handle(gpurt_stream_t stream, void **handle);
+gpurt_status_t gpurt_sparse_handle(gpurt_stream_t stream,
+                                   void **handle);
 
 /**
  * A `cudnnHandle_t` for `stream`'s device, the calling thread's, bound to `stream`
  * (cudnnSetStream).
+ *
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @param[out] handle receives a `cudnnHandle_t`, owned by gpurt; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side: binds the handle to `stream` (the library's SetStream), enqueues nothing. The handle is for the calling thread; it is allowed during a capture.
  */
-gpurt_status_t gpurt_dnn_handle(gpurt_stream_t stream, void **handle);
+gpurt_status_t gpurt_dnn_handle(gpurt_stream_t stream,
+                                void **handle);
 
 /**
  * Whether cuBLAS may use TF32 tensor cores for fp32 GEMMs
  * (torch.backends.cuda.matmul.allow_tf32; default 0): the math mode of handles
  * given out from now on, and of cached ones when next given out.
+ *
+ * @param allow non-zero allows TF32
+ * @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_blas_set_allow_tf32(int allow);
 
 /**
  * The setting of `gpurt_blas_set_allow_tf32`: 1 or 0.
+ *
+ * @param[out] allow receives 1 or 0; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_blas_get_allow_tf32(int *allow);
 
@@ -2175,83 +3891,173 @@ gpurt_status_t gpurt_blas_get_allow_tf32(int *allow);
  * Gives the workspaces of `device`'s cuBLAS and cuBLASLt handles that no thread
  * holds back to the device's pool (`GPURT_CURRENT_DEVICE`: the current device).
  * Handles that threads hold keep theirs.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side: the workspaces go back to gpurt's pool, in their streams' order.
  */
 gpurt_status_t gpurt_blas_clear_workspaces(int device);
 
 /**
  * `library`'s version as major × 10000 + minor × 100 + patch (cuBLAS 13.0.2:
  * 130002). `GPURT_ERROR_NOT_SUPPORTED`, naming what was tried, where it is missing.
+ *
+ * @param library a gpurt_math_library_t
+ * @param[out] version receives its version; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for an unknown library; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_math_library_version(int library, int *version);
+gpurt_status_t gpurt_math_library_version(int library,
+                                          int *version);
 
 /**
  * How many `library` handles gpurt has created on `device` (never more than the
  * threads that used one at once) and how many are idle (held by no thread).
+ *
+ * @param library a gpurt_math_library_t
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] created receives handles gpurt made on the device; may be NULL
+ * @param[out] idle receives those no thread holds; may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for an unknown library; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_math_handle_counts(int library, int device, size_t *created, size_t *idle);
+gpurt_status_t gpurt_math_handle_counts(int library,
+                                        int device,
+                                        size_t *created,
+                                        size_t *idle);
 
 /**
  * Creates a pinned pool. `flags`: `GPURT_PINNED_PORTABLE` (usable from every
  * device's context), `GPURT_PINNED_DEVICE_MAPPED` (kernels may access it; see
  * `gpurt_pinned_device_pointer`), `GPURT_PINNED_WRITE_COMBINED` (faster host-to-device
  * transfers, very slow host reads).
+ *
+ * @param flags 0, or GPURT_PINNED_* flags or-ed
+ * @param[out] pool receives the new pool; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for unknown flags; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_pinned_pool_create(unsigned int flags, gpurt_pinned_pool_t *pool);
+gpurt_status_t gpurt_pinned_pool_create(unsigned int flags,
+                                        gpurt_pinned_pool_t *pool);
 
 /**
  * The process-wide pinned pool (portable), created on first use.
+ *
+ * @param[out] pool receives the process-wide pool; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_pinned_pool_default(gpurt_pinned_pool_t *pool);
 
 /**
  * Destroys a pool that has no blocks in use; its cached memory goes back to the
  * driver. The default pool cannot be destroyed.
+ *
+ * @param pool a pinned pool
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for the default pool or one with blocks in use (nothing changes); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Returns wholly free cached memory to the driver, which waits for the device where that memory may still be in use (cuMemFree, cuMemUnmap); blocks whose freeing streams have not passed their recorded events stay cached. Not allowed while a stream is being captured in global mode.
  */
 gpurt_status_t gpurt_pinned_pool_destroy(gpurt_pinned_pool_t pool);
 
 /**
  * Pinned host memory of at least `size` bytes from `pool` (size 0 gives NULL).
  * Sizes are rounded to four classes per power of two (at most 25 % more).
+ *
+ * @param pool a pinned pool
+ * @param size bytes wanted; 0 gives `*ptr` NULL
+ * @param[out] ptr receives the pinned block; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_OUT_OF_MEMORY where the driver cannot pin more; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_pinned_malloc(gpurt_pinned_pool_t pool, size_t size, void **ptr);
+gpurt_status_t gpurt_pinned_malloc(gpurt_pinned_pool_t pool,
+                                   size_t size,
+                                   void **ptr);
 
 /**
  * Frees pinned memory from `gpurt_pinned_malloc` (NULL is a no-op). The block is
  * reused only once the work of every stream that used it (gpurt copies record
  * this themselves; see `gpurt_pinned_record_stream`) is done.
+ *
+ * @param ptr a block from gpurt_pinned_malloc, or NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a pointer that is not a live pinned block; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Does not block: the block is reused once the events of the streams that used it have passed.
  */
 gpurt_status_t gpurt_pinned_free(void *ptr);
 
 /**
  * Declares that work queued on `stream` uses the pinned block containing `ptr`
  * (for copies and kernels not made through gpurt).
+ *
+ * @param ptr an address inside a live pinned block
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) whose queued work uses the block
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a pointer that is not in a live pinned block; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Records an event on `stream` now; does not block.
  */
-gpurt_status_t gpurt_pinned_record_stream(void *ptr, gpurt_stream_t stream);
+gpurt_status_t gpurt_pinned_record_stream(void *ptr,
+                                          gpurt_stream_t stream);
 
 /**
  * The device address of a block from a `GPURT_PINNED_DEVICE_MAPPED` pool, for
  * kernels on the current device.
+ *
+ * @param ptr an address in a block of a GPURT_PINNED_DEVICE_MAPPED pool
+ * @param[out] device_ptr receives its device address; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a pointer that is not in such a block; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_pinned_device_pointer(void *ptr, void **device_ptr);
+gpurt_status_t gpurt_pinned_device_pointer(void *ptr,
+                                           void **device_ptr);
 
 /**
  * Returns every free cached block of `pool` to the driver.
+ *
+ * @param pool a pinned pool
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Returns wholly free cached memory to the driver, which waits for the device where that memory may still be in use (cuMemFree, cuMemUnmap); blocks whose freeing streams have not passed their recorded events stay cached. Not allowed while a stream is being captured in global mode.
  */
 gpurt_status_t gpurt_pinned_empty_cache(gpurt_pinned_pool_t pool);
 
 /**
  * `pool`'s statistics (`torch.cuda.host_memory_stats`). Initialise `stats` with
  * `GPURT_HOST_MEMORY_STATS_INIT`.
+ *
+ * @param pool a pinned pool
+ * @param stats a struct initialised with GPURT_HOST_MEMORY_STATS_INIT
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if `stats` is NULL or too small; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_pinned_stats(gpurt_pinned_pool_t pool, gpurt_host_memory_stats_t *stats);
+gpurt_status_t gpurt_pinned_stats(gpurt_pinned_pool_t pool,
+                                  gpurt_host_memory_stats_t *stats);
 
 /**
  * Resets every peak of `pool`'s statistics to its current value.
+ *
+ * @param pool a pinned pool
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_pinned_reset_peak_stats(gpurt_pinned_pool_t pool);
 
 /**
  * Zeroes `pool`'s accumulated totals, counters and driver times.
+ *
+ * @param pool a pinned pool
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_pinned_reset_accumulated_stats(gpurt_pinned_pool_t pool);
 
@@ -2259,6 +4065,15 @@ gpurt_status_t gpurt_pinned_reset_accumulated_stats(gpurt_pinned_pool_t pool);
  * CuPy's `PinnedMemoryPool` queries: bytes in use (blocks waiting for streams
  * included), bytes cached free, their total, and the number of free blocks. Any
  * output may be NULL.
+ *
+ * @param pool a pinned pool
+ * @param[out] used_bytes receives bytes in use; may be NULL
+ * @param[out] free_bytes receives bytes cached free; may be NULL
+ * @param[out] total_bytes receives their total; may be NULL
+ * @param[out] free_blocks receives free cached blocks; may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_pinned_pool_usage(gpurt_pinned_pool_t pool,
                                        uint64_t *used_bytes,
@@ -2269,51 +4084,121 @@ gpurt_status_t gpurt_pinned_pool_usage(gpurt_pinned_pool_t pool,
 /**
  * Page-locks `size` bytes of memory the caller owns, so that copies from and to it
  * run at pinned speed (`cuMemHostRegister`). `flags`: `GPURT_HOST_REGISTER_*`.
+ *
+ * @param ptr host memory the caller owns
+ * @param size bytes from `ptr`
+ * @param flags 0, or GPURT_HOST_REGISTER_* flags or-ed
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `ptr`, a size of 0 or unknown flags; an error where the driver cannot lock the pages (already registered, too much locked memory); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_host_register(void *ptr, size_t size, unsigned int flags);
+gpurt_status_t gpurt_host_register(void *ptr,
+                                   size_t size,
+                                   unsigned int flags);
 
 /**
  * Undoes `gpurt_host_register`.
+ *
+ * @param ptr the address given to gpurt_host_register
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for memory that is not registered; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_host_unregister(void *ptr);
 
 /**
  * Seeds `device`'s default generator and rewinds it (torch.cuda.manual_seed).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param seed the seed
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_rng_manual_seed(int device, uint64_t seed);
+gpurt_status_t gpurt_rng_manual_seed(int device,
+                                     uint64_t seed);
 
 /**
  * Seeds every device's default generator (torch.cuda.manual_seed_all).
+ *
+ * @param seed the seed
+ * @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_rng_manual_seed_all(uint64_t seed);
 
 /**
  * Seeds `device`'s default generator from the system's entropy and gives the seed
  * (torch.cuda.seed).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] seed receives the seed drawn; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_rng_seed(int device, uint64_t *seed);
+gpurt_status_t gpurt_rng_seed(int device,
+                              uint64_t *seed);
 
 /**
  * The seed `device`'s default generator was given last (torch.cuda.initial_seed).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] seed receives the generator's last seed; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_rng_initial_seed(int device, uint64_t *seed);
+gpurt_status_t gpurt_rng_initial_seed(int device,
+                                      uint64_t *seed);
 
 /**
  * A generator's seed and offset (torch's get_rng_state), to restore it later.
+ *
+ * @param gen a generator from gpurt_generator_create, or NULL for the current device's default generator
+ * @param[out] state receives its seed and offset; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `gen`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_rng_get_state(gpurt_generator_t gen, gpurt_rng_state_t *state);
+gpurt_status_t gpurt_rng_get_state(gpurt_generator_t gen,
+                                   gpurt_rng_state_t *state);
 
 /**
  * Restores a generator's seed and offset: its next draws continue exactly as
  * after gpurt_rng_get_state (torch's set_rng_state).
+ *
+ * @param gen a generator from gpurt_generator_create, or NULL for the current device's default generator
+ * @param state a state from gpurt_rng_get_state
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `state`; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `gen`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_rng_set_state(gpurt_generator_t gen, const gpurt_rng_state_t *state);
+gpurt_status_t gpurt_rng_set_state(gpurt_generator_t gen,
+                                   const gpurt_rng_state_t *state);
 
 /**
  * A generator of its own on `device`, seeded with `seed` (torch.Generator("cuda")).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param seed the seed
+ * @param[out] gen receives the new generator; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_generator_create(int device, uint64_t seed, gpurt_generator_t *gen);
+gpurt_status_t gpurt_generator_create(int device,
+                                      uint64_t seed,
+                                      gpurt_generator_t *gen);
 
+/**
+ * Destroys a generator.
+ * @param gen a generator from gpurt_generator_create
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `gen`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
 gpurt_status_t gpurt_generator_destroy(gpurt_generator_t gen);
 
 /**
@@ -2322,6 +4207,15 @@ gpurt_status_t gpurt_generator_destroy(gpurt_generator_t gen);
  * Values depend only on the generator's seed and offset and the element's index;
  * the generator advances by ceil(n / 4) blocks (ceil(n / 2) for F64). Inside a
  * graph capture, each replay draws new numbers (the generator advances per replay).
+ *
+ * @param gen a generator from gpurt_generator_create, or NULL for the current device's default generator
+ * @param out device memory of `n` values, aligned to their type
+ * @param n how many values; 0 does nothing
+ * @param dtype GPURT_DTYPE_F32, F64, F16 or BF16
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `out` with `n` > 0, misaligned memory, an unsupported dtype or bad bounds; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `gen` or a bad `stream`; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. In a capture, each replay draws new numbers. The first fill of a dtype compiles its kernel (NVRTC).
  */
 gpurt_status_t gpurt_random_uniform(gpurt_generator_t gen,
                                     void *out,
@@ -2331,6 +4225,17 @@ gpurt_status_t gpurt_random_uniform(gpurt_generator_t gen,
 
 /**
  * As gpurt_random_uniform, with normal numbers of `mean` and `std` (Box-Muller).
+ *
+ * @param gen a generator from gpurt_generator_create, or NULL for the current device's default generator
+ * @param out device memory of `n` values, aligned to their type
+ * @param n how many values; 0 does nothing
+ * @param dtype GPURT_DTYPE_F32, F64, F16 or BF16
+ * @param mean the mean
+ * @param std the standard deviation (not negative)
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `out` with `n` > 0, misaligned memory, an unsupported dtype or bad bounds; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `gen` or a bad `stream`; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. In a capture, each replay draws new numbers. The first fill of a dtype compiles its kernel (NVRTC).
  */
 gpurt_status_t gpurt_random_normal(gpurt_generator_t gen,
                                    void *out,
@@ -2343,6 +4248,17 @@ gpurt_status_t gpurt_random_normal(gpurt_generator_t gen,
 /**
  * Random integers in [low, high) into I32 or I64 values (torch's random_(low,
  * high)); ranges above 2^32 draw 64 bits per value.
+ *
+ * @param gen a generator from gpurt_generator_create, or NULL for the current device's default generator
+ * @param out device memory of `n` values, aligned to their type
+ * @param n how many values; 0 does nothing
+ * @param dtype GPURT_DTYPE_I32 or I64
+ * @param low the smallest value
+ * @param high one past the largest (greater than `low`)
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `out` with `n` > 0, misaligned memory, an unsupported dtype or bad bounds; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `gen` or a bad `stream`; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. In a capture, each replay draws new numbers. The first fill of a dtype compiles its kernel (NVRTC).
  */
 gpurt_status_t gpurt_random_integers(gpurt_generator_t gen,
                                      void *out,
@@ -2354,6 +4270,16 @@ gpurt_status_t gpurt_random_integers(gpurt_generator_t gen,
 
 /**
  * 1 with probability `p`, else 0, into values of any dtype (torch's bernoulli_(p)).
+ *
+ * @param gen a generator from gpurt_generator_create, or NULL for the current device's default generator
+ * @param out device memory of `n` values, aligned to their type
+ * @param n how many values; 0 does nothing
+ * @param dtype any gpurt_dtype_t
+ * @param p the probability of 1, in [0, 1]
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `out` with `n` > 0, misaligned memory, an unsupported dtype or bad bounds; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `gen` or a bad `stream`; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. In a capture, each replay draws new numbers. The first fill of a dtype compiles its kernel (NVRTC).
  */
 gpurt_status_t gpurt_random_bernoulli(gpurt_generator_t gen,
                                       void *out,
@@ -2367,6 +4293,15 @@ gpurt_status_t gpurt_random_bernoulli(gpurt_generator_t gen,
  * gets the image of i under a Feistel bijection keyed by the generator's seed and
  * offset (Philox rounds, cycle-walked into [0, n)), so each value is computed on
  * its own; the generator advances by one block per call.
+ *
+ * @param gen a generator from gpurt_generator_create, or NULL for the current device's default generator
+ * @param out device memory of `n` values
+ * @param n the permutation's length; 0 does nothing
+ * @param dtype GPURT_DTYPE_I32 or I64 (I32 needs `n` ≤ 2^31)
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `out` with `n` > 0, misaligned memory, an unsupported dtype or bad bounds; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `gen` or a bad `stream`; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. In a capture, each replay draws new numbers. The first fill of a dtype compiles its kernel (NVRTC).
  */
 gpurt_status_t gpurt_random_permutation(gpurt_generator_t gen,
                                         void *out,
@@ -2378,17 +4313,32 @@ gpurt_status_t gpurt_random_permutation(gpurt_generator_t gen,
  * Turns the stream sanitizer on (non-zero) or off. Off (the default, unless
  * `GPURT_SANITIZER=1`), every hook costs one branch. Turning it off forgets what it
  * tracked; turning it on again starts afresh.
+ *
+ * @param on non-zero turns it on
+ * @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_sanitizer_enable(int on);
 
 /**
  * Whether the sanitizer is on: 1 or 0.
+ *
+ * @param[out] on receives 1 or 0; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_sanitizer_is_enabled(int *on);
 
 /**
  * With non-zero, a report aborts the process after it is logged (also
  * `GPURT_SANITIZER_ABORT=1`): for test suites that must stop at the first race.
+ *
+ * @param abort non-zero: a report aborts the process
+ * @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_sanitizer_set_abort(int abort);
 
@@ -2396,11 +4346,21 @@ gpurt_status_t gpurt_sanitizer_set_abort(int abort);
  * With zero, accesses no longer keep their native stacks (reports then name the
  * streams, tags and ranges only); non-zero keeps them again (the default; also
  * `GPURT_SANITIZER_STACKS=0`). A stack costs microseconds an access.
+ *
+ * @param keep non-zero keeps each access's native stack
+ * @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_sanitizer_set_stacks(int keep);
 
 /**
  * Races and unsafe frees reported since the process started.
+ *
+ * @param[out] n receives the reports so far; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_sanitizer_report_count(uint64_t *n);
 
@@ -2412,6 +4372,15 @@ gpurt_status_t gpurt_sanitizer_report_count(uint64_t *n);
  * callback at error level, with the word "race", and counted. On a capturing
  * stream, the access counts at each replay of the graph. While the sanitizer is
  * off, only `access` is checked and the call returns at once.
+ *
+ * @param ptr the memory accessed
+ * @param size bytes from `ptr`
+ * @param access GPURT_ACCESS_READ, GPURT_ACCESS_WRITE or both
+ * @param stream the stream whose work accesses it
+ * @param tag names the work in reports; may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for an unknown `access`; GPURT_ERROR_INVALID_HANDLE for a bad `stream` while the sanitizer is on; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_sanitizer_access(const void *ptr,
                                       size_t size,
@@ -2424,6 +4393,14 @@ gpurt_status_t gpurt_sanitizer_access(const void *ptr,
  * `priority` in the device's range (see `gpurt_stream_priority_range`; out of range
  * is `GPURT_ERROR_INVALID_ARGUMENT`). Costs a driver call (about 6 µs with destroy);
  * `gpurt_stream_from_pool` does not.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param flags 0 or GPURT_STREAM_NON_BLOCKING
+ * @param priority in the device's range (gpurt_stream_priority_range)
+ * @param[out] stream receives the new stream; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_INVALID_ARGUMENT for unknown flags or a priority out of range; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_stream_create(int device,
                                    unsigned int flags,
@@ -2437,78 +4414,169 @@ gpurt_status_t gpurt_stream_create(int device,
  * new stream while that work runs (the driver would reuse the stream's value).
  * Pooled and default streams are left alone (success); a wrapped native stream is
  * released, never destroyed.
+ *
+ * @param stream a stream
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Does not wait for the stream's queued work, which still runs.
  */
 gpurt_status_t gpurt_stream_destroy(gpurt_stream_t stream);
 
 /**
  * The device's stream priorities: `least` (the default, numerically largest) and
  * `greatest` (highest priority, numerically smallest).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] least receives the lowest priority (the default); must not be NULL
+ * @param[out] greatest receives the highest priority; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_stream_priority_range(int device, int *least, int *greatest);
+gpurt_status_t gpurt_stream_priority_range(int device,
+                                           int *least,
+                                           int *greatest);
 
 /**
  * The legacy default stream of `device` (`cudaStreamLegacy`).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] stream receives the device's legacy default stream; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_stream_default(int device, gpurt_stream_t *stream);
+gpurt_status_t gpurt_stream_default(int device,
+                                    gpurt_stream_t *stream);
 
 /**
  * The per-thread default stream of `device` (`cudaStreamPerThread`).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] stream receives the device's per-thread default stream; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_stream_per_thread(int device, gpurt_stream_t *stream);
+gpurt_status_t gpurt_stream_per_thread(int device,
+                                       gpurt_stream_t *stream);
 
 /**
  * Wraps a native `cudaStream_t`/`CUstream` of `device`'s context. gpurt never
  * destroys it; `gpurt_stream_destroy` releases only the handle.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param native a `CUstream` of `device`'s primary context
+ * @param[out] stream receives a handle for it; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_INVALID_ARGUMENT for a NULL `native`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_stream_wrap(int device, void *native, gpurt_stream_t *stream);
+gpurt_status_t gpurt_stream_wrap(int device,
+                                 void *native,
+                                 gpurt_stream_t *stream);
 
 /**
  * The native `CUstream` (usable as `cudaStream_t`) for cuBLAS, cuDNN, kernels.
+ *
+ * @param stream a stream
+ * @param[out] native receives the `CUstream`, owned by gpurt (or by the caller, for a wrapped one); must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_stream_native(gpurt_stream_t stream, void **native);
+gpurt_status_t gpurt_stream_native(gpurt_stream_t stream,
+                                   void **native);
 
 /**
  * A non-blocking stream from `device`'s pool (32 per priority, handed out
  * round-robin as PyTorch does); `high_priority` picks the greatest priority. No
  * driver call after the first; destroying it is a no-op.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param high_priority non-zero: from the highest-priority pool
+ * @param[out] stream receives a pooled stream; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_stream_from_pool(int device, int high_priority, gpurt_stream_t *stream);
+gpurt_status_t gpurt_stream_from_pool(int device,
+                                      int high_priority,
+                                      gpurt_stream_t *stream);
 
 /**
  * Makes `stream` this thread's current stream of its device (the current device is
  * unchanged, as `torch.cuda.set_stream`).
+ *
+ * @param stream a stream
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_set_stream(gpurt_stream_t stream);
 
 /**
  * This thread's current stream of `device`: the last one set, or the legacy default.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] stream receives this thread's current stream of `device`; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_current_stream(int device, gpurt_stream_t *stream);
+gpurt_status_t gpurt_current_stream(int device,
+                                    gpurt_stream_t *stream);
 
 /**
  * Enters a stream scope, like `with torch.cuda.stream(s)`: `stream` and its device
  * become current on this thread until the matching `gpurt_stream_pop`. Scopes nest.
+ *
+ * @param stream a stream
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_stream_push(gpurt_stream_t stream);
 
 /**
  * Leaves the innermost stream scope, restoring the previous stream and device.
+ *
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT when this thread has no scope open; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_stream_pop(void);
 
 /**
  * `GPURT_SUCCESS` if all work on `stream` is done, `GPURT_ERROR_NOT_READY` if not.
+ *
+ * @param stream a stream
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_READY (no message) while work is pending; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Does not block. Not allowed on a capturing stream (GPURT_ERROR_STREAM_CAPTURE).
  */
 gpurt_status_t gpurt_stream_query(gpurt_stream_t stream);
 
 /**
  * Blocks until all work on `stream` is done. A synchronising call.
+ *
+ * @param stream a stream
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocks the calling thread until all work queued on `stream` is done: a synchronising call for the sync debug mode (GPURT_ERROR_SYNCHRONIZING_CALL in its error mode). Not allowed while a stream of the device is being captured (GPURT_ERROR_STREAM_CAPTURE).
  */
 gpurt_status_t gpurt_stream_synchronize(gpurt_stream_t stream);
 
 /**
  * Queues `func(user)` on `stream`, called once on a driver thread after the work
  * before it. `func` must not call CUDA or gpurt functions that touch the GPU.
+ *
+ * @param stream a stream
+ * @param func the function; must not be NULL, and must not call CUDA
+ * @param user passed to `func`
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL `func`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. In a capture it becomes a host node.
  */
 gpurt_status_t gpurt_stream_launch_host_func(gpurt_stream_t stream,
                                              gpurt_host_fn_t func,
@@ -2516,47 +4584,104 @@ gpurt_status_t gpurt_stream_launch_host_func(gpurt_stream_t stream,
 
 /**
  * The device a stream belongs to.
+ *
+ * @param stream a stream
+ * @param[out] device receives its device ordinal; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_stream_get_device(gpurt_stream_t stream, int *device);
+gpurt_status_t gpurt_stream_get_device(gpurt_stream_t stream,
+                                       int *device);
 
 /**
  * A stream's flags (0 or `GPURT_STREAM_NON_BLOCKING`).
+ *
+ * @param stream a stream
+ * @param[out] flags receives 0 or GPURT_STREAM_NON_BLOCKING; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_stream_get_flags(gpurt_stream_t stream, unsigned int *flags);
+gpurt_status_t gpurt_stream_get_flags(gpurt_stream_t stream,
+                                      unsigned int *flags);
 
 /**
  * A stream's priority.
+ *
+ * @param stream a stream
+ * @param[out] priority receives its priority; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_stream_get_priority(gpurt_stream_t stream, int *priority);
+gpurt_status_t gpurt_stream_get_priority(gpurt_stream_t stream,
+                                         int *priority);
 
 /**
  * The driver's unique id of a stream (needs a CUDA 12.0 driver, else not supported).
+ *
+ * @param stream a stream
+ * @param[out] id receives the driver's id of the stream; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED on a driver older than CUDA 12.0; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_stream_get_id(gpurt_stream_t stream, uint64_t *id);
+gpurt_status_t gpurt_stream_get_id(gpurt_stream_t stream,
+                                   uint64_t *id);
 
 /**
  * A stream's capture status (`gpurt_capture_status_t`).
+ *
+ * @param stream a stream
+ * @param[out] status receives a gpurt_capture_status_t; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_stream_capture_status(gpurt_stream_t stream, int *status);
+gpurt_status_t gpurt_stream_capture_status(gpurt_stream_t stream,
+                                           int *status);
 
 /**
  * 1 if `stream` is capturing (active or invalidated capture), else 0.
+ *
+ * @param stream a stream
+ * @param[out] capturing receives 1 or 0; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_stream_is_capturing(gpurt_stream_t stream, int *capturing);
+gpurt_status_t gpurt_stream_is_capturing(gpurt_stream_t stream,
+                                         int *capturing);
 
 /**
  * 1 if this thread's current stream of its current device is capturing
  * (`torch.cuda.is_current_stream_capturing`).
+ *
+ * @param[out] capturing receives 1 or 0; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_is_current_stream_capturing(int *capturing);
 
 /**
  * Sets the process-wide sync debug mode (see `gpurt_sync_debug_mode_t`).
+ *
+ * @param mode a gpurt_sync_debug_mode_t
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for another value; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_set_sync_debug_mode(int mode);
 
 /**
  * The current sync debug mode.
+ *
+ * @param[out] mode receives the gpurt_sync_debug_mode_t in force; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_get_sync_debug_mode(int *mode);
 
@@ -2564,13 +4689,28 @@ gpurt_status_t gpurt_get_sync_debug_mode(int *mode);
  * The device's readings from NVML (utilization, memory of every process,
  * temperature, power, clocks), into a struct initialised with GPURT_TELEMETRY_INIT.
  * GPURT_ERROR_NOT_SUPPORTED, naming the reason, where NVML does not load.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param telemetry a struct initialised with GPURT_TELEMETRY_INIT
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if `telemetry` is NULL or too small; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_NOT_SUPPORTED where NVML does not load; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_device_telemetry(int device, gpurt_telemetry_t *telemetry);
+gpurt_status_t gpurt_device_telemetry(int device,
+                                      gpurt_telemetry_t *telemetry);
 
 /**
  * The compute processes using `device` (torch.cuda.list_gpu_processes): up to
  * `capacity` of them into `processes` (which may be NULL when `capacity` is 0),
  * and how many there are into `count`.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param processes receives up to `capacity` processes; may be NULL when `capacity` is 0
+ * @param capacity entries `processes` holds
+ * @param[out] count receives how many processes there are; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_NOT_SUPPORTED where NVML does not load; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_device_processes(int device,
                                       gpurt_process_t *processes,
@@ -2579,15 +4719,37 @@ gpurt_status_t gpurt_device_processes(int device,
 
 /**
  * A new op named `name` (no commas or line breaks: it is a field of the results file).
+ *
+ * @param name the op's name: no commas or line breaks
+ * @param[out] op receives the new op; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL or malformed `name`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
-gpurt_status_t gpurt_tunable_op_create(const char *name, gpurt_tunable_op_t *op);
+gpurt_status_t gpurt_tunable_op_create(const char *name,
+                                       gpurt_tunable_op_t *op);
 
+/**
+ * Destroys an op.
+ * @param op an op from gpurt_tunable_op_create
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `op`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
 gpurt_status_t gpurt_tunable_op_destroy(gpurt_tunable_op_t op);
 
 /**
  * Adds a candidate that `run` enqueues (with `context` as its last argument). The
  * first candidate added is the op's default: it runs where tuning is off and no
  * choice is recorded.
+ *
+ * @param op an op from gpurt_tunable_op_create
+ * @param name the candidate's name: no commas or line breaks
+ * @param run `int run(void *args, gpurt_stream_t stream, void *context)`: enqueues the candidate's work and returns a gpurt_status_t
+ * @param context passed to `run`
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `op`; GPURT_ERROR_INVALID_ARGUMENT for a NULL `run`, or a NULL, malformed or repeated `name`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_tunable_op_add_callback(gpurt_tunable_op_t op,
                                              const char *name,
@@ -2598,6 +4760,14 @@ gpurt_status_t gpurt_tunable_op_add_callback(gpurt_tunable_op_t op,
  * Adds a candidate that launches `kernel` with `config`'s grid, block and shared
  * memory (its stream is ignored: the op's run gives one), the run's `args` being
  * the kernel's parameter array (the cuLaunchKernel convention).
+ *
+ * @param op an op from gpurt_tunable_op_create
+ * @param name the candidate's name
+ * @param kernel the kernel to launch
+ * @param config its grid, block and shared memory (the stream is ignored)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `op` or `kernel`; GPURT_ERROR_INVALID_ARGUMENT for a NULL `config`, or a NULL, malformed or repeated `name`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_tunable_op_add_kernel(gpurt_tunable_op_t op,
                                            const char *name,
@@ -2607,6 +4777,13 @@ gpurt_status_t gpurt_tunable_op_add_kernel(gpurt_tunable_op_t op,
 /**
  * Sets (or, with NULL, clears) the check each candidate's result must pass while
  * tuning; a rejected candidate is never chosen.
+ *
+ * @param op an op from gpurt_tunable_op_create
+ * @param validator `int validator(void *args, int candidate, void *context)`; NULL clears it
+ * @param context passed to `validator`
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `op`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_tunable_op_set_validator(gpurt_tunable_op_t op,
                                               gpurt_tunable_validator_fn validator,
@@ -2618,6 +4795,14 @@ gpurt_status_t gpurt_tunable_op_set_validator(gpurt_tunable_op_t op,
  * candidate and keeps the fastest (written to the results file), unless a choice
  * is recorded; during a stream capture no tuning happens (the first candidate
  * runs). Concurrent first runs of one signature tune once.
+ *
+ * @param op an op from gpurt_tunable_op_create
+ * @param signature the problem's description: no commas or line breaks
+ * @param args passed to the candidate
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `op` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL or malformed `signature`, or an op without candidates; the candidate's own status; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueues the chosen candidate on `stream`. A signature's first run, tuning, times every candidate: it synchronises `stream` (a synchronising call) and writes the results file. During a capture no tuning happens.
  */
 gpurt_status_t gpurt_tunable_op_run(gpurt_tunable_op_t op,
                                     const char *signature,
@@ -2628,6 +4813,16 @@ gpurt_status_t gpurt_tunable_op_run(gpurt_tunable_op_t op,
  * The name of the candidate chosen for `signature` on `device` (an empty string
  * while none is), up to `capacity` bytes with its NUL, and how many signatures the
  * op has tuned in this process (either output may be NULL).
+ *
+ * @param op an op from gpurt_tunable_op_create
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param signature the problem
+ * @param name receives the chosen candidate's name (empty while none is); may be NULL
+ * @param capacity bytes `name` holds
+ * @param[out] tunings receives how many signatures the op has tuned in this process; may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `op`; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_INVALID_ARGUMENT for a NULL `signature`, or a name longer than `capacity`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_tunable_op_choice(gpurt_tunable_op_t op,
                                        int device,

@@ -1,4 +1,6 @@
-/* gpurt.hpp: C++17 over gpurt's C ABI, header-only.
+/**
+ * @file gpurt.hpp
+ * gpurt.hpp: C++17 over gpurt's C ABI, header-only.
  *
  * Move-only RAII owners for every gpurt handle, owning buffers, scope guards, and
  * errors as exceptions (gpurt::Error, carrying the status and gpurt's message). Each
@@ -13,6 +15,9 @@
  *   gpurt::Event done;
  *   done.record(s);
  *   gpurt::Device(0).synchronize();
+ *
+ * Each member's reference names the C function it calls: its statuses become the
+ * gpurt::Error a failure throws (or returns), and its ordering is the C call's.
  */
 #ifndef GPURT_HPP
 #define GPURT_HPP
@@ -43,16 +48,22 @@ namespace gpurt {
 #if defined(GPURT_CPP_NO_EXCEPTIONS)
 class Error {
 public:
+    /** An error with `status` and gpurt's `message`. @param status the C call's status @param message its detail */
     Error(gpurt_status_t status, std::string message) : status_(status), message_(std::move(message)) {}
     const char *what() const noexcept { return message_.c_str(); }
 #else
 class Error : public std::runtime_error {
 public:
+    /** An error with `status` and gpurt's `message`. @param status the C call's status @param message its detail */
     Error(gpurt_status_t status, const std::string &message) : std::runtime_error(message), status_(status) {}
 #endif
-    /** The gpurt_status_t the C call returned. */
+    /** The gpurt_status_t the C call returned.
+     *  @return the gpurt_status_t
+     */
     gpurt_status_t status() const noexcept { return status_; }
-    /** The status's short description (gpurt_status_string). */
+    /** The status's short description (gpurt_status_string).
+     *  @return a static description of the status
+     */
     const char *status_string() const noexcept { return gpurt_status_string(status_); }
 
 private:
@@ -67,12 +78,19 @@ private:
 template <class T>
 class Result {
 public:
+    /** A success holding `value`. @param value the result */
     Result(T value) : value_(std::move(value)), error_(GPURT_SUCCESS, std::string()) {}
+    /** A failure. @param error why */
     Result(Error error) : value_(), error_(std::move(error)) {}
+    /** @return true for a success. */
     bool ok() const noexcept { return value_.has_value(); }
+    /** @return ok(). */
     explicit operator bool() const noexcept { return ok(); }
+    /** @return the value; on an error, prints it and aborts. */
     T &value() & { check(); return *value_; }
+    /** @return the value, moved out; on an error, prints it and aborts. */
     T &&value() && { check(); return std::move(*value_); }
+    /** @return the error (status GPURT_SUCCESS for a success). */
     const Error &error() const noexcept { return error_; }
 
 private:
@@ -86,13 +104,19 @@ private:
     Error error_;
 };
 
+/** A success or the Error of a call that returns no value (with GPURT_CPP_NO_EXCEPTIONS). */
 template <>
 class Result<void> {
 public:
+    /** A success. */
     Result() : error_(GPURT_SUCCESS, std::string()) {}
+    /** A failure. @param error why */
     Result(Error error) : error_(std::move(error)) {}
+    /** @return true for a success. */
     bool ok() const noexcept { return error_.status() == GPURT_SUCCESS; }
+    /** @return ok(). */
     explicit operator bool() const noexcept { return ok(); }
+    /** @return the error (status GPURT_SUCCESS for a success). */
     const Error &error() const noexcept { return error_; }
 
 private:
@@ -104,6 +128,7 @@ private:
 template <class T>
 using Ret = Result<T>;
 #else
+/** What a fallible call returns: T, a failure throwing gpurt::Error (Result<T> with GPURT_CPP_NO_EXCEPTIONS). */
 template <class T>
 using Ret = T;
 #endif
@@ -240,53 +265,81 @@ private:
 
 /** Free and total device memory, in bytes. */
 struct MemoryInfo {
+    /** Free bytes. */
     std::size_t free = 0;
+    /** The device's bytes. */
     std::size_t total = 0;
 };
 
 /** A device by ordinal (a value, not an owner): `gpurt::Device(0).properties()`. */
 class Device {
 public:
+    /** No call is made. @param ordinal a device ordinal, or GPURT_CURRENT_DEVICE */
     explicit Device(int ordinal = GPURT_CURRENT_DEVICE) noexcept : ordinal_(ordinal) {}
-    /** Devices visible to this process; 0 where there is no driver. */
+    /** Devices visible to this process; 0 where there is no driver.
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<int> count() {
         return detail::out<int>(gpurt_device_count);
     }
-    /** This thread's current device. */
+    /** This thread's current device.
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<Device> current() {
         int d = 0;
         gpurt_status_t s = gpurt_get_device(&d);
         return detail::finish(s, Device(d));
     }
-    /** The ordinal as given (GPURT_CURRENT_DEVICE for "the current one"). */
+    /** The ordinal as given (GPURT_CURRENT_DEVICE for "the current one").
+     *  @return the ordinal as given
+     */
     int ordinal() const noexcept { return ordinal_; }
+    /** Makes the device this thread's current one (gpurt_set_device).
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> make_current() const { return detail::finish(gpurt_set_device(ordinal_)); }
+    /** @return the device's properties (gpurt_device_get_properties). */
     Ret<gpurt_device_properties_t> properties() const {
         gpurt_device_properties_t p = GPURT_DEVICE_PROPERTIES_INIT;
         gpurt_status_t s = gpurt_device_get_properties(ordinal_, &p);
         return detail::finish(s, std::move(p));
     }
+    /** @return free and total memory (gpurt_mem_get_info). */
     Ret<MemoryInfo> memory_info() const {
         MemoryInfo m;
         gpurt_status_t s = gpurt_mem_get_info(ordinal_, &m.free, &m.total);
         return detail::finish(s, std::move(m));
     }
+    /** Blocks until the device's work is done (gpurt_device_synchronize: a synchronising call).
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> synchronize() const { return detail::finish(gpurt_device_synchronize(ordinal_)); }
+    /** gpurt_device_can_access_peer. @param peer the other device @return whether this device can access its memory */
     Ret<bool> can_access_peer(Device peer) const {
         int can = 0;
         gpurt_status_t s = gpurt_device_can_access_peer(ordinal_, peer.ordinal_, &can);
         bool b = can != 0;
         return detail::finish(s, std::move(b));
     }
+    /** gpurt_device_enable_peer_access. @param peer the device whose memory this one may access
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> enable_peer_access(Device peer) const { return detail::finish(gpurt_device_enable_peer_access(ordinal_, peer.ordinal_)); }
+    /** gpurt_device_disable_peer_access. @param peer the device whose memory this one may no longer access
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> disable_peer_access(Device peer) const { return detail::finish(gpurt_device_disable_peer_access(ordinal_, peer.ordinal_)); }
-    /** torch.cuda.memory_stats() for this device. */
+    /** torch.cuda.memory_stats() for this device.
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<gpurt_memory_stats_t> memory_stats() const {
         gpurt_memory_stats_t st = GPURT_MEMORY_STATS_INIT;
         gpurt_status_t s = gpurt_memory_stats(ordinal_, &st);
         return detail::finish(s, std::move(st));
     }
-    /** torch.cuda.memory_summary() for this device. */
+    /** torch.cuda.memory_summary() for this device.
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<std::string> memory_summary() const {
         std::size_t needed = 0;
         gpurt_status_t s = gpurt_memory_summary(ordinal_, nullptr, 0, &needed);
@@ -295,7 +348,13 @@ public:
         text.resize(text.empty() ? 0 : text.size() - 1);
         return detail::finish(s, std::move(text));
     }
+    /** gpurt_reset_peak_memory_stats for this device.
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> reset_peak_memory_stats() const { return detail::finish(gpurt_reset_peak_memory_stats(ordinal_)); }
+    /** gpurt_set_per_process_memory_fraction. @param fraction of the device's memory gpurt may reserve, in [0, 1]
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> set_memory_fraction(double fraction) const {
         return detail::finish(gpurt_set_per_process_memory_fraction(fraction, ordinal_));
     }
@@ -307,6 +366,7 @@ private:
 /** Makes a device current for a scope, and restores the previous one. */
 class DeviceGuard {
 public:
+    /** Makes `device` current until the guard is destroyed. @param device the device */
     explicit DeviceGuard(Device device) : previous_(0) {
         (void)gpurt_get_device(&previous_);
         detail::finish(gpurt_set_device(device.ordinal()));
@@ -332,45 +392,80 @@ public:
 #if !defined(GPURT_CPP_NO_EXCEPTIONS)
     /** A new non-blocking stream on the current device. */
     Stream() : Owner(create().release()) {}
-    /** A new non-blocking stream on `device`. */
+    /** A new non-blocking stream on `device`.
+     *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
+     */
     explicit Stream(int device) : Owner(create(device).release()) {}
 #endif
+    /** A new stream (gpurt_stream_create). @param device the device @param flags 0 or GPURT_STREAM_NON_BLOCKING @param priority in the device's range @return the stream */
     static Ret<Stream> create(int device = GPURT_CURRENT_DEVICE, unsigned flags = GPURT_STREAM_NON_BLOCKING, int priority = 0) {
         return detail::make<Stream>(gpurt_stream_create, device, flags, priority);
     }
-    /** One of the device's pooled streams (no driver call; PyTorch's getStreamFromPool). */
+    /** One of the device's pooled streams (no driver call; PyTorch's getStreamFromPool).
+     *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
+     *  @param high_priority true: from the highest-priority pool
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<Stream> from_pool(int device = GPURT_CURRENT_DEVICE, bool high_priority = false) {
         return detail::make<Stream>(gpurt_stream_from_pool, device, high_priority ? 1 : 0);
     }
-    /** This thread's current stream of `device`. */
+    /** This thread's current stream of `device`.
+     *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<Stream> current(int device = GPURT_CURRENT_DEVICE) {
         return detail::make<Stream>(gpurt_current_stream, device);
     }
-    /** The legacy default stream of `device`. */
+    /** The legacy default stream of `device`.
+     *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<Stream> legacy_default(int device = GPURT_CURRENT_DEVICE) {
         return detail::make<Stream>(gpurt_stream_default, device);
     }
-    /** Wraps a cudaStream_t / CUstream; gpurt never destroys it. */
+    /** Wraps a cudaStream_t / CUstream; gpurt never destroys it.
+     *  @param native a cudaStream_t / CUstream of the device's primary context
+     *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<Stream> wrap(void *native, int device = GPURT_CURRENT_DEVICE) {
         return detail::make<Stream>(gpurt_stream_wrap, device, native);
     }
+    /** Blocks until the stream's work is done (gpurt_stream_synchronize: a synchronising call).
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> synchronize() const { return detail::finish(gpurt_stream_synchronize(handle_)); }
-    /** true when all queued work is done. */
+    /** true when all queued work is done.
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<bool> query() const { return detail::finish_query(gpurt_stream_query(handle_)); }
+    /** Work queued after this waits for `event`'s last record (gpurt_stream_wait_event). @param event the event
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     inline Ret<void> wait(const Event &event) const;
+    /** Work queued after this waits for `other`'s work so far (gpurt_stream_wait_stream). @param other the other stream
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> wait(const Stream &other) const { return detail::finish(gpurt_stream_wait_stream(handle_, other.handle_)); }
+    /** gpurt_stream_launch_host_func. @param fn called once on a driver thread after the work before it; must not call CUDA @param user passed to `fn`
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> launch_host_func(gpurt_host_fn_t fn, void *user) const {
         return detail::finish(gpurt_stream_launch_host_func(handle_, fn, user));
     }
+    /** @return the stream's device (gpurt_stream_get_device). */
     Ret<Device> device() const {
         int d = 0;
         gpurt_status_t s = gpurt_stream_get_device(handle_, &d);
         return detail::finish(s, Device(d));
     }
-    /** The cudaStream_t for cuBLAS, cuDNN and your own kernels. */
+    /** The cudaStream_t for cuBLAS, cuDNN and your own kernels.
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void *> native() const {
         return detail::out<void *>(gpurt_stream_native, handle_);
     }
+    /** @return whether the stream is being captured (gpurt_stream_is_capturing). */
     Ret<bool> is_capturing() const {
         int c = 0;
         gpurt_status_t s = gpurt_stream_is_capturing(handle_, &c);
@@ -382,6 +477,7 @@ public:
 /** `with torch.cuda.stream(s):` — the stream and its device are current for a scope. */
 class StreamGuard {
 public:
+    /** Makes `stream` and its device current until the guard is destroyed (gpurt_stream_push). @param stream the stream */
     explicit StreamGuard(const Stream &stream) { detail::finish(gpurt_stream_push(stream.get())); }
     StreamGuard(const StreamGuard &) = delete;
     StreamGuard &operator=(const StreamGuard &) = delete;
@@ -396,22 +492,42 @@ public:
 #if !defined(GPURT_CPP_NO_EXCEPTIONS)
     /** A timing event on the current device. */
     Event() : Owner(create().release()) {}
+    /** A new event (gpurt_event_create). @param device the device @param flags GPURT_EVENT_* flags */
     Event(int device, unsigned flags) : Owner(create(device, flags).release()) {}
 #endif
-    /** flags: GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING, GPURT_EVENT_INTERPROCESS. */
+    /** flags: GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING, GPURT_EVENT_INTERPROCESS.
+     *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
+     *  @param flags flags, as the C call takes them
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<Event> create(int device = GPURT_CURRENT_DEVICE, unsigned flags = 0) {
         return detail::make<Event>(gpurt_event_create, device, flags);
     }
-    /** A timing-free event from the device's pool (no driver call when cached). */
+    /** A timing-free event from the device's pool (no driver call when cached).
+     *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<Event> from_pool(int device = GPURT_CURRENT_DEVICE) {
         return detail::make<Event>(gpurt_event_pool_get, device);
     }
+    /** Records the event on `stream` (gpurt_event_record). @param stream the stream
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> record(const Stream &stream) const { return detail::finish(gpurt_event_record(handle_, stream.get())); }
-    /** Records on this thread's current stream of the event's device. */
+    /** Records on this thread's current stream of the event's device.
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> record() const { return detail::finish(gpurt_event_record_current(handle_)); }
+    /** Blocks until the work before the last record is done (gpurt_event_synchronize: a synchronising call).
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> synchronize() const { return detail::finish(gpurt_event_synchronize(handle_)); }
+    /** @return true when the work before the last record is done (gpurt_event_query). */
     Ret<bool> query() const { return detail::finish_query(gpurt_event_query(handle_)); }
-    /** Milliseconds from `start`'s record to this one's (both timing events). */
+    /** Milliseconds from `start`'s record to this one's (both timing events).
+     *  @param start the timing event recorded first
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<float> elapsed_since(const Event &start) const {
         return detail::out<float>(gpurt_event_elapsed_time, start.handle_, handle_);
     }
@@ -431,42 +547,74 @@ class DeviceBuffer : public detail::Buffer<T, gpurt_free> {
 public:
     DeviceBuffer() noexcept = default;
 #if !defined(GPURT_CPP_NO_EXCEPTIONS)
-    /** On the current device, for its current stream. */
+    /** On the current device, for its current stream.
+     *  @param n the number of elements
+     */
     explicit DeviceBuffer(std::size_t n) : DeviceBuffer(create(n)) {}
+    /** `n` elements for use on `stream`. @param n elements @param stream the stream */
     DeviceBuffer(std::size_t n, const Stream &stream) : DeviceBuffer(create(n, stream)) {}
 #endif
-    /** On `device`, for this thread's current stream of it. */
+    /** On `device`, for this thread's current stream of it.
+     *  @param n the number of elements
+     *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<DeviceBuffer> create(std::size_t n, int device = GPURT_CURRENT_DEVICE) {
         void *p = nullptr;
         gpurt_status_t s = gpurt_malloc_device(device, detail::bytes_of(n, sizeof(T)), &p);
         return detail::finish(s, DeviceBuffer(static_cast<T *>(p), s == GPURT_SUCCESS ? n : 0));
     }
-    /** For use on `stream`. */
+    /** For use on `stream`.
+     *  @param n the number of elements
+     *  @param stream the stream the work is ordered on
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<DeviceBuffer> create(std::size_t n, const Stream &stream) {
         void *p = nullptr;
         gpurt_status_t s = gpurt_malloc(detail::bytes_of(n, sizeof(T)), stream.get(), &p);
         return detail::finish(s, DeviceBuffer(static_cast<T *>(p), s == GPURT_SUCCESS ? n : 0));
     }
     /** Takes over `n` elements at `data` that gpurt's allocator handed out (a C
-     *  call's output, such as gpurt_comm_broadcast's). */
+     *  call's output, such as gpurt_comm_broadcast's).
+      *  @param data the elements' device address
+      *  @param n the number of elements
+      *  @return a buffer owning `data`
+      */
     static DeviceBuffer adopt(T *data, std::size_t n) noexcept { return DeviceBuffer(data, n); }
     using Base::data;
     using Base::empty;
     using Base::size;
     using Base::size_bytes;
-    /** Its free will also wait for the work queued on `stream` so far. */
+    /** Its free will also wait for the work queued on `stream` so far.
+     *  @param stream the stream the work is ordered on
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> record_stream(const Stream &stream) const { return detail::finish(gpurt_record_stream(data(), stream.get())); }
-    /** Copies from host memory (any kind) on `stream`. */
+    /** Copies from host memory (any kind) on `stream`.
+     *  @param host host memory
+     *  @param n the number of elements
+     *  @param stream the stream the work is ordered on
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> copy_from(const T *host, std::size_t n, const Stream &stream) {
         if (n > size()) return detail::invalid_argument("gpurt::DeviceBuffer::copy_from: more elements than the buffer holds");
         return detail::finish(gpurt_memcpy_async(data(), host, n * sizeof(T), stream.get()));
     }
-    /** Copies into host memory on `stream` and waits for it. */
+    /** Copies into host memory on `stream` and waits for it.
+     *  @param host host memory
+     *  @param n the number of elements
+     *  @param stream the stream the work is ordered on
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> copy_to(T *host, std::size_t n, const Stream &stream) const {
         if (n > size()) return detail::invalid_argument("gpurt::DeviceBuffer::copy_to: more elements than the buffer holds");
         return detail::finish(gpurt_memcpy(host, data(), n * sizeof(T), stream.get()));
     }
+    /** Copies `host` in on `stream` (gpurt_memcpy_async). @param host the elements, at most size() @param stream the stream
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> copy_from(const std::vector<T> &host, const Stream &stream) { return copy_from(host.data(), host.size(), stream); }
+    /** Copies the buffer out on `stream` and waits (gpurt_memcpy). @param stream the stream @return the elements */
     Ret<std::vector<T>> to_vector(const Stream &stream) const {
         std::vector<T> v(size());
         gpurt_status_t s = empty() ? GPURT_SUCCESS : gpurt_memcpy(v.data(), data(), size_bytes(), stream.get());
@@ -474,12 +622,17 @@ public:
     }
 };
 
-/** gpurt.empty_cache(): every wholly free cached segment goes back to the driver. */
+/** gpurt.empty_cache(): every wholly free cached segment goes back to the driver.
+ *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 inline Ret<void> empty_cache() { return detail::finish(gpurt_empty_cache()); }
 
 /** A pool's figures, as cupy's MemoryPool gives them. */
 struct MemPoolUsage {
-    std::uint64_t used_bytes, free_bytes, total_bytes, free_blocks;
+    std::uint64_t used_bytes;  ///< Bytes in live allocations.
+    std::uint64_t free_bytes;  ///< Bytes cached free.
+    std::uint64_t total_bytes; ///< All bytes held from the upstream.
+    std::uint64_t free_blocks; ///< Free cached blocks.
 };
 
 /** A caching pool of its own (torch.cuda.MemPool, cupy.cuda.MemoryPool): its own
@@ -490,7 +643,12 @@ public:
     /** Takes ownership of a C handle. */
     using Owner::Owner;
     /** `config`: GPURT_ALLOC_CONF's syntax, for this pool alone (nullptr: the
-     *  process's configuration); `limit_bytes`: the most it may reserve (0: no limit). */
+     *  process's configuration); `limit_bytes`: the most it may reserve (0: no limit).
+      *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
+      *  @param config GPURT_ALLOC_CONF's syntax, for this pool alone (nullptr: the process's configuration)
+      *  @param limit_bytes the most bytes the pool may hold (0: no limit)
+      *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+      */
     static Ret<MemPool> create(int device = GPURT_CURRENT_DEVICE, const char *config = nullptr, std::uint64_t limit_bytes = 0) {
         gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
         options.config = config;
@@ -498,21 +656,28 @@ public:
         const gpurt_mem_pool_options_t *given = &options;
         return detail::make<MemPool>(gpurt_mem_pool_create, device, given);
     }
-    /** A device's default pool (not owned: never destroyed). */
+    /** A device's default pool (not owned: never destroyed).
+     *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<gpurt_mem_pool_t> default_pool(int device = GPURT_CURRENT_DEVICE) {
         return detail::out<gpurt_mem_pool_t>(gpurt_mem_pool_default, device);
     }
+    /** @return the pool's statistics (gpurt_mem_pool_stats). */
     Ret<gpurt_memory_stats_t> stats() const {
         gpurt_memory_stats_t st = GPURT_MEMORY_STATS_INIT;
         gpurt_status_t s = gpurt_mem_pool_stats(handle_, &st);
         return detail::finish(s, std::move(st));
     }
+    /** @return the pool's figures (gpurt_mem_pool_usage). */
     Ret<MemPoolUsage> usage() const {
         MemPoolUsage u{};
         gpurt_status_t s = gpurt_mem_pool_usage(handle_, &u.used_bytes, &u.free_bytes, &u.total_bytes, &u.free_blocks);
         return detail::finish(s, std::move(u));
     }
-    /** cupy's free_all_blocks: the pool's wholly free segments go back to the driver. */
+    /** cupy's free_all_blocks: the pool's wholly free segments go back to the driver.
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> empty_cache() const { return detail::finish(gpurt_mem_pool_empty_cache(handle_)); }
 };
 
@@ -521,37 +686,48 @@ public:
  *  guard inactive (`active()`), with the error in gpurt_last_error_message(). */
 class MemPoolGuard {
 public:
+    /** Pushes `pool` (gpurt_mem_pool_push) until the guard is destroyed. @param pool the pool */
     explicit MemPoolGuard(gpurt_mem_pool_t pool) {
         gpurt_status_t s = gpurt_mem_pool_push(pool);
         pushed_ = s == GPURT_SUCCESS;
         (void)detail::finish(s);
     }
+    /** Pushes `pool` until the guard is destroyed. @param pool the pool */
     explicit MemPoolGuard(const MemPool &pool) : MemPoolGuard(pool.get()) {}
     MemPoolGuard(const MemPoolGuard &) = delete;
     MemPoolGuard &operator=(const MemPoolGuard &) = delete;
     ~MemPoolGuard() {
         if (pushed_) (void)gpurt_mem_pool_pop();
     }
+    /** @return whether the push succeeded (without exceptions, a failed push is not undone). */
     bool active() const noexcept { return pushed_; }
 
 private:
     bool pushed_ = false;
 };
 
-/** The allocator behind every device's default pool: "native" or "cudaMallocAsync". */
+/** The allocator behind every device's default pool: "native" or "cudaMallocAsync".
+ *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 inline Ret<const char *> allocator_backend() { return detail::out<const char *>(gpurt_allocator_backend); }
 
 /** The bytes another process of this machine opens the live allocation at `ptr`
- *  with (gpurt::IpcMemory::open). */
+ *  with (gpurt::IpcMemory::open).
+  *  @param ptr the memory accessed
+  *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+  */
 inline Ret<gpurt_ipc_mem_handle_t> ipc_mem_handle(void *ptr) { return detail::out<gpurt_ipc_mem_handle_t>(gpurt_ipc_mem_handle, ptr); }
 
-/** Frees the exported blocks this process freed that no other process holds now. */
+/** Frees the exported blocks this process freed that no other process holds now.
+ *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 inline Ret<void> ipc_collect() { return detail::finish(gpurt_ipc_collect()); }
 
 /** A block another process exported, open in this one; closed once, when destroyed. */
 class IpcMemory : public detail::Owner<void *, gpurt_ipc_close_mem_handle> {
 public:
     using Owner::Owner;
+    /** Opens an exported block (gpurt_ipc_open_mem_handle). @param handle the exporter's bytes @return the open block */
     static Ret<IpcMemory> open(const gpurt_ipc_mem_handle_t &handle) {
         return detail::make<IpcMemory>(gpurt_ipc_open_mem_handle, &handle);
     }
@@ -562,14 +738,23 @@ public:
 class Generator : public detail::Owner<gpurt_generator_t, gpurt_generator_destroy> {
 public:
     using Owner::Owner;
+    /** gpurt_generator_create. @param device the device @param seed the seed @return the generator */
     static Ret<Generator> create(int device = GPURT_CURRENT_DEVICE, std::uint64_t seed = GPURT_RNG_DEFAULT_SEED) {
         return detail::make<Generator>(gpurt_generator_create, device, seed);
     }
+    /** @return the generator's seed and offset (gpurt_rng_get_state). */
     Ret<gpurt_rng_state_t> state() const { return detail::out<gpurt_rng_state_t>(gpurt_rng_get_state, handle_); }
+    /** gpurt_rng_set_state. @param state a state from state()
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> set_state(const gpurt_rng_state_t &state) const { return detail::finish(gpurt_rng_set_state(handle_, &state)); }
 };
 
-/** Seeds `device`'s default generator (torch.cuda.manual_seed). */
+/** Seeds `device`'s default generator (torch.cuda.manual_seed).
+ *  @param seed the seed
+ *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
+ *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 inline Ret<void> manual_seed(std::uint64_t seed, int device = GPURT_CURRENT_DEVICE) {
     return detail::finish(gpurt_rng_manual_seed(device, seed));
 }
@@ -578,33 +763,62 @@ inline Ret<void> manual_seed(std::uint64_t seed, int device = GPURT_CURRENT_DEVI
 class GdsFile : public detail::Owner<gpurt_gds_file_t, gpurt_gds_file_close> {
 public:
     using Owner::Owner;
-    /** `flags`: POSIX open flags (O_RDONLY, O_RDWR | O_CREAT, ...). */
+    /** `flags`: POSIX open flags (O_RDONLY, O_RDWR | O_CREAT, ...).
+     *  @param path the file's path
+     *  @param flags flags, as the C call takes them
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<GdsFile> open(const char *path, int flags) { return detail::make<GdsFile>(gpurt_gds_file_open, path, flags); }
-    /** Reads up to `size` bytes at `offset` into device memory; gives the bytes read. */
+    /** Reads up to `size` bytes at `offset` into device memory; gives the bytes read.
+     *  @param device_ptr device memory
+     *  @param size bytes
+     *  @param offset where in the file
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<std::size_t> read(void *device_ptr, std::size_t size, std::int64_t offset) const {
         return detail::out<std::size_t>(gpurt_gds_read, handle_, device_ptr, size, offset);
     }
+    /** gpurt_gds_write. @param device_ptr device memory @param size bytes @param offset where in the file @return the bytes written */
     Ret<std::size_t> write(const void *device_ptr, std::size_t size, std::int64_t offset) const {
         return detail::out<std::size_t>(gpurt_gds_write, handle_, device_ptr, size, offset);
     }
+    /** gpurt_gds_read_async. @param device_ptr device memory @param size bytes @param offset where in the file @param stream the stream
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> read_async(void *device_ptr, std::size_t size, std::int64_t offset, const Stream &stream) const {
         return detail::finish(gpurt_gds_read_async(handle_, device_ptr, size, offset, stream.get()));
     }
+    /** gpurt_gds_write_async. @param device_ptr device memory @param size bytes @param offset where in the file @param stream the stream
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> write_async(const void *device_ptr, std::size_t size, std::int64_t offset, const Stream &stream) const {
         return detail::finish(gpurt_gds_write_async(handle_, device_ptr, size, offset, stream.get()));
     }
 };
 
-/** Which path GDS transfers take. */
+/** Which path GDS transfers take.
+ *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 inline Ret<gpurt_gds_mode_t> gds_mode() { return detail::out<gpurt_gds_mode_t>(gpurt_gds_mode); }
 
 /** The stream sanitizer (torch.cuda._sanitizer). */
 namespace sanitizer {
+/** gpurt_sanitizer_enable. @param on true turns it on
+ *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 inline Ret<void> enable(bool on = true) { return detail::finish(gpurt_sanitizer_enable(on ? 1 : 0)); }
-/** Declares that work queued on `stream` reads (or writes) `size` bytes at `ptr`. */
+/** Declares that work queued on `stream` reads (or writes) `size` bytes at `ptr`.
+ *  @param ptr the memory accessed
+ *  @param size bytes
+ *  @param access GPURT_ACCESS_READ, GPURT_ACCESS_WRITE or both
+ *  @param stream the stream the work is ordered on
+ *  @param tag names the work in reports (may be nullptr)
+ *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 inline Ret<void> access(const void *ptr, std::size_t size, int access, const Stream &stream, const char *tag = nullptr) {
     return detail::finish(gpurt_sanitizer_access(ptr, size, access, stream.get(), tag));
 }
+/** @return the reports so far (gpurt_sanitizer_report_count). */
 inline Ret<std::uint64_t> report_count() { return detail::out<std::uint64_t>(gpurt_sanitizer_report_count); }
 } // namespace sanitizer
 
@@ -642,7 +856,12 @@ Ret<std::vector<DeviceBuffer<T>>> adopt(gpurt_status_t status, const std::vector
 }
 } // namespace detail
 
-/** A copy of `src` (on `src_device`) on each of `devices`. */
+/** A copy of `src` (on `src_device`) on each of `devices`.
+ *  @param src the source buffer
+ *  @param src_device the source's device
+ *  @param devices the devices, one per buffer
+ *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 template <class T>
 Ret<std::vector<DeviceBuffer<T>>> broadcast(const DeviceBuffer<T> &src, int src_device, const std::vector<int> &devices) {
     std::vector<void *> out(devices.size());
@@ -651,7 +870,12 @@ Ret<std::vector<DeviceBuffer<T>>> broadcast(const DeviceBuffer<T> &src, int src_
     return detail::adopt<T>(s, out, std::vector<std::size_t>(devices.size(), src.size()));
 }
 
-/** The elementwise sum of `inputs[i]` (on `devices[i]`, equal sizes) on `destination`. */
+/** The elementwise sum of `inputs[i]` (on `devices[i]`, equal sizes) on `destination`.
+ *  @param inputs the input buffers
+ *  @param devices the devices, one per buffer
+ *  @param destination the device of the result
+ *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 template <class T>
 Ret<DeviceBuffer<T>> reduce_add(const std::vector<const DeviceBuffer<T> *> &inputs, const std::vector<int> &devices, int destination) {
     if (inputs.empty() || inputs.size() != devices.size())
@@ -666,7 +890,13 @@ Ret<DeviceBuffer<T>> reduce_add(const std::vector<const DeviceBuffer<T> *> &inpu
 }
 
 /** `src` cut into one chunk per device (`chunk_sizes` elements each, or torch's
- *  `chunk` where empty); an empty chunk is an empty buffer. */
+ *  `chunk` where empty); an empty chunk is an empty buffer (gpurt_comm_scatter).
+ *  @param src the source buffer
+ *  @param src_device its device
+ *  @param devices the destination devices, one per chunk
+ *  @param chunk_sizes elements per chunk (empty: torch's chunk)
+ *  @return the chunks; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 template <class T>
 Ret<std::vector<DeviceBuffer<T>>> scatter(const DeviceBuffer<T> &src, int src_device, const std::vector<int> &devices,
                                           std::vector<std::size_t> chunk_sizes = {}) {
@@ -681,7 +911,12 @@ Ret<std::vector<DeviceBuffer<T>>> scatter(const DeviceBuffer<T> &src, int src_de
     return detail::adopt<T>(s, out, chunk_sizes);
 }
 
-/** `inputs[i]` (on `devices[i]`) one after the other in a new buffer on `destination`. */
+/** `inputs[i]` (on `devices[i]`) one after the other in a new buffer on `destination`.
+ *  @param inputs the input buffers
+ *  @param devices the devices, one per buffer
+ *  @param destination the device of the result
+ *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 template <class T>
 Ret<DeviceBuffer<T>> gather(const std::vector<const DeviceBuffer<T> *> &inputs, const std::vector<int> &devices, int destination) {
     if (inputs.size() != devices.size()) return ::gpurt::detail::invalid_argument<DeviceBuffer<T>>("gpurt::comm::gather: one device per input");
@@ -701,56 +936,80 @@ Ret<DeviceBuffer<T>> gather(const std::vector<const DeviceBuffer<T> *> &inputs, 
  *  the stream, with gpurt's workspace for it set. Cast to cublasHandle_t; use on this
  *  thread with the stream's device current. Without cuBLAS, GPURT_ERROR_NOT_SUPPORTED. */
 namespace blas {
+/** gpurt_blas_handle. @param stream the stream @return a cublasHandle_t */
 inline Ret<void *> handle(const Stream &stream) { return detail::out<void *>(gpurt_blas_handle, stream.get()); }
-/** The handle for the thread's current stream on its current device. */
+/** The handle for the thread's current stream on its current device.
+ *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 inline Ret<void *> current_handle() { return detail::out<void *>(gpurt_current_blas_handle); }
 /** A cuBLASLt handle and the workspace to pass to cublasLtMatmul on the stream. */
 struct LtHandle {
+    /** The cublasLtHandle_t. */
     void *handle = nullptr;
+    /** The workspace for cublasLtMatmul on the stream. */
     void *workspace = nullptr;
+    /** The workspace's bytes. */
     std::size_t workspace_size = 0;
 };
+/** gpurt_blaslt_handle. @param stream the stream @return the handle and its workspace */
 inline Ret<LtHandle> lt_handle(const Stream &stream) {
     LtHandle lt;
     gpurt_status_t s = gpurt_blaslt_handle(stream.get(), &lt.handle, &lt.workspace, &lt.workspace_size);
     return detail::finish(s, std::move(lt));
 }
-/** torch.backends.cuda.matmul.allow_tf32: handles given out from now on use it. */
+/** torch.backends.cuda.matmul.allow_tf32: handles given out from now on use it.
+ *  @param allow true allows TF32
+ *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 inline Ret<void> set_allow_tf32(bool allow) { return detail::finish(gpurt_blas_set_allow_tf32(allow ? 1 : 0)); }
+/** @return the TF32 setting (gpurt_blas_get_allow_tf32). */
 inline Ret<bool> allow_tf32() {
     int allow = 0;
     gpurt_status_t s = gpurt_blas_get_allow_tf32(&allow);
     bool b = allow != 0;
     return detail::finish(s, std::move(b));
 }
-/** Gives the workspaces of the device's idle cuBLAS and cuBLASLt handles back to its pool. */
+/** Gives the workspaces of the device's idle cuBLAS and cuBLASLt handles back to its pool.
+ *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
+ *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 inline Ret<void> clear_workspaces(int device = GPURT_CURRENT_DEVICE) { return detail::finish(gpurt_blas_clear_workspaces(device)); }
 } // namespace blas
 
 /** cuSOLVER (dense), cuSPARSE and cuDNN handles, as blas::handle: the calling
  *  thread's, bound to the stream. */
 namespace solver {
+/** gpurt_solver_handle. @param stream the stream @return a cusolverDnHandle_t */
 inline Ret<void *> handle(const Stream &stream) { return detail::out<void *>(gpurt_solver_handle, stream.get()); }
 } // namespace solver
 namespace sparse {
+/** gpurt_sparse_handle. @param stream the stream @return a cusparseHandle_t */
 inline Ret<void *> handle(const Stream &stream) { return detail::out<void *>(gpurt_sparse_handle, stream.get()); }
 } // namespace sparse
 namespace dnn {
+/** gpurt_dnn_handle. @param stream the stream @return a cudnnHandle_t */
 inline Ret<void *> handle(const Stream &stream) { return detail::out<void *>(gpurt_dnn_handle, stream.get()); }
 } // namespace dnn
 
 /** The allocator's memory history and snapshots (torch.cuda.memory's
  *  _record_memory_history and _dump_snapshot). */
 namespace memory {
+/** gpurt_memory_record_history. @param enabled start or stop @param max_entries events kept (0: 10 000) @param flags GPURT_HISTORY_* flags
+ *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 inline Ret<void> record_history(bool enabled = true, std::size_t max_entries = 0, unsigned flags = 0) {
     return detail::finish(gpurt_memory_record_history(enabled ? 1 : 0, max_entries, flags));
 }
+/** gpurt_memory_snapshot. @param path the file @param format JSON, pickle or HTML @param device the device
+ *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 inline Ret<void> snapshot(const char *path, gpurt_snapshot_format_t format = GPURT_SNAPSHOT_PICKLE, int device = GPURT_CURRENT_DEVICE) {
     return detail::finish(gpurt_memory_snapshot(device, format, path));
 }
 /** Tags what this thread allocates during a scope with `name` in the history. */
 class Annotation {
 public:
+    /** Pushes `name` until the annotation is destroyed (gpurt_memory_annotate_push). @param name the annotation */
     explicit Annotation(const char *name) {
         gpurt_status_t s = gpurt_memory_annotate_push(name);
         pushed_ = s == GPURT_SUCCESS;
@@ -769,11 +1028,15 @@ private:
 
 /** NVTX marks and ranges (torch.cuda.nvtx). */
 namespace nvtx {
+/** gpurt_nvtx_mark. @param message the text
+ *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+ */
 inline Ret<void> mark(const char *message) { return detail::finish(gpurt_nvtx_mark(message)); }
 /** A push/pop range for a scope; `depth()` is NVTX's answer to the push (-2,
  *  GPURT_NVTX_NO_TRACKING, when no tool tracks ranges). */
 class Range {
 public:
+    /** Pushes a range until it is destroyed (gpurt_nvtx_range_push). @param message the text */
     explicit Range(const char *message) {
         gpurt_status_t s = gpurt_nvtx_range_push(message, &depth_);
         pushed_ = s == GPURT_SUCCESS;
@@ -784,6 +1047,7 @@ public:
     ~Range() {
         if (pushed_) (void)gpurt_nvtx_range_pop(nullptr);
     }
+    /** @return NVTX's answer to the push. */
     int depth() const noexcept { return depth_; }
 
 private:
@@ -799,8 +1063,11 @@ private:
  *  failures throw gpurt::Error (std::bad_alloc's role). */
 class DeviceMemoryResource final : public std::pmr::memory_resource {
 public:
+    /** Allocates for `stream`. @param stream the stream */
     explicit DeviceMemoryResource(gpurt_stream_t stream) noexcept : stream_(stream) {}
+    /** Allocates for `stream`. @param stream the stream */
     explicit DeviceMemoryResource(const Stream &stream) noexcept : stream_(stream.get()) {}
+    /** @return the stream its blocks are for. */
     gpurt_stream_t stream() const noexcept { return stream_; }
 
 private:
@@ -826,19 +1093,28 @@ class PinnedPool : public detail::Owner<gpurt_pinned_pool_t, gpurt_pinned_pool_d
 public:
     /** Takes ownership of a C handle. */
     using Owner::Owner;
-    /** flags: GPURT_PINNED_PORTABLE | GPURT_PINNED_DEVICE_MAPPED | GPURT_PINNED_WRITE_COMBINED. */
+    /** flags: GPURT_PINNED_PORTABLE | GPURT_PINNED_DEVICE_MAPPED | GPURT_PINNED_WRITE_COMBINED.
+     *  @param flags flags, as the C call takes them
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<PinnedPool> create(unsigned flags = 0) {
         return detail::make<PinnedPool>(gpurt_pinned_pool_create, flags);
     }
-    /** The process-wide pool's handle (not owned: never destroyed). */
+    /** The process-wide pool's handle (not owned: never destroyed).
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<gpurt_pinned_pool_t> default_pool() {
         return detail::out<gpurt_pinned_pool_t>(gpurt_pinned_pool_default);
     }
+    /** @return the pool's statistics (gpurt_pinned_stats). */
     Ret<gpurt_host_memory_stats_t> stats() const {
         gpurt_host_memory_stats_t st = GPURT_HOST_MEMORY_STATS_INIT;
         gpurt_status_t s = gpurt_pinned_stats(handle_, &st);
         return detail::finish(s, std::move(st));
     }
+    /** Returns the pool's free blocks to the driver (gpurt_pinned_empty_cache).
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> empty_cache() const { return detail::finish(gpurt_pinned_empty_cache(handle_)); }
 };
 
@@ -851,10 +1127,16 @@ class PinnedBuffer : public detail::Buffer<T, gpurt_pinned_free> {
 public:
     PinnedBuffer() noexcept = default;
 #if !defined(GPURT_CPP_NO_EXCEPTIONS)
-    /** From the default pinned pool. */
+    /** From the default pinned pool.
+     *  @param n the number of elements
+     */
     explicit PinnedBuffer(std::size_t n) : PinnedBuffer(create(n)) {}
 #endif
-    /** From `pool` (NULL: the default pool). */
+    /** From `pool` (NULL: the default pool).
+     *  @param n the number of elements
+     *  @param pool the pool (nullptr: as the C call says)
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<PinnedBuffer> create(std::size_t n, gpurt_pinned_pool_t pool = nullptr) {
         gpurt_status_t s = pool == nullptr ? gpurt_pinned_pool_default(&pool) : GPURT_SUCCESS;
         void *p = nullptr;
@@ -863,10 +1145,16 @@ public:
     }
     using Base::data;
     using Base::size;
+    /** @param i an index below size() @return element `i` */
     T &operator[](std::size_t i) const noexcept { return data()[i]; }
+    /** @return the first element. */
     T *begin() const noexcept { return data(); }
+    /** @return one past the last element. */
     T *end() const noexcept { return data() + size(); }
-    /** Declares a use on `stream` that gpurt did not see (a kernel of yours). */
+    /** Declares a use on `stream` that gpurt did not see (a kernel of yours).
+     *  @param stream the stream the work is ordered on
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> record_stream(const Stream &stream) const { return detail::finish(gpurt_pinned_record_stream(data(), stream.get())); }
 };
 
@@ -877,6 +1165,7 @@ class GraphPool : public detail::Owner<gpurt_graph_pool_t, gpurt_graph_pool_dest
 public:
     /** Takes ownership of a C handle. */
     using Owner::Owner;
+    /** gpurt_graph_pool_create. @param device the device @return the pool */
     static Ret<GraphPool> create(int device = GPURT_CURRENT_DEVICE) {
         return detail::make<GraphPool>(gpurt_graph_pool_create, device);
     }
@@ -890,14 +1179,24 @@ public:
     /** Takes ownership of a C handle. */
     using Owner::Owner;
     /** Starts capturing `stream` (mode: GPURT_CAPTURE_MODE_*), with allocations from
-     *  `pool` or, when NULL, from a private pool of the graph. */
+     *  `pool` or, when NULL, from a private pool of the graph.
+      *  @param stream the stream the work is ordered on
+      *  @param mode GPURT_CAPTURE_MODE_GLOBAL, _THREAD_LOCAL or _RELAXED
+      *  @param pool the pool (nullptr: as the C call says)
+      *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+      */
     static Ret<void> begin_capture(const Stream &stream, int mode = GPURT_CAPTURE_MODE_THREAD_LOCAL, gpurt_graph_pool_t pool = nullptr) {
         return detail::finish(gpurt_stream_begin_capture(stream.get(), mode, pool));
     }
+    /** gpurt_stream_end_capture. @param stream the capturing stream @return the graph */
     static Ret<Graph> end_capture(const Stream &stream) {
         return detail::make<Graph>(gpurt_stream_end_capture, stream.get());
     }
+    /** gpurt_graph_instantiate. @param flags GPURT_GRAPH_INSTANTIATE_* flags (not _UPLOAD) @return the instantiated graph */
     inline Ret<GraphExec> instantiate(unsigned long long flags = 0) const;
+    /** gpurt_graph_debug_dot_print. @param path the DOT file @param verbose with each node's parameters
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> debug_dot_print(const char *path, bool verbose = false) const {
         return detail::finish(gpurt_graph_debug_dot_print(handle_, path, verbose ? 1 : 0));
     }
@@ -908,9 +1207,18 @@ class GraphExec : public detail::Owner<gpurt_graph_exec_t, gpurt_graph_exec_dest
 public:
     /** Takes ownership of a C handle. */
     using Owner::Owner;
+    /** Replays the graph on `stream` (gpurt_graph_launch). @param stream the stream
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> launch(const Stream &stream) const { return detail::finish(gpurt_graph_launch(handle_, stream.get())); }
+    /** gpurt_graph_upload. @param stream the stream
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> upload(const Stream &stream) const { return detail::finish(gpurt_graph_upload(handle_, stream.get())); }
-    /** New parameters from a graph of the same topology (GPURT_ERROR_GRAPH_UPDATE otherwise). */
+    /** New parameters from a graph of the same topology (GPURT_ERROR_GRAPH_UPDATE otherwise).
+     *  @param graph a graph of the same topology
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> update(const Graph &graph) const { return detail::finish(gpurt_graph_exec_update(handle_, graph.get())); }
 };
 
@@ -923,23 +1231,45 @@ inline Ret<GraphExec> Graph::instantiate(unsigned long long flags) const {
 /** A kernel of a Module or of the NVRTC cache (not owned: it lives with them). */
 class Kernel {
 public:
+    /** The C handle's type. */
     using handle_type = gpurt_kernel_t;
+    /** Wraps a C handle (not owned). @param handle the kernel */
     explicit Kernel(gpurt_kernel_t handle = nullptr) noexcept : handle_(handle) {}
+    /** @return the C handle. */
     gpurt_kernel_t get() const noexcept { return handle_; }
-    /** The kernel `name` of CUDA C++ `source`, compiled for the current device once. */
+    /** The kernel `name` of CUDA C++ `source`, compiled for the current device once.
+     *  @param source CUDA C++ source
+     *  @param name the kernel's name
+     *  @param options NVRTC options
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     static Ret<Kernel> compile(const char *source, const char *name, const std::vector<const char *> &options = {}) {
         return detail::make<Kernel>(gpurt_rtc_get_kernel, source, name, options.empty() ? nullptr : options.data(), options.size());
     }
-    /** Launches with the addresses of the kernel's arguments, in order. */
+    /** Launches with the addresses of the kernel's arguments, in order.
+     *  @param grid blocks (x)
+     *  @param block threads per block (x)
+     *  @param stream the stream the work is ordered on
+     *  @param args the kernel's arguments
+     *  @param shared_bytes dynamic shared memory per block, in bytes
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     Ret<void> launch(unsigned grid, unsigned block, const Stream &stream, void **args, unsigned shared_bytes = 0) const {
         return detail::finish(gpurt_launch_kernel(handle_, grid, 1, 1, block, 1, 1, shared_bytes, stream.get(), args));
     }
-    /** Launches with `args` (values, not pointers): `k.launch_with(grid, block, s, x, n)`. */
+    /** Launches with `args` (values, not pointers): `k.launch_with(grid, block, s, x, n)`.
+     *  @param grid blocks (x)
+     *  @param block threads per block (x)
+     *  @param stream the stream the work is ordered on
+     *  @param args the kernel's arguments
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
     template <class... Args>
     Ret<void> launch_with(unsigned grid, unsigned block, const Stream &stream, Args... args) const {
         void *pointers[sizeof...(Args) + 1] = {static_cast<void *>(&args)...};
         return launch(grid, block, stream, pointers);
     }
+    /** gpurt_kernel_get_attribute. @param which a GPURT_KERNEL_* attribute @return its value */
     Ret<int> attribute(int which) const {
         return detail::out<int>(gpurt_kernel_get_attribute, handle_, which);
     }
@@ -953,12 +1283,15 @@ class Module : public detail::Owner<gpurt_module_t, gpurt_module_unload> {
 public:
     /** Takes ownership of a C handle. */
     using Owner::Owner;
+    /** gpurt_module_load_file. @param path the file @return the module */
     static Ret<Module> load_file(const char *path) {
         return detail::make<Module>(gpurt_module_load_file, path);
     }
+    /** gpurt_module_load_data. @param image PTX, cubin or fatbin @param size its bytes @return the module */
     static Ret<Module> load_data(const void *image, std::size_t size) {
         return detail::make<Module>(gpurt_module_load_data, image, size);
     }
+    /** gpurt_module_get_kernel. @param name the kernel's name @return the kernel */
     Ret<Kernel> kernel(const char *name) const {
         return detail::make<Kernel>(gpurt_module_get_kernel, handle_, name);
     }

@@ -1,4 +1,5 @@
-/*
+/**
+ * @file gpurt_rmm.hpp
  * gpurt as an RMM memory resource (RMM 25.10 and later: CCCL's cuda::mr concepts).
  * Include it where RMM is on the include path; gpurt.h alone stays free of RMM.
  *
@@ -33,13 +34,19 @@ public:
     static constexpr std::size_t max_alignment = 512;
 
     /// The pool of `device` (GPURT_CURRENT_DEVICE: the device current at each call).
+    /// @param device a device ordinal, or GPURT_CURRENT_DEVICE
     explicit RmmResource(int device = GPURT_CURRENT_DEVICE) noexcept : device_(device) {}
 
+    /// @return the device as given.
     int device() const noexcept { return device_; }
 
     /// Allocates `bytes` for use on `stream`; throws rmm::out_of_memory when the
     /// device is full (after gpurt freed its cache and retried) and rmm::bad_alloc on
     /// other failures, with gpurt's message.
+    /// @param stream the stream the block is for
+    /// @param bytes bytes wanted
+    /// @param alignment a power of two up to 512
+    /// @return the block's device address
     void* allocate(cuda::stream_ref stream, std::size_t bytes,
                    std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT) {
         if (alignment > max_alignment || (alignment & (alignment - 1)) != 0) {
@@ -54,6 +61,8 @@ public:
 
     /// Frees in `stream`'s order. A failure (a pointer gpurt does not hold) is logged
     /// by gpurt's log callback and otherwise ignored: deallocation cannot throw.
+    /// @param stream the stream whose order the free follows
+    /// @param ptr a block from allocate
     void deallocate(cuda::stream_ref stream, void* ptr, std::size_t /*bytes*/,
                     std::size_t /*alignment*/ = rmm::CUDA_ALLOCATION_ALIGNMENT) noexcept {
         (void)gpurt_free_native(ptr, stream.get());
@@ -61,6 +70,9 @@ public:
 
     /// As `allocate` on the legacy default stream, then waits for that stream, so the
     /// memory is ready for any stream or the host.
+    /// @param bytes bytes wanted
+    /// @param alignment a power of two up to 512
+    /// @return the block's device address
     void* allocate_sync(std::size_t bytes, std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT) {
         void* ptr = allocate(cuda::stream_ref{cudaStreamLegacy}, bytes, alignment);
         gpurt_stream_t legacy = nullptr;
@@ -71,12 +83,18 @@ public:
         return ptr;
     }
 
+    /// Frees in the legacy default stream's order.
+    /// @param ptr a block from allocate_sync
+    /// @param bytes its size (unused: gpurt knows it)
+    /// @param alignment its alignment (unused)
     void deallocate_sync(void* ptr, std::size_t bytes,
                          std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT) noexcept {
         deallocate(cuda::stream_ref{cudaStreamLegacy}, ptr, bytes, alignment);
     }
 
+    /// @param other another resource @return whether both name the same device's pool
     bool operator==(const RmmResource& other) const noexcept { return device_ == other.device_; }
+    /// @param other another resource @return whether they name different pools
     bool operator!=(const RmmResource& other) const noexcept { return !(*this == other); }
 
     /// Device memory, as RMM's device_async_resource_ref requires.

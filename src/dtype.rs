@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 
+/// An element type, for the calls that take a `dtype`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum gpurt_dtype_t {

@@ -59,7 +59,9 @@ pub use error::{Error, Result, Status};
 // A unit test keeps these equal to Cargo.toml's version.
 /// The header's version: major, minor, patch.
 pub const GPURT_VERSION_MAJOR: i32 = 0;
+/// The header's minor version: releases that only add to the ABI.
 pub const GPURT_VERSION_MINOR: i32 = 1;
+/// The header's patch version: releases that change no interface.
 pub const GPURT_VERSION_PATCH: i32 = 0;
 
 pub(crate) const VERSION_NUMBER: i32 = GPURT_VERSION_MAJOR * 10000 + GPURT_VERSION_MINOR * 100 + GPURT_VERSION_PATCH;

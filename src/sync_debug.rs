@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use crate::error::{Error, Result, Status};
 use crate::log;
 
+/// What happens at a call that blocks the host on the device (gpurt_set_sync_debug_mode, torch.cuda.set_sync_debug_mode).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum gpurt_sync_debug_mode_t {
@@ -82,6 +83,11 @@ pub mod ffi {
     use crate::error::{gpurt_status_t, Error};
 
     /// Sets the process-wide sync debug mode (see `gpurt_sync_debug_mode_t`).
+    ///
+    /// @param mode a gpurt_sync_debug_mode_t
+    /// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for another value; or a status every call may give (@ref statuses).
+    /// @par Ordering
+    /// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
     #[no_mangle]
     pub extern "C" fn gpurt_set_sync_debug_mode(mode: c_int) -> gpurt_status_t {
         boundary::call_anywhere("gpurt_set_sync_debug_mode", || {
@@ -93,6 +99,11 @@ pub mod ffi {
     }
 
     /// The current sync debug mode.
+    ///
+    /// @param[out] mode receives the gpurt_sync_debug_mode_t in force; must not be NULL
+    /// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+    /// @par Ordering
+    /// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
     #[no_mangle]
     pub extern "C" fn gpurt_get_sync_debug_mode(mode: *mut c_int) -> gpurt_status_t {
         boundary::call_anywhere("gpurt_get_sync_debug_mode", || {

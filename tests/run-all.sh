@@ -13,7 +13,8 @@
 #   4. pkg-config consumer; the same install moved to a second prefix, used through
 #      pkg-config and find_package from there (the package is relocatable); the
 #      packages (tests/packages.sh: CPack's .debs installed into /usr with dpkg and
-#      removed, the .tar.gz, a Conan 2 recipe);
+#      removed, the .tar.gz, a Conan 2 recipe); the reference manual (tests/docs.sh:
+#      Doxygen with every warning an error, and its self-test);
 #   5. the C ABI test, the fault-injection sweep, the C++ header's tests, the
 #      process-event tests (fork, exit, dlclose), IPC memory between two processes,
 #      the cudaMallocAsync backend, TunableOp
@@ -37,6 +38,7 @@ command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
 [ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
 command -v valgrind >/dev/null || missing+=(valgrind)
 command -v abidiff >/dev/null || missing+=(abigail-tools)
+command -v doxygen >/dev/null || missing+=(doxygen)
 command -v objdump >/dev/null || missing+=(binutils)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 # The memory snapshot viewer is tested in a real browser.
@@ -111,6 +113,7 @@ grep -q "$relocated/include" "$work/consumer-relocated/CMakeFiles/abi_c_gpurt.di
 (cd "$work/consumer-relocated" && ctest --output-on-failure)
 
 bash tests/packages.sh "$work" "$cargo_dir"
+bash tests/docs.sh "$work" "$cargo_dir"
 
 echo "== stub driver: the C ABI test on the GPU-present paths, and gpurt's own cost per call"
 stub=$work/stub-driver

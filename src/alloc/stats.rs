@@ -5,9 +5,13 @@
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct gpurt_stat_t {
+    /// The value now.
     pub current: i64,
+    /// The largest value since the last peak reset.
     pub peak: i64,
+    /// The total added since the last accumulated reset.
     pub allocated: i64,
+    /// The total removed since the last accumulated reset.
     pub freed: i64,
 }
 
@@ -52,8 +56,11 @@ pub enum PoolKind {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct gpurt_stat_array_t {
+    /// Over every pool.
     pub all: gpurt_stat_t,
+    /// Over the small pool (blocks of 1 MiB and less).
     pub small_pool: gpurt_stat_t,
+    /// Over the large pool.
     pub large_pool: gpurt_stat_t,
 }
 
@@ -95,19 +102,33 @@ impl gpurt_stat_array_t {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct gpurt_memory_stats_t {
+    /// Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt fills only that much.
     pub struct_size: usize,
+    /// Blocks handed out.
     pub allocation: gpurt_stat_array_t,
+    /// Segments held from the driver.
     pub segment: gpurt_stat_array_t,
+    /// Blocks handed out or awaiting a cross-stream free.
     pub active: gpurt_stat_array_t,
+    /// Free parts of split segments.
     pub inactive_split: gpurt_stat_array_t,
+    /// Bytes handed out.
     pub allocated_bytes: gpurt_stat_array_t,
+    /// Bytes held from the driver.
     pub reserved_bytes: gpurt_stat_array_t,
+    /// Bytes of active blocks.
     pub active_bytes: gpurt_stat_array_t,
+    /// Bytes of inactive split blocks.
     pub inactive_split_bytes: gpurt_stat_array_t,
+    /// Bytes callers asked for, before rounding.
     pub requested_bytes: gpurt_stat_array_t,
+    /// Allocations that succeeded only after the cache was released.
     pub num_alloc_retries: i64,
+    /// Allocations that failed for lack of memory.
     pub num_ooms: i64,
+    /// Driver allocations made.
     pub num_device_alloc: i64,
+    /// Driver frees made.
     pub num_device_free: i64,
     /// The fields the allocator cannot know, as GPURT_STATS_UNKNOWN_* bits (0 with
     /// gpurt's caching allocator; set under backend:cudaMallocAsync, whose driver

@@ -12,6 +12,7 @@ use crate::stream::ffi::gpurt_stream_t;
 pub struct gpurt_comm_s {
     _opaque: [u8; 0],
 }
+/// The handle of a communicator: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
 pub type gpurt_comm_t = *mut gpurt_comm_s;
 
 /// The bytes that name a group: made by one rank with gpurt_comm_unique_id and
@@ -19,6 +20,7 @@ pub type gpurt_comm_t = *mut gpurt_comm_s;
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct gpurt_comm_id_t {
+    /// NCCL's unique id's bytes: send them to every rank as they are.
     pub internal: [u8; 128],
 }
 
@@ -28,6 +30,11 @@ fn handle_of(comm: gpurt_comm_t) -> Handle {
 
 /// NCCL's version (`major*10000 + minor*100 + patch`). Without NCCL:
 /// `GPURT_ERROR_NOT_SUPPORTED`, naming libnccl.so.2; every comm call answers so.
+///
+/// @param[out] version receives NCCL's version, major × 10000 + minor × 100 + patch; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_version(version: *mut c_int) -> gpurt_status_t {
     boundary::call("gpurt_comm_version", || {
@@ -39,6 +46,13 @@ pub extern "C" fn gpurt_comm_version(version: *mut c_int) -> gpurt_status_t {
 
 /// One communicator per device of `devices[0..n]` (ranks in that order), for one
 /// process over several GPUs; `comms` receives `n` handles.
+///
+/// @param devices `n` device ordinals, one rank each, in rank order
+/// @param n how many devices (at least 1)
+/// @param[out] comms receives `n` communicators (an array of `n` handles); must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for `n` < 1, a NULL `devices` or a device that does not exist; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Blocks until every rank's communicator is made (NCCL's ncclCommInitAll); no stream work.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_init_all(devices: *const c_int, n: c_int, comms: *mut gpurt_comm_t) -> gpurt_status_t {
     boundary::call("gpurt_comm_init_all", || {
@@ -55,6 +69,11 @@ pub extern "C" fn gpurt_comm_init_all(devices: *const c_int, n: c_int, comms: *m
 }
 
 /// A new group's id, for gpurt_comm_init_rank on every rank.
+///
+/// @param[out] id receives a new group id, to pass to every rank (any way: it is plain bytes); must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_unique_id(id: *mut gpurt_comm_id_t) -> gpurt_status_t {
     boundary::call("gpurt_comm_unique_id", || {
@@ -69,12 +88,31 @@ pub extern "C" fn gpurt_comm_unique_id(id: *mut gpurt_comm_id_t) -> gpurt_status
 /// `GPURT_COMM_INIT_TIMEOUT_MS` (5 minutes by default; see
 /// gpurt_comm_init_rank_timeout): a rank that never joins is `GPURT_ERROR_COMM`,
 /// and this rank can go on.
+///
+/// @param id the group's id from gpurt_comm_unique_id on one rank
+/// @param nranks the number of ranks in the group
+/// @param rank this rank, in [0, nranks)
+/// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+/// @param[out] comm receives this rank's communicator; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a rank out of range; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when a peer does not join within the timeout (this rank's half-made communicator is aborted); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Blocks until every rank has joined, or the timeout.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_init_rank(id: *const gpurt_comm_id_t, nranks: c_int, rank: c_int, device: c_int, comm: *mut gpurt_comm_t) -> gpurt_status_t {
     gpurt_comm_init_rank_timeout(id, nranks, rank, device, super::default_timeout().as_millis().min(u64::MAX as u128) as u64, comm)
 }
 
 /// gpurt_comm_init_rank with its own timeout, in milliseconds.
+///
+/// @param id the group's id
+/// @param nranks the number of ranks
+/// @param rank this rank
+/// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+/// @param timeout_ms the longest wait for the other ranks, in milliseconds
+/// @param[out] comm receives this rank's communicator; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a rank out of range; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when a peer does not join in time; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Blocks until every rank has joined, or `timeout_ms`.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_init_rank_timeout(
     id: *const gpurt_comm_id_t,
@@ -93,6 +131,11 @@ pub extern "C" fn gpurt_comm_init_rank_timeout(
 }
 
 /// Destroys a communicator (NCCL's resources go once no call on it is running).
+///
+/// @param comm a communicator of this process
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Does not wait for the communicator's queued work: NCCL's resources go once it is done.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_destroy(comm: gpurt_comm_t) -> gpurt_status_t {
     boundary::call("gpurt_comm_destroy", || super::destroy(handle_of(comm)))
@@ -100,6 +143,11 @@ pub extern "C" fn gpurt_comm_destroy(comm: gpurt_comm_t) -> gpurt_status_t {
 
 /// Aborts a communicator, cancelling its pending work, and destroys the handle:
 /// after a peer failed (see gpurt_comm_get_async_error).
+///
+/// @param comm a communicator of this process
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Cancels the communicator's pending work without waiting for it; the handle is invalid afterwards.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_abort(comm: gpurt_comm_t) -> gpurt_status_t {
     boundary::call("gpurt_comm_abort", || super::abort(handle_of(comm)))
@@ -107,12 +155,25 @@ pub extern "C" fn gpurt_comm_abort(comm: gpurt_comm_t) -> gpurt_status_t {
 
 /// The error NCCL found running this communicator's work, if any (success
 /// otherwise): poll it while waiting on a collective that may never finish.
+///
+/// @param comm a communicator of this process
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm`; GPURT_ERROR_COMM with NCCL's reason when the communicator's work failed; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_get_async_error(comm: gpurt_comm_t) -> gpurt_status_t {
     boundary::call("gpurt_comm_get_async_error", || super::async_error(handle_of(comm)))
 }
 
 /// The communicator's rank, number of ranks and device (each may be NULL).
+///
+/// @param comm a communicator of this process
+/// @param[out] rank receives this communicator's rank; may be NULL
+/// @param[out] nranks receives the number of ranks; may be NULL
+/// @param[out] device receives its device ordinal; may be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_info(comm: gpurt_comm_t, rank: *mut c_int, nranks: *mut c_int, device: *mut c_int) -> gpurt_status_t {
     boundary::call("gpurt_comm_info", || {
@@ -143,6 +204,17 @@ fn write(ptr: *mut c_void, bytes: u64) -> Buffer {
 /// Reduces `count` elements of `send` over all ranks with `op`; every rank gets the
 /// result in `recv` (may be `send`). Stream-ordered on `stream` (of the
 /// communicator's device), and capturable into graphs.
+///
+/// @param send `count` elements on the communicator's device
+/// @param recv receives the `count` reduced elements; may be `send`
+/// @param count elements per rank
+/// @param dtype the elements' gpurt_dtype_t
+/// @param op a gpurt_reduce_op_t
+/// @param comm a communicator of this process
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_all_reduce(
     send: *const c_void,
@@ -165,6 +237,17 @@ pub extern "C" fn gpurt_comm_all_reduce(
 
 /// Copies `count` elements of rank `root`'s `send` to every rank's `recv` (NCCL's
 /// broadcast collective; gpurt_comm_broadcast is torch.cuda.comm's helper).
+///
+/// @param send on rank `root`, the `count` elements to send (ignored elsewhere)
+/// @param recv receives the elements on every rank
+/// @param count elements
+/// @param dtype the elements' gpurt_dtype_t
+/// @param root the rank that sends
+/// @param comm a communicator of this process
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_bcast(
     send: *const c_void,
@@ -187,6 +270,18 @@ pub extern "C" fn gpurt_comm_bcast(
 }
 
 /// Reduces `count` elements of `send` over all ranks into rank `root`'s `recv`.
+///
+/// @param send `count` elements
+/// @param recv on rank `root`, receives the result (ignored elsewhere)
+/// @param count elements
+/// @param dtype the elements' gpurt_dtype_t
+/// @param op a gpurt_reduce_op_t
+/// @param root the rank that receives
+/// @param comm a communicator of this process
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_reduce(
     send: *const c_void,
@@ -212,6 +307,16 @@ pub extern "C" fn gpurt_comm_reduce(
 
 /// Gathers `send_count` elements from every rank into `recv` (nranks × send_count,
 /// in rank order) on every rank.
+///
+/// @param send `send_count` elements
+/// @param recv receives nranks × `send_count` elements, in rank order
+/// @param send_count elements each rank sends
+/// @param dtype the elements' gpurt_dtype_t
+/// @param comm a communicator of this process
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_all_gather(
     send: *const c_void,
@@ -233,6 +338,17 @@ pub extern "C" fn gpurt_comm_all_gather(
 
 /// Reduces `send` (nranks × recv_count elements) over all ranks with `op`; rank i
 /// gets block i of the result in `recv`.
+///
+/// @param send nranks × `recv_count` elements
+/// @param recv receives this rank's block of the result
+/// @param recv_count elements each rank receives
+/// @param dtype the elements' gpurt_dtype_t
+/// @param op a gpurt_reduce_op_t
+/// @param comm a communicator of this process
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_reduce_scatter(
     send: *const c_void,
@@ -256,6 +372,16 @@ pub extern "C" fn gpurt_comm_reduce_scatter(
 
 /// Sends `count` elements to rank `peer` (which calls gpurt_comm_recv); pair them
 /// in gpurt_comm_group_start/_end for exchanges in both directions.
+///
+/// @param buffer `count` elements to send
+/// @param count elements
+/// @param dtype the elements' gpurt_dtype_t
+/// @param peer the receiving rank
+/// @param comm a communicator of this process
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_send(buffer: *const c_void, count: usize, dtype: c_int, peer: c_int, comm: gpurt_comm_t, stream: gpurt_stream_t) -> gpurt_status_t {
     boundary::call("gpurt_comm_send", || {
@@ -269,6 +395,16 @@ pub extern "C" fn gpurt_comm_send(buffer: *const c_void, count: usize, dtype: c_
 }
 
 /// Receives `count` elements from rank `peer`.
+///
+/// @param buffer receives `count` elements
+/// @param count elements
+/// @param dtype the elements' gpurt_dtype_t
+/// @param peer the sending rank
+/// @param comm a communicator of this process
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the communicator's device
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL buffer with a non-zero count, an unknown dtype or op, a rank out of range, or a stream of another device; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Capturable into a CUDA graph. Inside gpurt_comm_group_start/_end, the call is only collected and is issued by the outermost gpurt_comm_group_end.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_recv(buffer: *mut c_void, count: usize, dtype: c_int, peer: c_int, comm: gpurt_comm_t, stream: gpurt_stream_t) -> gpurt_status_t {
     boundary::call("gpurt_comm_recv", || {
@@ -283,6 +419,10 @@ pub extern "C" fn gpurt_comm_recv(buffer: *mut c_void, count: usize, dtype: c_in
 
 /// Opens a group: the collectives and sends/receives until gpurt_comm_group_end
 /// are issued together (one process driving several GPUs must group them).
+///
+/// @return GPURT_SUCCESS; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_group_start() -> gpurt_status_t {
     boundary::call("gpurt_comm_group_start", super::group_start)
@@ -290,6 +430,10 @@ pub extern "C" fn gpurt_comm_group_start() -> gpurt_status_t {
 
 /// Closes a group opened by gpurt_comm_group_start on this thread; the outermost
 /// issues the group's calls.
+///
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT when this thread has no group open; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// The outermost end issues the group's calls on their streams; it does not wait for them.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_group_end() -> gpurt_status_t {
     boundary::call("gpurt_comm_group_end", super::group_end)
@@ -302,6 +446,14 @@ pub extern "C" fn gpurt_comm_group_end() -> gpurt_status_t {
 /// rank; waits for the others at most as long as gpurt_comm_init_rank. A process
 /// holding several ranks of `comm` splits them with gpurt_comm_split_all. Needs NCCL
 /// 2.18 or later.
+///
+/// @param comm a communicator of this process
+/// @param color ranks giving the same colour form a communicator; GPURT_COMM_SPLIT_NOCOLOR: this rank joins none
+/// @param key orders the ranks of the new communicator (ties: by old rank)
+/// @param[out] newcomm receives the new communicator, or NULL with GPURT_COMM_SPLIT_NOCOLOR; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `comm`; GPURT_ERROR_NOT_SUPPORTED for an NCCL older than 2.18; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Collective: blocks until every rank of `comm` has called it, or the timeout.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_split(comm: gpurt_comm_t, color: c_int, key: c_int, newcomm: *mut gpurt_comm_t) -> gpurt_status_t {
     boundary::call("gpurt_comm_split", || split(&comm, 1, &color, &key, newcomm))
@@ -311,6 +463,15 @@ pub extern "C" fn gpurt_comm_split(comm: gpurt_comm_t, color: c_int, key: c_int,
 /// (`comms[0..n]`, from gpurt_comm_init_all): they are split together, rank `i`
 /// with `colors[i]` and `keys[i]`; `newcomms[i]` receives rank `i`'s new
 /// communicator (NULL for GPURT_COMM_SPLIT_NOCOLOR).
+///
+/// @param comms `n` communicators of one group held by this process
+/// @param n how many
+/// @param colors `n` colours, one per rank
+/// @param keys `n` keys, one per rank
+/// @param[out] newcomms receives `n` new communicators (NULL where the colour is GPURT_COMM_SPLIT_NOCOLOR); must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for `n` < 1 or NULL arrays; GPURT_ERROR_INVALID_HANDLE for a bad communicator; GPURT_ERROR_NOT_SUPPORTED where NCCL (libnccl.so.2) cannot be loaded; GPURT_ERROR_COMM when NCCL, the network or a peer fails (gpurt_comm_get_async_error then says more); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Blocks until the split is made.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_split_all(comms: *const gpurt_comm_t, n: c_int, colors: *const c_int, keys: *const c_int, newcomms: *mut gpurt_comm_t) -> gpurt_status_t {
     boundary::call("gpurt_comm_split_all", || split(comms, n, colors, keys, newcomms))

@@ -8,6 +8,14 @@ use crate::stream::ffi::gpurt_stream_t;
 /// Copies `bytes` from `src` to `dst` on `stream`, asynchronously. Either side may be
 /// device memory, pinned or plain host memory (from pageable memory the driver
 /// stages the copy and returns once the source was read).
+///
+/// @param dst where the bytes go: device, pinned or pageable host memory
+/// @param src where they come from: any of the same
+/// @param bytes how many; 0 does nothing
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL pointer with a non-zero size, or a range that runs past the address space; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. From pageable host memory the driver stages the copy and returns once `src` was read; to pageable host memory it returns once the bytes are there. Pinned blocks of gpurt's pools are kept from reuse until the copy is done.
 #[no_mangle]
 pub extern "C" fn gpurt_memcpy_async(dst: *mut c_void, src: *const c_void, bytes: usize, stream: gpurt_stream_t) -> gpurt_status_t {
     boundary::call("gpurt_memcpy_async", || super::copy_async(dst as u64, src as u64, bytes as u64, Handle::from_ptr(stream)))
@@ -15,12 +23,30 @@ pub extern "C" fn gpurt_memcpy_async(dst: *mut c_void, src: *const c_void, bytes
 
 /// As `gpurt_memcpy_async`, then waits until the copy is done (a synchronising call
 /// for the sync debug mode).
+///
+/// @param dst where the bytes go
+/// @param src where they come from
+/// @param bytes how many; 0 does nothing
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL pointer with a non-zero size, or a range that runs past the address space; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Blocks the calling thread until the copy, and the work queued on `stream` before it, are done: a synchronising call for the sync debug mode (GPURT_ERROR_SYNCHRONIZING_CALL in its error mode). Not allowed while a stream of the device is being captured (GPURT_ERROR_STREAM_CAPTURE).
 #[no_mangle]
 pub extern "C" fn gpurt_memcpy(dst: *mut c_void, src: *const c_void, bytes: usize, stream: gpurt_stream_t) -> gpurt_status_t {
     boundary::call("gpurt_memcpy", || super::copy_blocking(dst as u64, src as u64, bytes as u64, Handle::from_ptr(stream)))
 }
 
 /// Copies `bytes` of device memory from `src_device` to `dst_device` on `stream`.
+///
+/// @param dst device memory of `dst_device`
+/// @param dst_device the destination's device
+/// @param src device memory of `src_device`
+/// @param src_device the source's device
+/// @param bytes how many; 0 does nothing
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL pointer with a non-zero size, or a range that runs past the address space; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead.
 #[no_mangle]
 pub extern "C" fn gpurt_memcpy_peer_async(
     dst: *mut c_void,
@@ -37,6 +63,15 @@ pub extern "C" fn gpurt_memcpy_peer_async(
 
 /// Sets `count` elements of `element_size` bytes (1, 2 or 4) at `dst` to `value` on
 /// `stream`.
+///
+/// @param dst device memory
+/// @param value the value, of which the low `element_size` bytes are written
+/// @param element_size 1, 2 or 4 bytes
+/// @param count elements; 0 does nothing
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for another element size, a NULL `dst` with a non-zero count, or a count × size that overflows; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead.
 #[no_mangle]
 pub extern "C" fn gpurt_memset_async(
     dst: *mut c_void,
@@ -50,6 +85,17 @@ pub extern "C" fn gpurt_memset_async(
 
 /// Copies `height` rows of `width` bytes from `src` (rows `src_pitch` bytes apart) to
 /// `dst` (rows `dst_pitch` bytes apart) on `stream`.
+///
+/// @param dst the first destination row
+/// @param dst_pitch bytes between destination rows (at least `width`)
+/// @param src the first source row
+/// @param src_pitch bytes between source rows (at least `width`)
+/// @param width bytes per row
+/// @param height rows; 0 does nothing
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a pitch below `width`, NULL pointers with a non-zero area, or an area past the address space; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead.
 #[no_mangle]
 pub extern "C" fn gpurt_memcpy_2d_async(
     dst: *mut c_void,
@@ -71,6 +117,14 @@ pub extern "C" fn gpurt_memcpy_2d_async(
 /// than the driver's own pageable copy. Returns once `src` may be reused; the data
 /// arrives in stream order. Waits for the stream's earlier work when the copy is
 /// larger than the staging ring (16 MiB).
+///
+/// @param dst device memory
+/// @param src pageable host memory
+/// @param bytes how many; 0 does nothing
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL pointer with a non-zero size, or a range that runs past the address space; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_OUT_OF_MEMORY where pinned staging buffers cannot be had; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Returns once `src` may be reused; the data arrives in `stream`'s order. Above 16 MiB it waits for `stream`'s earlier work. Not for use during a capture (host threads copy).
 #[no_mangle]
 pub extern "C" fn gpurt_memcpy_htod_staged(dst: *mut c_void, src: *const c_void, bytes: usize, stream: gpurt_stream_t) -> gpurt_status_t {
     boundary::call("gpurt_memcpy_htod_staged", || super::upload_staged(dst as u64, src as u64, bytes as u64, Handle::from_ptr(stream)))
@@ -79,6 +133,14 @@ pub extern "C" fn gpurt_memcpy_htod_staged(dst: *mut c_void, src: *const c_void,
 /// Copies `bytes` from device memory at `src` to pageable host memory at `dst`, after
 /// `stream`'s earlier work, through pinned staging buffers. Returns once `dst` holds
 /// the data (a synchronising call for the sync debug mode).
+///
+/// @param dst pageable host memory
+/// @param src device memory
+/// @param bytes how many; 0 does nothing
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL pointer with a non-zero size, or a range that runs past the address space; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_OUT_OF_MEMORY where pinned staging buffers cannot be had; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Blocks the calling thread until `dst` holds the data (after `stream`'s earlier work): a synchronising call for the sync debug mode (GPURT_ERROR_SYNCHRONIZING_CALL in its error mode). Not allowed while a stream of the device is being captured (GPURT_ERROR_STREAM_CAPTURE).
 #[no_mangle]
 pub extern "C" fn gpurt_memcpy_dtoh_staged(dst: *mut c_void, src: *const c_void, bytes: usize, stream: gpurt_stream_t) -> gpurt_status_t {
     boundary::call("gpurt_memcpy_dtoh_staged", || super::download_staged(dst as u64, src as u64, bytes as u64, Handle::from_ptr(stream)))

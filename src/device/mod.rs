@@ -164,44 +164,83 @@ pub(crate) fn with_context<R>(wanted: CUcontext, body: impl FnOnce() -> Result<R
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct gpurt_device_properties_t {
+    /// Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt fills only that much.
     pub struct_size: usize,
+    /// The device's name, NUL-terminated.
     pub name: [libc::c_char; 256],
+    /// The device's UUID.
     pub uuid: [u8; 16],
+    /// Its PCI domain.
     pub pci_domain_id: i32,
+    /// Its PCI bus.
     pub pci_bus_id: i32,
+    /// Its PCI device.
     pub pci_device_id: i32,
+    /// Compute capability, major.
     pub major: i32,
+    /// Compute capability, minor.
     pub minor: i32,
+    /// Device memory, in bytes.
     pub total_memory: u64,
+    /// Streaming multiprocessors.
     pub multiprocessor_count: i32,
+    /// The most threads a block may have.
     pub max_threads_per_block: i32,
+    /// The most threads resident on a multiprocessor.
     pub max_threads_per_multiprocessor: i32,
+    /// Threads per warp.
     pub warp_size: i32,
+    /// The largest block in x, y and z.
     pub max_block_dim: [i32; 3],
+    /// The largest grid in x, y and z.
     pub max_grid_dim: [i32; 3],
+    /// Shared memory a block may use by default, in bytes.
     pub shared_memory_per_block: i32,
+    /// Shared memory a block may use when its kernel opts in, in bytes.
     pub shared_memory_per_block_optin: i32,
+    /// Shared memory per multiprocessor, in bytes.
     pub shared_memory_per_multiprocessor: i32,
+    /// Registers a block may use.
     pub registers_per_block: i32,
+    /// Registers per multiprocessor.
     pub registers_per_multiprocessor: i32,
+    /// L2 cache, in bytes.
     pub l2_cache_size: i32,
+    /// The most L2 that may be set aside for persisting accesses, in bytes.
     pub persisting_l2_cache_max_size: i32,
+    /// Memory bus width, in bits.
     pub memory_bus_width: i32,
+    /// The SM clock, in kHz.
     pub clock_rate_khz: i32,
+    /// The memory clock, in kHz.
     pub memory_clock_rate_khz: i32,
+    /// 1 for an integrated GPU.
     pub integrated: i32,
+    /// 1 if host memory can be mapped into the device.
     pub can_map_host_memory: i32,
+    /// 1 with unified addressing.
     pub unified_addressing: i32,
+    /// 1 if managed memory is supported.
     pub managed_memory: i32,
+    /// 1 if the host and device may access managed memory at once.
     pub concurrent_managed_access: i32,
+    /// 1 if the device can access pageable host memory.
     pub pageable_memory_access: i32,
+    /// Copy engines.
     pub async_engine_count: i32,
+    /// The driver's compute mode.
     pub compute_mode: i32,
+    /// 1 with ECC on.
     pub ecc_enabled: i32,
+    /// 1 if stream-ordered memory pools are supported.
     pub memory_pools_supported: i32,
+    /// 1 if the virtual memory calls (expandable segments) are supported.
     pub virtual_memory_management_supported: i32,
+    /// 1 if cooperative launches are supported.
     pub cooperative_launch: i32,
+    /// 1 if stream priorities are supported.
     pub stream_priorities_supported: i32,
+    /// 1 with TF32 tensor cores.
     pub tf32_supported: i32,
 }
 

@@ -15,8 +15,11 @@ use crate::error::{Error, Result, Status};
 use crate::handle::{Handle, HandleTable, Kind, Packed};
 use crate::sanitizer;
 
+/// Event flag: gpurt_event_synchronize sleeps instead of spinning.
 pub const GPURT_EVENT_BLOCKING_SYNC: u32 = 0x1;
+/// Event flag: no timing (cheaper records and waits; no gpurt_event_elapsed_time).
 pub const GPURT_EVENT_DISABLE_TIMING: u32 = 0x2;
+/// Event flag: exportable with gpurt_event_ipc_handle (needs GPURT_EVENT_DISABLE_TIMING).
 pub const GPURT_EVENT_INTERPROCESS: u32 = 0x4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,6 +25,7 @@ use crate::error::{Error, Result, Status};
 use crate::handle::{Handle, Kind, Registry};
 use cufile::CuFile;
 
+/// The path gpurt_gds_* calls take (gpurt_gds_mode).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum gpurt_gds_mode_t {

@@ -10,12 +10,14 @@ use crate::stream::ffi::gpurt_stream_t;
 pub struct gpurt_graph_s {
     _opaque: [u8; 0],
 }
+/// The handle of a captured graph: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
 pub type gpurt_graph_t = *mut gpurt_graph_s;
 
 /// An instantiated graph, ready to replay.
 pub struct gpurt_graph_exec_s {
     _opaque: [u8; 0],
 }
+/// The handle of an instantiated graph: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
 pub type gpurt_graph_exec_t = *mut gpurt_graph_exec_s;
 
 /// A private memory pool that several captures share (torch.cuda.graph_pool_handle()):
@@ -32,6 +34,13 @@ fn h<T>(p: *mut T) -> Handle {
 /// streams joined to the capture) serves memory from `pool`, or from a new private
 /// pool of the graph when `pool` is NULL: the addresses stay the graph's until the
 /// graph and its execs are destroyed.
+///
+/// @param stream the stream to capture (not the legacy default stream)
+/// @param mode GPURT_CAPTURE_MODE_GLOBAL, _THREAD_LOCAL or _RELAXED
+/// @param pool a pool from gpurt_graph_pool_create the capture allocates from; NULL: a new private pool of the graph
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown mode; GPURT_ERROR_STREAM_CAPTURE for a stream already capturing or the legacy stream; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side: work queued on `stream` from now on is recorded, not run.
 #[no_mangle]
 pub extern "C" fn gpurt_stream_begin_capture(stream: gpurt_stream_t, mode: c_int, pool: gpurt_graph_pool_t) -> gpurt_status_t {
     boundary::call("gpurt_stream_begin_capture", || {
@@ -41,6 +50,12 @@ pub extern "C" fn gpurt_stream_begin_capture(stream: gpurt_stream_t, mode: c_int
 }
 
 /// Ends the capture on `stream` and gives the graph.
+///
+/// @param stream the capturing stream
+/// @param[out] graph receives the captured graph; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_STREAM_CAPTURE for a stream not capturing, or a capture invalidated by an illegal call (the message names it); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_stream_end_capture(stream: gpurt_stream_t, graph: *mut gpurt_graph_t) -> gpurt_status_t {
     boundary::call("gpurt_stream_end_capture", || {
@@ -51,6 +66,12 @@ pub extern "C" fn gpurt_stream_end_capture(stream: gpurt_stream_t, graph: *mut g
 }
 
 /// A private pool on `device` for captures to share.
+///
+/// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+/// @param[out] pool receives a pool for captures to share; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_graph_pool_create(device: c_int, pool: *mut gpurt_graph_pool_t) -> gpurt_status_t {
     boundary::call("gpurt_graph_pool_create", || {
@@ -62,6 +83,11 @@ pub extern "C" fn gpurt_graph_pool_create(device: c_int, pool: *mut gpurt_graph_
 
 /// Drops the caller's reference to a pool (as gpurt_mem_pool_destroy does for a
 /// graph pool); graphs captured into it keep it alive.
+///
+/// @param pool a pool from gpurt_graph_pool_create
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_graph_pool_destroy(pool: gpurt_graph_pool_t) -> gpurt_status_t {
     boundary::call("gpurt_graph_pool_destroy", || crate::alloc::mempool::device::destroy_graph_pool(h(pool)))
@@ -70,6 +96,14 @@ pub extern "C" fn gpurt_graph_pool_destroy(pool: gpurt_graph_pool_t) -> gpurt_st
 /// Instantiates `graph`. `flags`: `GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH`,
 /// `_UPLOAD` (uploads on `upload_stream`, else ignored and may be NULL),
 /// `_USE_NODE_PRIORITY`.
+///
+/// @param graph a captured graph
+/// @param flags 0, or GPURT_GRAPH_INSTANTIATE_* flags or-ed
+/// @param upload_stream with GPURT_GRAPH_INSTANTIATE_UPLOAD, the stream the upload runs on; else ignored and may be NULL
+/// @param[out] exec receives the instantiated graph; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `graph`; GPURT_ERROR_INVALID_ARGUMENT for unknown flags, or UPLOAD without a stream; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Does not wait for the device (an upload is enqueued on `upload_stream`).
 #[no_mangle]
 pub extern "C" fn gpurt_graph_instantiate(
     graph: gpurt_graph_t,
@@ -86,6 +120,12 @@ pub extern "C" fn gpurt_graph_instantiate(
 }
 
 /// The native `CUgraphExec` (usable as `cudaGraphExec_t`) of an instantiated graph.
+///
+/// @param exec an instantiated graph
+/// @param[out] native receives the `CUgraphExec`, owned by gpurt; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `exec`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_graph_exec_native(exec: gpurt_graph_exec_t, native: *mut *mut libc::c_void) -> gpurt_status_t {
     boundary::call("gpurt_graph_exec_native", || {
@@ -96,12 +136,24 @@ pub extern "C" fn gpurt_graph_exec_native(exec: gpurt_graph_exec_t, native: *mut
 }
 
 /// Uploads an instantiated graph's work to the device ahead of its first launch.
+///
+/// @param exec an instantiated graph
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `exec` or `stream`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead.
 #[no_mangle]
 pub extern "C" fn gpurt_graph_upload(exec: gpurt_graph_exec_t, stream: gpurt_stream_t) -> gpurt_status_t {
     boundary::call("gpurt_graph_upload", || super::upload(h(exec), h(stream)))
 }
 
 /// Replays an instantiated graph on `stream`.
+///
+/// @param exec an instantiated graph
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `exec` or `stream`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. Launching inside another capture adds the graph as a child node.
 #[no_mangle]
 pub extern "C" fn gpurt_graph_launch(exec: gpurt_graph_exec_t, stream: gpurt_stream_t) -> gpurt_status_t {
     boundary::call("gpurt_graph_launch", || super::launch(h(exec), h(stream)))
@@ -110,6 +162,12 @@ pub extern "C" fn gpurt_graph_launch(exec: gpurt_graph_exec_t, stream: gpurt_str
 /// Updates `exec` in place from `graph` (same topology, new parameters such as
 /// kernel arguments). `GPURT_ERROR_GRAPH_UPDATE` with the reason when it cannot:
 /// instantiate `graph` instead.
+///
+/// @param exec the instantiated graph to update
+/// @param graph a graph of the same topology
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `exec` or `graph`; GPURT_ERROR_GRAPH_UPDATE with the reason where the graphs differ (`exec` is unchanged); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_graph_exec_update(exec: gpurt_graph_exec_t, graph: gpurt_graph_t) -> gpurt_status_t {
     boundary::call("gpurt_graph_exec_update", || super::update(h(exec), h(graph)))
@@ -117,12 +175,24 @@ pub extern "C" fn gpurt_graph_exec_update(exec: gpurt_graph_exec_t, graph: gpurt
 
 /// Writes `graph` as a Graphviz DOT file at `path` (`verbose` != 0: with each node's
 /// parameters).
+///
+/// @param graph a graph
+/// @param path the file to write
+/// @param verbose non-zero: each node's parameters too
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `graph`; GPURT_ERROR_INVALID_ARGUMENT for a NULL `path`; an error where the file cannot be written; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_graph_debug_dot_print(graph: gpurt_graph_t, path: *const c_char, verbose: c_int) -> gpurt_status_t {
     boundary::call("gpurt_graph_debug_dot_print", || super::debug_dot(h(graph), in_str(path, "path")?, verbose != 0))
 }
 
 /// Destroys a graph. Its private pool lives on while an exec of it does.
+///
+/// @param graph a graph
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `graph`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_graph_destroy(graph: gpurt_graph_t) -> gpurt_status_t {
     boundary::call("gpurt_graph_destroy", || super::destroy_graph(h(graph)))
@@ -131,6 +201,11 @@ pub extern "C" fn gpurt_graph_destroy(graph: gpurt_graph_t) -> gpurt_status_t {
 /// Destroys an instantiated graph. When the last graph or exec of a private pool
 /// goes, gpurt waits for the device (a replay may still use the memory) and then
 /// returns the pool's free memory to the driver.
+///
+/// @param exec an instantiated graph
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `exec`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// The last graph or exec of a private pool waits for the device before the pool's memory goes back to the driver; otherwise host-side.
 #[no_mangle]
 pub extern "C" fn gpurt_graph_exec_destroy(exec: gpurt_graph_exec_t) -> gpurt_status_t {
     boundary::call("gpurt_graph_exec_destroy", || super::destroy_exec(h(exec)))

@@ -18,12 +18,18 @@ use crate::error::{Error, Result, Status};
 use crate::handle::{DeviceObject, Handle, HandleTable, Kind};
 pub use replay::{add_replay_hook, ReplayHook};
 
+/// Capture mode: unsafe calls (allocation, synchronisation) by any thread are illegal while the capture runs (cudaStreamCaptureModeGlobal).
 pub const GPURT_CAPTURE_MODE_GLOBAL: i32 = 0;
+/// Capture mode: only the capturing thread's unsafe calls are illegal.
 pub const GPURT_CAPTURE_MODE_THREAD_LOCAL: i32 = 1;
+/// Capture mode: no call is made illegal by the capture.
 pub const GPURT_CAPTURE_MODE_RELAXED: i32 = 2;
 
+/// Instantiation flag: memory the graph allocates and does not free is freed at its next launch.
 pub const GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH: u64 = 1;
+/// Instantiation flag: upload the graph on the given stream as part of instantiating it.
 pub const GPURT_GRAPH_INSTANTIATE_UPLOAD: u64 = 2;
+/// Instantiation flag: kernel nodes keep the priorities of the streams they were captured from.
 pub const GPURT_GRAPH_INSTANTIATE_USE_NODE_PRIORITY: u64 = 8;
 
 static GRAPHS: HandleTable<DeviceObject> = HandleTable::new(Kind::Graph);

@@ -10,18 +10,21 @@ use crate::stream::ffi::gpurt_stream_t;
 pub struct gpurt_module_s {
     _opaque: [u8; 0],
 }
+/// The handle of a loaded module: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
 pub type gpurt_module_t = *mut gpurt_module_s;
 
 /// A kernel of a loaded module; invalid once the module is unloaded.
 pub struct gpurt_kernel_s {
     _opaque: [u8; 0],
 }
+/// The handle of a kernel of a module: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
 pub type gpurt_kernel_t = *mut gpurt_kernel_s;
 
 /// Code compiled by NVRTC.
 pub struct gpurt_program_s {
     _opaque: [u8; 0],
 }
+/// The handle of a program compiled by NVRTC: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
 pub type gpurt_program_t = *mut gpurt_program_s;
 
 /// One launch: grid and block shape, dynamic shared memory, stream, a thread block
@@ -30,11 +33,17 @@ pub type gpurt_program_t = *mut gpurt_program_s;
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct gpurt_launch_config_t {
+    /// Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt fills only that much.
     pub struct_size: usize,
+    /// Blocks in x, y and z.
     pub grid: [c_uint; 3],
+    /// Threads per block in x, y and z.
     pub block: [c_uint; 3],
+    /// Dynamic shared memory per block, in bytes.
     pub shared_memory_bytes: c_uint,
+    /// The stream the launch is ordered on.
     pub stream: gpurt_stream_t,
+    /// Blocks per cluster in x, y and z; all 0: no clusters.
     pub cluster: [c_uint; 3],
     /// 1: the kernel may start before the stream's previous kernel has finished
     /// (CUDA's programmatic dependent launch, compute capability 9.0): its threads
@@ -67,6 +76,13 @@ pub(crate) fn launch_shape(config: *const gpurt_launch_config_t) -> crate::Resul
 
 /// Loads a module image (PTX text, cubin or fatbin; `size` bytes) on the current
 /// device. A PTX error's JIT log is in the message.
+///
+/// @param image PTX text (NUL-terminated), a cubin or a fatbin
+/// @param size the image's bytes
+/// @param[out] module receives the loaded module; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL image; an error with the JIT log where the image does not load; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_module_load_data(image: *const c_void, size: usize, module: *mut gpurt_module_t) -> gpurt_status_t {
     boundary::call("gpurt_module_load_data", || {
@@ -78,6 +94,12 @@ pub extern "C" fn gpurt_module_load_data(image: *const c_void, size: usize, modu
 }
 
 /// Loads a module from a file on the current device.
+///
+/// @param path a PTX, cubin or fatbin file
+/// @param[out] module receives the loaded module; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL `path`; an error where the file does not load; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_module_load_file(path: *const c_char, module: *mut gpurt_module_t) -> gpurt_status_t {
     boundary::call("gpurt_module_load_file", || {
@@ -88,12 +110,24 @@ pub extern "C" fn gpurt_module_load_file(path: *const c_char, module: *mut gpurt
 }
 
 /// Unloads a module; its kernel handles become invalid.
+///
+/// @param module a loaded module
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `module`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// The module must not be in use by queued work: unloading does not wait for it.
 #[no_mangle]
 pub extern "C" fn gpurt_module_unload(module: gpurt_module_t) -> gpurt_status_t {
     boundary::call("gpurt_module_unload", || super::unload(Handle::from_ptr(module)))
 }
 
 /// The kernel named `name` in `module` (the same handle every time).
+///
+/// @param module a loaded module
+/// @param name the kernel's (extern "C" or mangled) name
+/// @param[out] kernel receives the kernel; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `module`; an error where the module has no such kernel; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_module_get_kernel(module: gpurt_module_t, name: *const c_char, kernel: *mut gpurt_kernel_t) -> gpurt_status_t {
     boundary::call("gpurt_module_get_kernel", || {
@@ -104,6 +138,13 @@ pub extern "C" fn gpurt_module_get_kernel(module: gpurt_module_t, name: *const c
 }
 
 /// A kernel attribute (`GPURT_KERNEL_NUM_REGS`, `GPURT_KERNEL_MAX_THREADS_PER_BLOCK`, ...).
+///
+/// @param kernel a kernel
+/// @param attribute a GPURT_KERNEL_* attribute
+/// @param[out] value receives its value; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `kernel`; GPURT_ERROR_INVALID_ARGUMENT for an unknown attribute; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_kernel_get_attribute(kernel: gpurt_kernel_t, attribute: c_int, value: *mut c_int) -> gpurt_status_t {
     boundary::call("gpurt_kernel_get_attribute", || {
@@ -114,6 +155,12 @@ pub extern "C" fn gpurt_kernel_get_attribute(kernel: gpurt_kernel_t, attribute: 
 }
 
 /// Allows launches of `kernel` with up to `bytes` of dynamic shared memory.
+///
+/// @param kernel a kernel
+/// @param bytes the most dynamic shared memory a launch may ask
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `kernel`; an error above the device's limit; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_kernel_set_max_dynamic_shared_memory(kernel: gpurt_kernel_t, bytes: c_int) -> gpurt_status_t {
     boundary::call("gpurt_kernel_set_max_dynamic_shared_memory", || {
@@ -123,6 +170,20 @@ pub extern "C" fn gpurt_kernel_set_max_dynamic_shared_memory(kernel: gpurt_kerne
 
 /// Launches `kernel` on `stream`. `args` holds one pointer per kernel parameter, each
 /// to the parameter's value (the cuLaunchKernel convention); NULL for none.
+///
+/// @param kernel a kernel
+/// @param grid_x blocks in x
+/// @param grid_y blocks in y
+/// @param grid_z blocks in z
+/// @param block_x threads per block in x
+/// @param block_y threads per block in y
+/// @param block_z threads per block in z
+/// @param shared_memory_bytes dynamic shared memory per block
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @param args one pointer per kernel parameter, each to its value; NULL for a kernel without parameters
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `kernel` or `stream`; an error from the driver for a configuration the kernel cannot run with; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead.
 #[no_mangle]
 pub extern "C" fn gpurt_launch_kernel(
     kernel: gpurt_kernel_t,
@@ -146,6 +207,13 @@ pub extern "C" fn gpurt_launch_kernel(
 /// Launches `kernel` as `config` describes, with thread block clusters where given
 /// (GPURT_ERROR_NOT_SUPPORTED on devices without them) and programmatic dependent
 /// launch where asked (GPURT_ERROR_NOT_SUPPORTED on a driver without cuLaunchKernelEx).
+///
+/// @param kernel a kernel
+/// @param config grid, block, shared memory, stream, clusters and programmatic dependent launch (initialise with GPURT_LAUNCH_CONFIG_INIT)
+/// @param args one pointer per kernel parameter, each to its value
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if `config` is NULL or too small; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `kernel` or `config->stream`; GPURT_ERROR_NOT_SUPPORTED for clusters or programmatic dependent launch where the device or driver lacks them; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `config->stream`; returns without waiting for the device. While `config->stream` is being captured, the work is recorded into the graph instead.
 #[no_mangle]
 pub extern "C" fn gpurt_launch_kernel_ex(kernel: gpurt_kernel_t, config: *const gpurt_launch_config_t, args: *mut *mut c_void) -> gpurt_status_t {
     boundary::call("gpurt_launch_kernel_ex", || {
@@ -156,6 +224,12 @@ pub extern "C" fn gpurt_launch_kernel_ex(kernel: gpurt_kernel_t, config: *const 
 }
 
 /// NVRTC's version; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded.
+///
+/// @param[out] major receives NVRTC's major version; must not be NULL
+/// @param[out] minor receives its minor version; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_rtc_version(major: *mut c_int, minor: *mut c_int) -> gpurt_status_t {
     boundary::call("gpurt_rtc_version", || {
@@ -170,6 +244,13 @@ pub extern "C" fn gpurt_rtc_version(major: *mut c_int, minor: *mut c_int) -> gpu
 /// The architectures run-time compilation targets (torch.cuda.get_arch_list), as
 /// compute capability × 10: up to `capacity` into `archs` (NULL when `capacity` is
 /// 0), their number into `count`. GPURT_ERROR_NOT_SUPPORTED without NVRTC.
+///
+/// @param archs receives up to `capacity` architectures (compute capability × 10); may be NULL when `capacity` is 0
+/// @param capacity entries `archs` holds
+/// @param[out] count receives how many architectures there are; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_arch_list(archs: *mut c_int, capacity: usize, count: *mut usize) -> gpurt_status_t {
     boundary::call("gpurt_arch_list", || {
@@ -204,6 +285,14 @@ fn strings<'a, const N: usize>(
 /// Compiles CUDA C++ `source` with NVRTC options (the current device's architecture
 /// unless an `-arch` option names one), or finds it in the cache. A compile error is
 /// GPURT_ERROR_COMPILATION with NVRTC's log as the message.
+///
+/// @param source CUDA C++ source, NUL-terminated
+/// @param options `num_options` NVRTC options; may be NULL when `num_options` is 0
+/// @param num_options how many options (at most GPURT_RTC_MAX_OPTIONS)
+/// @param[out] program receives the compiled program; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL `source`, a NULL option, or too many options; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; GPURT_ERROR_COMPILATION with NVRTC's log as the message; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_rtc_compile(
     source: *const c_char,
@@ -223,6 +312,14 @@ pub extern "C" fn gpurt_rtc_compile(
 
 /// The compiled code (valid until the program is destroyed): cubin when
 /// `*is_cubin` is 1, else NUL-terminated PTX. Load it with gpurt_module_load_data.
+///
+/// @param program a program from gpurt_rtc_compile
+/// @param[out] code receives the code, valid until the program is destroyed; must not be NULL
+/// @param[out] size receives its bytes; must not be NULL
+/// @param[out] is_cubin receives 1 for cubin, 0 for PTX; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `program`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_rtc_program_code(
     program: gpurt_program_t,
@@ -241,6 +338,12 @@ pub extern "C" fn gpurt_rtc_program_code(
 }
 
 /// The compiler's warnings, NUL-terminated (valid until the program is destroyed).
+///
+/// @param program a program from gpurt_rtc_compile
+/// @param[out] log receives the compiler's log, NUL-terminated, valid until the program is destroyed; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `program`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_rtc_program_log(program: gpurt_program_t, log: *mut *const c_char) -> gpurt_status_t {
     boundary::call("gpurt_rtc_program_log", || {
@@ -250,6 +353,11 @@ pub extern "C" fn gpurt_rtc_program_log(program: gpurt_program_t, log: *mut *con
     })
 }
 
+/// Destroys a program and its code.
+/// @param program a program from gpurt_rtc_compile
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `program`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_rtc_program_destroy(program: gpurt_program_t) -> gpurt_status_t {
     boundary::call("gpurt_rtc_program_destroy", || super::rtc::destroy_program(Handle::from_ptr(program)))
@@ -258,6 +366,15 @@ pub extern "C" fn gpurt_rtc_program_destroy(program: gpurt_program_t) -> gpurt_s
 /// The kernel `name` of `source` compiled for the current device: compiled, loaded
 /// and looked up on first use, then a hash lookup. The handle stays valid until
 /// gpurt_rtc_clear_cache.
+///
+/// @param source CUDA C++ source
+/// @param name the kernel's name in it
+/// @param options `num_options` NVRTC options; may be NULL when `num_options` is 0
+/// @param num_options how many options
+/// @param[out] kernel receives the kernel, valid until gpurt_rtc_clear_cache; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for NULL strings or too many options; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; GPURT_ERROR_COMPILATION with NVRTC's log; an error where the source has no such kernel; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_rtc_get_kernel(
     source: *const c_char,
@@ -277,6 +394,11 @@ pub extern "C" fn gpurt_rtc_get_kernel(
 
 /// Keeps compiled code in `directory` across processes too (NULL: memory only). The
 /// default is the GPURT_RTC_CACHE_DIR environment variable.
+///
+/// @param directory the disk cache's directory, created 0700 where missing; NULL: memory only
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a directory of another user or one its group or others may write (SECURITY.md), or one that cannot be created; the cache is left as it was; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_rtc_set_cache_dir(directory: *const c_char) -> gpurt_status_t {
     boundary::call("gpurt_rtc_set_cache_dir", || {
@@ -287,6 +409,10 @@ pub extern "C" fn gpurt_rtc_set_cache_dir(directory: *const c_char) -> gpurt_sta
 
 /// Empties the in-memory caches and unloads cached modules (their kernel handles
 /// become invalid); the disk cache stays.
+///
+/// @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Unloads cached modules: no queued work may still use their kernels.
 #[no_mangle]
 pub extern "C" fn gpurt_rtc_clear_cache() -> gpurt_status_t {
     boundary::call("gpurt_rtc_clear_cache", super::rtc::clear_cache)
@@ -301,6 +427,18 @@ pub const GPURT_ELEMENTWISE_MAX_INPUTS: usize = 256;
 /// (a gpurt_dtype_t), and the result goes to `output`, on `stream`. Half and
 /// bfloat16 are computed in float. Compiled once per expression, names, dtype and
 /// device.
+///
+/// @param expression an assignment to `out` over the inputs' names, in CUDA C++
+/// @param input_names `num_inputs` identifiers
+/// @param inputs `num_inputs` device arrays of `count` elements each
+/// @param num_inputs how many inputs (at most GPURT_ELEMENTWISE_MAX_INPUTS)
+/// @param dtype every array's gpurt_dtype_t
+/// @param count elements; 0 does nothing
+/// @param output the device array of `count` elements the result goes to
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays or names, bad identifiers, too many inputs or an unknown dtype; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; GPURT_ERROR_COMPILATION for an expression that does not compile, with NVRTC's log; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. A repeated call costs a hash lookup and a launch; the first call for an expression compiles it (NVRTC) on the calling thread.
 #[no_mangle]
 pub extern "C" fn gpurt_elementwise(
     expression: *const c_char,
@@ -321,6 +459,19 @@ pub extern "C" fn gpurt_elementwise(
 /// multi-output functions): `statements` such as "s = a + b; d = s * c" write
 /// `outputs[0]`, `outputs[1]`... in order, and a statement may use the outputs
 /// computed before it. `num_outputs` must match the statements.
+///
+/// @param statements assignments separated by `;`, one per output, in order
+/// @param input_names `num_inputs` identifiers
+/// @param inputs `num_inputs` device arrays
+/// @param num_inputs how many inputs
+/// @param dtype every array's gpurt_dtype_t
+/// @param count elements; 0 does nothing
+/// @param outputs `num_outputs` device arrays the results go to
+/// @param num_outputs how many outputs; must match the statements
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, bad identifiers, an output count that does not match the statements or an unknown dtype; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED where NVRTC cannot be loaded; GPURT_ERROR_COMPILATION with NVRTC's log; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the work is recorded into the graph instead. A repeated call costs a hash lookup and a launch; the first call for an expression compiles it (NVRTC) on the calling thread.
 #[no_mangle]
 pub extern "C" fn gpurt_elementwise_multi(
     statements: *const c_char,

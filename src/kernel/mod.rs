@@ -132,13 +132,21 @@ pub fn kernel_device(kernel: Handle) -> Result<i32> {
 }
 
 // Kernel attributes: the values of CUDA's CUfunction_attribute.
+/// Kernel attribute: the most threads per block a launch of the kernel may have.
 pub const GPURT_KERNEL_MAX_THREADS_PER_BLOCK: i32 = 0;
+/// Kernel attribute: its static shared memory per block, in bytes.
 pub const GPURT_KERNEL_SHARED_SIZE_BYTES: i32 = 1;
+/// Kernel attribute: its constant memory, in bytes.
 pub const GPURT_KERNEL_CONST_SIZE_BYTES: i32 = 2;
+/// Kernel attribute: its local memory per thread, in bytes.
 pub const GPURT_KERNEL_LOCAL_SIZE_BYTES: i32 = 3;
+/// Kernel attribute: registers per thread.
 pub const GPURT_KERNEL_NUM_REGS: i32 = 4;
+/// Kernel attribute: the PTX virtual architecture it was compiled for (major × 10 + minor).
 pub const GPURT_KERNEL_PTX_VERSION: i32 = 5;
+/// Kernel attribute: the binary architecture it was compiled for (major × 10 + minor).
 pub const GPURT_KERNEL_BINARY_VERSION: i32 = 6;
+/// Kernel attribute: the most dynamic shared memory a launch may ask (gpurt_kernel_set_max_dynamic_shared_memory).
 pub const GPURT_KERNEL_MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
 
 fn attribute(which: i32) -> Result<sys::CUfunction_attribute> {

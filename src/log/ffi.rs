@@ -5,6 +5,11 @@ use crate::boundary;
 use crate::error::{gpurt_status_t, Error};
 
 /// Sets the log level: 0 off, 1 error, 2 warn, 3 info, 4 debug. Overrides `GPURT_LOG`.
+///
+/// @param level 0 off, 1 error, 2 warn, 3 info, 4 debug
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for another value; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_set_log_level(level: c_int) -> gpurt_status_t {
     boundary::call_anywhere("gpurt_set_log_level", || {
@@ -22,6 +27,12 @@ pub type gpurt_log_callback_t =
 /// Routes log messages to `callback(level, message, user)` instead of stderr; NULL
 /// restores stderr. The callback may run on any thread and must not call gpurt's
 /// logging functions. Messages are still filtered by the log level.
+///
+/// @param callback `void callback(int level, const char *message, void *user)`, or NULL for stderr
+/// @param user passed to `callback` unchanged
+/// @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_set_log_callback(callback: gpurt_log_callback_t, user: *mut c_void) -> gpurt_status_t {
     boundary::call_anywhere("gpurt_set_log_callback", || {

@@ -49,6 +49,12 @@ fn stream_handle(name: &'static str, library: Library, stream: gpurt_stream_t, h
 /// again on the same stream costs a thread-local lookup; on another stream, cuBLAS's
 /// two bind calls. Use the handle on this thread, with `stream`'s device current.
 /// cuBLAS is loaded on first use: where it is missing, `GPURT_ERROR_NOT_SUPPORTED`.
+///
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @param[out] handle receives a `cublasHandle_t`, owned by gpurt: do not destroy it; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side: binds the handle to `stream` (the library's SetStream), enqueues nothing. The handle is for the calling thread; it is allowed during a capture.
 #[no_mangle]
 pub extern "C" fn gpurt_blas_handle(stream: gpurt_stream_t, handle: *mut *mut c_void) -> gpurt_status_t {
     stream_handle("gpurt_blas_handle", Library::Blas, stream, handle)
@@ -56,6 +62,11 @@ pub extern "C" fn gpurt_blas_handle(stream: gpurt_stream_t, handle: *mut *mut c_
 
 /// `gpurt_blas_handle` for the thread's current stream on its current device
 /// (torch.cuda.current_blas_handle).
+///
+/// @param[out] handle receives a `cublasHandle_t` bound to the current stream; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side: binds the handle to `stream` (the library's SetStream), enqueues nothing. The handle is for the calling thread; it is allowed during a capture.
 #[no_mangle]
 pub extern "C" fn gpurt_current_blas_handle(handle: *mut *mut c_void) -> gpurt_status_t {
     boundary::call("gpurt_current_blas_handle", || {
@@ -69,6 +80,14 @@ pub extern "C" fn gpurt_current_blas_handle(handle: *mut *mut c_void) -> gpurt_s
 /// `gpurt_blas_handle`), and the workspace to pass to `cublasLtMatmul` on `stream`:
 /// `*workspace_size` bytes (`CUBLASLT_WORKSPACE_SIZE` KiB, default 1 MiB) from
 /// gpurt's pool, kept for this handle and stream.
+///
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @param[out] handle receives a `cublasLtHandle_t`, owned by gpurt; must not be NULL
+/// @param[out] workspace receives device memory for cublasLtMatmul on `stream`; must not be NULL
+/// @param[out] workspace_size receives the workspace's bytes; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; GPURT_ERROR_OUT_OF_MEMORY where the workspace cannot be allocated; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side: binds the handle to `stream` (the library's SetStream), enqueues nothing. The handle is for the calling thread; it is allowed during a capture.
 #[no_mangle]
 pub extern "C" fn gpurt_blaslt_handle(stream: gpurt_stream_t, handle: *mut *mut c_void, workspace: *mut *mut c_void, workspace_size: *mut usize) -> gpurt_status_t {
     boundary::call("gpurt_blaslt_handle", || {
@@ -84,6 +103,12 @@ pub extern "C" fn gpurt_blaslt_handle(stream: gpurt_stream_t, handle: *mut *mut 
 
 /// A `cusolverDnHandle_t` for `stream`'s device, the calling thread's, bound to
 /// `stream` (cusolverDnSetStream).
+///
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @param[out] handle receives a `cusolverDnHandle_t`, owned by gpurt; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side: binds the handle to `stream` (the library's SetStream), enqueues nothing. The handle is for the calling thread; it is allowed during a capture.
 #[no_mangle]
 pub extern "C" fn gpurt_solver_handle(stream: gpurt_stream_t, handle: *mut *mut c_void) -> gpurt_status_t {
     stream_handle("gpurt_solver_handle", Library::Solver, stream, handle)
@@ -91,6 +116,12 @@ pub extern "C" fn gpurt_solver_handle(stream: gpurt_stream_t, handle: *mut *mut 
 
 /// A `cusparseHandle_t` for `stream`'s device, the calling thread's, bound to
 /// `stream` (cusparseSetStream).
+///
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @param[out] handle receives a `cusparseHandle_t`, owned by gpurt; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side: binds the handle to `stream` (the library's SetStream), enqueues nothing. The handle is for the calling thread; it is allowed during a capture.
 #[no_mangle]
 pub extern "C" fn gpurt_sparse_handle(stream: gpurt_stream_t, handle: *mut *mut c_void) -> gpurt_status_t {
     stream_handle("gpurt_sparse_handle", Library::Sparse, stream, handle)
@@ -98,6 +129,12 @@ pub extern "C" fn gpurt_sparse_handle(stream: gpurt_stream_t, handle: *mut *mut 
 
 /// A `cudnnHandle_t` for `stream`'s device, the calling thread's, bound to `stream`
 /// (cudnnSetStream).
+///
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @param[out] handle receives a `cudnnHandle_t`, owned by gpurt; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side: binds the handle to `stream` (the library's SetStream), enqueues nothing. The handle is for the calling thread; it is allowed during a capture.
 #[no_mangle]
 pub extern "C" fn gpurt_dnn_handle(stream: gpurt_stream_t, handle: *mut *mut c_void) -> gpurt_status_t {
     stream_handle("gpurt_dnn_handle", Library::Dnn, stream, handle)
@@ -106,6 +143,11 @@ pub extern "C" fn gpurt_dnn_handle(stream: gpurt_stream_t, handle: *mut *mut c_v
 /// Whether cuBLAS may use TF32 tensor cores for fp32 GEMMs
 /// (torch.backends.cuda.matmul.allow_tf32; default 0): the math mode of handles
 /// given out from now on, and of cached ones when next given out.
+///
+/// @param allow non-zero allows TF32
+/// @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_blas_set_allow_tf32(allow: c_int) -> gpurt_status_t {
     boundary::call("gpurt_blas_set_allow_tf32", || {
@@ -115,6 +157,11 @@ pub extern "C" fn gpurt_blas_set_allow_tf32(allow: c_int) -> gpurt_status_t {
 }
 
 /// The setting of `gpurt_blas_set_allow_tf32`: 1 or 0.
+///
+/// @param[out] allow receives 1 or 0; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_blas_get_allow_tf32(allow: *mut c_int) -> gpurt_status_t {
     boundary::call("gpurt_blas_get_allow_tf32", || {
@@ -126,6 +173,11 @@ pub extern "C" fn gpurt_blas_get_allow_tf32(allow: *mut c_int) -> gpurt_status_t
 /// Gives the workspaces of `device`'s cuBLAS and cuBLASLt handles that no thread
 /// holds back to the device's pool (`GPURT_CURRENT_DEVICE`: the current device).
 /// Handles that threads hold keep theirs.
+///
+/// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side: the workspaces go back to gpurt's pool, in their streams' order.
 #[no_mangle]
 pub extern "C" fn gpurt_blas_clear_workspaces(device: c_int) -> gpurt_status_t {
     boundary::call("gpurt_blas_clear_workspaces", || super::clear_workspaces(crate::device::resolve(device)?))
@@ -133,6 +185,12 @@ pub extern "C" fn gpurt_blas_clear_workspaces(device: c_int) -> gpurt_status_t {
 
 /// `library`'s version as major × 10000 + minor × 100 + patch (cuBLAS 13.0.2:
 /// 130002). `GPURT_ERROR_NOT_SUPPORTED`, naming what was tried, where it is missing.
+///
+/// @param library a gpurt_math_library_t
+/// @param[out] version receives its version; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for an unknown library; GPURT_ERROR_NOT_SUPPORTED, naming what was tried, where the library cannot be loaded; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_math_library_version(library: c_int, version: *mut c_int) -> gpurt_status_t {
     boundary::call("gpurt_math_library_version", || {
@@ -144,6 +202,14 @@ pub extern "C" fn gpurt_math_library_version(library: c_int, version: *mut c_int
 
 /// How many `library` handles gpurt has created on `device` (never more than the
 /// threads that used one at once) and how many are idle (held by no thread).
+///
+/// @param library a gpurt_math_library_t
+/// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+/// @param[out] created receives handles gpurt made on the device; may be NULL
+/// @param[out] idle receives those no thread holds; may be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for an unknown library; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_math_handle_counts(library: c_int, device: c_int, created: *mut usize, idle: *mut usize) -> gpurt_status_t {
     boundary::call("gpurt_math_handle_counts", || {

@@ -9,6 +9,7 @@ use crate::handle::Handle;
 pub struct gpurt_nvtx_domain_s {
     _opaque: [u8; 0],
 }
+/// The handle of an NVTX domain: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
 pub type gpurt_nvtx_domain_t = *mut gpurt_nvtx_domain_s;
 
 /// A checked, non-NULL C string, passed on as it is (NVTX takes ASCII).
@@ -31,6 +32,12 @@ fn give(ptr: *mut c_int, value: i32) {
 }
 
 /// A domain for a library's or a component's events (`nvtxDomainCreateA`).
+///
+/// @param name the domain's name
+/// @param[out] domain receives the domain; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL `name`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
 #[no_mangle]
 pub extern "C" fn gpurt_nvtx_domain_create(name: *const c_char, domain: *mut gpurt_nvtx_domain_t) -> gpurt_status_t {
     boundary::call_anywhere("gpurt_nvtx_domain_create", || {
@@ -40,18 +47,35 @@ pub extern "C" fn gpurt_nvtx_domain_create(name: *const c_char, domain: *mut gpu
     })
 }
 
+/// Destroys a domain (nvtxDomainDestroy).
+/// @param domain a domain from gpurt_nvtx_domain_create
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `domain`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
 #[no_mangle]
 pub extern "C" fn gpurt_nvtx_domain_destroy(domain: gpurt_nvtx_domain_t) -> gpurt_status_t {
     boundary::call_anywhere("gpurt_nvtx_domain_destroy", || super::domain_destroy(Handle::from_ptr(domain)))
 }
 
 /// Names category `category` of `domain` (NULL: the default domain) for tools.
+///
+/// @param domain a domain from gpurt_nvtx_domain_create, or NULL for the default domain
+/// @param category the category's number
+/// @param name its name
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `name`; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `domain`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
 #[no_mangle]
 pub extern "C" fn gpurt_nvtx_name_category(domain: gpurt_nvtx_domain_t, category: u32, name: *const c_char) -> gpurt_status_t {
     boundary::call_anywhere("gpurt_nvtx_name_category", || super::name_category(Handle::from_ptr(domain), category, text(name, "name")?))
 }
 
 /// An instantaneous event in the default domain (`torch.cuda.nvtx.mark`).
+///
+/// @param message the text, NUL-terminated
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `message`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
 #[no_mangle]
 pub extern "C" fn gpurt_nvtx_mark(message: *const c_char) -> gpurt_status_t {
     gpurt_nvtx_mark_ex(std::ptr::null_mut(), message, 0, 0)
@@ -61,6 +85,12 @@ pub extern "C" fn gpurt_nvtx_mark(message: *const c_char) -> gpurt_status_t {
 /// (`torch.cuda.nvtx.range_push`); `*depth` (may be NULL) gets NVTX's answer: the
 /// new range's 0-based depth, or GPURT_NVTX_NO_TRACKING (-2) when no tool tracks
 /// ranges.
+///
+/// @param message the text, NUL-terminated
+/// @param[out] depth receives the new range's 0-based depth, or GPURT_NVTX_NO_TRACKING; may be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `message`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
 #[no_mangle]
 pub extern "C" fn gpurt_nvtx_range_push(message: *const c_char, depth: *mut c_int) -> gpurt_status_t {
     gpurt_nvtx_range_push_ex(std::ptr::null_mut(), message, 0, 0, depth)
@@ -68,17 +98,33 @@ pub extern "C" fn gpurt_nvtx_range_push(message: *const c_char, depth: *mut c_in
 
 /// Closes this thread's innermost range of the default domain; `*depth` (may be
 /// NULL) as for the push.
+///
+/// @param[out] depth receives the closed range's depth, or GPURT_NVTX_NO_TRACKING; may be NULL
+/// @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
 #[no_mangle]
 pub extern "C" fn gpurt_nvtx_range_pop(depth: *mut c_int) -> gpurt_status_t {
     gpurt_nvtx_range_pop_ex(std::ptr::null_mut(), depth)
 }
 
 /// Opens a range that any thread may end (`torch.cuda.nvtx.range_start`): its id.
+///
+/// @param message the text, NUL-terminated
+/// @param[out] id receives the range's id, for gpurt_nvtx_range_end; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL `message`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
 #[no_mangle]
 pub extern "C" fn gpurt_nvtx_range_start(message: *const c_char, id: *mut u64) -> gpurt_status_t {
     gpurt_nvtx_range_start_ex(std::ptr::null_mut(), message, 0, 0, id)
 }
 
+/// Ends a range from gpurt_nvtx_range_start, on any thread (torch.cuda.nvtx.range_end).
+/// @param id the range's id
+/// @return GPURT_SUCCESS; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
 #[no_mangle]
 pub extern "C" fn gpurt_nvtx_range_end(id: u64) -> gpurt_status_t {
     gpurt_nvtx_range_end_ex(std::ptr::null_mut(), id)
@@ -86,11 +132,28 @@ pub extern "C" fn gpurt_nvtx_range_end(id: u64) -> gpurt_status_t {
 
 /// `gpurt_nvtx_mark` in `domain` (NULL: the default one), with a colour (`argb`,
 /// 0xAARRGGBB; 0: none) and a category (0: none).
+///
+/// @param domain a domain from gpurt_nvtx_domain_create, or NULL for the default domain
+/// @param message the text, NUL-terminated
+/// @param argb the colour, 0xAARRGGBB; 0: none
+/// @param category the category; 0: none
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `message`; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `domain`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
 #[no_mangle]
 pub extern "C" fn gpurt_nvtx_mark_ex(domain: gpurt_nvtx_domain_t, message: *const c_char, argb: u32, category: u32) -> gpurt_status_t {
     boundary::call_anywhere("gpurt_nvtx_mark", || super::mark(Handle::from_ptr(domain), event(message, argb, category)?))
 }
 
+/// gpurt_nvtx_range_push in `domain`, with a colour and a category.
+/// @param domain a domain from gpurt_nvtx_domain_create, or NULL for the default domain
+/// @param message the text, NUL-terminated
+/// @param argb the colour, 0xAARRGGBB; 0: none
+/// @param category the category; 0: none
+/// @param[out] depth receives as for gpurt_nvtx_range_push; may be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL `message`; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `domain`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
 #[no_mangle]
 pub extern "C" fn gpurt_nvtx_range_push_ex(domain: gpurt_nvtx_domain_t, message: *const c_char, argb: u32, category: u32, depth: *mut c_int) -> gpurt_status_t {
     boundary::call_anywhere("gpurt_nvtx_range_push", || {
@@ -99,6 +162,12 @@ pub extern "C" fn gpurt_nvtx_range_push_ex(domain: gpurt_nvtx_domain_t, message:
     })
 }
 
+/// gpurt_nvtx_range_pop in `domain`.
+/// @param domain a domain from gpurt_nvtx_domain_create, or NULL for the default domain
+/// @param[out] depth receives as for gpurt_nvtx_range_pop; may be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `domain`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
 #[no_mangle]
 pub extern "C" fn gpurt_nvtx_range_pop_ex(domain: gpurt_nvtx_domain_t, depth: *mut c_int) -> gpurt_status_t {
     boundary::call_anywhere("gpurt_nvtx_range_pop", || {
@@ -107,6 +176,15 @@ pub extern "C" fn gpurt_nvtx_range_pop_ex(domain: gpurt_nvtx_domain_t, depth: *m
     })
 }
 
+/// gpurt_nvtx_range_start in `domain`, with a colour and a category.
+/// @param domain a domain from gpurt_nvtx_domain_create, or NULL for the default domain
+/// @param message the text, NUL-terminated
+/// @param argb the colour, 0xAARRGGBB; 0: none
+/// @param category the category; 0: none
+/// @param[out] id receives the range's id; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a NULL `message`; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `domain`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
 #[no_mangle]
 pub extern "C" fn gpurt_nvtx_range_start_ex(domain: gpurt_nvtx_domain_t, message: *const c_char, argb: u32, category: u32, id: *mut u64) -> gpurt_status_t {
     boundary::call_anywhere("gpurt_nvtx_range_start", || {
@@ -116,6 +194,12 @@ pub extern "C" fn gpurt_nvtx_range_start_ex(domain: gpurt_nvtx_domain_t, message
     })
 }
 
+/// gpurt_nvtx_range_end in `domain`.
+/// @param domain a domain from gpurt_nvtx_domain_create, or NULL for the default domain
+/// @param id the range's id
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a bad non-NULL `domain`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side, a few nanoseconds when no tool is attached; allowed during a capture. NVTX marks the host timeline, not a stream's.
 #[no_mangle]
 pub extern "C" fn gpurt_nvtx_range_end_ex(domain: gpurt_nvtx_domain_t, id: u64) -> gpurt_status_t {
     boundary::call_anywhere("gpurt_nvtx_range_end", || super::range_end(Handle::from_ptr(domain), id))

@@ -20,8 +20,11 @@ use crate::handle::{Handle, HandleTable, Kind};
 use crate::stream::{Origin, Stream, NATIVE_LEGACY};
 use pool::PinnedPool;
 
+/// Pinned pool flag: blocks are pinned for every device's context.
 pub const GPURT_PINNED_PORTABLE: u32 = 1;
+/// Pinned pool flag: blocks are mapped into the devices' address space (gpurt_pinned_device_pointer).
 pub const GPURT_PINNED_DEVICE_MAPPED: u32 = 2;
+/// Pinned pool flag: write-combined blocks: faster host-to-device copies, very slow host reads.
 pub const GPURT_PINNED_WRITE_COMBINED: u32 = 4;
 
 /// Page-locked host memory from the driver. A pinned block has no device of its own:
@@ -198,8 +201,11 @@ pub fn with_pool<T>(pool: Handle, f: impl FnOnce(&mut PinnedPool<PinnedSource>) 
     Ok(result)
 }
 
+/// gpurt_host_register flag: the memory is pinned for every context, not only the current one.
 pub const GPURT_HOST_REGISTER_PORTABLE: u32 = 1;
+/// gpurt_host_register flag: map the memory into the device's address space.
 pub const GPURT_HOST_REGISTER_DEVICE_MAPPED: u32 = 2;
+/// gpurt_host_register flag: the device only reads the memory.
 pub const GPURT_HOST_REGISTER_READ_ONLY: u32 = 8;
 
 /// Page-locks memory the caller owns (`cuMemHostRegister`).

@@ -23,14 +23,23 @@ const MIN_CLASS: u64 = 4096;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct gpurt_host_memory_stats_t {
+    /// Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt fills only that much.
     pub struct_size: usize,
+    /// Blocks handed out.
     pub allocations: gpurt_stat_t,
+    /// Bytes handed out.
     pub allocated_bytes: gpurt_stat_t,
+    /// Bytes pinned from the driver.
     pub reserved_bytes: gpurt_stat_t,
+    /// Pinned allocations held from the driver.
     pub segment: gpurt_stat_t,
+    /// Pinned allocations made.
     pub num_host_alloc: i64,
+    /// Pinned allocations freed.
     pub num_host_free: i64,
+    /// Time spent pinning memory, in nanoseconds.
     pub host_alloc_time_ns: i64,
+    /// Time spent unpinning memory, in nanoseconds.
     pub host_free_time_ns: i64,
 }
 

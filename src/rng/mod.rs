@@ -38,6 +38,7 @@ pub const GPURT_RNG_DEFAULT_SEED: u64 = 67_280_421_310_721;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct gpurt_rng_state_t {
+    /// The generator's seed.
     pub seed: u64,
     /// Philox blocks (128 bits each) drawn so far.
     pub offset: u64,

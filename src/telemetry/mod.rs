@@ -15,23 +15,29 @@ use crate::error::Result;
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct gpurt_telemetry_t {
+    /// Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt fills only that much.
     pub struct_size: usize,
     /// Device memory in use, free and in all, by every process (bytes).
     pub memory_used: u64,
+    /// Free device memory, in bytes.
     pub memory_free: u64,
+    /// The device's memory, in bytes.
     pub memory_total: u64,
     /// Power draw and the enforced limit (milliwatts).
     pub power_draw_mw: i64,
+    /// The power limit, in milliwatts.
     pub power_limit_mw: i64,
     /// Why the clocks are below their maximum now (NVML's clocks event reasons bits).
     pub clock_event_reasons: u64,
     /// Percent of the last sample period in which a kernel ran / memory was read or written.
     pub gpu_utilization: i32,
+    /// Percent of the last sample period the memory was read or written.
     pub memory_utilization: i32,
     /// GPU core temperature (°C).
     pub temperature_c: i32,
     /// SM and memory clocks now (MHz).
     pub sm_clock_mhz: i32,
+    /// The memory clock, in MHz.
     pub memory_clock_mhz: i32,
 }
 
@@ -43,7 +49,9 @@ pub(crate) const TELEMETRY_V1_SIZE: usize = std::mem::size_of::<gpurt_telemetry_
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct gpurt_process_t {
+    /// The process id.
     pub pid: u32,
+    /// Device memory it uses, in bytes.
     pub used_bytes: u64,
 }
 

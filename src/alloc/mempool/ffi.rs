@@ -14,6 +14,7 @@ use crate::stream::ffi::gpurt_stream_t;
 pub struct gpurt_mem_pool_s {
     _opaque: [u8; 0],
 }
+/// The handle of a memory pool: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
 pub type gpurt_mem_pool_t = *mut gpurt_mem_pool_s;
 
 /// Upstream of a pool: segments from cuMemAlloc (or expandable segments, as the
@@ -34,6 +35,7 @@ pub const GPURT_UPSTREAM_USER: c_int = 1;
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct gpurt_mem_pool_options_t {
+    /// Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt fills only that much.
     pub struct_size: usize,
     /// Where the pool's segments come from: GPURT_UPSTREAM_DRIVER, _ASYNC, _MANAGED or _USER.
     pub upstream: c_int,
@@ -56,6 +58,11 @@ pub struct gpurt_mem_pool_options_t {
 
 /// Initialises `options` for this version of the header: sets `struct_size`, the
 /// driver upstream, no configuration of its own, no limit.
+///
+/// @param[out] options receives the defaults for this header's version; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_options_init(options: *mut gpurt_mem_pool_options_t) -> gpurt_status_t {
     boundary::call_anywhere("gpurt_mem_pool_options_init", || {
@@ -80,6 +87,13 @@ fn h(pool: gpurt_mem_pool_t) -> Handle {
 /// A new pool on `device` (`GPURT_CURRENT_DEVICE`: the current one), with its own
 /// segments, cache, statistics and options (NULL: defaults). Its memory is freed
 /// with gpurt_free like any other; destroy it when it holds no live allocation.
+///
+/// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+/// @param options the pool's upstream, configuration (GPURT_ALLOC_CONF's syntax) and byte limit; NULL: the defaults
+/// @param[out] pool receives the new pool; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_INVALID_ARGUMENT for an unknown upstream, a malformed configuration, a user upstream without both functions, or expandable_segments:True asked of an upstream that cannot map; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_create(device: c_int, options: *const gpurt_mem_pool_options_t, pool: *mut gpurt_mem_pool_t) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_create", || {
@@ -110,12 +124,23 @@ pub extern "C" fn gpurt_mem_pool_create(device: c_int, options: *const gpurt_mem
 /// Destroys a pool made with gpurt_mem_pool_create. Refused, changing nothing,
 /// while it holds live allocations (the message says how many) or a thread has it
 /// pushed; its cached memory goes back to the driver.
+///
+/// @param pool a pool from gpurt_mem_pool_create
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a default pool, or while the pool holds live allocations or is pushed on a thread (nothing changes); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Returns wholly free cached memory to the driver, which waits for the device where that memory may still be in use (cuMemFree, cuMemUnmap); blocks whose freeing streams have not passed their recorded events stay cached. Not allowed while a stream is being captured in global mode.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_destroy(pool: gpurt_mem_pool_t) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_destroy", || pools::destroy(h(pool)))
 }
 
 /// The handle of `device`'s default pool (the same at every call; never destroyed).
+///
+/// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+/// @param[out] pool receives the handle of the device's default pool; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_default(device: c_int, pool: *mut gpurt_mem_pool_t) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_default", || {
@@ -127,6 +152,14 @@ pub extern "C" fn gpurt_mem_pool_default(device: c_int, pool: *mut gpurt_mem_poo
 
 /// Allocates `size` bytes from `pool` for use on `stream`, which must be on the
 /// pool's device; otherwise as gpurt_malloc. Free with gpurt_free.
+///
+/// @param pool the pool to allocate from
+/// @param size bytes wanted, as for gpurt_malloc
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one) on the pool's device
+/// @param[out] ptr receives the block's device address; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a stream of another device; GPURT_ERROR_OUT_OF_MEMORY when the pool's upstream or limit refuses; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// As gpurt_malloc.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_malloc(pool: gpurt_mem_pool_t, size: usize, stream: gpurt_stream_t, ptr: *mut *mut c_void) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_malloc", || {
@@ -141,6 +174,11 @@ pub extern "C" fn gpurt_mem_pool_malloc(pool: gpurt_mem_pool_t, size: usize, str
 /// device (gpurt_malloc, gpurt_malloc_device, gpurt_malloc_native and the PyTorch
 /// and CuPy entry points) come from `pool` (torch.cuda.use_mem_pool). Pushes nest;
 /// pushing a default pool routes back to it. A capture's private pool still wins.
+///
+/// @param pool the pool this thread's allocations on its device come from until gpurt_mem_pool_pop
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_push(pool: gpurt_mem_pool_t) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_push", || pools::push(h(pool), None))
@@ -154,6 +192,13 @@ pub type gpurt_mem_pool_filter_fn = Option<unsafe extern "C" fn(usize, c_int, *m
 /// allocation on the pool's device, on the allocating thread, with `context`; it
 /// must not push or pop pools); the others go where they would without this entry
 /// (torch's MemPool with a routing allocator). Undone by gpurt_mem_pool_pop.
+///
+/// @param pool the pool the accepted allocations come from
+/// @param filter `int filter(size_t size, int device, void *stream, void *context)`: non-zero routes the allocation to `pool`; must not be NULL
+/// @param context passed to `filter` unchanged
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT if `filter` is NULL; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_push_filtered(pool: gpurt_mem_pool_t, filter: gpurt_mem_pool_filter_fn, context: *mut c_void) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_push_filtered", || {
@@ -163,6 +208,10 @@ pub extern "C" fn gpurt_mem_pool_push_filtered(pool: gpurt_mem_pool_t, filter: g
 }
 
 /// Undoes this thread's last gpurt_mem_pool_push.
+///
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT when this thread has no pool pushed; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_pop() -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_pop", pools::pop)
@@ -170,6 +219,12 @@ pub extern "C" fn gpurt_mem_pool_pop() -> gpurt_status_t {
 
 /// The pool's own statistics (for a default pool: without the other pools, which
 /// gpurt_memory_stats adds up), into a struct initialised with GPURT_MEMORY_STATS_INIT.
+///
+/// @param pool the pool
+/// @param stats a struct initialised with GPURT_MEMORY_STATS_INIT
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if `stats` is NULL or too small; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_stats(pool: gpurt_mem_pool_t, stats: *mut gpurt_memory_stats_t) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_stats", || {
@@ -181,6 +236,15 @@ pub extern "C" fn gpurt_mem_pool_stats(pool: gpurt_mem_pool_t, stats: *mut gpurt
 /// cupy's MemoryPool figures: bytes in live allocations (used_bytes), cached free
 /// bytes (free_bytes), all bytes held (total_bytes) and free cached blocks
 /// (n_free_blocks); any pointer may be NULL.
+///
+/// @param pool the pool
+/// @param[out] used_bytes receives bytes in live allocations; may be NULL
+/// @param[out] free_bytes receives bytes cached free; may be NULL
+/// @param[out] total_bytes receives all bytes held from the upstream; may be NULL
+/// @param[out] free_blocks receives the number of free cached blocks; may be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_usage(
     pool: gpurt_mem_pool_t,
@@ -197,12 +261,23 @@ pub extern "C" fn gpurt_mem_pool_usage(
 }
 
 /// Releases the pool's wholly free cached segments (cupy's free_all_blocks).
+///
+/// @param pool the pool
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Returns wholly free cached memory to the driver, which waits for the device where that memory may still be in use (cuMemFree, cuMemUnmap); blocks whose freeing streams have not passed their recorded events stay cached. Not allowed while a stream is being captured in global mode.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_empty_cache(pool: gpurt_mem_pool_t) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_empty_cache", || pools::empty_cache(h(pool)))
 }
 
 /// The device the pool serves.
+///
+/// @param pool the pool
+/// @param[out] device receives its device ordinal; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_get_device(pool: gpurt_mem_pool_t, device: *mut c_int) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_get_device", || {

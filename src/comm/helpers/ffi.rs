@@ -42,6 +42,17 @@ fn bucket(bucket_bytes: usize) -> u64 {
 /// and ready on its current stream; free each with gpurt_free. The source is read
 /// after the work queued on `src_device`'s current stream, which then waits for the
 /// copies. Needs no NCCL; a device may appear twice.
+///
+/// @param src `count` elements on `src_device`
+/// @param src_device the source's device
+/// @param count elements
+/// @param dtype the elements' gpurt_dtype_t
+/// @param devices the `n` destination devices
+/// @param n how many destinations
+/// @param[out] outputs receives `n` new buffers, one per destination; free each with gpurt_free; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, `n` < 1, an unknown dtype, a device that does not exist or a byte count that overflows; GPURT_ERROR_OUT_OF_MEMORY where an output cannot be allocated (outputs made so far are freed); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued: reads each source after the work queued on its device's current stream, and the outputs are ready on their devices' current streams; returns without waiting for the copies. Not for use during a capture.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_broadcast(src: *const c_void, src_device: c_int, count: usize, dtype: c_int, devices: *const c_int, n: c_int, outputs: *mut *mut c_void) -> gpurt_status_t {
     boundary::call("gpurt_comm_broadcast", || {
@@ -57,6 +68,19 @@ pub extern "C" fn gpurt_comm_broadcast(src: *const c_void, src_device: c_int, co
 /// `bucket_bytes` (0: 10 MiB) so that each bucket is one copy per device.
 /// `outputs[i * num_buffers + j]` receives buffer j's copy on `devices[i]`, a buffer of
 /// its own (as gpurt_comm_broadcast's).
+///
+/// @param srcs `num_buffers` source buffers on `src_device`
+/// @param counts each buffer's element count
+/// @param num_buffers how many buffers
+/// @param dtype the elements' gpurt_dtype_t
+/// @param src_device the sources' device
+/// @param devices the `n` destination devices
+/// @param n how many destinations
+/// @param bucket_bytes the largest bucket (0: 10 MiB)
+/// @param[out] outputs receives `n` × `num_buffers` new buffers, destination-major; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, `n` < 1, an unknown dtype, a device that does not exist or a byte count that overflows; GPURT_ERROR_OUT_OF_MEMORY where an output cannot be allocated (outputs made so far are freed); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued: reads each source after the work queued on its device's current stream, and the outputs are ready on their devices' current streams; returns without waiting for the copies. Not for use during a capture.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_broadcast_coalesced(
     srcs: *const *const c_void,
@@ -85,6 +109,17 @@ pub extern "C" fn gpurt_comm_broadcast_coalesced(
 /// current stream (`*output`; free it with gpurt_free). Each input is read after the
 /// work queued on its device's current stream, which then waits for the read. Half
 /// and bfloat16 are added in float, left to right.
+///
+/// @param inputs `n` buffers, `inputs[i]` on `devices[i]`
+/// @param devices the inputs' devices
+/// @param n how many inputs
+/// @param count elements per input
+/// @param dtype the elements' gpurt_dtype_t
+/// @param destination the device of the sum
+/// @param[out] output receives a new buffer on `destination` holding the sum; free it with gpurt_free; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, `n` < 1, an unknown dtype, a device that does not exist or a byte count that overflows; GPURT_ERROR_OUT_OF_MEMORY where an output cannot be allocated (outputs made so far are freed); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued: reads each source after the work queued on its device's current stream, and the outputs are ready on their devices' current streams; returns without waiting for the copies. Not for use during a capture.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_reduce_add(
     inputs: *const *const c_void,
@@ -108,6 +143,19 @@ pub extern "C" fn gpurt_comm_reduce_add(
 /// on `devices[i]` (`counts[j]` elements of `dtype`); `outputs[j]` receives the sum
 /// of buffer j over the devices, on `destination`. Packed into buckets of up to
 /// `bucket_bytes` (0: 10 MiB): one copy and one sum per bucket and device.
+///
+/// @param inputs `n` × `num_buffers` buffers, device-major
+/// @param devices the `n` devices
+/// @param n how many devices
+/// @param counts each buffer's element count
+/// @param num_buffers buffers per device
+/// @param dtype the elements' gpurt_dtype_t
+/// @param destination the device of the sums
+/// @param bucket_bytes the largest bucket (0: 10 MiB)
+/// @param[out] outputs receives `num_buffers` new buffers on `destination`; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, `n` < 1, an unknown dtype, a device that does not exist or a byte count that overflows; GPURT_ERROR_OUT_OF_MEMORY where an output cannot be allocated (outputs made so far are freed); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued: reads each source after the work queued on its device's current stream, and the outputs are ready on their devices' current streams; returns without waiting for the copies. Not for use during a capture.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_reduce_add_coalesced(
     inputs: *const *const c_void,
@@ -138,6 +186,18 @@ pub extern "C" fn gpurt_comm_reduce_add_coalesced(
 /// (`outputs[i]`, NULL for an empty chunk). `chunk_counts` (n element counts adding
 /// up to `count`) sets the chunks; NULL: torch's `chunk`, ceil(count / n) each, the
 /// last ones smaller. Streams as gpurt_comm_broadcast's.
+///
+/// @param src `count` elements on `src_device`
+/// @param src_device the source's device
+/// @param count elements in all
+/// @param dtype the elements' gpurt_dtype_t
+/// @param devices the `n` destination devices
+/// @param n how many chunks
+/// @param chunk_counts `n` element counts adding up to `count`; NULL: torch's chunk
+/// @param[out] outputs receives `n` new buffers (NULL for an empty chunk); must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, `n` < 1, an unknown dtype, a device that does not exist or a byte count that overflows; GPURT_ERROR_OUT_OF_MEMORY where an output cannot be allocated (outputs made so far are freed); GPURT_ERROR_INVALID_ARGUMENT for chunk counts that do not add up to `count`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued: reads each source after the work queued on its device's current stream, and the outputs are ready on their devices' current streams; returns without waiting for the copies. Not for use during a capture.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_scatter(
     src: *const c_void,
@@ -166,6 +226,17 @@ pub extern "C" fn gpurt_comm_scatter(
 /// torch.cuda.comm.gather: `inputs[i]` (`counts[i]` elements of `dtype` on
 /// `devices[i]`, i < n) one after the other in a new buffer on `destination`
 /// (`*output`), ready on its current stream. Streams as gpurt_comm_reduce_add's.
+///
+/// @param inputs `n` buffers, `inputs[i]` on `devices[i]`
+/// @param devices the inputs' devices
+/// @param counts each input's element count
+/// @param n how many inputs
+/// @param dtype the elements' gpurt_dtype_t
+/// @param destination the device of the result
+/// @param[out] output receives a new buffer on `destination` holding the inputs one after the other; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for NULL arrays, `n` < 1, an unknown dtype, a device that does not exist or a byte count that overflows; GPURT_ERROR_OUT_OF_MEMORY where an output cannot be allocated (outputs made so far are freed); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued: reads each source after the work queued on its device's current stream, and the outputs are ready on their devices' current streams; returns without waiting for the copies. Not for use during a capture.
 #[no_mangle]
 pub extern "C" fn gpurt_comm_gather(
     inputs: *const *const c_void,
