@@ -3079,6 +3079,22 @@ gpurt_status_t gpurt_graph_instantiate(gpurt_graph_t graph,
                                        gpurt_graph_exec_t *exec);
 
 /**
+ * The native `CUgraph` (usable as `cudaGraph_t`) of a captured graph, for code that
+ * instantiates, updates or inspects graphs with the driver's or the runtime's own
+ * calls (ggml's CUDA backend). gpurt_graph_destroy still destroys it. An exec the
+ * caller instantiates from it does not hold the graph's private pool: capture into a
+ * pool of gpurt_graph_pool_create and keep that pool while such execs live.
+ *
+ * @param graph a captured graph
+ * @param[out] native receives the `CUgraph`, owned by gpurt; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `graph`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_graph_native(gpurt_graph_t graph,
+                                  void **native);
+
+/**
  * The native `CUgraphExec` (usable as `cudaGraphExec_t`) of an instantiated graph.
  *
  * @param exec an instantiated graph

@@ -144,6 +144,11 @@ pub fn instantiate(graph: Handle, flags: u64, upload_stream: Option<Handle>) -> 
     Ok(handle)
 }
 
+/// The driver's `CUgraph` (usable as `cudaGraph_t`), still owned by the handle.
+pub fn graph_native(graph: Handle) -> Result<usize> {
+    Ok(GRAPHS.get(graph)?.raw)
+}
+
 /// The driver's `CUgraphExec` (usable as `cudaGraphExec_t`).
 pub fn exec_native(exec: Handle) -> Result<usize> {
     Ok(EXECS.get(exec)?.raw)

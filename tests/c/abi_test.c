@@ -827,7 +827,7 @@ static void check_graphs(gpurt_stream_t stream) {
     gpurt_graph_t graph = NULL;
     gpurt_graph_exec_t exec = NULL;
     gpurt_graph_pool_t pool = NULL;
-    void *p = NULL, *outside = NULL;
+    void *p = NULL, *outside = NULL, *native = NULL;
     int capturing = -1;
     uint64_t before = 0, during = 0, after = 0;
     EXPECT(gpurt_stream_begin_capture(stream, 7, NULL), GPURT_ERROR_INVALID_ARGUMENT);
@@ -845,6 +845,10 @@ static void check_graphs(gpurt_stream_t stream) {
     EXPECT(gpurt_stream_end_capture(stream, &graph), GPURT_SUCCESS);
     EXPECT(gpurt_malloc(3000, stream, &outside), GPURT_SUCCESS);
     EXPECT_TRUE(outside != p);
+    EXPECT(gpurt_graph_native(graph, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_graph_native((gpurt_graph_t)stream, &native), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_graph_native(graph, &native), GPURT_SUCCESS);
+    EXPECT_TRUE(native != NULL);
     EXPECT(gpurt_graph_instantiate(graph, 0x40, NULL, &exec), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_graph_instantiate(graph, GPURT_GRAPH_INSTANTIATE_UPLOAD, NULL, &exec), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT(gpurt_graph_instantiate((gpurt_graph_t)stream, 0, NULL, &exec), GPURT_ERROR_INVALID_HANDLE);
@@ -857,6 +861,7 @@ static void check_graphs(gpurt_stream_t stream) {
     EXPECT(gpurt_free(outside), GPURT_SUCCESS);
     EXPECT(gpurt_graph_destroy(graph), GPURT_SUCCESS);
     EXPECT(gpurt_graph_destroy(graph), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_graph_native(graph, &native), GPURT_ERROR_INVALID_HANDLE);
     EXPECT(gpurt_graph_launch(exec, stream), GPURT_SUCCESS);
     EXPECT(gpurt_graph_exec_destroy(exec), GPURT_SUCCESS);
     EXPECT(gpurt_graph_launch(exec, stream), GPURT_ERROR_INVALID_HANDLE);
