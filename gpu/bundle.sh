@@ -23,6 +23,11 @@ cp -r gpu/traces "$out/traces"
 mkdir -p "$out/src/gpt2" "$out/json" "$out/lib/cmake/gpurt"
 cp examples-cpp/gpt2/*.cpp examples-cpp/gpt2/*.hpp examples-cpp/gpt2/CMakeLists.txt "$out/src/gpt2/"
 cp gpu/gpt2_reference.py "$out/src/"
+# ggml on gpurt (integrations/ggml): the patch, its build script, ggml's source and the comparison.
+mkdir -p "$out/integrations" "$out/ggml"
+cp -r integrations/ggml "$out/integrations/"
+cp ../shared/third_party/ggml-d99724f.tar.gz "$out/ggml/"
+cp gpu/ggml_compare.py "$out/src/"
 cp -r /usr/include/nlohmann "$out/json/"
 cmake -S . -B target/bundle-cmake -DGPURT_CARGO_TARGET_DIR="$PWD/target" >/dev/null   # configuring writes the package files
 cp target/bundle-cmake/gpurtConfig.cmake target/bundle-cmake/gpurtConfigVersion.cmake "$out/lib/cmake/gpurt/"

@@ -114,6 +114,22 @@ for batch in 1 16; do
         step "gpt2-speed-b$batch${flags// /}" build-gpt2/gpt2 gpt2-data/gpt2.safetensors "gpt2-data/prompts_b$batch.txt" 256 $flags
     done
 done
+# ggml's CUDA backend unpatched and on gpurt (integrations/ggml, README "ggml and
+# llama.cpp"): ggml's own op tests on CUDA0 against its CPU backend, side by side.
+ggml_work=${GGML_WORK:-/tmp/gpurt-ggml-work}   # outside the bundle: kept between calls while the machine is warm
+ggml_build() {  # ggml_build MODE
+    integrations/ggml/build.sh ggml/ggml-d99724f.tar.gz "$ggml_work/$1" "$1" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PWD"
+}
+ggml_ops() {  # ggml_ops MODE: test-backend-ops's log kept beside the build; failures are for ggml-compare to judge
+    "$ggml_work/$1/build/bin/test-backend-ops" test -b CUDA0 > "$ggml_work/$1-ops.txt" 2>&1
+    grep -E "tests passed|Backend CUDA0" "$ggml_work/$1-ops.txt"
+}
+for mode in unpatched gpurt; do
+    step "ggml-build-$mode" ggml_build $mode
+    step "ggml-test-backend-ops-$mode" ggml_ops $mode
+done
+step ggml-compare python3 src/ggml_compare.py "$ggml_work/unpatched-ops.txt" "$ggml_work/gpurt-ops.txt"
+
 # The Go package on the GPU (built by bundle.sh with go test -c): exact round trips, then its call cost beside C's.
 step go-tests go/gpurt-go.test -test.v
 step go-bench go/gpurt-go.test -test.run '^$' -test.bench AllocFree -test.benchtime 200000x -test.count 5

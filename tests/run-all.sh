@@ -14,7 +14,9 @@
 #      pkg-config and find_package from there (the package is relocatable); the
 #      packages (tests/packages.sh: CPack's .debs installed into /usr with dpkg and
 #      removed, the .tar.gz, a Conan 2 recipe); the reference manual (tests/docs.sh:
-#      Doxygen with every warning an error, and its self-test);
+#      Doxygen with every warning an error, and its self-test); ggml on gpurt's CPU
+#      parts (tests/ggml.sh: the patch applies, ggml's CPU build, the changed CUDA
+#      files compiled with nvcc from PyPI);
 #   5. the C ABI test, the fault-injection sweep, the C++ header's tests, the
 #      process-event tests (fork, exit, dlclose), IPC memory between two processes,
 #      the cudaMallocAsync backend, TunableOp
@@ -114,6 +116,7 @@ grep -q "$relocated/include" "$work/consumer-relocated/CMakeFiles/abi_c_gpurt.di
 
 bash tests/packages.sh "$work" "$cargo_dir"
 bash tests/docs.sh "$work" "$cargo_dir"
+bash tests/ggml.sh "$work"
 
 echo "== stub driver: the C ABI test on the GPU-present paths, and gpurt's own cost per call"
 stub=$work/stub-driver
