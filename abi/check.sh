@@ -99,6 +99,13 @@ case "${1:-}" in
       mkdir -p "$dir"
       python3 -c "
 import re, sys
+def in_struct(s, name, change):
+    # applies change to the body of the typedef'd struct name only
+    end = s.index('} ' + name + ';')
+    start = s.rindex('typedef struct', 0, end)
+    return s[:start] + change(s[start:end]) + s[end:]
+def swap(body, a, b):
+    return body.replace(a, '@@').replace(b, a).replace('@@', b)
 s = open('include/gpurt.h').read()
 before = s
 $edit
@@ -116,15 +123,15 @@ open('$dir/gpurt.h', 'w').write(s)"
       fi
     }
     mutate function-removed caught "s = re.sub(r'\ngpurt_status_t gpurt_stream_query\([^;]*\);', '', s)"
-    mutate parameter-type-changed caught "s = s.replace('gpurt_status_t gpurt_memcpy_async(void *dst, const void *src, size_t bytes,', 'gpurt_status_t gpurt_memcpy_async(void *dst, const void *src, uint32_t bytes,')"
+    mutate parameter-type-changed caught "s = re.sub(r'(gpurt_memcpy_async\([^;]*?)size_t bytes', r'\1uint32_t bytes', s)"
     mutate return-type-changed caught "s = s.replace('gpurt_status_t gpurt_stream_query(', 'int64_t gpurt_stream_query(')"
-    mutate struct-fields-swapped caught "s = s.replace('  int64_t current;\n  int64_t peak;', '  int64_t peak;\n  int64_t current;')"
-    mutate extensible-struct-fields-swapped caught "s = s.replace('  unsigned int shared_memory_bytes;\n  gpurt_stream_t stream;', '  gpurt_stream_t stream;\n  unsigned int shared_memory_bytes;')"
-    mutate struct-field-resized caught "s = s.replace('typedef struct {\n  int64_t current;', 'typedef struct {\n  int32_t current;')"
+    mutate struct-fields-swapped caught "s = in_struct(s, 'gpurt_stat_t', lambda b: swap(b, 'int64_t current;', 'int64_t peak;'))"
+    mutate extensible-struct-fields-swapped caught "s = in_struct(s, 'gpurt_launch_config_t', lambda b: swap(b, 'unsigned int shared_memory_bytes;', 'gpurt_stream_t stream;'))"
+    mutate struct-field-resized caught "s = in_struct(s, 'gpurt_stat_t', lambda b: b.replace('int64_t current;', 'int32_t current;'))"
     mutate enum-value-changed caught "s = s.replace('GPURT_ERROR_OUT_OF_MEMORY = 5,', 'GPURT_ERROR_OUT_OF_MEMORY = 18,')"
     mutate constant-changed caught "s = s.replace('#define GPURT_HISTORY_CLEAR 2', '#define GPURT_HISTORY_CLEAR 4')"
     mutate additions passes "
-s = s.replace('  uint64_t unknown;\n} gpurt_memory_stats_t;', '  uint64_t unknown;\n  int64_t num_new;\n} gpurt_memory_stats_t;')
+s = in_struct(s, 'gpurt_memory_stats_t', lambda b: b + '  int64_t num_new;\n')
 s = s.replace('  GPURT_ERROR_COMM = 17,\n', '  GPURT_ERROR_COMM = 17,\n  GPURT_ERROR_NEW = 18,\n')
 s = s.replace('#define GPURT_HISTORY_CLEAR 2', '#define GPURT_HISTORY_CLEAR 2\n#define GPURT_HISTORY_NEW 4')
 s = s.replace('#ifdef __cplusplus\n}  // extern', 'gpurt_status_t gpurt_new_function(int x);\n\n#ifdef __cplusplus\n}  // extern')"
