@@ -146,7 +146,7 @@ s = s.replace('#ifdef __cplusplus\n}  // extern', 'gpurt_status_t gpurt_new_func
     sed -i "s/^pub const GPURT_VERSION_MAJOR: i32 = $old;/pub const GPURT_VERSION_MAJOR: i32 = $new;/; s/^pub const GPURT_VERSION_MINOR: i32 = [0-9]*;/pub const GPURT_VERSION_MINOR: i32 = 0;/; s/^pub const GPURT_VERSION_PATCH: i32 = [0-9]*;/pub const GPURT_VERSION_PATCH: i32 = 0;/" src/lib.rs
     sed -i "s/\bGPURT_$old\b/GPURT_$new/g; s/libgpurt\.so\.$old\b/libgpurt.so.$new/g" abi/gpurt.map
     { grep -rlI "libgpurt\.so\.$old\b" gpu tests benches README.md docs bindings python || true; } \
-      | xargs -r sed -i "s/libgpurt\.so\.$old\b/libgpurt.so.$new/g"
+      | xargs -r sed -i "s/libgpurt\.so\.$old\([^.0-9]\|\$\)/libgpurt.so.$new\1/g"
     sed -i "s/^    version = \"$old\.[0-9]*\.[0-9]*\"/    version = \"$new.0.0\"/" conanfile.py
     cargo update -p gpurt --offline >/dev/null 2>&1 || cargo update -p gpurt >/dev/null
     GPURT_UPDATE_HEADER=1 cargo test --test header >/dev/null

@@ -8,10 +8,12 @@ out=gpu-bundle
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/include" "$out/src" "$out/tests" "$out/benches"
 
+version=$(sed -n 's/^version = "\([0-9.]*\)"/\1/p' Cargo.toml | head -n 1)
+soname=libgpurt.so.${version%%.*}
 cargo build --release --lib
 cp target/release/libgpurt.a "$out/lib/"
-cp target/release/libgpurt.so "$out/lib/libgpurt.so.0"
-ln -s libgpurt.so.0 "$out/lib/libgpurt.so"
+cp target/release/libgpurt.so "$out/lib/$soname"
+ln -s "$soname" "$out/lib/libgpurt.so"
 cp include/gpurt.h include/gpurt.hpp include/gpurt_rmm.hpp "$out/include/"
 cp examples-c/gpurt-info.c tests/c/abi_test.c tests/c/process_test.c tests/c/ipc_test.c tests/c/backend_test.c tests/c/tunable_test.c tests/c/sanitizer_test.c tests/c/gds_test.c tests/c/comm_test.c tests/c/comm_ranks_test.c tests/c/comm_helpers_test.c tests/c/blas_test.c gpu/blas_gpu_test.c gpu/blas_bench.c tests/c/memory_history_test.c tests/snapshot/check.py tests/c/nvtx_test.c tests/nvtx/ncu_kernels.c tests/nvtx/ncu_filter.sh tests/c/check.h tests/c/dlclose_test.c tests/c/soak.c tests/cpp/hpp_test.cpp tests/cpp/no_exceptions_test.cpp tests/cpp/rmm_test.cpp gpu/interop.cu gpu/compare_props.py gpu/compare_telemetry.py gpu/alloc_frameworks.py gpu/dropin_peak.py gpu/visible_devices.py gpu/record_traces.py gpu/trace_replay.cpp "$out/src/"
 cp examples-c/*.c examples-c/*.h examples-cpp/*.cpp "$out/src/"
@@ -31,7 +33,7 @@ cp gpu/ggml_compare.py "$out/src/"
 cp -r /usr/include/nlohmann "$out/json/"
 cmake -S . -B target/bundle-cmake -DGPURT_CARGO_TARGET_DIR="$PWD/target" >/dev/null   # configuring writes the package files
 cp target/bundle-cmake/gpurtConfig.cmake target/bundle-cmake/gpurtConfigVersion.cmake "$out/lib/cmake/gpurt/"
-ln -sf libgpurt.so.0 "$out/lib/libgpurt.so.0.1.0"
+ln -sf "$soname" "$out/lib/libgpurt.so.$version"
 cp -r tests/python "$out/pytests"
 
 # RMM's C++ headers and library (librmm-cu13 and its logger), for the RMM adaptor's test.
@@ -42,8 +44,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_
 # lack (it reaches no package index): cffi and pytest for the CPython versions it
 # may have.
 python3 -m pip wheel -q --no-deps -w "$out/wheels" . -C cmake.define.GPURT_CARGO_TARGET_DIR="$PWD/target"
-for version in 3.10 3.11 3.12 3.13; do
-    python3 -m pip download -q --only-binary=:all: --platform manylinux2014_x86_64 --python-version "$version" \
+for python_version in 3.10 3.11 3.12 3.13; do
+    python3 -m pip download -q --only-binary=:all: --platform manylinux2014_x86_64 --python-version "$python_version" \
         -d "$out/wheels" cffi pytest
 done
 
@@ -65,7 +67,7 @@ fi
 # the bundle's library through a pkg-config file that names it.
 if command -v go >/dev/null; then
     mkdir -p "$out/go" "$out/pkgconfig"
-    printf 'Name: gpurt\nDescription: gpurt\nVersion: 0.1.0\nCflags: -I%s\nLibs: -L%s -lgpurt\n' "$PWD/include" "$PWD/$out/lib" > "$out/pkgconfig/gpurt.pc"
+    printf "Name: gpurt\nDescription: gpurt\nVersion: $version\nCflags: -I%s\nLibs: -L%s -lgpurt\n" "$PWD/include" "$PWD/$out/lib" > "$out/pkgconfig/gpurt.pc"
     (cd bindings/go && PKG_CONFIG_PATH="$PWD/../../$out/pkgconfig" CGO_LDFLAGS='-Wl,-rpath,$ORIGIN/../lib' go test -c -ldflags='-s -w' -o "../../$out/go/gpurt-go.test" .)
 else
     echo "bundle: no Go toolchain here; the Go tests are left out"
