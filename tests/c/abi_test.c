@@ -605,6 +605,15 @@ static void check_managed(gpurt_stream_t stream) {
         EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
         options.config = "expandable_segments:True";
         EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_ERROR_INVALID_ARGUMENT);
+        /* The process's expandable segments: this upstream's pool takes whole segments. */
+        EXPECT(gpurt_alloc_set_config("expandable_segments:True"), GPURT_SUCCESS);
+        options.config = NULL;
+        EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_malloc(pool, 1 << 20, stream, &p), GPURT_SUCCESS);
+        EXPECT(gpurt_free(p), GPURT_SUCCESS);
+        EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+        EXPECT(gpurt_alloc_set_config("expandable_segments:False"), GPURT_SUCCESS);
     }
     EXPECT(gpurt_memory_usage(0, &after, NULL, NULL, NULL), GPURT_SUCCESS);
     EXPECT_TRUE(after == before);

@@ -61,15 +61,20 @@ pub enum Upstream {
 /// bytes it reserves (0: none).
 pub fn create(ordinal: i32, config: Option<&str>, limit: u64, upstream: Upstream) -> Result<Handle> {
     let d = device::resolve(ordinal)?;
-    let config = match config {
-        Some(text) => AllocConfig::parse(text)?,
-        None => pools::config()?,
+    let (mut config, own) = match config {
+        Some(text) => (AllocConfig::parse(text)?, true),
+        None => (pools::config()?, false),
     };
+    if config.expandable_segments && !matches!(upstream, Upstream::Driver) {
+        // Only the driver upstream can map memory: a pool over another takes whole
+        // segments under the process's configuration, and refuses its own request.
+        if own {
+            return Err(Error::invalid_argument("expandable_segments:True needs the driver upstream: the others give whole segments"));
+        }
+        config.expandable_segments = false;
+    }
     let source: PoolSource = match upstream {
         Upstream::Driver => Box::new(DriverSource::new(d)),
-        _ if config.expandable_segments => {
-            return Err(Error::invalid_argument("expandable_segments:True needs the driver upstream: the others give whole segments"))
-        }
         Upstream::Async => Box::new(AsyncSource::new(d)?),
         Upstream::Managed => Box::new(ManagedSource::new(d, GPURT_MEM_ATTACH_GLOBAL)?),
         Upstream::User(functions) => Box::new(UserSource::new(functions, d, DriverSource::new(d))),
