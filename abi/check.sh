@@ -61,27 +61,27 @@ compare() {
   return $rc
 }
 
+# exports_check LIB PROBE: LIB exports exactly the functions PROBE (the header's probe
+# library, which declares them) does, less its type anchors, each under GPURT_<major>.
 exports_check() {
-  local lib=$1
-  python3 - "$lib" "$major" <<'PY'
-import re, subprocess, sys
-lib, major = sys.argv[1], sys.argv[2]
-code = re.sub(r"/\*.*?\*/", "", open("include/gpurt.h").read(), flags=re.S)
-declared = set(re.findall(r"\b(gpurt_\w+)\(", "\n".join(l for l in code.splitlines() if not l.startswith("#"))))
-declared = {n for n in declared if re.search(r"^[A-Za-z_][\w \*]*?\b%s\(" % n, code, re.M)}
-exported, wrong = set(), []
-for line in subprocess.run(["objdump", "-T", lib], capture_output=True, text=True, check=True).stdout.splitlines():
-    f = line.split()
-    if len(f) < 6 or "*UND*" in line or f[1] not in ("g", "w"):
-        continue
-    name, version = f[-1], f[-2]
-    exported.add(name)
-    if version != f"GPURT_{major}":
-        wrong.append(f"{name} ({version})")
+  python3 - "$1" "$2" "$major" <<'PY'
+import subprocess, sys
+lib, probe, major = sys.argv[1], sys.argv[2], sys.argv[3]
+def exports(path):
+    """{name: version} of the functions and data path defines in its dynamic table."""
+    out = {}
+    for line in subprocess.run(["objdump", "-T", path], capture_output=True, text=True, check=True).stdout.splitlines():
+        f = line.split()
+        if len(f) >= 6 and "*UND*" not in line and "*ABS*" not in line and f[1] in ("g", "w"):  # *ABS*: a version node
+            out[f[-1]] = f[-2]
+    return out
+exported = exports(lib)
+declared = {n for n in exports(probe) if not n.startswith("gpurt_abi_type_")}
+wrong = [f"{n} ({v})" for n, v in exported.items() if v != f"GPURT_{major}"]
 problems = []
 if wrong: problems.append(f"exported without version GPURT_{major}: " + ", ".join(sorted(wrong)[:20]))
-if exported - declared: problems.append("exported but not in gpurt.h: " + ", ".join(sorted(exported - declared)[:20]))
-if declared - exported: problems.append("declared in gpurt.h but not exported: " + ", ".join(sorted(declared - exported)[:20]))
+if exported.keys() - declared: problems.append("exported but not in gpurt.h: " + ", ".join(sorted(exported.keys() - declared)[:20]))
+if declared - exported.keys(): problems.append("declared in gpurt.h but not exported: " + ", ".join(sorted(declared - exported.keys())[:20]))
 if problems:
     sys.exit(f"{lib}:\n  " + "\n  ".join(problems))
 print(f"{lib}: {len(exported)} functions, each under GPURT_{major}, and nothing else exported")
@@ -166,8 +166,8 @@ s = s.replace('#ifdef __cplusplus\n}  // extern', 'gpurt_status_t gpurt_new_func
   ""|-*)
     echo "usage: abi/check.sh LIB | --self-test | --new-major"; exit 2 ;;
   *)
-    exports_check "$1"
     probe include/gpurt.h "$work/current"
+    exports_check "$1" "$work/current/libgpurt.so.$major"
     compare "$work/current"
     echo "ABI: gpurt.h keeps abi/gpurt.abi ($(grep -c '<elf-symbol name=.gpurt_[a-z]' abi/gpurt.abi) symbols) and abi/constants.txt"
     ;;

@@ -175,17 +175,17 @@ pub fn open(block: &ExportedBlock) -> Result<u64> {
             ClaimError::Full => Error::not_supported(format!("{HOLDERS} processes hold the block already, the most one block may have")),
         });
     }
-    let mapped = consumer.map(block, device).and_then(|mapping| address_in(mapping, block));
-    if let Err(e) = mapped {
-        let _ = table.release(block.slot, me);
-        drop(table);
-        consumer.drop_table_if_unused(block.producer);
-        consumer.unmap_if_unused(MappingKey::of(block))?;
-        return Err(e);
-    }
-    let mapping = consumer.mappings.get_mut(&MappingKey::of(block)).expect("mapped above");
-    mapping.blocks += 1;
-    let ptr = mapping.base + block.offset; // within the mapping: checked above
+    let ptr = match consumer.map(block, device).and_then(|mapping| address_in(mapping, block)) {
+        Ok(ptr) => ptr,
+        Err(e) => {
+            let _ = table.release(block.slot, me);
+            drop(table);
+            consumer.drop_table_if_unused(block.producer);
+            consumer.unmap_if_unused(MappingKey::of(block))?;
+            return Err(e);
+        }
+    };
+    consumer.mappings.get_mut(&MappingKey::of(block)).expect("mapped above").blocks += 1;
     let open = OpenBlock { segment: MappingKey::of(block), table, producer: block.producer, slot: block.slot, generation: block.generation, opens: 1 };
     consumer.blocks.insert(ptr, open);
     Ok(ptr)
