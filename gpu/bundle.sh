@@ -29,7 +29,8 @@ cp gpu/gpt2_reference.py "$out/src/"
 mkdir -p "$out/integrations" "$out/ggml"
 cp -r integrations/ggml "$out/integrations/"
 cp ../shared/third_party/ggml-d99724f.tar.gz "$out/ggml/"
-cp gpu/ggml_compare.py "$out/src/"
+cp gpu/ggml_compare.py gpu/ggml_gpt2.py tests/nvtx/record_injection.c "$out/src/"
+cp -r third_party/nvtx3 "$out/include/"   # the recording NVTX tool's headers
 cp -r /usr/include/nlohmann "$out/json/"
 cmake -S . -B target/bundle-cmake -DGPURT_CARGO_TARGET_DIR="$PWD/target" >/dev/null   # configuring writes the package files
 cp target/bundle-cmake/gpurtConfig.cmake target/bundle-cmake/gpurtConfigVersion.cmake "$out/lib/cmake/gpurt/"

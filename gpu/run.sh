@@ -124,11 +124,25 @@ ggml_ops() {  # ggml_ops MODE: test-backend-ops's log kept beside the build; fai
     "$ggml_work/$1/build/bin/test-backend-ops" test -b CUDA0 > "$ggml_work/$1-ops.txt" 2>&1
     grep -E "tests passed|Backend CUDA0" "$ggml_work/$1-ops.txt"
 }
+ggml_ctest() {  # ggml_ctest MODE: ggml's other tests (test-backend-ops runs above, in full)
+    (cd "$ggml_work/$1/build" && ctest -E test-backend-ops --output-on-failure > "$ggml_work/$1-ctest.txt" 2>&1)
+    grep -E "tests passed|Passed|Failed|Not Run" "$ggml_work/$1-ctest.txt"
+}
 for mode in unpatched gpurt; do
     step "ggml-build-$mode" ggml_build $mode
     step "ggml-test-backend-ops-$mode" ggml_ops $mode
+    step "ggml-ctest-$mode" ggml_ctest $mode
 done
 step ggml-compare python3 src/ggml_compare.py "$ggml_work/unpatched-ops.txt" "$ggml_work/gpurt-ops.txt"
+step ggml-compare-ctest diff <(grep -E "Test +#" "$ggml_work/unpatched-ctest.txt" | sed 's/ *[0-9.]* sec$//') \
+                             <(grep -E "Test +#" "$ggml_work/gpurt-ctest.txt" | sed 's/ *[0-9.]* sec$//')
+# ggml's GPT-2 examples: tokens, speed and peak memory alternated (gpurt in its default
+# mode and with expandable segments), then gpurt's snapshot, NVTX and sanitizer over a run.
+step ggml-gpt2-make python3 src/ggml_gpt2.py make "$ggml_work/gpt2" "$ggml_work/unpatched/ggml"
+step ggml-gpt2-run python3 src/ggml_gpt2.py run "$ggml_work/gpt2" "${GGML_GPT2_REPS:-5}" unpatched="$ggml_work/unpatched/build/bin" \
+    gpurt="$ggml_work/gpurt/build/bin" gpurt-expandable="$ggml_work/gpurt/build/bin:GPURT_ALLOC_CONF=expandable_segments:True"
+step build-nvtx-record-tool cc -O2 -shared -fPIC -Iinclude src/record_injection.c -o bin/librecord_nvtx.so
+step ggml-gpt2-extras python3 src/ggml_gpt2.py extras "$ggml_work/gpt2" "$ggml_work/gpurt/build/bin" "$PWD/bin/librecord_nvtx.so" "$logs"
 
 # The Go package on the GPU (built by bundle.sh with go test -c): exact round trips, then its call cost beside C's.
 step go-tests go/gpurt-go.test -test.v

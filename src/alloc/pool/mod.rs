@@ -10,7 +10,6 @@
 //! equal sizes go to the oldest segment rather than the lowest address, so that the
 //! pool places blocks alike whatever addresses the driver returns.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
@@ -18,11 +17,14 @@ use rustc_hash::FxHashMap as HashMap;
 use super::blocks::{Arena, Block, BlockId, FreeLists, State, MIN_BLOCK, NO_BLOCK};
 use super::config::AllocConfig;
 use super::history::{self, Action};
-use super::owners::{SegmentOwner, SegmentOwners};
 use super::stats::{gpurt_memory_stats_t, PoolKind};
-use crate::error::{Error, Result, Status};
+use crate::error::{Error, Result};
 
+mod expandable;
+mod segments;
 mod view;
+use expandable::Expandable;
+pub use segments::{SegmentSource, Segments};
 pub use view::{BlockState, BlockView, SegmentView};
 
 const MIB: u64 = 1 << 20;
@@ -31,23 +33,6 @@ const SMALL_BUFFER: u64 = 2 * MIB;
 const LARGE_BUFFER: u64 = 20 * MIB;
 const MIN_LARGE_ALLOC: u64 = 10 * MIB;
 const ROUND_LARGE: u64 = 2 * MIB;
-/// An expandable segment grows by at least a step: while it is cold, an eighth of what
-/// it has mapped up to `EXPANDABLE_SMALL_STEP_MAX`, past that a sixteenth of it up to
-/// `EXPANDABLE_STEP_MAX`, and never less than `EXPANDABLE_STEP_MIN`; once quiet, less
-/// (`EXPANDABLE_QUIET_ALLOCATIONS`). Each step is
-/// one driver mapping, 33-70 us on the H100 at any size up to 128 MiB and
-/// serialised across threads (docs/performance.md), so the steps are what growth
-/// from cold costs; their shares and bounds are what the last one overshoots.
-const EXPANDABLE_STEP_MIN: u64 = 8 * MIB;
-const EXPANDABLE_SMALL_STEP_MAX: u64 = 32 * MIB;
-const EXPANDABLE_STEP_MAX: u64 = 128 * MIB;
-/// A segment that grows after this many allocations since its last step is past its
-/// cold start: a step there is rare, so it costs little time and is sized for memory,
-/// a thirty-second of what is mapped within these bounds (on the recorded traces, a
-/// GPT-2 sampling loop's fragmentation 1.069 -> 1.043, the same steps everywhere).
-const EXPANDABLE_QUIET_ALLOCATIONS: i64 = 1000;
-const EXPANDABLE_QUIET_STEP_MIN: u64 = 2 * MIB;
-const EXPANDABLE_QUIET_STEP_MAX: u64 = 16 * MIB;
 /// A search of free lists for `size` bytes below `limit` (`FreeLists::best_fit` or
 /// `quick_fit`).
 type FitFn = fn(&FreeLists, &Arena, u64, u64) -> Option<BlockId>;
@@ -64,229 +49,6 @@ const EXPANDABLE_PARK_MAX: u64 = 8 * MIB;
 /// Sizes of the last requests that no parked block served, remembered to tell which
 /// freed blocks to park: a block of one of these sizes is likely asked for again.
 const RECENT_SIZES: usize = 4;
-
-/// Where segments come from, and the stream-ordering markers deferred frees wait on.
-/// Shared by every shard of an allocator, so it synchronises itself.
-pub trait SegmentSource: Send + Sync {
-    /// A new segment of `size` bytes (its address) for use on `stream`, or an
-    /// out-of-memory error. A source may refuse while `stream` is being captured.
-    fn allocate(&self, size: u64, stream: u64) -> Result<u64>;
-    /// Returns a segment to its source.
-    fn release(&self, addr: u64, size: u64);
-    /// A marker after the work queued on `stream` so far.
-    fn record(&self, stream: u64) -> Result<u64>;
-    /// Whether a marker's work is done; a done marker is forgotten by the source.
-    fn is_done(&self, marker: u64) -> bool;
-    /// Blocks until a marker's work is done, then forgets it.
-    fn wait(&self, marker: u64);
-    /// (free, total) memory as the source reports it, for out-of-memory messages.
-    fn memory_info(&self) -> (u64, u64);
-    /// Whether a segment may be taken for `stream` now (a source may refuse while
-    /// `stream` is being captured).
-    fn may_allocate(&self, _stream: u64) -> Result<()> {
-        Ok(())
-    }
-    /// The native stream behind a stream key, for sources that pass it on.
-    fn native_stream(&self, stream: u64) -> u64 {
-        stream
-    }
-    /// Runs `f` with the source's device current, for sources that call out.
-    fn in_context(&self, f: &mut dyn FnMut()) -> Result<()> {
-        f();
-        Ok(())
-    }
-
-    // Expandable segments (`expandable_segments:True`): address ranges reserved once
-    // and backed with memory as they grow, so that a stream's blocks stay contiguous.
-
-    /// Reserves `size` bytes of addresses, backed by nothing yet.
-    fn reserve_addresses(&self, _size: u64) -> Result<u64> {
-        Err(Error::not_supported("this memory source has no expandable segments"))
-    }
-    /// Backs `[addr, addr + size)`, inside a reservation, with memory.
-    fn map(&self, _addr: u64, _size: u64) -> Result<()> {
-        Err(Error::not_supported("this memory source has no expandable segments"))
-    }
-    /// Returns the memory behind `[addr, addr + size)`; the addresses stay reserved.
-    fn unmap(&self, _addr: u64, _size: u64) {}
-    /// Returns a reservation, wholly unmapped.
-    fn free_addresses(&self, _addr: u64, _size: u64) {}
-    /// The unit of `map` and `unmap`.
-    fn map_granularity(&self) -> u64 {
-        2 * MIB
-    }
-    /// The device whose memory this source gives, for the memory history; `None`
-    /// (host memory) keeps its pools out of it.
-    fn history_device(&self) -> Option<i32> {
-        None
-    }
-
-    /// A marker on each of `streams`. On failure, the markers already recorded are
-    /// waited for and forgotten, so that the caller can leave its block as it was.
-    fn record_all(&self, streams: &[u64]) -> Result<Vec<u64>> {
-        let mut markers = Vec::with_capacity(streams.len());
-        for &stream in streams {
-            match self.record(stream) {
-                Ok(m) => markers.push(m),
-                Err(e) => {
-                    markers.into_iter().for_each(|m| self.wait(m));
-                    return Err(e);
-                }
-            }
-        }
-        Ok(markers)
-    }
-
-    /// Forgets the markers whose work is done (with `wait`, waits for all first);
-    /// whether none remain.
-    fn settle(&self, markers: &mut Vec<u64>, wait: bool) -> bool {
-        if wait {
-            markers.drain(..).for_each(|m| self.wait(m));
-        } else {
-            markers.retain(|m| !self.is_done(*m));
-        }
-        markers.is_empty()
-    }
-}
-
-/// What the pools (shards) of one allocator share: the source, the cap on the bytes
-/// they reserve together, and which shard owns each segment (for pointer-only frees).
-///
-/// Every free on every thread reads it, so it is aligned to keep other data off its
-/// cache lines (see `owners`).
-#[repr(align(128))]
-pub struct Segments<S> {
-    pub source: S,
-    reserved: AtomicU64,
-    /// Reserved bytes may not exceed this (`set_per_process_memory_fraction`).
-    limit: AtomicU64,
-    owners: SegmentOwners,
-    /// The lowest start and highest end of any segment so far (never narrowed): lets
-    /// a pointer-only free pass over other devices' allocators without a lock.
-    span: (AtomicU64, AtomicU64),
-}
-
-impl<S: SegmentSource> Segments<S> {
-    pub fn new(source: S) -> Arc<Self> {
-        Arc::new(Segments {
-            source,
-            reserved: AtomicU64::new(0),
-            limit: AtomicU64::new(u64::MAX),
-            owners: SegmentOwners::default(),
-            span: (AtomicU64::new(u64::MAX), AtomicU64::new(0)),
-        })
-    }
-
-    pub fn reserved(&self) -> u64 {
-        self.reserved.load(Ordering::Relaxed)
-    }
-
-    /// Caps reserved memory at `fraction` of the source's total (PyTorch's per-process
-    /// memory fraction); 1.0 removes the cap.
-    pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
-        if !(fraction > 0.0 && fraction <= 1.0) {
-            return Err(Error::invalid_argument(format!("memory fraction {fraction} is not in (0, 1]")));
-        }
-        let total = self.source.memory_info().1;
-        let limit = if fraction >= 1.0 { u64::MAX } else { (total as f64 * fraction) as u64 };
-        self.limit.store(limit, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Caps reserved memory at `bytes` (a pool's limit, cupy's `set_limit`).
-    pub fn set_limit(&self, bytes: u64) {
-        self.limit.store(bytes, Ordering::Relaxed);
-    }
-
-    fn limit(&self) -> u64 {
-        self.limit.load(Ordering::Relaxed)
-    }
-
-    /// Counts `size` more reserved bytes, unless that passes the cap.
-    fn within_cap(&self, size: u64) -> Result<()> {
-        let limit = self.limit();
-        if self.reserved.fetch_add(size, Ordering::Relaxed) + size > limit {
-            self.reserved.fetch_sub(size, Ordering::Relaxed);
-            return Err(Error::new(
-                Status::GPURT_ERROR_OUT_OF_MEMORY,
-                format!("the pool's limit (its own, or the per-process memory fraction) allows {limit} bytes"),
-            ));
-        }
-        Ok(())
-    }
-
-    /// A new segment for `shard`, within the cap.
-    fn take(&self, size: u64, stream: u64, shard: u32) -> Result<u64> {
-        self.within_cap(size)?;
-        match self.source.allocate(size, stream) {
-            Ok(addr) => {
-                self.own(addr, size, shard);
-                Ok(addr)
-            }
-            Err(e) => {
-                self.reserved.fetch_sub(size, Ordering::Relaxed);
-                Err(e)
-            }
-        }
-    }
-
-    /// Returns segments, given as (start, size), to the source.
-    fn give_back(&self, segments: &[(u64, u64)]) {
-        self.owners.remove(segments.iter().map(|&(start, _)| start).collect());
-        for &(addr, size) in segments {
-            self.source.release(addr, size);
-            self.reserved.fetch_sub(size, Ordering::Relaxed);
-        }
-    }
-
-    /// Reserves the addresses of an expandable segment for `shard`.
-    fn reserve_expandable(&self, size: u64, shard: u32) -> Result<u64> {
-        let addr = self.source.reserve_addresses(size)?;
-        self.own(addr, size, shard);
-        Ok(addr)
-    }
-
-    /// Backs `size` more bytes of an expandable segment at `addr`, within the cap.
-    fn grow(&self, addr: u64, size: u64) -> Result<()> {
-        self.within_cap(size)?;
-        self.source.map(addr, size).inspect_err(|_| {
-            self.reserved.fetch_sub(size, Ordering::Relaxed);
-        })
-    }
-
-    fn shrink(&self, addr: u64, size: u64) {
-        self.source.unmap(addr, size);
-        self.reserved.fetch_sub(size, Ordering::Relaxed);
-    }
-
-    fn free_expandable(&self, addr: u64, size: u64) {
-        self.owners.remove(vec![addr]);
-        self.source.free_addresses(addr, size);
-    }
-
-    /// Records `shard` as the owner of the segment `[addr, addr + size)`.
-    fn own(&self, addr: u64, size: u64, shard: u32) {
-        self.owners.insert(SegmentOwner { start: addr, end: addr + size, shard });
-        self.span.0.fetch_min(addr, Ordering::Relaxed);
-        self.span.1.fetch_max(addr + size, Ordering::Relaxed);
-    }
-
-    /// Whether `addr` lies within the span of every segment so far: false means it
-    /// is surely not this allocator's, without taking a lock.
-    pub fn may_hold(&self, addr: u64) -> bool {
-        self.span.0.load(Ordering::Relaxed) <= addr && addr < self.span.1.load(Ordering::Relaxed)
-    }
-
-    /// The shard whose segment contains `addr`.
-    pub fn owner_of(&self, addr: u64) -> Option<u32> {
-        self.owners.owner_of(addr)
-    }
-
-    /// Segments and their owners, for invariant checks.
-    pub fn owners(&self) -> Vec<SegmentOwner> {
-        self.owners.all()
-    }
-}
 
 /// A freed block parked uncoalesced for the next request of its exact size on its
 /// stream. Its size and stream are copied from the block, so that the search for a
@@ -385,22 +147,6 @@ impl<S: SegmentSource> Drop for Pool<S> {
             tag.recorder.absorb(&mut self.events);
         }
     }
-}
-
-/// An expandable segment: a reserved address range whose first bytes are backed by
-/// memory. It is also in `segments`, with its mapped size.
-#[derive(Debug, Clone)]
-struct Expandable {
-    base: u64,
-    reserved: u64,
-    /// The block that ends the mapped bytes.
-    tail: BlockId,
-    /// Where each mapping starts, in order (each ends where the next starts, the last
-    /// at the mapped end): the driver unmaps whole mappings only, so memory goes back
-    /// from a mapping's start.
-    maps: Vec<u64>,
-    /// The pool's allocation count when this segment last grew.
-    allocations_at_growth: i64,
 }
 
 fn park_max(config: &AllocConfig) -> u64 {
@@ -940,21 +686,6 @@ impl<S: SegmentSource> Pool<S> {
         }
     }
 
-    /// Records that block `id` now ends its segment, if that segment is an
-    /// expandable one.
-    fn note_tail(&mut self, id: BlockId) {
-        if self.expandable.is_empty() {
-            return;
-        }
-        let b = &self.blocks[id];
-        let (key, addr) = ((self.stream_of(b), pool_index(b.pool)), b.addr);
-        if let Some(seg) = self.expandable.get_mut(&key) {
-            if (seg.base..seg.base + seg.reserved).contains(&addr) {
-                seg.tail = id;
-            }
-        }
-    }
-
     /// Counts device memory taken (`bytes` > 0) or given back: a segment, or a part
     /// of an expandable segment mapped or unmapped.
     fn count_device_memory(&mut self, pool: PoolKind, bytes: i64) {
@@ -964,122 +695,6 @@ impl<S: SegmentSource> Pool<S> {
         } else {
             self.stats.reserved_bytes.sub(pool, -bytes);
             self.stats.num_device_free += 1;
-        }
-    }
-
-    /// A free block of at least `rounded` bytes at the end of `stream`'s expandable
-    /// segment of `pool`: the segment is created, or grown by what its free tail
-    /// block lacks or, if more, a share of what it has mapped (granularity multiples).
-    fn grow_expandable(&mut self, pool: PoolKind, stream: u64, rounded: u64) -> Result<BlockId> {
-        let granularity = self.shared.source.map_granularity();
-        let key = (stream, pool_index(pool));
-        let Some((base, reserved, last, allocations_at_growth)) =
-            self.expandable.get(&key).map(|e| (e.base, e.reserved, e.tail, e.allocations_at_growth))
-        else {
-            // Room for the whole device: a segment never needs a second range.
-            let total = self.shared.source.memory_info().1;
-            let reserved = total.max(rounded).max(1 << 30).next_multiple_of(granularity);
-            let base = self.shared.reserve_expandable(reserved, self.shard)?;
-            let size = rounded.next_multiple_of(granularity);
-            if let Err(e) = self.shared.grow(base, size) {
-                self.shared.free_expandable(base, reserved);
-                return Err(e);
-            }
-            self.note(&[Action::SegmentMap], base, size, stream);
-            let id = self.add_segment(pool, stream, base, size);
-            let allocations_at_growth = self.allocations_so_far();
-            self.expandable.insert(key, Expandable { base, reserved, tail: id, maps: vec![base], allocations_at_growth });
-            return Ok(id);
-        };
-        let mapped = self.segments[&base].size;
-        let tail = &self.blocks[last];
-        let (tail_free, rank) = (tail.state == State::Free, tail.rank + tail.size);
-        let missing = if tail_free { rounded.saturating_sub(tail.size) } else { rounded };
-        let needed = missing.next_multiple_of(granularity);
-        if mapped + needed > reserved {
-            return Err(Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, "the expandable segment's address range is full"));
-        }
-        let end = base + mapped;
-        // A step of a share of what is mapped: a pool growing from cold makes fewer
-        // driver calls (measured on recorded traces: docs/performance.md) for a
-        // bounded overshoot; where the step is refused (the cap, the driver), what is
-        // needed is enough.
-        let allocations = self.allocations_so_far();
-        let step = if allocations - allocations_at_growth >= EXPANDABLE_QUIET_ALLOCATIONS {
-            (mapped / 32).clamp(EXPANDABLE_QUIET_STEP_MIN, EXPANDABLE_QUIET_STEP_MAX)
-        } else {
-            (mapped / 8).min(EXPANDABLE_SMALL_STEP_MAX).max((mapped / 16).min(EXPANDABLE_STEP_MAX)).max(EXPANDABLE_STEP_MIN)
-        }
-        .next_multiple_of(granularity)
-        .min(reserved - mapped);
-        self.expandable.get_mut(&key).expect("segment").allocations_at_growth = allocations;
-        let grow = if step > needed && self.shared.grow(end, step).is_ok() {
-            step
-        } else {
-            self.shared.grow(end, needed)?;
-            needed
-        };
-        self.note(&[Action::SegmentMap], end, grow, stream);
-        self.count_device_memory(pool, grow as i64);
-        self.segment_mut(base).size = mapped + grow;
-        self.expandable.get_mut(&key).expect("segment").maps.push(end);
-        if tail_free {
-            self.remove_free(last);
-            self.blocks[last].size += grow;
-            self.insert_free(last);
-            return Ok(last);
-        }
-        let id = self.blocks.insert(Block::free(end, grow, rank, self.blocks[last].lists, pool, last, NO_BLOCK));
-        self.blocks[last].next = id;
-        self.expandable.get_mut(&key).expect("segment").tail = id;
-        self.insert_free(id);
-        Ok(id)
-    }
-
-    fn segment_mut(&mut self, start: u64) -> &mut Segment {
-        self.segments.get_mut(&start).expect("a held segment")
-    }
-
-    /// Unmaps the mappings that lie wholly in the free end of every expandable
-    /// segment; a wholly free one gives its addresses back too.
-    fn release_expandable_tails(&mut self) {
-        let keys: Vec<(u64, usize)> = self.expandable.keys().copied().collect();
-        for key in keys {
-            let seg = &self.expandable[&key];
-            let (base, reserved, tail) = (seg.base, seg.reserved, seg.tail);
-            let Block { addr: tail_addr, pool, prev, state, .. } = self.blocks[tail];
-            // The first mapping that starts in the free tail block: it and those after
-            // it go (the driver cannot unmap part of a mapping).
-            let first = seg.maps.partition_point(|&start| start < tail_addr);
-            if state != State::Free || first == seg.maps.len() {
-                continue;
-            }
-            let end = base + self.segments[&base].size;
-            let keep_end = seg.maps[first];
-            let mut released = self.expandable.get_mut(&key).expect("segment").maps.split_off(first);
-            released.push(end);
-            for span in released.windows(2) {
-                self.shared.shrink(span[0], span[1] - span[0]);
-            }
-            let release = end - keep_end;
-            self.remove_free(tail);
-            self.note(&[Action::SegmentUnmap], keep_end, release, key.0);
-            self.count_device_memory(pool, -(release as i64));
-            if keep_end > tail_addr {
-                self.blocks[tail].size -= release;
-                self.insert_free(tail);
-            } else if prev != NO_BLOCK {
-                // The tail block was all unmapped; its neighbour (in use) ends the segment.
-                self.blocks.remove(tail);
-                self.blocks[prev].next = NO_BLOCK;
-                self.expandable.get_mut(&key).expect("segment").tail = prev;
-            } else {
-                self.forget_segment(base, tail);
-                self.expandable.remove(&key);
-                self.shared.free_expandable(base, reserved);
-                continue;
-            }
-            self.segment_mut(base).size = keep_end - base;
         }
     }
 
@@ -1130,16 +745,7 @@ impl<S: SegmentSource> Pool<S> {
 
     /// Checks every structural and statistical invariant; for tests.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
-        for seg in self.expandable.values() {
-            let tail = &self.blocks[seg.tail];
-            let mapped = self.segments.get(&seg.base).ok_or("an expandable segment is missing from the segments")?.size;
-            if tail.state == State::Vacant || tail.addr + tail.size != seg.base + mapped || tail.next != NO_BLOCK || mapped > seg.reserved {
-                return Err(format!("expandable segment {:#x}: its tail block does not end its {mapped} mapped bytes", seg.base));
-            }
-            if seg.maps.first() != Some(&seg.base) || seg.maps.windows(2).any(|w| w[0] >= w[1]) || seg.maps.last().is_some_and(|&m| m >= seg.base + mapped) {
-                return Err(format!("expandable segment {:#x}: its mappings {:x?} do not tile its {mapped} mapped bytes", seg.base, seg.maps));
-            }
-        }
+        self.check_expandable_invariants()?;
         let mut listed = std::collections::HashSet::new();
         for (index, lists) in self.free.iter().enumerate() {
             for (id, ok) in lists.entries(&self.blocks) {
