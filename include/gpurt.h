@@ -825,6 +825,11 @@ typedef gpurt_mem_pool_s *gpurt_mem_pool_t;
 typedef int (*gpurt_mem_pool_filter_fn)(size_t, int, void*, void*);
 
 /**
+ * How a pool sleeps (gpurt_mem_pool_sleep): GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD.
+ */
+typedef int gpurt_sleep_mode_t;
+
+/**
  * The handle of a communicator: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
  */
 typedef gpurt_comm_s *gpurt_comm_t;
@@ -1286,6 +1291,18 @@ typedef int (*gpurt_tunable_candidate_fn)(void *args, gpurt_stream_t stream, voi
  */
 typedef int (*gpurt_tunable_validator_fn)(void *args, int candidate, void *context);
 
+/**
+ * Sleep mode: the pool's contents are copied to pinned host memory and copied back
+ * on wake (vLLM's sleep level 1, for weights).
+ */
+#define GPURT_SLEEP_OFFLOAD 0
+
+/**
+ * Sleep mode: the pool's contents are dropped; after wake its blocks hold
+ * undefined bytes (vLLM's sleep level 2, for a KV cache).
+ */
+#define GPURT_SLEEP_DISCARD 1
+
 
 
 #ifdef __cplusplus
@@ -1723,6 +1740,50 @@ gpurt_status_t gpurt_mem_pool_empty_cache(gpurt_mem_pool_t pool);
  */
 gpurt_status_t gpurt_mem_pool_get_device(gpurt_mem_pool_t pool,
                                          int *device);
+
+/**
+ * Puts `pool` to sleep: it waits for its deferred frees and releases its wholly
+ * free memory, waits for the device's work, with GPURT_SLEEP_OFFLOAD copies its
+ * memory to pinned host memory, then unmaps all of it, giving the physical memory
+ * back to the driver. Its blocks keep their addresses (reserved, not backed): after
+ * gpurt_mem_pool_wake every pointer is valid again, so CUDA graphs that use them
+ * replay. While it sleeps, allocations from it fail and frees of its blocks work.
+ * Only memory of expandable segments can sleep (`expandable_segments:True`, in the
+ * process's configuration or the pool's own); a pool holding a block in a segment
+ * of its own refuses, naming the block. A failure leaves the pool awake, as it was.
+ *
+ * @param pool the pool: a default pool, or one made with gpurt_mem_pool_create
+ * @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown `mode` or a pool already asleep; GPURT_ERROR_NOT_SUPPORTED for a pool that cannot sleep (a block in a segment of its own, a graph pool, the driver's pool, an upstream that cannot map); GPURT_ERROR_OUT_OF_MEMORY where the host memory for the offload cannot be had; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocking: synchronises the pool's device, then copies and unmaps. Not allowed while a stream is being captured.
+ */
+gpurt_status_t gpurt_mem_pool_sleep(gpurt_mem_pool_t pool,
+                                    gpurt_sleep_mode_t mode);
+
+/**
+ * Wakes a sleeping `pool`: its memory is mapped again at the same addresses and,
+ * if it slept with GPURT_SLEEP_OFFLOAD, its contents copied back. A failure (the
+ * device out of memory, say) leaves it asleep, as it was, for a retry.
+ *
+ * @param pool the pool
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a pool that is not asleep; GPURT_ERROR_OUT_OF_MEMORY when the device's memory does not suffice; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocking: maps and copies, and returns when the contents are back.
+ */
+gpurt_status_t gpurt_mem_pool_wake(gpurt_mem_pool_t pool);
+
+/**
+ * Whether `pool` sleeps (gpurt_mem_pool_sleep).
+ *
+ * @param pool the pool
+ * @param[out] asleep receives 1 while it sleeps, else 0; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_mem_pool_is_asleep(gpurt_mem_pool_t pool,
+                                        int *asleep);
 
 /**
  * Starts (`enabled` non-zero) or stops recording the allocator's memory history: a

@@ -679,6 +679,49 @@ public:
      *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
      */
     Ret<void> empty_cache() const { return detail::finish(gpurt_mem_pool_empty_cache(handle_)); }
+    /** Gives the pool's device memory back to the driver, its blocks keeping their
+     *  addresses (gpurt_mem_pool_sleep; needs expandable segments).
+     *  @param mode GPURT_SLEEP_OFFLOAD (contents kept in pinned host memory) or GPURT_SLEEP_DISCARD
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
+    Ret<void> sleep(gpurt_sleep_mode_t mode = GPURT_SLEEP_OFFLOAD) const { return detail::finish(gpurt_mem_pool_sleep(handle_, mode)); }
+    /** Maps the pool's memory back at the same addresses (gpurt_mem_pool_wake).
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
+    Ret<void> wake() const { return detail::finish(gpurt_mem_pool_wake(handle_)); }
+    /** @return whether the pool sleeps (gpurt_mem_pool_is_asleep). */
+    Ret<bool> is_asleep() const {
+        int asleep = 0;
+        gpurt_status_t s = gpurt_mem_pool_is_asleep(handle_, &asleep);
+        return detail::finish(s, asleep != 0);
+    }
+};
+
+/** For a scope, `pool` sleeps (vLLM's sleep and wake around a trainer's turn): put to
+ *  sleep by the constructor, woken by the destructor. Where exceptions are off, a
+ *  failed sleep leaves the guard inactive (`active()`); a failed wake in the
+ *  destructor leaves the pool asleep, with the error in gpurt_last_error_message(). */
+class MemPoolSleep {
+public:
+    /** Puts `pool` to sleep until the guard is destroyed. @param pool the pool @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD */
+    explicit MemPoolSleep(gpurt_mem_pool_t pool, gpurt_sleep_mode_t mode = GPURT_SLEEP_OFFLOAD) : pool_(pool) {
+        gpurt_status_t s = gpurt_mem_pool_sleep(pool, mode);
+        asleep_ = s == GPURT_SUCCESS;
+        (void)detail::finish(s);
+    }
+    /** Puts `pool` to sleep until the guard is destroyed. @param pool the pool @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD */
+    explicit MemPoolSleep(const MemPool &pool, gpurt_sleep_mode_t mode = GPURT_SLEEP_OFFLOAD) : MemPoolSleep(pool.get(), mode) {}
+    MemPoolSleep(const MemPoolSleep &) = delete;
+    MemPoolSleep &operator=(const MemPoolSleep &) = delete;
+    ~MemPoolSleep() {
+        if (asleep_) (void)gpurt_mem_pool_wake(pool_);
+    }
+    /** @return whether the sleep succeeded. */
+    bool active() const noexcept { return asleep_; }
+
+private:
+    gpurt_mem_pool_t pool_;
+    bool asleep_ = false;
 };
 
 /** For a scope, this thread's allocations on the pool's device come from `pool`

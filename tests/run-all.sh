@@ -182,6 +182,7 @@ stub_c_test() {
 stub_c_test ipc_test "IPC memory between two processes: export, open, free while held, collect, SIGKILL (stub driver)"
 echo "== IPC again with two devices that can access each other: device 1's expandable block opened for device 0 (stub driver)"
 STUB_CUDA_DEVICES=2 LD_LIBRARY_PATH=$stub "$stub/ipc_test"
+stub_c_test sleep_test "pools that sleep and wake: offload, discard, the refusals (stub driver: statuses and figures; bytes in the GPU suite)"
 stub_c_test backend_test "backend:cudaMallocAsync: the driver's pool behind the default pools (stub driver)"
 stub_c_test tunable_test "TunableOp: concurrent first runs tune once, the results file, a second process (stub driver)"
 stub_c_test sanitizer_test "stream sanitizer: each happens-before rule, graphs, misuse, 8 ordered threads (stub driver)"

@@ -60,6 +60,32 @@ class MemPool(Handle):
 
     free_all_blocks = empty_cache
 
+    def sleep(self, offload=True):
+        """Gives the pool's device memory back to the driver, keeping its blocks'
+        addresses (gpurt_mem_pool_sleep): with `offload` its contents wait in pinned
+        host memory, else they are dropped. Needs expandable segments. While it
+        sleeps, allocating from it raises and freeing works."""
+        mode = lib.GPURT_SLEEP_OFFLOAD if offload else lib.GPURT_SLEEP_DISCARD
+        check(lib.gpurt_mem_pool_sleep(self._handle, mode))
+
+    def wake(self):
+        """Maps the pool's memory back at the same addresses, with its contents if it
+        slept with offload (gpurt_mem_pool_wake)."""
+        check(lib.gpurt_mem_pool_wake(self._handle))
+
+    @property
+    def asleep(self):
+        return bool(fetch("int", lib.gpurt_mem_pool_is_asleep, self._handle))
+
+    @contextlib.contextmanager
+    def sleeping(self, offload=True):
+        """Asleep within the block, awake again after it."""
+        self.sleep(offload)
+        try:
+            yield self
+        finally:
+            self.wake()
+
 
 @contextlib.contextmanager
 def use_mem_pool(pool):

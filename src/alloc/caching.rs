@@ -25,7 +25,7 @@
 //! allocators from scaling.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 
 use rustc_hash::FxHashMap as HashMap;
@@ -33,7 +33,7 @@ use rustc_hash::FxHashMap as HashMap;
 use super::config::AllocConfig;
 use super::history::{self, Action};
 use super::owners::SegmentOwner;
-use super::pool::{BlockPlace, Pool, SegmentSource, SegmentView, Segments};
+use super::pool::{asleep_error, BlockPlace, Pool, SegmentSource, SegmentView, Segments};
 use super::stats::{format_bytes, gpurt_memory_stats_t};
 use crate::boundary::lock;
 use crate::error::{Error, Result, Status};
@@ -163,6 +163,12 @@ pub struct CachingAllocator<S: SegmentSource> {
     totals: Mutex<gpurt_memory_stats_t>,
     /// Where its pools' events go while the memory history is on (`None`: host memory).
     history: Option<history::Tag>,
+    /// Whether it sleeps (`sleep`): read by every allocation, so that a shard made
+    /// while it sleeps takes no memory either.
+    asleep: AtomicBool,
+    /// How it sleeps (`Some(offload)`), or `None` awake; held through a sleep or wake,
+    /// so that they run one at a time.
+    sleep_mode: Mutex<Option<bool>>,
 }
 
 fn is_oom(e: &Error) -> bool {
@@ -180,6 +186,8 @@ impl<S: SegmentSource> CachingAllocator<S> {
             shards: (0..MAX_SHARDS).map(|_| OnceLock::new()).collect(),
             streams: Mutex::default(),
             totals: Mutex::new(gpurt_memory_stats_t::new()),
+            asleep: AtomicBool::new(false),
+            sleep_mode: Mutex::new(None),
         }
     }
 
@@ -350,6 +358,9 @@ impl<S: SegmentSource> CachingAllocator<S> {
         if size > GPURT_MAX_ALLOCATION_SIZE {
             return Err(self.too_large(size));
         }
+        if self.asleep.load(Ordering::Relaxed) {
+            return Err(asleep_error());
+        }
         let index = self.shard_of_stream(stream);
         match self.attempt(self.shard_to_allocate(index, stream), size, stream, false) {
             Ok(Some(addr)) => Ok(addr),
@@ -487,6 +498,80 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// frees first (`torch.cuda.empty_cache`).
     pub fn empty_cache(&self) {
         self.for_each_shard(Pool::empty_cache);
+    }
+
+    /// Puts every shard to sleep: each prepares (`Pool::prepare_sleep`: deferred
+    /// frees, the release of free memory, the device's work waited for, with
+    /// `offload` the contents copied to host memory), then each unmaps its memory
+    /// (`Pool::commit_sleep`), the shards locked throughout. Allocations are refused
+    /// until `wake`; frees go on. A failure comes before anything is unmapped, so
+    /// the allocator stays wholly awake.
+    pub fn sleep(&self, offload: bool) -> Result<()> {
+        let mut mode = lock(&self.sleep_mode);
+        if mode.is_some() {
+            return Err(Error::invalid_argument("the memory pool is already asleep"));
+        }
+        self.asleep.store(true, Ordering::Relaxed);
+        let mut shards = self.lock_shards();
+        let prepared: Result<Vec<_>> = shards.iter_mut().map(|state| state.pool.prepare_sleep(offload)).collect();
+        let prepared = match prepared {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                self.flush_shards(&mut shards);
+                self.asleep.store(false, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        for (state, sleep) in shards.iter_mut().zip(prepared) {
+            state.pool.commit_sleep(sleep);
+        }
+        self.flush_shards(&mut shards);
+        *mode = Some(offload);
+        Ok(())
+    }
+
+    /// Wakes every sleeping shard: each maps its memory again and restores what was
+    /// offloaded (`Pool::map_for_wake`), then each counts it (`Pool::commit_wake`).
+    /// A shard's failure unmaps the shards mapped before it again, so that the
+    /// allocator stays wholly asleep, its host copies kept, and the call may be retried.
+    pub fn wake(&self) -> Result<()> {
+        let mut mode = lock(&self.sleep_mode);
+        if mode.is_none() {
+            return Err(Error::invalid_argument("the memory pool is not asleep"));
+        }
+        let mut shards = self.lock_shards();
+        shards.retain(|state| state.pool.is_asleep()); // a shard made as it fell asleep holds nothing asleep
+        for i in 0..shards.len() {
+            if let Err(e) = shards[i].pool.map_for_wake() {
+                for state in &mut shards[..i] {
+                    state.pool.unmap_after_wake();
+                }
+                return Err(e);
+            }
+        }
+        for state in &mut shards {
+            state.pool.commit_wake();
+        }
+        self.flush_shards(&mut shards);
+        *mode = None;
+        self.asleep.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether the allocator sleeps, and how: `Some(offload)`.
+    pub fn sleep_mode(&self) -> Option<bool> {
+        *lock(&self.sleep_mode)
+    }
+
+    /// Every shard locked, in index order (sleep and wake hold them all).
+    fn lock_shards(&self) -> Vec<MutexGuard<'_, ShardState<S>>> {
+        self.created_shards().map(|shard| lock(&shard.state)).collect()
+    }
+
+    fn flush_shards(&self, shards: &mut [MutexGuard<'_, ShardState<S>>]) {
+        for state in shards {
+            state.flush(&self.totals);
+        }
     }
 
     /// Runs `f` on every shard's pool in turn, flushing its statistics after.

@@ -31,6 +31,12 @@ struct HostState {
     next_marker: u64,
     /// The device its pools' memory history is recorded for (`on_device`).
     device: Option<i32>,
+    /// What tests wrote into mapped memory (`write`), by address; unmapping drops it,
+    /// as the driver's unmapping drops the memory.
+    contents: std::collections::BTreeMap<u64, Vec<u8>>,
+    /// The next call of an operation that fails (`fail_on`): (operation, calls to
+    /// pass first).
+    failure: Option<(&'static str, u32)>,
 }
 
 impl HostSource {
@@ -62,6 +68,8 @@ impl HostSource {
             markers: HashMap::new(),
             next_marker: 1,
             device: None,
+            contents: std::collections::BTreeMap::new(),
+            failure: None,
         }))
     }
 
@@ -88,6 +96,22 @@ impl HostSource {
     pub fn pending_markers(&self) -> usize {
         self.state().markers.len()
     }
+    /// Writes `bytes` at `addr`, which must lie in mapped memory (expandable segments).
+    pub fn write(&self, addr: u64, bytes: &[u8]) {
+        let mut s = self.state();
+        assert!(s.is_mapped(addr, bytes.len() as u64), "wrote to memory that is not mapped");
+        s.contents.insert(addr, bytes.to_vec());
+    }
+    /// What `write` put at `addr`, if its memory has stayed mapped since (or came back
+    /// with its contents).
+    pub fn read(&self, addr: u64) -> Option<Vec<u8>> {
+        self.state().contents.get(&addr).cloned()
+    }
+    /// Fails the call of `operation` ("map", "offload", "restore", "synchronize") that
+    /// comes after `pass` more calls of it, once: for fault-injection tests.
+    pub fn fail_on(&self, operation: &'static str, pass: u32) {
+        self.state().failure = Some((operation, pass));
+    }
     /// Where `addr` lies: (the number of the segment or reservation holding it, in
     /// the order they were made; the offset in it).
     pub fn placement(&self, addr: u64) -> Option<(usize, u64)> {
@@ -111,6 +135,23 @@ impl HostState {
         };
         self.made.push((addr, size));
         addr
+    }
+    fn is_mapped(&self, addr: u64, size: u64) -> bool {
+        self.mappings.range(..=addr).next_back().is_some_and(|(&start, &len)| addr + size <= start + len)
+    }
+    /// Whether this call of `operation` is the one `fail_on` chose.
+    fn fails(&mut self, operation: &'static str) -> Result<()> {
+        match &mut self.failure {
+            Some((op, 0)) if *op == operation => {
+                self.failure = None;
+                Err(Error::new(Status::GPURT_ERROR_CUDA, format!("injected failure of {operation}")))
+            }
+            Some((op, pass)) if *op == operation => {
+                *pass -= 1;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
     fn reservation_holds(&self, addr: u64, size: u64) -> bool {
         self.reservations.iter().any(|(&start, &len)| start <= addr && addr + size <= start + len)
@@ -166,6 +207,7 @@ impl SegmentSource for HostSource {
         assert!(s.reservation_holds(addr, size), "mapped outside a reservation");
         let before = s.mappings.range(..addr + size).next_back().map(|(&start, &len)| start + len > addr);
         assert!(before != Some(true), "mapped over a mapping");
+        s.fails("map")?;
         if s.used + size > s.capacity {
             return Err(Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, "host source exhausted"));
         }
@@ -180,6 +222,28 @@ impl SegmentSource for HostSource {
         assert_eq!(s.mappings.remove(&addr), Some(size), "unmapped what is not one whole mapping");
         s.used -= size;
         s.mapped -= size;
+        let dropped: Vec<u64> = s.contents.range(addr..addr + size).map(|(&a, _)| a).collect();
+        for a in dropped {
+            s.contents.remove(&a);
+        }
+    }
+    fn synchronize(&self) -> Result<()> {
+        self.state().fails("synchronize")
+    }
+    fn offload(&self, addr: u64, size: u64) -> Result<Box<dyn std::any::Any + Send>> {
+        let mut s = self.state();
+        assert!(s.is_mapped(addr, size), "offloaded memory that is not mapped");
+        s.fails("offload")?;
+        let copy: Vec<(u64, Vec<u8>)> = s.contents.range(addr..addr + size).map(|(&a, b)| (a, b.clone())).collect();
+        Ok(Box::new(copy))
+    }
+    fn restore(&self, addr: u64, size: u64, copy: &(dyn std::any::Any + Send)) -> Result<()> {
+        let mut s = self.state();
+        assert!(s.is_mapped(addr, size), "restored into memory that is not mapped");
+        s.fails("restore")?;
+        let copy = copy.downcast_ref::<Vec<(u64, Vec<u8>)>>().expect("a host source's copy");
+        s.contents.extend(copy.iter().cloned());
+        Ok(())
     }
     fn free_addresses(&self, addr: u64, size: u64) {
         assert_eq!(self.state().reservations.remove(&addr), Some(size), "freed addresses that were not reserved");

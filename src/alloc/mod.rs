@@ -26,3 +26,5 @@ pub mod upstream;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod sleep_tests;

@@ -10,6 +10,7 @@
 
 use libc::{c_int, c_void};
 
+use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
@@ -17,6 +18,7 @@ use cudarc::driver::sys;
 
 use super::pool::SegmentSource;
 use crate::stream::key::native_stream_of;
+
 use crate::device;
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
@@ -158,6 +160,30 @@ impl SegmentSource for DriverSource {
     }
     fn free_addresses(&self, addr: u64, size: u64) {
         unsafe { sys::cuMemAddressFree(addr, size as usize) };
+    }
+    fn synchronize(&self) -> Result<()> {
+        device::synchronize(self.device)
+    }
+    /// Into pinned host memory, through the legacy stream (the device is idle: the
+    /// sleep synchronised it).
+    fn offload(&self, addr: u64, size: u64) -> Result<Box<dyn Any + Send>> {
+        device::with_device(self.device, || {
+            let mut host: *mut c_void = std::ptr::null_mut();
+            check(unsafe { sys::cuMemHostAlloc(&mut host, size as usize, 0) }, "cuMemHostAlloc")?;
+            let copy = PinnedCopy(host);
+            let legacy = crate::stream::NATIVE_LEGACY as sys::CUstream;
+            check(unsafe { sys::cuMemcpyDtoHAsync_v2(host, addr, size as usize, legacy) }, "cuMemcpyDtoHAsync")?;
+            check(unsafe { sys::cuStreamSynchronize(legacy) }, "cuStreamSynchronize")?;
+            Ok(Box::new(copy) as Box<dyn Any + Send>)
+        })
+    }
+    fn restore(&self, addr: u64, size: u64, copy: &(dyn Any + Send)) -> Result<()> {
+        let copy = copy.downcast_ref::<PinnedCopy>().ok_or_else(|| Error::new(Status::GPURT_ERROR_INTERNAL, "an offload of another memory source"))?;
+        device::with_device(self.device, || {
+            let legacy = crate::stream::NATIVE_LEGACY as sys::CUstream;
+            check(unsafe { sys::cuMemcpyHtoDAsync_v2(addr, copy.0, size as usize, legacy) }, "cuMemcpyHtoDAsync")?;
+            check(unsafe { sys::cuStreamSynchronize(legacy) }, "cuStreamSynchronize")
+        })
     }
     fn map_granularity(&self) -> u64 {
         *self.granularity.get_or_init(|| {
@@ -351,6 +377,18 @@ impl SegmentSource for AsyncSource {
     markers_from!(driver);
 }
 
+/// A mapping's contents in pinned host memory while its pool sleeps.
+struct PinnedCopy(*mut c_void);
+
+// SAFETY: the memory is the copy's alone, and pinned memory may be freed from any thread.
+unsafe impl Send for PinnedCopy {}
+
+impl Drop for PinnedCopy {
+    fn drop(&mut self) {
+        unsafe { sys::cuMemFreeHost(self.0) };
+    }
+}
+
 /// Every method forwarded, the defaulted ones included (their overrides matter).
 impl SegmentSource for Box<dyn SegmentSource> {
     fn allocate(&self, size: u64, stream: u64) -> Result<u64> {
@@ -385,6 +423,15 @@ impl SegmentSource for Box<dyn SegmentSource> {
     }
     fn map_granularity(&self) -> u64 {
         (**self).map_granularity()
+    }
+    fn synchronize(&self) -> Result<()> {
+        (**self).synchronize()
+    }
+    fn offload(&self, addr: u64, size: u64) -> Result<Box<dyn Any + Send>> {
+        (**self).offload(addr, size)
+    }
+    fn restore(&self, addr: u64, size: u64, copy: &(dyn Any + Send)) -> Result<()> {
+        (**self).restore(addr, size, copy)
     }
     fn history_device(&self) -> Option<i32> {
         (**self).history_device()

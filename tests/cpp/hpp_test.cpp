@@ -182,6 +182,24 @@ static void with_device(bool real_gpu) {
         CHECK(gpurt::MemPool::default_pool(0) != nullptr);
     }
 
+    // A pool asleep for a scope: its memory back to the driver, its buffer's address kept.
+    {
+        gpurt::MemPool sleepy = gpurt::MemPool::create(0, "expandable_segments:True");
+        gpurt::MemPoolGuard routed(sleepy);
+        gpurt::DeviceBuffer<int> kept(1 << 20, s);
+        void *address = kept.data();
+        s.synchronize();
+        {
+            gpurt::MemPoolSleep asleep(sleepy, GPURT_SLEEP_DISCARD);
+            CHECK(asleep.active() && sleepy.is_asleep());
+            CHECK(sleepy.stats().reserved_bytes.all.current == 0);
+            expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_mem_pool_sleep", [&] { sleepy.sleep(); });
+        }
+        CHECK(!sleepy.is_asleep() && kept.data() == address);
+        CHECK(sleepy.stats().reserved_bytes.all.current > 0);
+        expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_mem_pool_wake", [&] { sleepy.wake(); });
+    }
+
     // Random numbers: a generator's state round-trips; a bad fill is refused.
     {
         gpurt::manual_seed(7, 0);

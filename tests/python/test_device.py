@@ -465,3 +465,38 @@ def test_math_library_handles_check_first_then_name_the_missing_library(device):
     assert lt not in (0, handle) and workspace != 0 and size > 0
     created, idle = gpurt.blas.handle_counts("cublas")
     assert created >= 1 and idle >= 0
+
+
+def test_pools_sleep_and_wake_keeping_addresses_and_with_offload_their_bytes(device):
+    from conftest import DRIVER
+    s = gpurt.Stream()
+    payload = random.randbytes(3 << 20)
+    with gpurt.MemPool(config="expandable_segments:True") as pool:
+        kept = gpurt.DeviceBuffer(len(payload), stream=s, pool=pool)
+        freed_asleep = gpurt.DeviceBuffer(1 << 20, stream=s, pool=pool)
+        kept.copy_from_host(payload)
+        address = int(kept)
+        with pool.sleeping(offload=True):
+            assert pool.asleep
+            assert pool.stats()["reserved_bytes.all.current"] == 0
+            with pytest.raises(gpurt.InvalidArgumentError, match="asleep"):
+                gpurt.DeviceBuffer(4096, stream=s, pool=pool)
+            freed_asleep.free()
+        assert not pool.asleep and int(kept) == address
+        if DRIVER == "gpu":
+            assert bytes(kept.copy_to_host()) == payload
+        pool.sleep(offload=False)
+        with pytest.raises(gpurt.InvalidArgumentError, match="already asleep"):
+            pool.sleep()
+        pool.wake()
+        with pytest.raises(gpurt.InvalidArgumentError, match="not asleep"):
+            pool.wake()
+        kept.free()
+        s.synchronize()
+    with gpurt.MemPool(config="expandable_segments:False") as plain:
+        held = gpurt.DeviceBuffer(1 << 20, stream=s, pool=plain)
+        with pytest.raises(gpurt.NotSupportedError, match=hex(int(held))):
+            plain.sleep()
+        assert not plain.asleep
+        held.free()
+        s.synchronize()

@@ -84,7 +84,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
 CUresult cuCtxGetCurrent(P *c) { *c = current; return 0; }
 CUresult cuCtxSetCurrent(P c) { current = c; return 0; }
 CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
-CUresult cuCtxSynchronize(void) { return 0; }
+CUresult cuCtxSynchronize(void) { INJECT("cuCtxSynchronize", UNKNOWN); return 0; }
 CUresult cuCtxEnablePeerAccess(P c, unsigned f) { (void)c; (void)f; return 0; }
 CUresult cuCtxDisablePeerAccess(P c) { (void)c; return 0; }
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = 1ull << 33; *t = 1ull << 34; return 0; }
@@ -92,7 +92,7 @@ CUresult cuCtxGetStreamPriorityRange(int *l, int *g) { *l = 0; *g = -5; return 0
 CUresult cuStreamCreateWithPriority(P *s, unsigned f, int p) { (void)f; (void)p; INJECT("cuStreamCreateWithPriority", UNKNOWN); *s = calloc(1, 64); count(&live_streams, 1); return 0; }
 CUresult cuStreamDestroy_v2(P s) { free(s); count(&live_streams, -1); return 0; }
 CUresult cuStreamQuery(P s) { (void)s; return 0; }
-CUresult cuStreamSynchronize(P s) { (void)s; return 0; }
+CUresult cuStreamSynchronize(P s) { (void)s; INJECT("cuStreamSynchronize", UNKNOWN); return 0; }
 CUresult cuStreamWaitEvent(P s, P e, unsigned f) { (void)s; (void)e; (void)f; return 0; }
 CUresult cuStreamGetFlags(P s, unsigned *f) { (void)s; *f = 1; return 0; }
 CUresult cuStreamGetPriority(P s, int *p) { (void)s; *p = 0; return 0; }
@@ -316,7 +316,7 @@ CUresult cuMemUnmap(unsigned long long p, size_t size) {
     pthread_mutex_unlock(&maps_lock);
     return r;
 }
-CUresult cuMemSetAccess(unsigned long long p, size_t size, const void *desc, size_t n) { (void)p; (void)size; (void)desc; (void)n; return 0; }
+CUresult cuMemSetAccess(unsigned long long p, size_t size, const void *desc, size_t n) { (void)p; (void)size; (void)desc; (void)n; INJECT("cuMemSetAccess", OOM); return 0; }
 CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) { (void)prop; (void)option; *g = 2u << 20; return 0; }
 /* Shareable physical memory (expandable segments' IPC): an export is a real
  * descriptor (of /dev/null), so that the consumer's pidfd_getfd runs for real; an

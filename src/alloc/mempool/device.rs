@@ -7,6 +7,7 @@ use std::sync::{Mutex, OnceLock};
 
 use super::{Filter, MemPool, PoolUsage, Route};
 use crate::alloc::caching::CachingAllocator;
+use crate::alloc::pool::SegmentSource;
 use crate::alloc::capture::CaptureSource;
 use crate::alloc::config::AllocConfig;
 use crate::alloc::capture;
@@ -14,7 +15,7 @@ use crate::alloc::device::{self as pools, MEM_POOLS};
 use crate::alloc::upstream::{AsyncSource, DriverSource, ManagedSource, PoolSource, UserFunctions, UserSource, GPURT_MEM_ATTACH_GLOBAL};
 use crate::alloc::stats::gpurt_memory_stats_t;
 use crate::device::{self, PerDeviceOnce};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Status};
 use crate::handle::{Handle, HandleTable, Kind};
 
 static HANDLES: HandleTable<u64> = HandleTable::new(Kind::MemPool);
@@ -193,6 +194,55 @@ pub fn empty_cache(handle: Handle) -> Result<()> {
         Named::Graph(pool, _) => pool.empty_cache(),
     }
     Ok(())
+}
+
+/// The caching allocator behind a pool that can sleep: a default pool of gpurt's
+/// caching allocator, or a pool made with gpurt_mem_pool_create.
+fn with_sleeper<T>(handle: Handle, f: impl FnOnce(&dyn Sleeper) -> Result<T>) -> Result<T> {
+    match named(handle)? {
+        Named::Default(d) => match pools::default_pool(d)? {
+            pools::DefaultPool::Caching(a) => f(a),
+            pools::DefaultPool::Driver(_) => Err(Error::not_supported("the driver's pool (backend:cudaMallocAsync) cannot sleep: its memory is the driver's")),
+        },
+        Named::Pool(pool) => f(pool.allocator()),
+        Named::Graph(..) => Err(Error::not_supported("a graph pool's memory is its graphs': it does not sleep")),
+    }
+}
+
+/// Sleep and wake over an allocator of any source.
+trait Sleeper {
+    fn sleep(&self, offload: bool) -> Result<()>;
+    fn wake(&self) -> Result<()>;
+    fn sleep_mode(&self) -> Option<bool>;
+}
+
+impl<S: SegmentSource> Sleeper for CachingAllocator<S> {
+    fn sleep(&self, offload: bool) -> Result<()> {
+        CachingAllocator::sleep(self, offload)
+    }
+    fn wake(&self) -> Result<()> {
+        CachingAllocator::wake(self)
+    }
+    fn sleep_mode(&self) -> Option<bool> {
+        CachingAllocator::sleep_mode(self)
+    }
+}
+
+/// Puts the pool to sleep (`CachingAllocator::sleep`).
+pub fn sleep(handle: Handle, offload: bool) -> Result<()> {
+    with_sleeper(handle, |pool| pool.sleep(offload))
+}
+
+pub fn wake(handle: Handle) -> Result<()> {
+    with_sleeper(handle, |pool| pool.wake())
+}
+
+/// Whether the pool sleeps (a pool that cannot sleep never does).
+pub fn is_asleep(handle: Handle) -> Result<bool> {
+    match with_sleeper(handle, |pool| Ok(pool.sleep_mode().is_some())) {
+        Err(e) if e.status == Status::GPURT_ERROR_NOT_SUPPORTED => Ok(false),
+        other => other,
+    }
 }
 
 pub fn device_of(handle: Handle) -> Result<i32> {

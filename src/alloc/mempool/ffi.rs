@@ -288,3 +288,68 @@ pub extern "C" fn gpurt_mem_pool_get_device(pool: gpurt_mem_pool_t, device: *mut
         Ok(())
     })
 }
+
+/// How a pool sleeps (gpurt_mem_pool_sleep): GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD.
+pub type gpurt_sleep_mode_t = c_int;
+/// Sleep mode: the pool's contents are copied to pinned host memory and copied back
+/// on wake (vLLM's sleep level 1, for weights).
+pub const GPURT_SLEEP_OFFLOAD: gpurt_sleep_mode_t = 0;
+/// Sleep mode: the pool's contents are dropped; after wake its blocks hold
+/// undefined bytes (vLLM's sleep level 2, for a KV cache).
+pub const GPURT_SLEEP_DISCARD: gpurt_sleep_mode_t = 1;
+
+/// Puts `pool` to sleep: it waits for its deferred frees and releases its wholly
+/// free memory, waits for the device's work, with GPURT_SLEEP_OFFLOAD copies its
+/// memory to pinned host memory, then unmaps all of it, giving the physical memory
+/// back to the driver. Its blocks keep their addresses (reserved, not backed): after
+/// gpurt_mem_pool_wake every pointer is valid again, so CUDA graphs that use them
+/// replay. While it sleeps, allocations from it fail and frees of its blocks work.
+/// Only memory of expandable segments can sleep (`expandable_segments:True`, in the
+/// process's configuration or the pool's own); a pool holding a block in a segment
+/// of its own refuses, naming the block. A failure leaves the pool awake, as it was.
+///
+/// @param pool the pool: a default pool, or one made with gpurt_mem_pool_create
+/// @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown `mode` or a pool already asleep; GPURT_ERROR_NOT_SUPPORTED for a pool that cannot sleep (a block in a segment of its own, a graph pool, the driver's pool, an upstream that cannot map); GPURT_ERROR_OUT_OF_MEMORY where the host memory for the offload cannot be had; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Blocking: synchronises the pool's device, then copies and unmaps. Not allowed while a stream is being captured.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_sleep(pool: gpurt_mem_pool_t, mode: gpurt_sleep_mode_t) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_sleep", || {
+        let offload = match mode {
+            GPURT_SLEEP_OFFLOAD => true,
+            GPURT_SLEEP_DISCARD => false,
+            _ => return Err(Error::invalid_argument(format!("sleep mode {mode}: give GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD"))),
+        };
+        pools::sleep(h(pool), offload)
+    })
+}
+
+/// Wakes a sleeping `pool`: its memory is mapped again at the same addresses and,
+/// if it slept with GPURT_SLEEP_OFFLOAD, its contents copied back. A failure (the
+/// device out of memory, say) leaves it asleep, as it was, for a retry.
+///
+/// @param pool the pool
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a pool that is not asleep; GPURT_ERROR_OUT_OF_MEMORY when the device's memory does not suffice; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Blocking: maps and copies, and returns when the contents are back.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_wake(pool: gpurt_mem_pool_t) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_wake", || pools::wake(h(pool)))
+}
+
+/// Whether `pool` sleeps (gpurt_mem_pool_sleep).
+///
+/// @param pool the pool
+/// @param[out] asleep receives 1 while it sleeps, else 0; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_is_asleep(pool: gpurt_mem_pool_t, asleep: *mut c_int) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_is_asleep", || {
+        let out = Out::new(asleep, "asleep")?;
+        out.write(pools::is_asleep(h(pool))? as c_int);
+        Ok(())
+    })
+}

@@ -3,6 +3,8 @@
 //! from its free end (`expandable_segments:True`). The pool logic (free lists,
 //! splitting, coalescing) treats one as an ordinary segment of its mapped size.
 
+use std::any::Any;
+
 use super::super::blocks::{Block, BlockId, State, NO_BLOCK};
 use super::super::history::Action;
 use super::super::stats::PoolKind;
@@ -187,5 +189,144 @@ impl<S: SegmentSource> Pool<S> {
                 return Err(format!("expandable segment {:#x}: its mappings {:x?} do not tile its {mapped} mapped bytes", seg.base, seg.maps));
             }
         }        Ok(())
+    }
+}
+
+/// A sleeping pool's memory: every mapping of its expandable segments, unmapped (the
+/// addresses stay reserved and the blocks keep them), and with offload each one's
+/// contents in host memory.
+pub struct Sleep {
+    /// Each mapping, as it was mapped.
+    mappings: Vec<Mapping>,
+    /// Each mapping's contents, in the same order, where the sleep offloaded them.
+    copies: Vec<Box<dyn Any + Send>>,
+}
+
+/// One driver mapping of an expandable segment.
+#[derive(Clone, Copy)]
+struct Mapping {
+    start: u64,
+    size: u64,
+    pool: PoolKind,
+    /// The stream whose segment it is.
+    stream: u64,
+}
+
+impl Sleep {
+    /// The bytes the sleep unmapped.
+    pub(super) fn bytes(&self) -> u64 {
+        self.mappings.iter().map(|m| m.size).sum()
+    }
+}
+
+/// What an allocation from a sleeping pool gets.
+pub fn asleep_error() -> Error {
+    Error::new(Status::GPURT_ERROR_INVALID_ARGUMENT, "the memory pool is asleep: wake it before allocating from it")
+}
+
+impl<S: SegmentSource> Pool<S> {
+    pub fn is_asleep(&self) -> bool {
+        self.asleep.is_some()
+    }
+
+    /// The bytes asleep, and of those the bytes offloaded to host memory.
+    pub fn asleep_bytes(&self) -> (u64, u64) {
+        self.asleep.as_ref().map_or((0, 0), |s| (s.bytes(), if s.copies.is_empty() { 0 } else { s.bytes() }))
+    }
+
+    /// A sleep's fallible first half: deferred frees are waited for and wholly free
+    /// memory released, the device's work is waited for and, with `offload`, every
+    /// mapping's contents copied to host memory. Nothing is unmapped yet: on failure
+    /// the pool is as it was, its memory mapped.
+    pub fn prepare_sleep(&mut self, offload: bool) -> Result<Sleep> {
+        if self.asleep.is_some() {
+            return Err(Error::invalid_argument("the memory pool is already asleep"));
+        }
+        self.process_pending(true);
+        self.release_free_segments();
+        let expandable: Vec<u64> = self.expandable.values().map(|e| e.base).collect();
+        if let Some((&start, _)) = self.segments.iter().find(|(start, _)| !expandable.contains(start)) {
+            let live = self.by_addr.keys().copied().filter(|&a| (start..start + self.segments[&start].size).contains(&a)).min();
+            return Err(Error::not_supported(format!(
+                "the block at {:#x} lies in a segment of its own (expandable_segments:False), whose addresses do not outlive its memory: only a pool of expandable segments sleeps",
+                live.unwrap_or(start)
+            )));
+        }
+        let mappings = self.mappings();
+        self.shared.source.synchronize()?;
+        let copies = if offload {
+            mappings.iter().map(|m| self.shared.source.offload(m.start, m.size)).collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+        Ok(Sleep { mappings, copies })
+    }
+
+    /// A sleep's second half, which cannot fail: every mapping unmapped, its memory
+    /// back to the driver; the blocks keep their addresses.
+    pub fn commit_sleep(&mut self, sleep: Sleep) {
+        for &m in &sleep.mappings {
+            self.shared.shrink(m.start, m.size);
+            self.count_device_memory(m.pool, -(m.size as i64));
+            self.note(&[Action::SegmentUnmap], m.start, m.size, m.stream);
+        }
+        self.asleep = Some(sleep);
+    }
+
+    /// A wake's fallible first half: every mapping mapped again at its address and,
+    /// where the sleep offloaded them, its contents copied back. On failure the pool
+    /// is as it was, asleep and unmapped.
+    pub fn map_for_wake(&mut self) -> Result<()> {
+        let sleep = self.asleep.as_ref().ok_or_else(|| Error::invalid_argument("the memory pool is not asleep"))?;
+        for (i, m) in sleep.mappings.iter().enumerate() {
+            if let Err(e) = self.shared.grow(m.start, m.size) {
+                self.unmap_mappings(i);
+                return Err(e);
+            }
+        }
+        let sleep = self.asleep.as_ref().expect("asleep");
+        for (m, copy) in sleep.mappings.iter().zip(&sleep.copies) {
+            if let Err(e) = self.shared.source.restore(m.start, m.size, copy.as_ref()) {
+                self.unmap_mappings(sleep.mappings.len());
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Undoes a `map_for_wake` that succeeded (another shard's failed): unmapped
+    /// again, still asleep, its host copies kept.
+    pub fn unmap_after_wake(&mut self) {
+        let n = self.asleep.as_ref().map_or(0, |s| s.mappings.len());
+        self.unmap_mappings(n);
+    }
+
+    /// A wake's second half, after `map_for_wake`: counted as mapped, awake, the host
+    /// copies freed.
+    pub fn commit_wake(&mut self) {
+        let Some(sleep) = self.asleep.take() else { return };
+        for &m in &sleep.mappings {
+            self.count_device_memory(m.pool, m.size as i64);
+            self.note(&[Action::SegmentMap], m.start, m.size, m.stream);
+        }
+    }
+
+    /// Unmaps the first `n` mappings of the sleep (mapped by a wake that is undone).
+    fn unmap_mappings(&self, n: usize) {
+        for m in &self.asleep.as_ref().expect("asleep").mappings[..n] {
+            self.shared.shrink(m.start, m.size);
+        }
+    }
+
+    /// Every mapping of the expandable segments.
+    fn mappings(&self) -> Vec<Mapping> {
+        let mut all = Vec::new();
+        for (&(stream, _), seg) in &self.expandable {
+            let segment = &self.segments[&seg.base];
+            let (end, pool) = (seg.base + segment.size, self.blocks[segment.first].pool);
+            let ends = seg.maps.iter().skip(1).copied().chain([end]);
+            all.extend(seg.maps.iter().zip(ends).map(|(&start, end)| Mapping { start, size: end - start, pool, stream }));
+        }
+        all
     }
 }

@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 mod expandable;
 mod segments;
 mod view;
+pub use expandable::{asleep_error, Sleep};
 use expandable::Expandable;
 pub use segments::{SegmentSource, Segments};
 pub use view::{BlockState, BlockView, SegmentView};
@@ -132,6 +133,8 @@ pub struct Pool<S: SegmentSource> {
     parked_reuses: [(i64, i64); 2],
     /// Expandable segments, one per (stream, pool index).
     expandable: HashMap<(u64, usize), Expandable>,
+    /// While the pool sleeps: its unmapped memory (`expandable::Sleep`).
+    asleep: Option<Sleep>,
     /// Segments taken so far: the next segment's number in its blocks' ranks.
     segments_taken: u64,
     /// Where this pool's events go while the memory history is on.
@@ -250,6 +253,7 @@ impl<S: SegmentSource> Pool<S> {
             stats: gpurt_memory_stats_t::new(),
             parked_reuses: [(0, 0); 2],
             expandable: HashMap::default(),
+            asleep: None,
             segments_taken: 0,
             history,
             events: history::Ring::default(),
@@ -476,6 +480,9 @@ impl<S: SegmentSource> Pool<S> {
     pub fn malloc(&mut self, size: u64, stream: u64, collected: bool) -> Result<Option<u64>> {
         if size == 0 {
             return Ok(Some(0));
+        }
+        if self.asleep.is_some() {
+            return Err(expandable::asleep_error());
         }
         if !self.pending.is_empty() {
             self.process_pending(false);
@@ -709,6 +716,9 @@ impl<S: SegmentSource> Pool<S> {
     /// collection).
     pub fn release_free_segments(&mut self) {
         self.flush_parked();
+        if self.asleep.is_some() {
+            return; // its memory went back when it fell asleep; what is free now is unmapped
+        }
         self.release_expandable_tails();
         let expandable: Vec<u64> = self.expandable.values().map(|e| e.base).collect();
         let whole: Vec<(u64, BlockId)> = self
@@ -826,7 +836,7 @@ impl<S: SegmentSource> Pool<S> {
             return Err("blocks outside any segment, stale free-list entries or stale addresses".into());
         }
         let s = &self.stats();
-        let reserved: u64 = self.segments.values().map(|seg| seg.size).sum();
+        let reserved = self.segments.values().map(|seg| seg.size).sum::<u64>() - self.asleep.as_ref().map_or(0, Sleep::bytes);
         let checks = [
             ("allocated_bytes", s.allocated_bytes.all.current, allocated),
             ("active_bytes", s.active_bytes.all.current, active),

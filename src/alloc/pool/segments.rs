@@ -2,6 +2,7 @@
 //! the driver on a GPU, plain address ranges in tests), the cap on the bytes they
 //! reserve together, and which shard owns each segment.
 
+use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -55,6 +56,20 @@ pub trait SegmentSource: Send + Sync {
     fn unmap(&self, _addr: u64, _size: u64) {}
     /// Returns a reservation, wholly unmapped.
     fn free_addresses(&self, _addr: u64, _size: u64) {}
+    /// Waits for all work queued on the source's device (a pool's sleep, before it
+    /// unmaps the memory that work may use).
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Copies the mapped bytes `[addr, addr + size)` into host memory kept for
+    /// `restore` (a pool's sleep with offload).
+    fn offload(&self, _addr: u64, _size: u64) -> Result<Box<dyn Any + Send>> {
+        Err(Error::not_supported("this memory source cannot offload its memory"))
+    }
+    /// Copies what `offload` kept back into `[addr, addr + size)`, mapped again.
+    fn restore(&self, _addr: u64, _size: u64, _copy: &(dyn Any + Send)) -> Result<()> {
+        Err(Error::not_supported("this memory source cannot offload its memory"))
+    }
     /// The unit of `map` and `unmap`.
     fn map_granularity(&self) -> u64 {
         2 * MIB

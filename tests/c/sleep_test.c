@@ -1,0 +1,206 @@
+/* Pools that sleep and wake through the C ABI: a pool of expandable segments and the
+ * device's default pool offload their blocks' bytes (fresh random data) and get them
+ * back at the same addresses, or discard them; while asleep allocations are refused
+ * and frees work; the refusals (a block in a segment of its own, a graph pool, an
+ * unknown mode, a second sleep, a wake of an awake pool) change nothing. The stub
+ * driver (CI) moves no bytes: there the statuses and figures are checked, and the
+ * bytes on a GPU; and on the stub every driver call of a sleep and of a wake is made
+ * to fail in turn: the pool stays wholly awake or wholly asleep, its figures and the
+ * driver's memory agree, and the call succeeds when retried. */
+#include "check.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCKS 4
+static const size_t sizes[BLOCKS] = {4096, 3u << 20, 40u << 20, 1000};
+static int real; /* a GPU, not the stub driver: bytes are compared */
+
+/* Fills each block with the pattern of `seed + i` from host memory. */
+static void write_blocks(void *blocks[], size_t n, uint64_t seed) {
+    size_t i;
+    if (!real) return;
+    for (i = 0; i < n; i++) {
+        unsigned char *host = malloc(sizes[i]);
+        fill_pattern(host, sizes[i], seed + i);
+        EXPECT(gpurt_memcpy(blocks[i], host, sizes[i], NULL), GPURT_SUCCESS);
+        free(host);
+    }
+}
+
+/* Whether blocks[from..n) hold the pattern of `seed + i`. */
+static void check_blocks(void *blocks[], size_t from, size_t n, uint64_t seed) {
+    size_t i;
+    if (!real) return;
+    for (i = from; i < n; i++) {
+        unsigned char *host = malloc(sizes[i]), *expected = malloc(sizes[i]);
+        fill_pattern(expected, sizes[i], seed + i);
+        EXPECT(gpurt_memcpy(host, blocks[i], sizes[i], NULL), GPURT_SUCCESS);
+        CHECK(memcmp(host, expected, sizes[i]) == 0, "block %zu of %zu bytes came back changed", i, sizes[i]);
+        free(host);
+        free(expected);
+    }
+}
+
+static uint64_t reserved(gpurt_mem_pool_t pool) {
+    gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
+    EXPECT(gpurt_mem_pool_stats(pool, &stats), GPURT_SUCCESS);
+    return (uint64_t)stats.reserved_bytes.all.current;
+}
+
+/* One sleep with offload and one with discard of `pool`, whose blocks come from `alloc`. */
+static void sleep_and_wake(gpurt_mem_pool_t pool, gpurt_stream_t stream, int use_default) {
+    void *blocks[BLOCKS], *p = NULL;
+    int asleep = -1;
+    size_t i;
+    for (i = 0; i < BLOCKS; i++)
+        EXPECT(use_default ? gpurt_malloc(sizes[i], stream, &blocks[i]) : gpurt_mem_pool_malloc(pool, sizes[i], stream, &blocks[i]), GPURT_SUCCESS);
+    write_blocks(blocks, BLOCKS, 46);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
+    CHECK(asleep == 1, "asleep %d", asleep);
+    CHECK(reserved(pool) == 0, "%llu bytes still reserved while asleep", (unsigned long long)reserved(pool));
+    EXPECT(gpurt_mem_pool_malloc(pool, 4096, stream, &p), GPURT_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(gpurt_last_error_message(), "asleep") != NULL, "the refusal says why");
+    EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_free(blocks[0]), GPURT_SUCCESS); /* frees work while it sleeps */
+    EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
+    CHECK(asleep == 0, "asleep %d after wake", asleep);
+    CHECK(reserved(pool) > 0, "nothing reserved after wake");
+    check_blocks(blocks, 1, BLOCKS, 46);
+    EXPECT(gpurt_mem_pool_wake(pool), GPURT_ERROR_INVALID_ARGUMENT);
+    /* Discard: the addresses stay and take new data. */
+    EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_DISCARD), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);
+    write_blocks(blocks + 1, BLOCKS - 1, 47);
+    check_blocks(blocks + 1, 0, BLOCKS - 1, 47);
+    EXPECT(gpurt_mem_pool_malloc(pool, 4096, stream, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    for (i = 1; i < BLOCKS; i++)
+        EXPECT(gpurt_free(blocks[i]), GPURT_SUCCESS);
+}
+
+/* The stub driver's fault injection (tests/stub-driver): every call of each entry point
+ * a sleep or a wake makes fails in turn. */
+static void fault_sweep(gpurt_mem_pool_t pool, gpurt_stream_t stream) {
+    static const char *points[] = {"cuCtxSynchronize", "cuMemHostAlloc", "cuMemcpyDtoHAsync_v2", "cuStreamSynchronize",
+                                   "cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemcpyHtoDAsync_v2"};
+    void (*fail_nth)(const char *, long);
+    long (*fail_hits)(void);
+    void (*live)(long *, long *, long *, long *);
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), *blocks[BLOCKS];
+    long swept = 0, n, device = 0, host = 0, streams = 0, events = 0, others;
+    size_t p, i;
+    int mode, asleep = -1, in_wake;
+    *(void **)(&fail_nth) = driver ? dlsym(driver, "stub_fail_nth") : NULL; /* POSIX: function pointers from dlsym */
+    *(void **)(&fail_hits) = driver ? dlsym(driver, "stub_fail_hits") : NULL;
+    *(void **)(&live) = driver ? dlsym(driver, "stub_live") : NULL;
+    if (fail_nth == NULL || fail_hits == NULL || live == NULL) {
+        printf("sleep_test: the fault sweep is skipped: the driver is not tests/stub-driver\n");
+        return;
+    }
+    for (i = 0; i < BLOCKS; i++) EXPECT(gpurt_mem_pool_malloc(pool, sizes[i], stream, &blocks[i]), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    live(&device, &host, &streams, &events);
+    others = device - (long)reserved(pool); /* the device memory of the other pools */
+    for (mode = GPURT_SLEEP_OFFLOAD; mode <= GPURT_SLEEP_DISCARD; mode++)
+        for (in_wake = 0; in_wake < 2; in_wake++)
+            for (p = 0; p < sizeof points / sizeof points[0]; p++)
+                for (n = 1;; n++) {
+                    uint64_t mapped = reserved(pool);
+                    gpurt_status_t s;
+                    long hit;
+                    if (in_wake) EXPECT(gpurt_mem_pool_sleep(pool, mode), GPURT_SUCCESS);
+                    fail_nth(points[p], n);
+                    s = in_wake ? gpurt_mem_pool_wake(pool) : gpurt_mem_pool_sleep(pool, mode);
+                    hit = fail_hits();
+                    fail_nth(NULL, 0);
+                    EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
+                    if (hit == 0) { /* fewer than n such calls: nothing failed */
+                        CHECK(s == GPURT_SUCCESS, "%s without a fault", in_wake ? "wake" : "sleep");
+                        if (!in_wake) EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);
+                        break;
+                    }
+                    swept++;
+                    CHECK(s != GPURT_SUCCESS && gpurt_last_error_message()[0] != 0, "call %ld of %s failed, and the %s said so", n, points[p], in_wake ? "wake" : "sleep");
+                    CHECK(asleep == in_wake, "call %ld of %s failing left the pool %s", n, points[p], asleep ? "asleep" : "awake");
+                    CHECK(reserved(pool) == (in_wake ? 0 : mapped), "call %ld of %s failing: %llu bytes reserved", n, points[p], (unsigned long long)reserved(pool));
+                    live(&device, &host, &streams, &events);
+                    CHECK((uint64_t)(device - others) == reserved(pool), "call %ld of %s failing: the driver holds %ld bytes of the pool, which counts %llu", n, points[p], device - others, (unsigned long long)reserved(pool));
+                    EXPECT(in_wake ? gpurt_mem_pool_wake(pool) : gpurt_mem_pool_sleep(pool, mode), GPURT_SUCCESS); /* the retry */
+                    if (!in_wake) EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);
+                }
+    for (i = 0; i < BLOCKS; i++) EXPECT(gpurt_free(blocks[i]), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_empty_cache(pool), GPURT_SUCCESS);
+    CHECK(reserved(pool) == 0, "%llu bytes left reserved", (unsigned long long)reserved(pool));
+    CHECK(swept >= 8, "only %ld failure points swept", swept);
+    printf("sleep_test: %ld failure points of sleep and wake swept\n", swept);
+}
+
+int main(void) {
+    gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
+    gpurt_mem_pool_t pool = NULL, plain = NULL, def = NULL;
+    gpurt_graph_pool_t graph_pool = NULL;
+    gpurt_device_properties_t props = GPURT_DEVICE_PROPERTIES_INIT;
+    gpurt_stream_t stream = NULL;
+    void *p = NULL;
+    int count = 0, asleep = -1;
+    char address[32];
+    if (gpurt_device_count(&count) != GPURT_SUCCESS || count == 0) {
+        printf("sleep_test: skipped: no GPU (%s)\n", gpurt_last_error_message());
+        return getenv("GPURT_REQUIRE_GPU") && strcmp(getenv("GPURT_REQUIRE_GPU"), "1") == 0 ? 1 : 0;
+    }
+    EXPECT(gpurt_device_get_properties(0, &props), GPURT_SUCCESS);
+    real = strcmp(props.name, "Fake GPU") != 0;
+    EXPECT(gpurt_stream_create(0, GPURT_STREAM_NON_BLOCKING, 0, &stream), GPURT_SUCCESS);
+
+    /* A pool of expandable segments. */
+    options.config = "expandable_segments:True";
+    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_SUCCESS);
+    sleep_and_wake(pool, stream, 0);
+
+    /* Misuse changes nothing. */
+    EXPECT(gpurt_mem_pool_sleep(pool, 7), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_pool_sleep(NULL, GPURT_SLEEP_OFFLOAD), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_mem_pool_sleep((gpurt_mem_pool_t)stream, GPURT_SLEEP_OFFLOAD), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_mem_pool_wake(NULL), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_mem_pool_is_asleep(pool, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_pool_is_asleep(NULL, &asleep), GPURT_ERROR_INVALID_HANDLE);
+    EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
+    CHECK(asleep == 0, "asleep %d after refusals", asleep);
+
+    /* Whole segments cannot keep their addresses: refused while a block lives, naming it. */
+    options.config = "expandable_segments:False";
+    EXPECT(gpurt_mem_pool_create(0, &options, &plain), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(plain, 1 << 20, stream, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_sleep(plain, GPURT_SLEEP_DISCARD), GPURT_ERROR_NOT_SUPPORTED);
+    snprintf(address, sizeof address, "%#llx", (unsigned long long)(uintptr_t)p);
+    CHECK(strstr(gpurt_last_error_message(), address) != NULL, "the refusal names the block %s", address);
+    EXPECT(gpurt_mem_pool_is_asleep(plain, &asleep), GPURT_SUCCESS);
+    CHECK(asleep == 0, "a refused sleep left it asleep");
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_sleep(plain, GPURT_SLEEP_DISCARD), GPURT_SUCCESS); /* nothing left to keep */
+    EXPECT(gpurt_mem_pool_wake(plain), GPURT_SUCCESS);
+
+    /* A graph pool's memory is its graphs'. */
+    EXPECT(gpurt_graph_pool_create(0, &graph_pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_sleep((gpurt_mem_pool_t)graph_pool, GPURT_SLEEP_OFFLOAD), GPURT_ERROR_NOT_SUPPORTED);
+    EXPECT(gpurt_graph_pool_destroy(graph_pool), GPURT_SUCCESS);
+
+    /* The device's default pool, under the process's expandable segments. */
+    EXPECT(gpurt_alloc_set_config("expandable_segments:True"), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_default(0, &def), GPURT_SUCCESS);
+    sleep_and_wake(def, stream, 1);
+
+    if (!real) fault_sweep(pool, stream);
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(plain), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);
+    printf("sleep_test: %d checks, %d failed (%s)\n", checks, failures, real ? props.name : "stub driver: no byte checks");
+    return failures == 0 ? 0 : 1;
+}
