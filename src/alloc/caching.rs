@@ -25,7 +25,7 @@
 //! allocators from scaling.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 
 use rustc_hash::FxHashMap as HashMap;
@@ -50,6 +50,9 @@ const MAX_SHARDS: usize = 64;
 pub(crate) const FLUSH_BYTES: i64 = 256 << 20;
 
 static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
+/// Allocators asleep in the process: while none is, a copy's check that its memory is
+/// awake (`alloc::device::require_awake`) costs one load.
+pub static ASLEEP: AtomicUsize = AtomicUsize::new(0);
 
 /// Streams a thread remembers the shards of (`RECENT_SHARDS`).
 const RECENT: usize = 4;
@@ -527,6 +530,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
         self.flush_shards(&mut shards);
         *mode = Some(offload);
+        ASLEEP.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -555,12 +559,19 @@ impl<S: SegmentSource> CachingAllocator<S> {
         self.flush_shards(&mut shards);
         *mode = None;
         self.asleep.store(false, Ordering::Relaxed);
+        ASLEEP.fetch_sub(1, Ordering::Relaxed);
         Ok(())
     }
 
     /// Whether the allocator sleeps, and how: `Some(offload)`.
     pub fn sleep_mode(&self) -> Option<bool> {
         *lock(&self.sleep_mode)
+    }
+
+    /// Whether `addr` lies in this allocator's memory while it sleeps (read without
+    /// the sleep's lock, for the copies' check).
+    pub fn holds_asleep(&self, addr: u64) -> bool {
+        self.asleep.load(Ordering::Relaxed) && self.may_hold(addr) && self.holds(addr)
     }
 
     /// Every shard locked, in index order (sleep and wake hold them all).

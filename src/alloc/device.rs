@@ -121,6 +121,21 @@ impl DefaultPool {
     }
 }
 
+/// Refuses `addr` where it lies in the memory of a pool that sleeps: gpurt's copies,
+/// memsets and fills would touch unmapped memory (a fault that ends the context).
+/// One load while no pool sleeps.
+#[inline]
+pub(crate) fn require_awake(addr: u64) -> Result<()> {
+    if super::caching::ASLEEP.load(Ordering::Relaxed) == 0 {
+        return Ok(());
+    }
+    let asleep = created().any(|a| a.holds_asleep(addr)) || MEM_POOLS.find_map(addr, |p| p.allocator().holds_asleep(addr).then_some(())).is_some();
+    match asleep {
+        true => Err(Error::invalid_argument(format!("{addr:#x} lies in a memory pool that is asleep: wake it (gpurt_mem_pool_wake) before using its memory"))),
+        false => Ok(()),
+    }
+}
+
 fn created() -> impl Iterator<Item = &'static CachingAllocator<DriverSource>> {
     ALLOCATORS.get().into_iter().flat_map(|a| a.iter().filter_map(OnceLock::get))
 }

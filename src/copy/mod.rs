@@ -63,7 +63,8 @@ fn require_pointers(dst: u64, src: u64) -> Result<()> {
     if dst == 0 || src == 0 {
         return Err(Error::invalid_argument("a copy needs non-NULL source and destination"));
     }
-    Ok(())
+    crate::alloc::device::require_awake(dst)?;
+    crate::alloc::device::require_awake(src)
 }
 
 /// Both sides of a copy, `dst_bytes` at `dst` and `src_bytes` at `src`, must be
@@ -106,6 +107,7 @@ pub fn memset_async(dst: u64, value: u32, element_size: u32, count: u64, stream:
     if dst == 0 {
         return Err(Error::invalid_argument("memset needs a non-NULL destination"));
     }
+    crate::alloc::device::require_awake(dst)?;
     check_range(dst, checked_bytes(count, element_size.into(), "count")?, "dst")?;
     let n = count as usize;
     s.run(|cu| match element_size {

@@ -208,6 +208,7 @@ pub fn fill(handle: Option<Handle>, out: u64, n: u64, dtype: gpurt_dtype_t, dist
     if out == 0 {
         return Err(Error::invalid_argument("out is NULL"));
     }
+    crate::alloc::device::require_awake(out)?;
     if distribution == Distribution::Permutation && dtype == gpurt_dtype_t::GPURT_DTYPE_I32 && n > i32::MAX as u64 + 1 {
         return Err(Error::invalid_argument(format!("a permutation of {n} indices needs dtype I64")));
     }

@@ -1,8 +1,9 @@
 /* Pools that sleep and wake through the C ABI: a pool of expandable segments and the
  * device's default pool offload their blocks' bytes (fresh random data) and get them
  * back at the same addresses, or discard them; while asleep allocations are refused
- * and frees work; the refusals (a block in a segment of its own, a graph pool, an
- * unknown mode, a second sleep, a wake of an awake pool) change nothing. The stub
+ * and frees work, and gpurt's copies, memsets and fills of its blocks are refused;
+ * the refusals (a block in a segment of its own, a graph pool, an unknown mode, a
+ * second sleep, a wake of an awake pool) change nothing. The stub
  * driver (CI) moves no bytes: there the statuses and figures are checked, and the
  * bytes on a GPU; and on the stub every driver call of a sleep and of a wake is made
  * to fail in turn: the pool stays wholly awake or wholly asleep, its figures and the
@@ -65,6 +66,15 @@ static void sleep_and_wake(gpurt_mem_pool_t pool, gpurt_stream_t stream, int use
     EXPECT(gpurt_mem_pool_malloc(pool, 4096, stream, &p), GPURT_ERROR_INVALID_ARGUMENT);
     CHECK(strstr(gpurt_last_error_message(), "asleep") != NULL, "the refusal says why");
     EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD), GPURT_ERROR_INVALID_ARGUMENT);
+    /* gpurt's own writes and reads of its unmapped memory are refused, not faulted. */
+    {
+        unsigned char host[64] = {0};
+        EXPECT(gpurt_memcpy(blocks[1], host, sizeof host, stream), GPURT_ERROR_INVALID_ARGUMENT);
+        CHECK(strstr(gpurt_last_error_message(), "asleep") != NULL, "the copy's refusal says why");
+        EXPECT(gpurt_memcpy(host, blocks[2], sizeof host, stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_memset_async(blocks[1], 0, 1, 64, stream), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_random_uniform(NULL, blocks[2], 16, GPURT_DTYPE_F32, stream), GPURT_ERROR_INVALID_ARGUMENT);
+    }
     EXPECT(gpurt_free(blocks[0]), GPURT_SUCCESS); /* frees work while it sleeps */
     EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);
     EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
