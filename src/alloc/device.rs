@@ -343,8 +343,21 @@ static KEEPER: OnceLock<Keeper> = OnceLock::new();
 /// one load for both.
 static LOOK_BEFORE_FREE: AtomicUsize = AtomicUsize::new(0);
 
-pub(crate) fn install_keeper(keeper: Keeper) {
+/// Finds a block exported to other processes (IPC) for which the predicate holds:
+/// its address. A pool with such a block does not sleep.
+pub(crate) type ExportFinder = fn(&dyn Fn(u64) -> bool) -> Option<u64>;
+static EXPORTS: OnceLock<ExportFinder> = OnceLock::new();
+
+/// The IPC producer's hooks: its keeper of freed exported blocks, and the finder of
+/// its exported blocks.
+pub(crate) fn install_keeper(keeper: Keeper, exports: ExportFinder) {
     let _ = KEEPER.set(keeper);
+    let _ = EXPORTS.set(exports);
+}
+
+/// An exported block for which `inside` holds, if any.
+pub(crate) fn exported_block(inside: &dyn Fn(u64) -> bool) -> Option<u64> {
+    EXPORTS.get().and_then(|find| find(inside))
 }
 
 /// One block more (`true`) or less that the keeper may keep.

@@ -23,7 +23,7 @@ pub struct gpurt_ipc_mem_handle_t {
 ///
 /// @param ptr the start of a live gpurt block
 /// @param[out] handle receives the block's handle, bytes for another process; must not be NULL
-/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a pointer that is not the start of a live block; GPURT_ERROR_NOT_SUPPORTED for memory the driver cannot share (a block of an expandable segment mapped while the driver refused shareable memory, managed memory); or a status every call may give (@ref statuses).
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a pointer that is not the start of a live block, or a block of a pool that is asleep; GPURT_ERROR_NOT_SUPPORTED for memory the driver cannot share (a block of an expandable segment mapped while the driver refused shareable memory, managed memory); or a status every call may give (@ref statuses).
 /// @par Ordering
 /// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]

@@ -77,7 +77,7 @@ fn producer(slot: &mut Option<Producer>) -> Result<&mut Producer> {
         remove_stale_tables();
         let table = HolderTable::create(&table_name(Process::current()?), SLOTS)?;
         unsafe { libc::atexit(remove_table_at_exit) };
-        pools::install_keeper(keep);
+        pools::install_keeper(keep, exported_in);
         *slot = Some(Producer { table, free_slots: Vec::new(), next_slot: 0, exports: HashMap::new() });
     }
     Ok(slot.as_mut().expect("made above"))
@@ -86,6 +86,7 @@ fn producer(slot: &mut Option<Producer>) -> Result<&mut Producer> {
 /// Exports the live block at `ptr` (exporting it again gives the same handle).
 pub fn export(ptr: u64) -> Result<ExportedBlock> {
     let (boot, me) = (boot_id()?, Process::current()?);
+    pools::require_awake(ptr)?;
     let (device, place) = pools::place(ptr)?;
     let device_uuid = device::uuid(device)?;
     let mut guard = lock(&PRODUCER);
@@ -109,6 +110,12 @@ pub fn export(ptr: u64) -> Result<ExportedBlock> {
     producer.exports.insert(ptr, export);
     pools::keeping(true);
     Ok(exported)
+}
+
+/// An exported block (kept for its consumers or not) for which `inside` holds.
+fn exported_in(inside: &dyn Fn(u64) -> bool) -> Option<u64> {
+    let guard = lock(&PRODUCER);
+    guard.as_ref()?.exports.keys().copied().find(|&ptr| inside(ptr))
 }
 
 /// The driver IPC handle of a `cuMemAlloc` segment.

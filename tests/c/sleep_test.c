@@ -3,7 +3,7 @@
  * back at the same addresses, or discard them; while asleep allocations are refused
  * and frees work, and gpurt's copies, memsets and fills of its blocks are refused;
  * the refusals (a block in a segment of its own, a graph pool, an unknown mode, a
- * second sleep, a wake of an awake pool) change nothing. The stub
+ * second sleep, a wake of an awake pool, a block exported over IPC) change nothing. The stub
  * driver (CI) moves no bytes: there the statuses and figures are checked, and the
  * bytes on a GPU; and on the stub every driver call of a sleep and of a wake is made
  * to fail in turn: the pool stays wholly awake or wholly asleep, its figures and the
@@ -182,6 +182,26 @@ int main(void) {
     EXPECT(gpurt_mem_pool_is_asleep(NULL, &asleep), GPURT_ERROR_INVALID_HANDLE);
     EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
     CHECK(asleep == 0, "asleep %d after refusals", asleep);
+
+    /* A block other processes may map keeps the pool awake; a sleeping block is not exported. */
+    {
+        gpurt_ipc_mem_handle_t handle;
+        void *exported = NULL, *asleep_block = NULL;
+        EXPECT(gpurt_mem_pool_malloc(pool, 2 << 20, stream, &exported), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_malloc(pool, 1 << 20, stream, &asleep_block), GPURT_SUCCESS);
+        EXPECT(gpurt_ipc_mem_handle(exported, &handle), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD), GPURT_ERROR_NOT_SUPPORTED);
+        snprintf(address, sizeof address, "%#llx", (unsigned long long)(uintptr_t)exported);
+        CHECK(strstr(gpurt_last_error_message(), address) != NULL, "the refusal names the exported block %s", address);
+        EXPECT(gpurt_free(exported), GPURT_SUCCESS); /* no process opened it: the export ends */
+        EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD), GPURT_SUCCESS);
+        EXPECT(gpurt_ipc_mem_handle(asleep_block, &handle), GPURT_ERROR_INVALID_ARGUMENT);
+        CHECK(strstr(gpurt_last_error_message(), "asleep") != NULL, "the export's refusal says why");
+        EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);
+        EXPECT(gpurt_free(asleep_block), GPURT_SUCCESS);
+        EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    }
 
     /* Whole segments cannot keep their addresses: refused while a block lives, naming it. */
     options.config = "expandable_segments:False";

@@ -211,12 +211,16 @@ fn with_sleeper<T>(handle: Handle, f: impl FnOnce(&dyn Sleeper) -> Result<T>) ->
 
 /// Sleep and wake over an allocator of any source.
 trait Sleeper {
+    fn holds(&self, addr: u64) -> bool;
     fn sleep(&self, offload: bool) -> Result<()>;
     fn wake(&self) -> Result<()>;
     fn sleep_mode(&self) -> Option<bool>;
 }
 
 impl<S: SegmentSource> Sleeper for CachingAllocator<S> {
+    fn holds(&self, addr: u64) -> bool {
+        CachingAllocator::holds(self, addr)
+    }
     fn sleep(&self, offload: bool) -> Result<()> {
         CachingAllocator::sleep(self, offload)
     }
@@ -228,9 +232,17 @@ impl<S: SegmentSource> Sleeper for CachingAllocator<S> {
     }
 }
 
-/// Puts the pool to sleep (`CachingAllocator::sleep`).
+/// Puts the pool to sleep (`CachingAllocator::sleep`), unless it holds a block
+/// exported to other processes, whose memory they map.
 pub fn sleep(handle: Handle, offload: bool) -> Result<()> {
-    with_sleeper(handle, |pool| pool.sleep(offload))
+    with_sleeper(handle, |pool| {
+        if let Some(ptr) = pools::exported_block(&|addr| pool.holds(addr)) {
+            return Err(Error::not_supported(format!(
+                "the block at {ptr:#x} is exported to other processes (gpurt_ipc_mem_handle), which map its memory: free it and let them close it before the pool sleeps"
+            )));
+        }
+        pool.sleep(offload)
+    })
 }
 
 pub fn wake(handle: Handle) -> Result<()> {

@@ -306,11 +306,14 @@ pub const GPURT_SLEEP_DISCARD: gpurt_sleep_mode_t = 1;
 /// replay. While it sleeps, allocations from it fail and frees of its blocks work.
 /// Only memory of expandable segments can sleep (`expandable_segments:True`, in the
 /// process's configuration or the pool's own); a pool holding a block in a segment
-/// of its own refuses, naming the block. A failure leaves the pool awake, as it was.
+/// of its own refuses, naming the block, as does a pool holding a block exported to
+/// other processes (gpurt_ipc_mem_handle), whose memory they map. gpurt's copies,
+/// memsets, fills and exports of a sleeping pool's blocks are refused. A failure
+/// leaves the pool awake, as it was.
 ///
 /// @param pool the pool: a default pool, or one made with gpurt_mem_pool_create
 /// @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD
-/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown `mode` or a pool already asleep; GPURT_ERROR_NOT_SUPPORTED for a pool that cannot sleep (a block in a segment of its own, a graph pool, the driver's pool, an upstream that cannot map); GPURT_ERROR_OUT_OF_MEMORY where the host memory for the offload cannot be had; or a status every call may give (@ref statuses).
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown `mode` or a pool already asleep; GPURT_ERROR_NOT_SUPPORTED for a pool that cannot sleep (a block in a segment of its own, a block exported to other processes, a graph pool, the driver's pool, an upstream that cannot map); GPURT_ERROR_OUT_OF_MEMORY where the host memory for the offload cannot be had; or a status every call may give (@ref statuses).
 /// @par Ordering
 /// Blocking: synchronises the pool's device, then copies and unmaps. Not allowed while a stream is being captured.
 #[no_mangle]
