@@ -762,6 +762,16 @@ typedef struct {
    * pool does not report them). Unknown fields read 0.
    */
   uint64_t unknown;
+  /**
+   * Bytes of the pools' memory asleep (gpurt_mem_pool_sleep): unmapped, given back
+   * to the driver, their addresses kept.
+   */
+  int64_t asleep_bytes;
+  /**
+   * Of `asleep_bytes`, those whose contents wait in pinned host memory
+   * (GPURT_SLEEP_OFFLOAD).
+   */
+  int64_t offloaded_bytes;
 } gpurt_memory_stats_t;
 
 /**

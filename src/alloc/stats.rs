@@ -134,6 +134,12 @@ pub struct gpurt_memory_stats_t {
     /// gpurt's caching allocator; set under backend:cudaMallocAsync, whose driver
     /// pool does not report them). Unknown fields read 0.
     pub unknown: u64,
+    /// Bytes of the pools' memory asleep (gpurt_mem_pool_sleep): unmapped, given back
+    /// to the driver, their addresses kept.
+    pub asleep_bytes: i64,
+    /// Of `asleep_bytes`, those whose contents wait in pinned host memory
+    /// (GPURT_SLEEP_OFFLOAD).
+    pub offloaded_bytes: i64,
 }
 
 /// `gpurt_memory_stats_t.unknown`: `segment` is not known.
@@ -196,6 +202,8 @@ impl gpurt_memory_stats_t {
         self.num_device_alloc += now.num_device_alloc - last.num_device_alloc;
         self.num_device_free += now.num_device_free - last.num_device_free;
         self.unknown |= now.unknown;
+        self.asleep_bytes += now.asleep_bytes - last.asleep_bytes;
+        self.offloaded_bytes += now.offloaded_bytes - last.offloaded_bytes;
     }
 
     /// `torch.cuda.reset_accumulated_memory_stats`: totals and event counters to zero.

@@ -44,24 +44,34 @@ static void check_blocks(void *blocks[], size_t from, size_t n, uint64_t seed) {
     }
 }
 
-static uint64_t reserved(gpurt_mem_pool_t pool) {
+static gpurt_memory_stats_t stats_of(gpurt_mem_pool_t pool) {
     gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
     EXPECT(gpurt_mem_pool_stats(pool, &stats), GPURT_SUCCESS);
-    return (uint64_t)stats.reserved_bytes.all.current;
+    return stats;
 }
+
+static uint64_t reserved(gpurt_mem_pool_t pool) { return (uint64_t)stats_of(pool).reserved_bytes.all.current; }
 
 /* One sleep with offload and one with discard of `pool`, whose blocks come from `alloc`. */
 static void sleep_and_wake(gpurt_mem_pool_t pool, gpurt_stream_t stream, int use_default) {
     void *blocks[BLOCKS], *p = NULL;
     int asleep = -1;
     size_t i;
+    int64_t mapped;
+    gpurt_memory_stats_t stats;
     for (i = 0; i < BLOCKS; i++)
         EXPECT(use_default ? gpurt_malloc(sizes[i], stream, &blocks[i]) : gpurt_mem_pool_malloc(pool, sizes[i], stream, &blocks[i]), GPURT_SUCCESS);
     write_blocks(blocks, BLOCKS, 46);
     EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_empty_cache(), GPURT_SUCCESS);
+    mapped = stats_of(pool).reserved_bytes.all.current;
     EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD), GPURT_SUCCESS);
     EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
     CHECK(asleep == 1, "asleep %d", asleep);
+    stats = stats_of(pool);
+    CHECK(stats.asleep_bytes == mapped && stats.offloaded_bytes == mapped, "asleep %lld and offloaded %lld bytes of %lld mapped",
+          (long long)stats.asleep_bytes, (long long)stats.offloaded_bytes, (long long)mapped);
+    if (!use_default) EXPECT(gpurt_mem_pool_destroy(pool), GPURT_ERROR_INVALID_ARGUMENT); /* asleep: refused */
     CHECK(reserved(pool) == 0, "%llu bytes still reserved while asleep", (unsigned long long)reserved(pool));
     EXPECT(gpurt_mem_pool_malloc(pool, 4096, stream, &p), GPURT_ERROR_INVALID_ARGUMENT);
     CHECK(strstr(gpurt_last_error_message(), "asleep") != NULL, "the refusal says why");
@@ -80,10 +90,14 @@ static void sleep_and_wake(gpurt_mem_pool_t pool, gpurt_stream_t stream, int use
     EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
     CHECK(asleep == 0, "asleep %d after wake", asleep);
     CHECK(reserved(pool) > 0, "nothing reserved after wake");
+    stats = stats_of(pool);
+    CHECK(stats.asleep_bytes == 0 && stats.offloaded_bytes == 0, "bytes counted asleep after wake");
     check_blocks(blocks, 1, BLOCKS, 46);
     EXPECT(gpurt_mem_pool_wake(pool), GPURT_ERROR_INVALID_ARGUMENT);
     /* Discard: the addresses stay and take new data. */
     EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_DISCARD), GPURT_SUCCESS);
+    stats = stats_of(pool);
+    CHECK(stats.asleep_bytes > 0 && stats.offloaded_bytes == 0, "discarded: %lld asleep, %lld offloaded", (long long)stats.asleep_bytes, (long long)stats.offloaded_bytes);
     EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);
     write_blocks(blocks + 1, BLOCKS - 1, 47);
     check_blocks(blocks + 1, 0, BLOCKS - 1, 47);

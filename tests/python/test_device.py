@@ -478,7 +478,9 @@ def test_pools_sleep_and_wake_keeping_addresses_and_with_offload_their_bytes(dev
         address = int(kept)
         with pool.sleeping(offload=True):
             assert pool.asleep
-            assert pool.stats()["reserved_bytes.all.current"] == 0
+            stats = pool.stats()
+            assert stats["reserved_bytes.all.current"] == 0
+            assert stats["asleep_bytes"] == stats["offloaded_bytes"] > 0
             with pytest.raises(gpurt.InvalidArgumentError, match="asleep"):
                 gpurt.DeviceBuffer(4096, stream=s, pool=pool)
             freed_asleep.free()

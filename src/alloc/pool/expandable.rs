@@ -217,6 +217,12 @@ impl Sleep {
     pub(super) fn bytes(&self) -> u64 {
         self.mappings.iter().map(|m| m.size).sum()
     }
+
+    /// (bytes asleep, bytes offloaded), as the statistics count them.
+    fn counted(&self) -> (i64, i64) {
+        let bytes = self.bytes() as i64;
+        (bytes, if self.copies.is_empty() { 0 } else { bytes })
+    }
 }
 
 /// What an allocation from a sleeping pool gets.
@@ -227,11 +233,6 @@ pub fn asleep_error() -> Error {
 impl<S: SegmentSource> Pool<S> {
     pub fn is_asleep(&self) -> bool {
         self.asleep.is_some()
-    }
-
-    /// The bytes asleep, and of those the bytes offloaded to host memory.
-    pub fn asleep_bytes(&self) -> (u64, u64) {
-        self.asleep.as_ref().map_or((0, 0), |s| (s.bytes(), if s.copies.is_empty() { 0 } else { s.bytes() }))
     }
 
     /// A sleep's fallible first half: deferred frees are waited for and wholly free
@@ -265,6 +266,9 @@ impl<S: SegmentSource> Pool<S> {
     /// A sleep's second half, which cannot fail: every mapping unmapped, its memory
     /// back to the driver; the blocks keep their addresses.
     pub fn commit_sleep(&mut self, sleep: Sleep) {
+        let (asleep, offloaded) = sleep.counted();
+        self.stats.asleep_bytes += asleep;
+        self.stats.offloaded_bytes += offloaded;
         for &m in &sleep.mappings {
             self.shared.shrink(m.start, m.size);
             self.count_device_memory(m.pool, -(m.size as i64));
@@ -305,6 +309,9 @@ impl<S: SegmentSource> Pool<S> {
     /// copies freed.
     pub fn commit_wake(&mut self) {
         let Some(sleep) = self.asleep.take() else { return };
+        let (asleep, offloaded) = sleep.counted();
+        self.stats.asleep_bytes -= asleep;
+        self.stats.offloaded_bytes -= offloaded;
         for &m in &sleep.mappings {
             self.count_device_memory(m.pool, m.size as i64);
             self.note(&[Action::SegmentMap], m.start, m.size, m.stream);

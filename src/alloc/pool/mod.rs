@@ -844,6 +844,7 @@ impl<S: SegmentSource> Pool<S> {
             ("inactive_split", s.inactive_split.all.current, inactive_split_blocks),
             ("requested_bytes", s.requested_bytes.all.current, requested),
             ("reserved_bytes", s.reserved_bytes.all.current, reserved as i64),
+            ("asleep_bytes", s.asleep_bytes, self.asleep.as_ref().map_or(0, Sleep::bytes) as i64),
         ];
         for (name, stat, truth) in checks {
             if stat != truth {

@@ -114,6 +114,11 @@ pub struct About {
     pub active_bytes: i64,
     pub requested_bytes: i64,
     pub num_ooms: i64,
+    /// Bytes of its pools asleep (gpurt_mem_pool_sleep), and of those offloaded.
+    #[serde(default)]
+    pub asleep_bytes: i64,
+    #[serde(default)]
+    pub offloaded_bytes: i64,
     pub history_recording: bool,
     /// Events the ring dropped for room.
     pub history_dropped: u64,
@@ -214,6 +219,8 @@ pub fn build(device: i32, parts: &[PoolPart], events: &[Event], dropped: u64, re
             active_bytes: stats.active_bytes.all.current,
             requested_bytes: stats.requested_bytes.all.current,
             num_ooms: stats.num_ooms,
+            asleep_bytes: stats.asleep_bytes,
+            offloaded_bytes: stats.offloaded_bytes,
             history_recording: recording,
             history_dropped: dropped,
         },
