@@ -37,6 +37,8 @@ struct HostState {
     /// The next call of an operation that fails (`fail_on`): (operation, calls to
     /// pass first).
     failure: Option<(&'static str, u32)>,
+    /// Offloads that were given no host memory to reuse.
+    fresh_offloads: u64,
 }
 
 impl HostSource {
@@ -70,6 +72,7 @@ impl HostSource {
             device: None,
             contents: std::collections::BTreeMap::new(),
             failure: None,
+            fresh_offloads: 0,
         }))
     }
 
@@ -106,6 +109,10 @@ impl HostSource {
     /// with its contents).
     pub fn read(&self, addr: u64) -> Option<Vec<u8>> {
         self.state().contents.get(&addr).cloned()
+    }
+    /// Offloads so far that were given no earlier host memory to reuse.
+    pub fn fresh_offloads(&self) -> u64 {
+        self.state().fresh_offloads
     }
     /// Fails the call of `operation` ("map", "offload", "restore", "synchronize") that
     /// comes after `pass` more calls of it, once: for fault-injection tests.
@@ -230,10 +237,13 @@ impl SegmentSource for HostSource {
     fn synchronize(&self) -> Result<()> {
         self.state().fails("synchronize")
     }
-    fn offload(&self, addr: u64, size: u64) -> Result<Box<dyn std::any::Any + Send>> {
+    fn offload(&self, addr: u64, size: u64, reuse: Option<Box<dyn std::any::Any + Send>>) -> Result<Box<dyn std::any::Any + Send>> {
         let mut s = self.state();
         assert!(s.is_mapped(addr, size), "offloaded memory that is not mapped");
         s.fails("offload")?;
+        if reuse.is_none() {
+            s.fresh_offloads += 1;
+        }
         let copy: Vec<(u64, Vec<u8>)> = s.contents.range(addr..addr + size).map(|(&a, b)| (a, b.clone())).collect();
         Ok(Box::new(copy))
     }

@@ -201,3 +201,23 @@ fn random_operations_with_sleeps_keep_every_invariant() {
     }
     check(&p);
 }
+
+#[test]
+fn a_repeated_offload_reuses_the_host_memory_until_empty_cache() {
+    let p = expandable(64 * GIB);
+    let live = fill(&p, &mut Rng(11));
+    p.sleep(true).unwrap();
+    let first = p.source().fresh_offloads();
+    assert!(first > 0);
+    p.wake().unwrap();
+    p.sleep(true).unwrap();
+    assert_eq!(p.source().fresh_offloads(), first, "the second sleep copied into the first one's host memory");
+    p.wake().unwrap();
+    assert_contents(&p, &live);
+    p.empty_cache();
+    p.sleep(true).unwrap();
+    assert_eq!(p.source().fresh_offloads(), 2 * first, "empty_cache gave the host memory back");
+    p.wake().unwrap();
+    assert_contents(&p, &live);
+    check(&p);
+}

@@ -166,11 +166,17 @@ impl SegmentSource for DriverSource {
     }
     /// Into pinned host memory, through the legacy stream (the device is idle: the
     /// sleep synchronised it).
-    fn offload(&self, addr: u64, size: u64) -> Result<Box<dyn Any + Send>> {
+    fn offload(&self, addr: u64, size: u64, reuse: Option<Box<dyn Any + Send>>) -> Result<Box<dyn Any + Send>> {
         device::with_device(self.device, || {
-            let mut host: *mut c_void = std::ptr::null_mut();
-            check(unsafe { sys::cuMemHostAlloc(&mut host, size as usize, 0) }, "cuMemHostAlloc")?;
-            let copy = PinnedCopy(host);
+            let copy = match reuse.and_then(|r| r.downcast::<PinnedCopy>().ok()) {
+                Some(copy) => *copy,
+                None => {
+                    let mut host: *mut c_void = std::ptr::null_mut();
+                    check(unsafe { sys::cuMemHostAlloc(&mut host, size as usize, 0) }, "cuMemHostAlloc")?;
+                    PinnedCopy(host)
+                }
+            };
+            let host = copy.0;
             let legacy = crate::stream::NATIVE_LEGACY as sys::CUstream;
             check(unsafe { sys::cuMemcpyDtoHAsync_v2(host, addr, size as usize, legacy) }, "cuMemcpyDtoHAsync")?;
             check(unsafe { sys::cuStreamSynchronize(legacy) }, "cuStreamSynchronize")?;
@@ -427,8 +433,8 @@ impl SegmentSource for Box<dyn SegmentSource> {
     fn synchronize(&self) -> Result<()> {
         (**self).synchronize()
     }
-    fn offload(&self, addr: u64, size: u64) -> Result<Box<dyn Any + Send>> {
-        (**self).offload(addr, size)
+    fn offload(&self, addr: u64, size: u64, reuse: Option<Box<dyn Any + Send>>) -> Result<Box<dyn Any + Send>> {
+        (**self).offload(addr, size, reuse)
     }
     fn restore(&self, addr: u64, size: u64, copy: &(dyn Any + Send)) -> Result<()> {
         (**self).restore(addr, size, copy)

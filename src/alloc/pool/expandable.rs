@@ -255,11 +255,17 @@ impl<S: SegmentSource> Pool<S> {
         }
         let mappings = self.mappings();
         self.shared.source.synchronize()?;
-        let copies = if offload {
-            mappings.iter().map(|m| self.shared.source.offload(m.start, m.size)).collect::<Result<Vec<_>>>()?
-        } else {
-            Vec::new()
-        };
+        let mut copies = Vec::new();
+        for m in mappings.iter().filter(|_| offload) {
+            let reuse = self.host_copies.iter().position(|c| c.0 == m.size).map(|i| self.host_copies.swap_remove(i).1);
+            match self.shared.source.offload(m.start, m.size, reuse) {
+                Ok(copy) => copies.push(copy),
+                Err(e) => {
+                    self.host_copies.extend(mappings.iter().map(|m| m.size).zip(copies));
+                    return Err(e);
+                }
+            }
+        }
         Ok(Sleep { mappings, copies })
     }
 
@@ -316,6 +322,9 @@ impl<S: SegmentSource> Pool<S> {
             self.count_device_memory(m.pool, m.size as i64);
             self.note(&[Action::SegmentMap], m.start, m.size, m.stream);
         }
+        // Kept for the next sleep, which then copies at once (the pinned memory's
+        // allocation is most of a first offload's time); `empty_cache` frees them.
+        self.host_copies.extend(sleep.mappings.iter().map(|m| m.size).zip(sleep.copies));
     }
 
     /// Unmaps the first `n` mappings of the sleep (mapped by a wake that is undone).

@@ -135,6 +135,8 @@ pub struct Pool<S: SegmentSource> {
     expandable: HashMap<(u64, usize), Expandable>,
     /// While the pool sleeps: its unmapped memory (`expandable::Sleep`).
     asleep: Option<Sleep>,
+    /// Host memory of the last offload, by size, kept after a wake for the next sleep.
+    host_copies: Vec<(u64, Box<dyn std::any::Any + Send>)>,
     /// Segments taken so far: the next segment's number in its blocks' ranks.
     segments_taken: u64,
     /// Where this pool's events go while the memory history is on.
@@ -254,6 +256,7 @@ impl<S: SegmentSource> Pool<S> {
             parked_reuses: [(0, 0); 2],
             expandable: HashMap::default(),
             asleep: None,
+            host_copies: Vec::new(),
             segments_taken: 0,
             history,
             events: history::Ring::default(),
@@ -708,6 +711,7 @@ impl<S: SegmentSource> Pool<S> {
     /// Releases every cached segment that is wholly free (waiting for deferred
     /// frees first), as `torch.cuda.empty_cache`.
     pub fn empty_cache(&mut self) {
+        self.host_copies.clear();
         self.process_pending(true);
         self.release_free_segments();
     }

@@ -62,8 +62,9 @@ pub trait SegmentSource: Send + Sync {
         Ok(())
     }
     /// Copies the mapped bytes `[addr, addr + size)` into host memory kept for
-    /// `restore` (a pool's sleep with offload).
-    fn offload(&self, _addr: u64, _size: u64) -> Result<Box<dyn Any + Send>> {
+    /// `restore` (a pool's sleep with offload): into `reuse`, where given, the host
+    /// memory of an earlier offload of the same size, else into new memory.
+    fn offload(&self, _addr: u64, _size: u64, _reuse: Option<Box<dyn Any + Send>>) -> Result<Box<dyn Any + Send>> {
         Err(Error::not_supported("this memory source cannot offload its memory"))
     }
     /// Copies what `offload` kept back into `[addr, addr + size)`, mapped again.
