@@ -1,0 +1,153 @@
+/* Sleep and wake against the raw driver, in one run (issue #44's targets):
+ *   - offload: gpurt_mem_pool_sleep(GPURT_SLEEP_OFFLOAD) of a pool holding BYTES,
+ *     the first sleep (which takes its pinned memory) and repeated ones, against a raw
+ *     cuMemcpyDtoH of the same bytes into pinned memory made beforehand;
+ *   - restore: gpurt_mem_pool_wake after an offload, against a raw cuMemcpyHtoD;
+ *   - wake of a discarded pool, against the floor: the same physical memory made and
+ *     mapped with raw calls (cuMemCreate, cuMemMap, cuMemSetAccess of one mapping, as
+ *     the pool's one block of BYTES is one mapping);
+ * medians of REPS, and the pool's bytes checked exact after every offload's wake
+ * (fresh random data). Every figure is GB/s or ms; the ratios are what the targets
+ * read (offload and restore >= 0.9 of raw, discarded wake <= 1.2 x the floor).
+ * usage: sleep_bench [GIB] [REPS] */
+#include <cuda.h>
+#include <gpurt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, n, sizeof *v, cmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#define CU(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) { printf("FAIL %s: %d\n", #call, (int)r_); exit(1); } } while (0)
+#define GP(call) do { gpurt_status_t s_ = (call); if (s_ != GPURT_SUCCESS) { printf("FAIL %s: %s\n", #call, gpurt_last_error_message()); exit(1); } } while (0)
+
+int main(int argc, char **argv) {
+    size_t gib = argc > 1 ? strtoul(argv[1], NULL, 10) : 8, bytes = gib << 30;
+    int reps = argc > 2 ? atoi(argv[2]) : 5, i, failures = 0;
+    double *t = calloc((size_t)reps, sizeof *t);
+    double raw_d2h, raw_h2d, floor_ms, first_sleep, first_wake, sleep_ms, wake_ms, discard_wake_ms;
+    unsigned char *pattern = malloc(bytes), *back = malloc(bytes);
+    gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
+    gpurt_mem_pool_t pool = NULL;
+    gpurt_stream_t stream = NULL;
+    CUdeviceptr raw = 0;
+    void *host = NULL, *block = NULL;
+    CUcontext ctx;
+    CUdevice dev;
+    size_t k;
+    unsigned long long seed = 0x9e3779b97f4a7c15ull ^ (unsigned long long)time(NULL);
+    for (k = 0; k < bytes; k++) { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; pattern[k] = (unsigned char)seed; }
+
+    GP(gpurt_init());
+    GP(gpurt_stream_create(0, GPURT_STREAM_NON_BLOCKING, 0, &stream));
+    CU(cuDeviceGet(&dev, 0));
+    CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CU(cuCtxSetCurrent(ctx));
+
+    /* Raw copies: device memory and pinned host memory made beforehand. */
+    CU(cuMemAlloc(&raw, bytes));
+    CU(cuMemHostAlloc(&host, bytes, 0));
+    CU(cuMemcpyHtoD(raw, pattern, bytes));
+    for (i = 0; i < reps; i++) { double t0 = now_ms(); CU(cuMemcpyDtoH(host, raw, bytes)); t[i] = now_ms() - t0; }
+    raw_d2h = median(t, reps);
+    for (i = 0; i < reps; i++) { double t0 = now_ms(); CU(cuMemcpyHtoD(raw, host, bytes)); t[i] = now_ms() - t0; }
+    raw_h2d = median(t, reps);
+    CU(cuMemFreeHost(host));
+    CU(cuMemFree(raw));
+
+    /* The floor of a discarded wake: the physical memory made, mapped, made accessible. */
+    {
+        CUmemAllocationProp prop;
+        CUmemAccessDesc access;
+        CUdeviceptr va = 0;
+        size_t granularity = 0;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = 0;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR; /* as gpurt's, shareable */
+        CU(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+        CU(cuMemAddressReserve(&va, bytes, 0, 0, 0));
+        memset(&access, 0, sizeof access);
+        access.location = prop.location;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        for (i = 0; i < reps; i++) {
+            CUmemGenericAllocationHandle handle;
+            double t0 = now_ms();
+            CU(cuMemCreate(&handle, bytes, &prop, 0));
+            CU(cuMemMap(va, bytes, 0, handle, 0));
+            CU(cuMemRelease(handle));
+            CU(cuMemSetAccess(va, bytes, &access, 1));
+            t[i] = now_ms() - t0;
+            CU(cuMemUnmap(va, bytes));
+        }
+        floor_ms = median(t, reps);
+        CU(cuMemAddressFree(va, bytes));
+    }
+
+    /* gpurt: a pool of expandable segments holding one block of `bytes` (one mapping). */
+    options.config = "expandable_segments:True";
+    GP(gpurt_mem_pool_create(0, &options, &pool));
+    GP(gpurt_mem_pool_malloc(pool, bytes, stream, &block));
+    GP(gpurt_memcpy(block, pattern, bytes, stream));
+    {
+        double t0 = now_ms();
+        GP(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD));
+        first_sleep = now_ms() - t0;
+        t0 = now_ms();
+        GP(gpurt_mem_pool_wake(pool));
+        first_wake = now_ms() - t0;
+    }
+    double *w = calloc((size_t)reps, sizeof *w);
+    for (i = 0; i < reps; i++) {
+        double t0 = now_ms();
+        GP(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD));
+        t[i] = now_ms() - t0;
+        t0 = now_ms();
+        GP(gpurt_mem_pool_wake(pool));
+        w[i] = now_ms() - t0;
+        GP(gpurt_memcpy(back, block, bytes, stream));
+        if (memcmp(back, pattern, bytes) != 0) { printf("FAIL: the pool's bytes changed across sleep %d\n", i); failures++; }
+    }
+    sleep_ms = median(t, reps);
+    wake_ms = median(w, reps);
+    GP(gpurt_mem_pool_empty_cache(pool)); /* the offload's pinned memory back */
+    for (i = 0; i < reps; i++) {
+        double t0;
+        GP(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_DISCARD));
+        t0 = now_ms();
+        GP(gpurt_mem_pool_wake(pool));
+        t[i] = now_ms() - t0;
+    }
+    discard_wake_ms = median(t, reps);
+    GP(gpurt_free(block));
+    GP(gpurt_stream_synchronize(stream));
+    GP(gpurt_mem_pool_destroy(pool));
+
+    printf("sleep_bench: %zu GiB, medians of %d\n", gib, reps);
+    printf("  raw D2H into pinned     %8.1f ms  %6.1f GB/s\n", raw_d2h, bytes / raw_d2h / 1e6);
+    printf("  raw H2D from pinned     %8.1f ms  %6.1f GB/s\n", raw_h2d, bytes / raw_h2d / 1e6);
+    printf("  first sleep (offload)   %8.1f ms  %6.1f GB/s (takes its pinned memory)\n", first_sleep, bytes / first_sleep / 1e6);
+    printf("  first wake (restore)    %8.1f ms  %6.1f GB/s\n", first_wake, bytes / first_wake / 1e6);
+    printf("  sleep (offload)         %8.1f ms  %6.1f GB/s  %.3f of raw D2H (target >= 0.9)\n", sleep_ms, bytes / sleep_ms / 1e6, raw_d2h / sleep_ms);
+    printf("  wake (restore)          %8.1f ms  %6.1f GB/s  %.3f of raw H2D (target >= 0.9)\n", wake_ms, bytes / wake_ms / 1e6, raw_h2d / wake_ms);
+    printf("  raw create+map+access   %8.2f ms\n", floor_ms);
+    printf("  wake (discarded)        %8.2f ms  %.3f x the floor (target <= 1.2)\n", discard_wake_ms, discard_wake_ms / floor_ms);
+    printf("sleep_bench: %d failures\n", failures);
+    return failures ? 1 : 0;
+}
