@@ -236,6 +236,7 @@ fn prepare(handle: Handle, ptr: u64, size: u64, offset: i64, write: bool) -> Res
         return Err(Error::invalid_argument("the device pointer is NULL"));
     }
     check_range(ptr, size, "dev_ptr")?;
+    crate::alloc::device::require_awake(ptr)?;
     Ok((file, device_of(ptr)?))
 }
 

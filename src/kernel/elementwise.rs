@@ -189,6 +189,7 @@ pub fn launch(
     let bytes = crate::boundary::checked_bytes(count, dtype.size(), "count")?;
     for &p in inputs.iter().chain(outputs) {
         crate::boundary::check_range(p, bytes, "count")?;
+        crate::alloc::device::require_awake(p)?;
     }
     let kernel = match kernel {
         Kernel::Cached(kernel) => kernel,

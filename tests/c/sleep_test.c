@@ -1,7 +1,8 @@
 /* Pools that sleep and wake through the C ABI: a pool of expandable segments and the
  * device's default pool offload their blocks' bytes (fresh random data) and get them
  * back at the same addresses, or discard them; while asleep allocations are refused
- * and frees work, and gpurt's copies, memsets and fills of its blocks are refused;
+ * and frees work, and gpurt's copies, memsets, fills, elementwise kernels and GDS
+ * reads of its blocks are refused;
  * the refusals (a block in a segment of its own, a graph pool, an unknown mode, a
  * second sleep, a wake of an awake pool, a block exported over IPC) change nothing. The stub
  * driver (CI) moves no bytes: there the statuses and figures are checked, and the
@@ -11,6 +12,7 @@
 #include "check.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,6 +86,16 @@ static void sleep_and_wake(gpurt_mem_pool_t pool, gpurt_stream_t stream, int use
         EXPECT(gpurt_memcpy(host, blocks[2], sizeof host, stream), GPURT_ERROR_INVALID_ARGUMENT);
         EXPECT(gpurt_memset_async(blocks[1], 0, 1, 64, stream), GPURT_ERROR_INVALID_ARGUMENT);
         EXPECT(gpurt_random_uniform(NULL, blocks[2], 16, GPURT_DTYPE_F32, stream), GPURT_ERROR_INVALID_ARGUMENT);
+        {
+            const char *names[] = {"a"};
+            const void *inputs[] = {blocks[2]};
+            gpurt_gds_file_t file = NULL;
+            EXPECT(gpurt_elementwise("out = a", names, inputs, 1, GPURT_DTYPE_F32, 16, blocks[1], stream), GPURT_ERROR_INVALID_ARGUMENT);
+            EXPECT(gpurt_gds_file_open("/dev/zero", O_RDONLY, &file), GPURT_SUCCESS);
+            EXPECT(gpurt_gds_read(file, blocks[1], 4096, 0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+            CHECK(strstr(gpurt_last_error_message(), "asleep") != NULL, "the read's refusal says why");
+            EXPECT(gpurt_gds_file_close(file), GPURT_SUCCESS);
+        }
     }
     EXPECT(gpurt_free(blocks[0]), GPURT_SUCCESS); /* frees work while it sleeps */
     EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);

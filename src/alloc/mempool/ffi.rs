@@ -308,7 +308,8 @@ pub const GPURT_SLEEP_DISCARD: gpurt_sleep_mode_t = 1;
 /// process's configuration or the pool's own); a pool holding a block in a segment
 /// of its own refuses, naming the block, as does a pool holding a block exported to
 /// other processes (gpurt_ipc_mem_handle), whose memory they map. gpurt's copies,
-/// memsets, fills and exports of a sleeping pool's blocks are refused. A failure
+/// memsets, fills, elementwise kernels, GDS transfers and exports of a sleeping
+/// pool's blocks are refused. A failure
 /// leaves the pool awake, as it was.
 ///
 /// @param pool the pool: a default pool, or one made with gpurt_mem_pool_create
