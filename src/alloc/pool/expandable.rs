@@ -188,7 +188,8 @@ impl<S: SegmentSource> Pool<S> {
             if seg.maps.first() != Some(&seg.base) || seg.maps.windows(2).any(|w| w[0] >= w[1]) || seg.maps.last().is_some_and(|&m| m >= seg.base + mapped) {
                 return Err(format!("expandable segment {:#x}: its mappings {:x?} do not tile its {mapped} mapped bytes", seg.base, seg.maps));
             }
-        }        Ok(())
+        }
+        Ok(())
     }
 }
 
