@@ -1,6 +1,6 @@
 use libc::{c_char, c_int, c_void};
 
-use super::stats::gpurt_memory_stats_t;
+use super::stats::{gpurt_memory_stats_t, MEMORY_STATS_V1_SIZE};
 use crate::boundary::{self, in_str, write_sized, Out};
 use crate::error::gpurt_status_t;
 use crate::handle::Handle;
@@ -178,7 +178,7 @@ pub extern "C" fn gpurt_set_per_process_memory_fraction(fraction: f64, device: c
 pub extern "C" fn gpurt_memory_stats(device: c_int, stats: *mut gpurt_memory_stats_t) -> gpurt_status_t {
     boundary::call("gpurt_memory_stats", || {
         let value = super::device::stats(device)?;
-        write_sized(stats, &value, std::mem::size_of::<gpurt_memory_stats_t>(), "stats")
+        write_sized(stats, &value, MEMORY_STATS_V1_SIZE, "stats")
     })
 }
 

@@ -142,6 +142,10 @@ pub struct gpurt_memory_stats_t {
     pub offloaded_bytes: i64,
 }
 
+/// The struct's size up to `unknown`, its first version: callers compiled against it
+/// are served the fields they know (the sleep figures came after).
+pub const MEMORY_STATS_V1_SIZE: usize = std::mem::offset_of!(gpurt_memory_stats_t, asleep_bytes);
+
 /// `gpurt_memory_stats_t.unknown`: `segment` is not known.
 pub const GPURT_STATS_UNKNOWN_SEGMENT: u64 = 1 << 1;
 /// `inactive_split` and `inactive_split_bytes` are not known.

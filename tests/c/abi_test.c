@@ -668,6 +668,16 @@ static void check_mem_pools(gpurt_stream_t stream) {
     EXPECT_TRUE(stats.allocation.all.current == 2 && stats.num_ooms == 1);
     EXPECT(gpurt_memory_stats(0, &stats), GPURT_SUCCESS); /* the device: the sum over its pools */
     EXPECT_TRUE(stats.allocated_bytes.all.current == (int64_t)(before + (1u << 20) + 2 * 4096));
+    {   /* A caller compiled before the sleep figures: served what it knows, the rest untouched. */
+        gpurt_memory_stats_t old = GPURT_MEMORY_STATS_INIT;
+        old.struct_size = offsetof(gpurt_memory_stats_t, asleep_bytes);
+        old.asleep_bytes = old.offloaded_bytes = -7;
+        EXPECT(gpurt_memory_stats(0, &old), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_stats(pool, &old), GPURT_SUCCESS);
+        EXPECT_TRUE(old.allocation.all.current == 2 && old.asleep_bytes == -7 && old.offloaded_bytes == -7);
+        old.struct_size = offsetof(gpurt_memory_stats_t, unknown);
+        EXPECT(gpurt_memory_stats(0, &old), GPURT_ERROR_INVALID_ARGUMENT);
+    }
     EXPECT(gpurt_mem_pool_destroy(pool), GPURT_ERROR_INVALID_ARGUMENT);
     EXPECT_TRUE(strstr(gpurt_last_error_message(), "2 live allocation") != NULL);
     EXPECT(gpurt_free(p), GPURT_SUCCESS); /* found from the pointer alone */

@@ -3,7 +3,7 @@ use libc::{c_char, c_int, c_void};
 use super::device::{self as pools, Upstream};
 use super::Filter;
 use crate::alloc::upstream::{gpurt_upstream_alloc_fn, gpurt_upstream_free_fn, UserFunctions};
-use crate::alloc::stats::gpurt_memory_stats_t;
+use crate::alloc::stats::{gpurt_memory_stats_t, MEMORY_STATS_V1_SIZE};
 use crate::boundary::{self, in_sized, in_str, write_sized, Out};
 use crate::error::{gpurt_status_t, Error};
 use crate::handle::Handle;
@@ -231,7 +231,7 @@ pub extern "C" fn gpurt_mem_pool_pop() -> gpurt_status_t {
 pub extern "C" fn gpurt_mem_pool_stats(pool: gpurt_mem_pool_t, stats: *mut gpurt_memory_stats_t) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_stats", || {
         let value = pools::stats(h(pool))?;
-        write_sized(stats, &value, std::mem::size_of::<gpurt_memory_stats_t>(), "stats")
+        write_sized(stats, &value, MEMORY_STATS_V1_SIZE, "stats")
     })
 }
 
