@@ -25,6 +25,7 @@ tokens compared, speed and peak device memory side by side.
         NVTX_INJECTION64_PATH loads) and the stream sanitizer's reports.
 """
 import ctypes
+import json
 import os
 import re
 import statistics
@@ -50,8 +51,6 @@ def word(token):
 
 
 def make(out, ggml_source):
-    import json
-
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -184,7 +183,6 @@ def extras(data, bindir, nvtx_tool, outdir):
     if result.returncode != 0:
         sys.exit(f"failed ({result.returncode}): {result.stderr[-3000:]}")
     failures = []
-    import json
     blocks = [b for seg in json.load(open(snapshot))["segments"] for b in seg["blocks"] if b["state"] == "active_allocated"]
     print(f"snapshot after graph computation 40: {len(blocks)} live blocks")
     for b in sorted(blocks, key=lambda b: -b["size"]):

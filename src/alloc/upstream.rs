@@ -18,7 +18,6 @@ use cudarc::driver::sys;
 
 use super::pool::SegmentSource;
 use crate::stream::key::native_stream_of;
-
 use crate::device;
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
@@ -176,19 +175,14 @@ impl SegmentSource for DriverSource {
                     PinnedCopy(host)
                 }
             };
-            let host = copy.0;
-            let legacy = crate::stream::NATIVE_LEGACY as sys::CUstream;
-            check(unsafe { sys::cuMemcpyDtoHAsync_v2(host, addr, size as usize, legacy) }, "cuMemcpyDtoHAsync")?;
-            check(unsafe { sys::cuStreamSynchronize(legacy) }, "cuStreamSynchronize")?;
+            copy_on_legacy_stream("cuMemcpyDtoHAsync", |legacy| unsafe { sys::cuMemcpyDtoHAsync_v2(copy.0, addr, size as usize, legacy) })?;
             Ok(Box::new(copy) as Box<dyn Any + Send>)
         })
     }
     fn restore(&self, addr: u64, size: u64, copy: &(dyn Any + Send)) -> Result<()> {
         let copy = copy.downcast_ref::<PinnedCopy>().ok_or_else(|| Error::new(Status::GPURT_ERROR_INTERNAL, "an offload of another memory source"))?;
         device::with_device(self.device, || {
-            let legacy = crate::stream::NATIVE_LEGACY as sys::CUstream;
-            check(unsafe { sys::cuMemcpyHtoDAsync_v2(addr, copy.0, size as usize, legacy) }, "cuMemcpyHtoDAsync")?;
-            check(unsafe { sys::cuStreamSynchronize(legacy) }, "cuStreamSynchronize")
+            copy_on_legacy_stream("cuMemcpyHtoDAsync", |legacy| unsafe { sys::cuMemcpyHtoDAsync_v2(addr, copy.0, size as usize, legacy) })
         })
     }
     fn map_granularity(&self) -> u64 {
@@ -381,6 +375,14 @@ impl SegmentSource for AsyncSource {
         }
     }
     markers_from!(driver);
+}
+
+/// Runs a copy on the legacy stream and waits for it (a sleep's offload and a wake's
+/// restore: the device is otherwise idle).
+fn copy_on_legacy_stream(what: &str, copy: impl FnOnce(sys::CUstream) -> sys::CUresult) -> Result<()> {
+    let legacy = crate::stream::NATIVE_LEGACY as sys::CUstream;
+    check(copy(legacy), what)?;
+    check(unsafe { sys::cuStreamSynchronize(legacy) }, "cuStreamSynchronize")
 }
 
 /// A mapping's contents in pinned host memory while its pool sleeps.
