@@ -15,7 +15,7 @@ cp target/release/libgpurt.a "$out/lib/"
 cp target/release/libgpurt.so "$out/lib/$soname"
 ln -s "$soname" "$out/lib/libgpurt.so"
 cp include/gpurt.h include/gpurt.hpp include/gpurt_rmm.hpp "$out/include/"
-cp examples-c/gpurt-info.c tests/c/abi_test.c tests/c/process_test.c tests/c/ipc_test.c tests/c/sleep_test.c tests/c/backend_test.c tests/c/tunable_test.c tests/c/sanitizer_test.c tests/c/gds_test.c tests/c/comm_test.c tests/c/comm_ranks_test.c tests/c/comm_helpers_test.c tests/c/blas_test.c gpu/blas_gpu_test.c gpu/blas_bench.c gpu/sleep_bench.c tests/c/memory_history_test.c tests/snapshot/check.py tests/c/nvtx_test.c tests/nvtx/ncu_kernels.c tests/nvtx/ncu_filter.sh tests/c/check.h tests/c/dlclose_test.c tests/c/soak.c tests/cpp/hpp_test.cpp tests/cpp/no_exceptions_test.cpp tests/cpp/rmm_test.cpp gpu/interop.cu gpu/compare_props.py gpu/compare_telemetry.py gpu/alloc_frameworks.py gpu/dropin_peak.py gpu/visible_devices.py gpu/record_traces.py gpu/trace_replay.cpp "$out/src/"
+cp examples-c/gpurt-info.c tests/c/abi_test.c tests/c/process_test.c tests/c/ipc_test.c tests/c/sleep_test.c tests/c/backend_test.c tests/c/tunable_test.c tests/c/sanitizer_test.c tests/c/gds_test.c tests/c/comm_test.c tests/c/comm_ranks_test.c tests/c/comm_helpers_test.c tests/c/blas_test.c gpu/blas_gpu_test.c gpu/blas_bench.c gpu/sleep_bench.c tests/c/memory_history_test.c tests/snapshot/check.py tests/c/nvtx_test.c tests/nvtx/ncu_kernels.c tests/nvtx/ncu_filter.sh tests/c/check.h tests/c/dlclose_test.c tests/c/soak.c tests/cpp/hpp_test.cpp tests/cpp/no_exceptions_test.cpp tests/cpp/rmm_test.cpp gpu/interop.cu gpu/compare_props.py gpu/compare_telemetry.py gpu/alloc_frameworks.py gpu/sleep_torch.py gpu/dropin_peak.py gpu/visible_devices.py gpu/record_traces.py gpu/trace_replay.cpp "$out/src/"
 cp examples-c/*.c examples-c/*.h examples-cpp/*.cpp "$out/src/"
 cp gpu/run.sh "$out/run.sh"
 cp -r gpu/traces "$out/traces"
@@ -40,6 +40,9 @@ cp -r tests/python "$out/pytests"
 # RMM's C++ headers and library (librmm-cu13 and its logger), for the RMM adaptor's test.
 python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 --python-version 3.12 \
     -d "$out/rmm" librmm-cu13 "rapids-logger==0.3.*"
+
+# torch_memory_saver, the anchor sleep and wake are measured beside (pip install --no-deps there).
+python3 -m pip download -q --no-deps -d "$out/tms" torch_memory_saver==0.0.10
 
 # The Python package as a wheel, and what its tests need that the GPU machine may
 # lack (it reaches no package index): cffi and pytest for the CPython versions it

@@ -71,6 +71,12 @@ def make(out, ggml_source):
     f16_rule = 'if name[-7:] == ".weight" and n_dims == 2:'
     assert f16_rule in converter, "the converter's f16 rule moved"
     converter = converter.replace(f16_rule, f16_rule[:-1] + ' and name != "wpe.weight":')
+    # And it transposes only mlp.c_proj of the four projections, which transformers'
+    # GPT-2 holds as Conv1D ([in, out]); the examples load all four as [out, in] less
+    # that one's transpose, as ggml's TF-checkpoint converter writes them: all four go.
+    transpose_rule = 'if name.endswith(".mlp.c_proj.weight"):'
+    assert transpose_rule in converter, "the converter's transpose rule moved"
+    converter = converter.replace(transpose_rule, 'if re.search(r"\\.(attn\\.c_attn|attn\\.c_proj|mlp\\.c_fc|mlp\\.c_proj)\\.weight$", name):')
     subprocess.run([sys.executable, "-c", converter, out], check=True, stdout=subprocess.DEVNULL)
     rng = np.random.default_rng(46)
     with open(os.path.join(out, "prompts.txt"), "w") as f:

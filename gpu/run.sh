@@ -194,6 +194,12 @@ step dropin-peak-alone-gpurt-expandable env DROPIN_WORKLOADS=resnet50_train GPUR
 # machine's PyTorch and CuPy.
 step python-install python3 -m pip install -q --no-index --find-links wheels --target pydeps gpurt pytest
 step python-tests env PYTHONPATH="$PWD/pydeps" python3 -m pytest -q -rs -p no:cacheprovider pytests
+# Sleep and wake under PyTorch: GPT-2's weights and KV cache in two sleeping pools
+# (tokens, a CUDA graph across sleep, 100 cycles), and torch_memory_saver beside gpurt.
+step sleep-torch-proof env PYTHONPATH="$PWD/pydeps" python3 src/sleep_torch.py "$lib/libgpurt.so.0" proof
+step tms-install python3 -m pip install -q --no-deps --target tms-site tms/torch_memory_saver-*.whl
+step sleep-torch-saver env PYTHONPATH="$PWD/pydeps" python3 src/sleep_torch.py "$lib/libgpurt.so.0" saver "$PWD/tms-site" \
+    "${SLEEP_BENCH_GIB:-8}" 4 3
 # gpurt's device 0 is the machine's second GPU under CUDA_VISIBLE_DEVICES=1 (2 GPUs or more).
 step visible-devices env CUDA_VISIBLE_DEVICES=1 PYTHONPATH="$PWD/pydeps" python3 src/visible_devices.py
 for example in stream-overlap allocator-stats pinned-upload graph-replay rtc-kernel; do

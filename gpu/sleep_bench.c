@@ -2,7 +2,8 @@
  *   - offload: gpurt_mem_pool_sleep(GPURT_SLEEP_OFFLOAD) of a pool holding BYTES,
  *     the first sleep (which takes its pinned memory) and repeated ones, against a raw
  *     cuMemcpyDtoH of the same bytes into pinned memory made beforehand;
- *   - restore: gpurt_mem_pool_wake after an offload, against a raw cuMemcpyHtoD;
+ *   - restore: gpurt_mem_pool_wake after an offload, against a raw cuMemcpyHtoD, and
+ *     against a raw wake: the memory made and mapped afresh, then the copy into it;
  *   - wake of a discarded pool, against the floor: the same physical memory made and
  *     mapped with raw calls (cuMemCreate, cuMemMap, cuMemSetAccess of one mapping, as
  *     the pool's one block of BYTES is one mapping);
@@ -40,7 +41,7 @@ int main(int argc, char **argv) {
     size_t gib = argc > 1 ? strtoul(argv[1], NULL, 10) : 8, bytes = gib << 30;
     int reps = argc > 2 ? atoi(argv[2]) : 5, i, failures = 0;
     double *t = calloc((size_t)reps, sizeof *t);
-    double raw_d2h, raw_h2d, floor_ms, first_sleep, first_wake, sleep_ms, wake_ms, discard_wake_ms;
+    double raw_d2h, raw_h2d, raw_fresh_h2d, floor_ms, first_sleep, first_wake, sleep_ms, wake_ms, discard_wake_ms;
     unsigned char *pattern = malloc(bytes), *back = malloc(bytes);
     gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
     gpurt_mem_pool_t pool = NULL;
@@ -67,7 +68,6 @@ int main(int argc, char **argv) {
     raw_d2h = median(t, reps);
     for (i = 0; i < reps; i++) { double t0 = now_ms(); CU(cuMemcpyHtoD(raw, host, bytes)); t[i] = now_ms() - t0; }
     raw_h2d = median(t, reps);
-    CU(cuMemFreeHost(host));
     CU(cuMemFree(raw));
 
     /* The floor of a discarded wake: the physical memory made, mapped, made accessible. */
@@ -97,8 +97,22 @@ int main(int argc, char **argv) {
             CU(cuMemUnmap(va, bytes));
         }
         floor_ms = median(t, reps);
+        /* A raw wake with its restore: the same, then the bytes copied in from pinned memory. */
+        for (i = 0; i < reps; i++) {
+            CUmemGenericAllocationHandle handle;
+            double t0 = now_ms();
+            CU(cuMemCreate(&handle, bytes, &prop, 0));
+            CU(cuMemMap(va, bytes, 0, handle, 0));
+            CU(cuMemRelease(handle));
+            CU(cuMemSetAccess(va, bytes, &access, 1));
+            CU(cuMemcpyHtoD(va, host, bytes));
+            t[i] = now_ms() - t0;
+            CU(cuMemUnmap(va, bytes));
+        }
+        raw_fresh_h2d = median(t, reps);
         CU(cuMemAddressFree(va, bytes));
     }
+    CU(cuMemFreeHost(host));
 
     /* gpurt: a pool of expandable segments holding one block of `bytes` (one mapping). */
     options.config = "expandable_segments:True";
@@ -146,6 +160,8 @@ int main(int argc, char **argv) {
     printf("  first wake (restore)    %8.1f ms  %6.1f GB/s\n", first_wake, bytes / first_wake / 1e6);
     printf("  sleep (offload)         %8.1f ms  %6.1f GB/s  %.3f of raw D2H (target >= 0.9)\n", sleep_ms, bytes / sleep_ms / 1e6, raw_d2h / sleep_ms);
     printf("  wake (restore)          %8.1f ms  %6.1f GB/s  %.3f of raw H2D (target >= 0.9)\n", wake_ms, bytes / wake_ms / 1e6, raw_h2d / wake_ms);
+    printf("  raw wake with restore   %8.1f ms  %6.1f GB/s  (create+map+access, then H2D into the fresh mapping); the wake is %.3f of it\n",
+           raw_fresh_h2d, bytes / raw_fresh_h2d / 1e6, raw_fresh_h2d / wake_ms);
     printf("  raw create+map+access   %8.2f ms\n", floor_ms);
     printf("  wake (discarded)        %8.2f ms  %.3f x the floor (target <= 1.2)\n", discard_wake_ms, discard_wake_ms / floor_ms);
     printf("sleep_bench: %d failures\n", failures);
