@@ -159,13 +159,14 @@ def run(data, reps, builds):
                     failures += 1
                     print(f"FAIL {case}: {name}'s tokens differ from {reference[0]}'s (round {rep})")
     reference_build = builds[0][0]
-    print(f"{'case':34} {'build':22} {'ms/token (median)':>18} {'tok/s':>8} {'vs ' + reference_build:>14} {'peak MiB':>9}")
+    print(f"{'case':34} {'build':22} {'ms/token (median)':>18} {'rounds min-max':>15} {'tok/s':>8} {'vs ' + reference_build:>14} {'peak MiB':>9}")
     for case, *_ in cases:
         base_ms = statistics.median(speed[(case, reference_build)])
         for name, *_ in builds:
             ms = statistics.median(speed[(case, name)])
             ratio = base_ms / ms
-            print(f"{case:34} {name:22} {ms:18.3f} {1000 / ms:8.1f} {ratio:13.3f}x {peak[(case, name)]:9.0f}")
+            spread = f"{min(speed[(case, name)]):.2f}-{max(speed[(case, name)]):.2f}"
+            print(f"{case:34} {name:22} {ms:18.3f} {spread:>15} {1000 / ms:8.1f} {ratio:13.3f}x {peak[(case, name)]:9.0f}")
             if name.startswith("gpurt") and name != reference_build:
                 if abs(ratio - 1) > SPEED_TOLERANCE:
                     failures += 1
