@@ -15,6 +15,8 @@ tokens compared, speed and peak device memory side by side.
         their order reversed every round. Per build: the median of ms per token, the
         driver's peak device memory (NVML's used memory sampled every millisecond, less
         the figure before the run); the tokens of every run must equal the first build's.
+        Speed is judged on the runs made with the host's core at 90 % of its full rate
+        or more (read just before each run: the decode is bound by the host).
         The first build is the reference: speed within 2 %, peak not above it, checked
         for every other build whose name starts with "gpurt".
     python3 ggml_gpt2.py extras DIR BINDIR NVTX_TOOL OUTDIR
@@ -86,6 +88,24 @@ def make(out, ggml_source):
           f"prompts of {', '.join(map(str, PROMPT_LENGTHS))} tokens")
 
 
+def core_rate(iterations=100_000):
+    """The host core's speed now (million steps a second of an arithmetic chain): the
+    lent hosts' cores slow 1.3-2.3x in spells (docs/performance.md, "Method"), and the
+    examples' decode is bound by the host, so each run is judged with the rate just
+    before it."""
+    x, start = 1, time.perf_counter()
+    for _ in range(iterations):
+        x = (x * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
+    return iterations / (time.perf_counter() - start) / 1e6
+
+
+def full_speed(samples, floor):
+    """The ms of the runs taken with the core at `floor` or faster (all of them if
+    fewer than three were)."""
+    fast = [ms for ms, rate in samples if rate >= floor]
+    return fast if len(fast) >= 3 else [ms for ms, _ in samples]
+
+
 class PeakMemory:
     """The device's used memory (NVML) sampled every millisecond on a thread."""
 
@@ -150,23 +170,30 @@ def run(data, reps, builds):
             for case, program, prompt, args in cases:
                 command = [os.path.join(bindir, program), "-m", model, "-p", prompt, "-ngl", "1",
                            "--top_k", "1", "-s", "1", "-t", "4", *args]
+                rate = core_rate()
                 stdout, mib = sampler.run(command, env)
                 text, ms = generated(stdout, program == "gpt-2-batched")
-                speed.setdefault((case, name), []).append(ms)
+                speed.setdefault((case, name), []).append((ms, rate))
                 peak[(case, name)] = max(peak.get((case, name), 0), mib)
                 reference = tokens.setdefault(case, (name, text))
                 if text != reference[1]:
                     failures += 1
                     print(f"FAIL {case}: {name}'s tokens differ from {reference[0]}'s (round {rep})")
     reference_build = builds[0][0]
-    print(f"{'case':34} {'build':22} {'ms/token (median)':>18} {'rounds min-max':>15} {'tok/s':>8} {'vs ' + reference_build:>14} {'peak MiB':>9}")
+    rates = sorted(rate for samples in speed.values() for _, rate in samples)
+    floor = 0.9 * rates[len(rates) * 9 // 10]  # 90 % of the core's full rate, as the benches judge
+    print(f"core rate before each run: {rates[0]:.1f}-{rates[-1]:.1f} M steps/s; runs judged at >= {floor:.1f}")
+    print(f"{'case':34} {'build':22} {'ms/token full speed':>20} {'(runs)':>6} {'all runs':>9} {'min-max':>11} "
+          f"{'tok/s':>8} {'vs ' + reference_build:>14} {'peak MiB':>9}")
     for case, *_ in cases:
-        base_ms = statistics.median(speed[(case, reference_build)])
+        base_ms = statistics.median(full_speed(speed[(case, reference_build)], floor))
         for name, *_ in builds:
-            ms = statistics.median(speed[(case, name)])
+            samples = speed[(case, name)]
+            fast = full_speed(samples, floor)
+            ms, every = statistics.median(fast), [m for m, _ in samples]
             ratio = base_ms / ms
-            spread = f"{min(speed[(case, name)]):.2f}-{max(speed[(case, name)]):.2f}"
-            print(f"{case:34} {name:22} {ms:18.3f} {spread:>15} {1000 / ms:8.1f} {ratio:13.3f}x {peak[(case, name)]:9.0f}")
+            print(f"{case:34} {name:22} {ms:20.3f} {len(fast):6} {statistics.median(every):9.3f} "
+                  f"{min(every):5.2f}-{max(every):5.2f} {1000 / ms:8.1f} {ratio:13.3f}x {peak[(case, name)]:9.0f}")
             if name.startswith("gpurt") and name != reference_build:
                 if abs(ratio - 1) > SPEED_TOLERANCE:
                     failures += 1
