@@ -317,26 +317,43 @@ fn expandable(capacity: u64) -> Allocator {
 }
 
 /// A freed block above 8 MiB is parked (kept for its size's next request, the most
-/// recently freed first) only without expandable segments; with them it merges with
-/// its free neighbour at once, and the next request takes the merged range's start.
+/// recently freed first) without expandable segments. With them it is parked only for
+/// the newest request's size and only with no Free neighbour (a warm pair stays on the
+/// parked path); beside free memory it merges at once.
 #[test]
 fn expandable_segments_merge_large_frees_at_once() {
-    for (p, expandable) in [(pool(GIB), false), (expandable(GIB), true)] {
-        let blocks: Vec<u64> = (0..3).map(|_| p.malloc(16 * MIB, 1).unwrap()).collect();
-        p.free(blocks[0]).unwrap();
-        p.free(blocks[1]).unwrap();
-        let want = if expandable { blocks[0] } else { blocks[1] };
-        assert_eq!(p.malloc(16 * MIB, 1).unwrap(), want, "expandable segments: {expandable}");
-        check(&p);
-        let small = p.malloc(8 * MIB, 1).unwrap();
-        let after = p.malloc(8 * MIB, 1).unwrap();
-        p.free(small).unwrap();
-        assert_eq!(p.malloc(8 * MIB, 1).unwrap(), small, "8 MiB is parked either way");
-        for addr in [want, small, after, blocks[2]] {
-            p.free(addr).unwrap();
-        }
-        check(&p);
+    let p = pool(GIB);
+    let blocks: Vec<u64> = (0..3).map(|_| p.malloc(16 * MIB, 1).unwrap()).collect();
+    p.free(blocks[0]).unwrap();
+    p.free(blocks[1]).unwrap();
+    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), blocks[1], "without expandable segments: parked, the last freed first");
+    blocks[1..].iter().for_each(|&b| p.free(b).unwrap());
+    check(&p);
+
+    let p = expandable(GIB);
+    let [a, b, c]: [u64; 3] = std::array::from_fn(|_| p.malloc(16 * MIB, 1).unwrap());
+    // No Free neighbours, the newest request's size: parked, so the last freed comes
+    // back first (merged, best fit would give the lower address, a).
+    p.free(a).unwrap();
+    p.free(c).unwrap();
+    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), c, "the warm pair's path: parked, the last freed first");
+    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), a);
+    check(&p);
+    let x = p.malloc(4 * MIB, 1).unwrap();
+    p.free(a).unwrap(); // not the newest request's size (4 MiB): merged, Free
+    p.free(c).unwrap();
+    let other = p.malloc(16 * MIB, 2).unwrap(); // the newest request is 16 MiB again
+    p.free(b).unwrap(); // its neighbours a and c are Free: merged at once, not parked
+    check(&p);
+    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), a, "b merged with a and c: the range's start, not b");
+    let small = p.malloc(8 * MIB, 1).unwrap();
+    let after = p.malloc(8 * MIB, 1).unwrap();
+    p.free(small).unwrap();
+    assert_eq!(p.malloc(8 * MIB, 1).unwrap(), small, "8 MiB is parked either way");
+    for addr in [small, after, a, x, other] {
+        p.free(addr).unwrap();
     }
+    check(&p);
 }
 
 /// Large blocks of one stream follow each other in one address range; it grows by
