@@ -39,8 +39,8 @@ expect_contents "$runtime" "$lib/libgpurt.so.$major" "$lib/libgpurt.so.$version"
 expect_contents "$dev" /usr/include/gpurt.h /usr/include/gpurt.hpp /usr/include/gpurt_rmm.hpp \
   "$lib/libgpurt.so" "$lib/libgpurt.a" "$lib/pkgconfig/gpurt.pc" "$lib/cmake/gpurt/gpurtConfig.cmake" "$lib/cmake/gpurt/gpurtConfigVersion.cmake"
 expect_contents "$tools" /usr/bin/gpurt-info
-dpkg-deb -f "$dev" Depends | grep -qx "libgpurt$major (= $version)" || { echo "libgpurt-dev must depend on exactly libgpurt$major $version"; exit 1; }
-dpkg-deb --ctrl-tarfile "$runtime" | tar t | grep -q shlibs || { echo "libgpurt$major has no shlibs file"; exit 1; }
+dpkg-deb -f "$dev" Depends | grep -x "libgpurt$major (= $version)" >/dev/null || { echo "libgpurt-dev must depend on exactly libgpurt$major $version"; exit 1; }
+dpkg-deb --ctrl-tarfile "$runtime" | tar t | grep shlibs >/dev/null || { echo "libgpurt$major has no shlibs file"; exit 1; }
 echo "three .debs, each with its part; $(basename "$tarball")"
 
 echo "== packages: dpkg -i into /usr, consumers through pkg-config and find_package, dpkg -r"
@@ -58,7 +58,9 @@ consumers=$work/package-consumers
 # shellcheck disable=SC2046   # pkg-config's flags split into words
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/abi_test.c $(pkg-config --cflags --libs gpurt) -o "$consumers/abi_test_pkgconfig"
 "$consumers/abi_test_pkgconfig" >/dev/null
-ldd "$consumers/abi_test_pkgconfig" | grep -Eq "libgpurt.so.$major => (/usr)?/lib/$multiarch/libgpurt.so.$major" || { echo "the consumer does not load /usr's libgpurt"; exit 1; }
+# grep reads all of its input (no -q): under pipefail, a grep that quits at its first
+# match can kill the writer with SIGPIPE and fail the pipeline at random.
+ldd "$consumers/abi_test_pkgconfig" | grep -E "libgpurt.so.$major => (/usr)?/lib/$multiarch/libgpurt.so.$major" >/dev/null || { echo "the consumer does not load /usr's libgpurt"; exit 1; }
 cmake -S tests/consumer -B "$consumers/cmake" >/dev/null   # no CMAKE_PREFIX_PATH: /usr is searched
 cmake --build "$consumers/cmake" >/dev/null
 grep -q "$lib/libgpurt.so.$version" "$consumers/cmake/CMakeFiles/abi_c_gpurt.dir/link.txt" || { echo "find_package did not find /usr's gpurt"; exit 1; }
