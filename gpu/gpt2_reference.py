@@ -156,16 +156,12 @@ def static_cache(model, batch, length):
         return StaticCache(config=model.config, max_cache_len=length)
 
 
-def graphed_decoder(model, ids, new_tokens, compile_mode=None):
-    """PyTorch's fastest decode without downloads: a static KV cache, the prompt in one
-    eager forward, then per token one decode step (forward, argmax, the next position).
-    Without compile_mode the step is captured once in a CUDA graph and replayed; with
-    it, the forward is compiled by torch.compile (whose "reduce-overhead" mode captures
-    CUDA graphs itself). Returns run() -> (the new tokens [batch][new_tokens], seconds
-    a decode step, the prompt's forward left out as the engine's figure leaves it)."""
+def decode_steps(model, forward, ids, new_tokens, cache):
+    """A greedy decode of `ids` ([batch][prompt]) over the static KV cache `cache`:
+    prefill() runs the prompt in one eager forward, decode() one step through `forward`
+    (forward, argmax, the next position); both write out_tokens [batch][new_tokens].
+    Returns (prefill, decode, out_tokens)."""
     batch, prompt_len = ids.shape
-    cache = static_cache(model, batch, prompt_len + new_tokens)
-    forward = torch.compile(model.forward, mode=compile_mode) if compile_mode else model.forward
     token = torch.zeros(batch, 1, dtype=torch.long, device="cuda")
     position = torch.zeros(1, dtype=torch.long, device="cuda")
     out_tokens = torch.zeros(batch, new_tokens, dtype=torch.long, device="cuda")
@@ -184,21 +180,43 @@ def graphed_decoder(model, ids, new_tokens, compile_mode=None):
         out_tokens[:, :1].copy_(token)
         position.fill_(prompt_len)
 
+    return prefill, decode, out_tokens
+
+
+def captured_step(prefill, decode, capture=True):
+    """After a prefill: three decode steps on a side stream (warm-up, and compilation),
+    then with `capture` the step captured once in a CUDA graph after a fresh prefill.
+    Returns the step to call: the graph's replay, or `decode`."""
     with torch.no_grad():
-        prefill()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(3):  # warm-up (and compilation); the positions are replayed below
+            for _ in range(3):  # the positions are replayed by the caller's prefill
                 decode()
         torch.cuda.current_stream().wait_stream(side)
-        step = decode
-        if not compile_mode:
-            prefill()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                decode()
-            step = graph.replay
+        if not capture:
+            return decode
+        prefill()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            decode()
+    return graph.replay
+
+
+def graphed_decoder(model, ids, new_tokens, compile_mode=None):
+    """PyTorch's fastest decode without downloads: a static KV cache, the prompt in one
+    eager forward, then per token one decode step (forward, argmax, the next position).
+    Without compile_mode the step is captured once in a CUDA graph and replayed; with
+    it, the forward is compiled by torch.compile (whose "reduce-overhead" mode captures
+    CUDA graphs itself). Returns run() -> (the new tokens [batch][new_tokens], seconds
+    a decode step, the prompt's forward left out as the engine's figure leaves it)."""
+    batch, prompt_len = ids.shape
+    cache = static_cache(model, batch, prompt_len + new_tokens)
+    forward = torch.compile(model.forward, mode=compile_mode) if compile_mode else model.forward
+    prefill, decode, out_tokens = decode_steps(model, forward, ids, new_tokens, cache)
+    with torch.no_grad():
+        prefill()
+    step = captured_step(prefill, decode, capture=not compile_mode)
 
     def run():
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -37,6 +37,22 @@ static double median(double *v, int n) {
 #define CU(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) { printf("FAIL %s: %d\n", #call, (int)r_); exit(1); } } while (0)
 #define GP(call) do { gpurt_status_t s_ = (call); if (s_ != GPURT_SUCCESS) { printf("FAIL %s: %s\n", #call, gpurt_last_error_message()); exit(1); } } while (0)
 
+/* A raw wake of `bytes` at `va`, in ms: the physical memory made, mapped and made
+ * accessible, then with `restore_from` its bytes copied in from there; unmapped after. */
+static double raw_wake_ms(CUdeviceptr va, size_t bytes, const CUmemAllocationProp *prop, const CUmemAccessDesc *access,
+                          const void *restore_from) {
+    CUmemGenericAllocationHandle handle;
+    double t0 = now_ms(), ms;
+    CU(cuMemCreate(&handle, bytes, prop, 0));
+    CU(cuMemMap(va, bytes, 0, handle, 0));
+    CU(cuMemRelease(handle));
+    CU(cuMemSetAccess(va, bytes, access, 1));
+    if (restore_from) CU(cuMemcpyHtoD(va, restore_from, bytes));
+    ms = now_ms() - t0;
+    CU(cuMemUnmap(va, bytes));
+    return ms;
+}
+
 int main(int argc, char **argv) {
     size_t gib = argc > 1 ? strtoul(argv[1], NULL, 10) : 8, bytes = gib << 30;
     int reps = argc > 2 ? atoi(argv[2]) : 5, i, failures = 0;
@@ -86,29 +102,10 @@ int main(int argc, char **argv) {
         memset(&access, 0, sizeof access);
         access.location = prop.location;
         access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        for (i = 0; i < reps; i++) {
-            CUmemGenericAllocationHandle handle;
-            double t0 = now_ms();
-            CU(cuMemCreate(&handle, bytes, &prop, 0));
-            CU(cuMemMap(va, bytes, 0, handle, 0));
-            CU(cuMemRelease(handle));
-            CU(cuMemSetAccess(va, bytes, &access, 1));
-            t[i] = now_ms() - t0;
-            CU(cuMemUnmap(va, bytes));
-        }
+        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, &prop, &access, NULL);
         floor_ms = median(t, reps);
         /* A raw wake with its restore: the same, then the bytes copied in from pinned memory. */
-        for (i = 0; i < reps; i++) {
-            CUmemGenericAllocationHandle handle;
-            double t0 = now_ms();
-            CU(cuMemCreate(&handle, bytes, &prop, 0));
-            CU(cuMemMap(va, bytes, 0, handle, 0));
-            CU(cuMemRelease(handle));
-            CU(cuMemSetAccess(va, bytes, &access, 1));
-            CU(cuMemcpyHtoD(va, host, bytes));
-            t[i] = now_ms() - t0;
-            CU(cuMemUnmap(va, bytes));
-        }
+        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, &prop, &access, host);
         raw_fresh_h2d = median(t, reps);
         CU(cuMemAddressFree(va, bytes));
     }

@@ -74,7 +74,8 @@ def check(ok, what):
 
 
 def proof(lib):
-    from transformers import GPT2Config, GPT2LMHeadModel, StaticCache
+    from gpt2_reference import captured_step, decode_steps, static_cache  # beside this script
+    from transformers import GPT2Config, GPT2LMHeadModel
 
     gpurt = gpurt_package(lib)
     weights = Routed(gpurt)
@@ -86,26 +87,9 @@ def proof(lib):
         model = GPT2LMHeadModel(GPT2Config()).eval().cuda()
     model.generation_config.eos_token_id = None
     prompts = torch.randint(0, model.config.vocab_size, (batch, prompt_len), generator=torch.Generator().manual_seed(7)).cuda()
-    token = torch.zeros(batch, 1, dtype=torch.long, device="cuda")
-    position = torch.zeros(1, dtype=torch.long, device="cuda")
-    out_tokens = torch.zeros(batch, new_tokens, dtype=torch.long, device="cuda")
-
-    cache = None  # made below, in the cache's pool
-
-    def prefill():
-        cache.reset()
-        logits = model(prompts, past_key_values=cache, cache_position=torch.arange(prompt_len, device="cuda"), use_cache=True).logits
-        token.copy_(logits[:, -1].argmax(-1, keepdim=True))
-        out_tokens.zero_()
-        out_tokens[:, :1].copy_(token)
-        position.fill_(prompt_len)
-
-    def decode():
-        logits = model(token, past_key_values=cache, cache_position=position, use_cache=True).logits
-        nxt = logits[:, -1].argmax(-1, keepdim=True)
-        out_tokens.index_copy_(1, position - prompt_len + 1, nxt)
-        token.copy_(nxt)
-        position.add_(1)
+    with cache_pool():  # the cache's tensors are made here (at once, or at its first update below)
+        cache = static_cache(model, batch, cache_len)
+    prefill, decode, out_tokens = decode_steps(model, model.forward, prompts, new_tokens, cache)
 
     def generate(step):
         with torch.no_grad():
@@ -115,23 +99,9 @@ def proof(lib):
         torch.cuda.synchronize()
         return out_tokens.cpu().clone()
 
-    with torch.no_grad():
-        with cache_pool():  # the cache's tensors are made here (at once, or at the first update)
-            try:
-                cache = StaticCache(config=model.config, max_batch_size=batch, max_cache_len=cache_len, device="cuda", dtype=model.dtype)
-            except TypeError:  # later transformers size the cache on first use
-                cache = StaticCache(config=model.config, max_cache_len=cache_len)
-            prefill()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                decode()
-        torch.cuda.current_stream().wait_stream(side)
+    with torch.no_grad(), cache_pool():
         prefill()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            decode()
+    replay = captured_step(prefill, decode)
     cache_tensors = [t for layer in getattr(cache, "layers", []) for t in (layer.keys, layer.values)] or list(cache.key_cache) + list(cache.value_cache)
     cache_bytes = sum(t.numel() * t.element_size() for t in cache_tensors)
     params = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -139,7 +109,7 @@ def proof(lib):
           f"KV cache {cache_bytes / MIB:.1f} MiB in a pool mapping {cache_pool.mapped() / MIB:.1f} MiB")
 
     ok = True
-    eager_before, graph_before = generate(decode), generate(graph.replay)
+    eager_before, graph_before = generate(decode), generate(replay)
     ok &= check(torch.equal(eager_before, graph_before), "the graph's tokens equal the eager decode's before sleep")
     with torch.no_grad():
         reference = model.generate(prompts, max_new_tokens=new_tokens, do_sample=False).cpu()[:, prompt_len:]
@@ -165,7 +135,7 @@ def proof(lib):
     awake = [not r.pool.asleep and r.pool.stats()["asleep_bytes"] == 0 for r in (weights, cache_pool)]
     ok &= check(all(awake), "woken: neither pool reports bytes asleep")
     ok &= check(torch.equal(generate(decode), eager_before), "after wake, the eager decode's tokens are identical")
-    ok &= check(torch.equal(generate(graph.replay), graph_before), "after wake, the graph captured before sleep replays with identical tokens")
+    ok &= check(torch.equal(generate(replay), graph_before), "after wake, the graph captured before sleep replays with identical tokens")
 
     cycles, used, rss, sleep_ms, wake_ms = 100, [], [], [], []
     for _ in range(cycles):
@@ -183,7 +153,7 @@ def proof(lib):
           f"device used {min(used) / MIB:.1f}-{max(used) / MIB:.1f} MiB, host RSS {rss[0] / MIB:.1f} -> {rss[-1] / MIB:.1f} MiB (max {max(rss) / MIB:.1f})")
     ok &= check(max(used[1:]) - min(used[1:]) <= 2 * MIB, "device memory flat over the cycles (within 2 MiB)")
     ok &= check(max(rss[1:]) - rss[1] <= 16 * MIB, "host RSS flat over the cycles (within 16 MiB)")
-    ok &= check(torch.equal(generate(graph.replay), graph_before), "after 100 cycles the graph still replays with identical tokens")
+    ok &= check(torch.equal(generate(replay), graph_before), "after 100 cycles the graph still replays with identical tokens")
     return ok
 
 
