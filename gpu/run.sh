@@ -15,10 +15,11 @@ step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matc
     [[ -n ${ONLY:-} && ! $name =~ $ONLY ]] && return 0
     [[ -n ${SKIP:-} && $name =~ $SKIP ]] && return 0
     echo "=== $name"
+    local start=$SECONDS
     if "$@" >"$logs/$name.log" 2>&1; then
-        results+=("PASS  $name")
+        results+=("PASS  $name ($((SECONDS - start)) s)")
     else
-        results+=("FAIL  $name (exit $?)")
+        results+=("FAIL  $name (exit $?, $((SECONDS - start)) s)")
     fi
     tail -n 25 "$logs/$name.log"
 }

@@ -797,8 +797,8 @@ typedef struct {
    */
   int upstream;
   /**
-   * Options with GPURT_ALLOC_CONF's syntax, for this pool alone; NULL: the
-   * process's configuration as it is at creation.
+   * Options with GPURT_ALLOC_CONF's syntax for this pool alone, over the process's
+   * configuration as it is at creation (NULL: that configuration).
    */
   const char *config;
   /**
@@ -1420,7 +1420,7 @@ gpurt_status_t gpurt_empty_cache(void);
  * Sets the allocator options, with `PYTORCH_CUDA_ALLOC_CONF`'s syntax (as the
  * `GPURT_ALLOC_CONF` environment variable). A malformed string changes nothing.
  *
- * @param config comma-separated `key:value` options (max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, backend, ...); NULL or empty: the defaults
+ * @param config comma-separated `key:value` options (max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, exact_segments, backend); NULL or empty: the defaults
  * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for an unknown key or a value out of range, naming it (nothing changes); GPURT_ERROR_NOT_SUPPORTED for a backend change after the allocator was first used; or a status every call may give (@ref statuses).
  * @par Ordering
  * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.

@@ -10,7 +10,7 @@ from .memory import _pool_usage, _stats
 
 class MemPool(Handle):
     """A caching pool on `device` (default: the current one). `config` takes
-    GPURT_ALLOC_CONF's syntax for this pool alone (None: the process's options);
+    GPURT_ALLOC_CONF's syntax, options for this pool alone over the process's;
     `limit` caps the bytes it reserves (0: no cap; cupy's set_limit); `upstream` is
     where its segments come from: "driver" (cuMemAlloc), "async" (the driver's
     stream-ordered pool) or "managed" (cuMemAllocManaged, host-accessible). Closing it

@@ -19,6 +19,12 @@ pub struct AllocConfig {
     /// Each stream's blocks live in one reserved address range per pool, backed with
     /// memory as it grows (`expandable_segments`), instead of separate segments.
     pub expandable_segments: bool,
+    /// New memory is mapped in the size a request needs, rounded to 2 MiB as
+    /// `cudaMalloc` maps it (`exact_segments`, gpurt's own key): no 20 MiB segment
+    /// for a request of 1-10 MiB and no growth step past what an expandable segment
+    /// lacks. For engines that allocate few, large, long-lived buffers (ggml's
+    /// weights, caches and compute buffers), whose peak the shared segments raise.
+    pub exact_segments: bool,
     /// Where a device's default pool takes its memory (`backend`): the process
     /// chooses once, at its first allocation.
     pub backend: Backend,
@@ -50,6 +56,7 @@ impl Default for AllocConfig {
             roundup_power2_divisions: [0; 64],
             garbage_collection_threshold: 0.0,
             expandable_segments: false,
+            exact_segments: false,
             backend: Backend::Native,
         }
     }
@@ -57,6 +64,14 @@ impl Default for AllocConfig {
 
 fn bad(key: &str, value: &str, why: &str) -> Error {
     Error::invalid_argument(format!("GPURT_ALLOC_CONF: bad value {value:?} for `{key}`: {why}"))
+}
+
+fn flag(key: &str, value: &str) -> Result<bool> {
+    match value {
+        "False" | "false" => Ok(false),
+        "True" | "true" => Ok(true),
+        _ => Err(bad(key, value, "expected True or False")),
+    }
 }
 
 fn divisions(key: &str, text: &str) -> Result<u32> {
@@ -70,7 +85,13 @@ fn divisions(key: &str, text: &str) -> Result<u32> {
 impl AllocConfig {
     /// Parses a configuration string; the empty string is the default.
     pub fn parse(text: &str) -> Result<AllocConfig> {
-        let mut config = AllocConfig::default();
+        AllocConfig::default().with(text)
+    }
+
+    /// This configuration with the options of `text` applied over it (a pool's own
+    /// options over the process's).
+    pub fn with(&self, text: &str) -> Result<AllocConfig> {
+        let mut config = self.clone();
         for (key, value) in split_options(text)? {
             config.apply(key, value)?;
         }
@@ -96,11 +117,8 @@ impl AllocConfig {
                 }
                 self.garbage_collection_threshold = t;
             }
-            "expandable_segments" => match value {
-                "False" | "false" => self.expandable_segments = false,
-                "True" | "true" => self.expandable_segments = true,
-                _ => return Err(bad(key, value, "expected True or False")),
-            },
+            "expandable_segments" => self.expandable_segments = flag(key, value)?,
+            "exact_segments" => self.exact_segments = flag(key, value)?,
             "backend" => match value {
                 "native" => self.backend = Backend::Native,
                 "cudaMallocAsync" => self.backend = Backend::CudaMallocAsync,
@@ -109,7 +127,7 @@ impl AllocConfig {
             _ => {
                 return Err(Error::invalid_argument(format!(
                     "GPURT_ALLOC_CONF: unknown key `{key}` (known: max_split_size_mb, roundup_power2_divisions, \
-                     garbage_collection_threshold, expandable_segments, backend)"
+                     garbage_collection_threshold, expandable_segments, exact_segments, backend)"
                 )))
             }
         }
@@ -227,6 +245,7 @@ mod tests {
             ("no_such_key:1", "unknown key `no_such_key`"),
             ("max_split_size_mb", "expected key:value"),
             ("expandable_segments:maybe", "True or False"),
+            ("exact_segments:1", "True or False"),
             ("max_split_size_mb:,", "empty key or value"),
             ("backend:cudaMalloc", "native or cudaMallocAsync"),
         ];
@@ -236,6 +255,18 @@ mod tests {
             assert!(err.message.contains(needle), "{text}: {}", err.message);
         }
         assert!(AllocConfig::parse("expandable_segments:True").unwrap().expandable_segments);
+    }
+
+    #[test]
+    fn options_apply_over_a_base() {
+        let process = AllocConfig::parse("expandable_segments:True,max_split_size_mb:64").unwrap();
+        let pool = process.with("exact_segments:True,max_split_size_mb:128").unwrap();
+        assert!(pool.expandable_segments && pool.exact_segments);
+        assert_eq!(pool.max_split_size, 128 * MIB);
+        assert_eq!(process.with("").unwrap(), process);
+        assert!(!process.exact_segments);
+        let err = process.with("exact_segments:maybe").unwrap_err();
+        assert!(err.message.contains("exact_segments"), "{}", err.message);
     }
 
     #[test]

@@ -77,6 +77,32 @@ fn segment_sizes_follow_pytorch() {
 }
 
 #[test]
+fn exact_segments_map_what_a_request_needs() {
+    // ggml's compute buffer: 9.47 MiB, a 20 MiB segment under PyTorch's rule.
+    let p = Allocator::new(HostSource::new(GIB), AllocConfig::parse("exact_segments:True").unwrap());
+    let compute = p.malloc(9 * MIB + 480 * 1024, 1).unwrap();
+    let small = p.malloc(4096, 1).unwrap();
+    let s = p.stats();
+    assert_eq!(s.reserved_bytes.large_pool.current, 10 * MIB as i64, "rounded to 2 MiB");
+    assert_eq!(s.reserved_bytes.small_pool.current, 2 * MIB as i64, "small requests keep their 2 MiB segments");
+    for addr in [compute, small] {
+        p.free(addr).unwrap();
+    }
+    check(&p);
+    // With expandable segments: the first mapping and every growth are what the
+    // request lacks, not a step of a share of what is mapped.
+    let p = Allocator::new(HostSource::new(GIB), AllocConfig::parse("expandable_segments:True,exact_segments:True").unwrap());
+    let weights = p.malloc(300 * MIB + 5, 1).unwrap();
+    let compute = p.malloc(9 * MIB + 480 * 1024, 1).unwrap();
+    // 302 MiB, then the 8 MiB the compute buffer lacks past the weights' free tail.
+    assert_eq!(p.source().mapped_bytes(), (302 + 8) * MIB);
+    for addr in [weights, compute] {
+        p.free(addr).unwrap();
+    }
+    check(&p);
+}
+
+#[test]
 fn a_block_is_reused_on_its_stream_only() {
     let p = pool(GIB);
     let a = p.malloc(64 * KIB, 1).unwrap();

@@ -241,6 +241,23 @@ def test_mem_pools_route_count_and_refuse_to_go_while_used(device):
         gpurt.MemPool(config="expandable_segments:Maybe")
 
 
+def test_a_pools_options_apply_over_the_processs(device):
+    s = gpurt.Stream()
+    gpurt.set_allocator_config("expandable_segments:True")
+    try:
+        with gpurt.MemPool(config="exact_segments:True") as pool:
+            first = gpurt.DeviceBuffer(3 << 20, stream=s, pool=pool)
+            second = gpurt.DeviceBuffer(3 << 20, stream=s, pool=pool)
+            assert int(second) == int(first) + (3 << 20), "expandable, from the process's options"
+            # 4 MiB, then the 2 MiB the second block lacks: no step of 8 MiB.
+            assert pool.stats()["reserved_bytes.all.current"] == 6 << 20
+            first.free()
+            second.free()
+            s.synchronize()
+    finally:
+        gpurt.set_allocator_config("")
+
+
 @pytest.mark.parametrize("upstream", ["async", "managed"])
 def test_mem_pools_over_other_upstreams(device, upstream):
     s = gpurt.Stream()

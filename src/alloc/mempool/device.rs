@@ -57,19 +57,20 @@ pub enum Upstream {
     User(UserFunctions),
 }
 
-/// A new pool on `ordinal`'s device: `config` in `GPURT_ALLOC_CONF`'s syntax applies
-/// to it alone (`None`: the process's configuration as it is now); `limit` caps the
-/// bytes it reserves (0: none).
+/// A new pool on `ordinal`'s device: the process's configuration as it is now, with
+/// the options of `config` (`GPURT_ALLOC_CONF`'s syntax) over it for this pool alone;
+/// `limit` caps the bytes it reserves (0: none).
 pub fn create(ordinal: i32, config: Option<&str>, limit: u64, upstream: Upstream) -> Result<Handle> {
     let d = device::resolve(ordinal)?;
-    let (mut config, own) = match config {
-        Some(text) => (AllocConfig::parse(text)?, true),
-        None => (pools::config()?, false),
+    let process = pools::config()?;
+    let (mut config, asked_expandable) = match config {
+        Some(text) => (process.with(text)?, AllocConfig::parse(text)?.expandable_segments),
+        None => (process, false),
     };
     if config.expandable_segments && !matches!(upstream, Upstream::Driver) {
         // Only the driver upstream can map memory: a pool over another takes whole
         // segments under the process's configuration, and refuses its own request.
-        if own {
+        if asked_expandable {
             return Err(Error::invalid_argument("expandable_segments:True needs the driver upstream: the others give whole segments"));
         }
         config.expandable_segments = false;

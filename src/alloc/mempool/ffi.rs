@@ -39,8 +39,8 @@ pub struct gpurt_mem_pool_options_t {
     pub struct_size: usize,
     /// Where the pool's segments come from: GPURT_UPSTREAM_DRIVER, _ASYNC, _MANAGED or _USER.
     pub upstream: c_int,
-    /// Options with GPURT_ALLOC_CONF's syntax, for this pool alone; NULL: the
-    /// process's configuration as it is at creation.
+    /// Options with GPURT_ALLOC_CONF's syntax for this pool alone, over the process's
+    /// configuration as it is at creation (NULL: that configuration).
     pub config: *const c_char,
     /// The most bytes the pool may reserve (cupy's set_limit); 0: no limit.
     pub limit_bytes: u64,

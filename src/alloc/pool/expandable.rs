@@ -99,7 +99,9 @@ impl<S: SegmentSource> Pool<S> {
         // bounded overshoot; where the step is refused (the cap, the driver), what is
         // needed is enough.
         let allocations = self.allocations_so_far();
-        let step = if allocations - allocations_at_growth >= EXPANDABLE_QUIET_ALLOCATIONS {
+        let step = if self.config.exact_segments {
+            needed
+        } else if allocations - allocations_at_growth >= EXPANDABLE_QUIET_ALLOCATIONS {
             (mapped / 32).clamp(EXPANDABLE_QUIET_STEP_MIN, EXPANDABLE_QUIET_STEP_MAX)
         } else {
             (mapped / 8).min(EXPANDABLE_SMALL_STEP_MAX).max((mapped / 16).min(EXPANDABLE_STEP_MAX)).max(EXPANDABLE_STEP_MIN)

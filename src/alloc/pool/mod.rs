@@ -225,11 +225,13 @@ fn lists_for_segment(free: &mut Vec<FreeLists>, stream: u64, pool: PoolKind) -> 
     index as u32
 }
 
-/// The size of a new segment for a rounded request.
-fn segment_size(size: u64) -> u64 {
+/// The size of a new segment for a rounded request: PyTorch's 2 MiB for small
+/// requests and 20 MiB, shared by later ones, for those under 10 MiB; else (and
+/// with `exact_segments`) the request rounded to 2 MiB.
+fn segment_size(size: u64, exact: bool) -> u64 {
     if size <= SMALL_SIZE {
         SMALL_BUFFER
-    } else if size < MIN_LARGE_ALLOC {
+    } else if size < MIN_LARGE_ALLOC && !exact {
         LARGE_BUFFER
     } else {
         size.div_ceil(ROUND_LARGE) * ROUND_LARGE
@@ -542,7 +544,7 @@ impl<S: SegmentSource> Pool<S> {
         let limit = self.shared.limit();
         threshold > 0.0
             && limit != u64::MAX
-            && (self.shared.reserved() + segment_size(rounded)) as f64 > threshold * limit as f64
+            && (self.shared.reserved() + segment_size(rounded, self.config.exact_segments)) as f64 > threshold * limit as f64
     }
 
     /// A new segment holding one free block. Out of memory is the caller's to handle
@@ -551,7 +553,7 @@ impl<S: SegmentSource> Pool<S> {
         if self.config.expandable_segments {
             return self.grow_expandable(pool, stream, rounded);
         }
-        let size = segment_size(rounded);
+        let size = segment_size(rounded, self.config.exact_segments);
         let addr = self.shared.take(size, stream, self.shard)?;
         self.note(&[Action::SegmentAlloc], addr, size, stream);
         Ok(self.add_segment(pool, stream, addr, size))
