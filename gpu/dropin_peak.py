@@ -8,8 +8,9 @@ points, against PyTorch's own allocator, each with and without expandable segmen
 
 Expandable segments are asked for the usual way: PYTORCH_CUDA_ALLOC_CONF for PyTorch's
 allocator, GPURT_ALLOC_CONF for gpurt's (`expandable_segments:True`). Workloads, in
-one process, each after an empty_cache (DROPIN_WORKLOADS, comma-separated, runs some
-of them only): GPT-2 (124 M parameters, fp16) generating 256 tokens for 16
+one process, each after an empty_cache (DROPIN_EMPTY_CACHE=0: without one, the cache
+kept) and a reset of the peak (DROPIN_WORKLOADS, comma-separated, runs some of them
+only): GPT-2 (124 M parameters, fp16) generating 256 tokens for 16
 prompts of 128 with a KV cache grown by concatenation; ResNet-50 training (SGD with
 momentum, batch 64 at 224 x 224, 6 steps). Peak reserved memory is the allocator's own
 figure (torch.cuda.max_memory_reserved; gpurt_memory_usage's max_reserved). Results
@@ -67,13 +68,17 @@ torch.backends.cudnn.benchmark = False
 torch.backends.cudnn.allow_tf32 = False
 
 
+EMPTY_CACHE = os.environ.get("DROPIN_EMPTY_CACHE", "1") != "0"
+
+
 def reset():
     torch.cuda.synchronize()
     if on_gpurt:
-        assert gpurt.gpurt_empty_cache() == 0
+        assert not EMPTY_CACHE or gpurt.gpurt_empty_cache() == 0
         assert gpurt.gpurt_reset_peak_memory_stats(0) == 0
     else:
-        torch.cuda.empty_cache()
+        if EMPTY_CACHE:
+            torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
 
 

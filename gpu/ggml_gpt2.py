@@ -11,12 +11,14 @@ tokens compared, speed and peak device memory side by side.
         DIR/prompts.txt: prompts of 8, 32 and 100 seeded tokens.
     python3 ggml_gpt2.py run DIR REPS NAME=BINDIR[:ENV=VALUE,...] ...
         gpt-2-backend on every prompt (128 new tokens, greedy, end-of-text ignored) and
-        gpt-2-batched (4 sequences, 64 tokens), REPS rounds, the builds alternated and
-        their order reversed every round. Per build: the median of ms per token, the
+        gpt-2-batched (4 sequences, 64 tokens), REPS rounds; in a round each case runs on
+        every build one after the other (the order reversed every round), so that the
+        runs compared share the host's state. Per build: the median of ms per token, the
         driver's peak device memory (NVML's used memory sampled every millisecond, less
         the figure before the run); the tokens of every run must equal the first build's.
-        Speed is judged on the runs made with the host's core at 90 % of its full rate
-        or more (read just before each run: the decode is bound by the host).
+        Speed is judged on the median over rounds of each round's ratio to the first
+        build, from the rounds whose two runs had the host's core at 90 % of its full
+        rate or more (read just before each run: the decode is bound by the host).
         The first build is the reference: speed within 2 %, peak not above it, checked
         for every other build whose name starts with "gpurt".
     python3 ggml_gpt2.py extras DIR BINDIR NVTX_TOOL OUTDIR
@@ -99,11 +101,14 @@ def core_rate(iterations=100_000):
     return iterations / (time.perf_counter() - start) / 1e6
 
 
-def full_speed(samples, floor):
-    """The ms of the runs taken with the core at `floor` or faster (all of them if
-    fewer than three were)."""
-    fast = [ms for ms, rate in samples if rate >= floor]
-    return fast if len(fast) >= 3 else [ms for ms, _ in samples]
+def paired_ratio(reference, samples, floor):
+    """The median over rounds of the reference's ms / this build's ms (its speed
+    relative to the reference), from the rounds whose two runs had the core at `floor`
+    or faster (every round if fewer than three did), and how many rounds that was."""
+    rounds = [(r, m) for (r, r_rate), (m, m_rate) in zip(reference, samples) if min(r_rate, m_rate) >= floor]
+    if len(rounds) < 3:
+        rounds = [(r, m) for (r, _), (m, _) in zip(reference, samples)]
+    return statistics.median(r / m for r, m in rounds), len(rounds)
 
 
 class PeakMemory:
@@ -165,9 +170,9 @@ def run(data, reps, builds):
     failures = 0
     for rep in range(reps):
         order = builds if rep % 2 == 0 else builds[::-1]
-        for name, bindir, extra_env in order:
-            env = dict(os.environ, **extra_env)
-            for case, program, prompt, args in cases:
+        for case, program, prompt, args in cases:
+            for name, bindir, extra_env in order:
+                env = dict(os.environ, **extra_env)
                 command = [os.path.join(bindir, program), "-m", model, "-p", prompt, "-ngl", "1",
                            "--top_k", "1", "-s", "1", "-t", "4", *args]
                 rate = core_rate()
@@ -183,17 +188,16 @@ def run(data, reps, builds):
     rates = sorted(rate for samples in speed.values() for _, rate in samples)
     floor = 0.9 * rates[len(rates) * 9 // 10]  # 90 % of the core's full rate, as the benches judge
     print(f"core rate before each run: {rates[0]:.1f}-{rates[-1]:.1f} M steps/s; runs judged at >= {floor:.1f}")
-    print(f"{'case':34} {'build':22} {'ms/token full speed':>20} {'(runs)':>6} {'all runs':>9} {'min-max':>11} "
-          f"{'tok/s':>8} {'vs ' + reference_build:>14} {'peak MiB':>9}")
+    print(f"{'case':34} {'build':22} {'ms/token':>9} {'min-max':>11} {'tok/s':>8} "
+          f"{'vs ' + reference_build + ', paired':>22} {'(rounds)':>8} {'peak MiB':>9}")
     for case, *_ in cases:
-        base_ms = statistics.median(full_speed(speed[(case, reference_build)], floor))
+        reference = speed[(case, reference_build)]
         for name, *_ in builds:
             samples = speed[(case, name)]
-            fast = full_speed(samples, floor)
-            ms, every = statistics.median(fast), [m for m, _ in samples]
-            ratio = base_ms / ms
-            print(f"{case:34} {name:22} {ms:20.3f} {len(fast):6} {statistics.median(every):9.3f} "
-                  f"{min(every):5.2f}-{max(every):5.2f} {1000 / ms:8.1f} {ratio:13.3f}x {peak[(case, name)]:9.0f}")
+            ratio, rounds = paired_ratio(reference, samples, floor)
+            ms, every = statistics.median(m for m, _ in samples), [m for m, _ in samples]
+            print(f"{case:34} {name:22} {ms:9.3f} {min(every):5.2f}-{max(every):5.2f} {1000 / ms:8.1f} "
+                  f"{ratio:21.3f}x {rounds:8} {peak[(case, name)]:9.0f}")
             if name.startswith("gpurt") and name != reference_build:
                 if abs(ratio - 1) > SPEED_TOLERANCE:
                     failures += 1

@@ -142,11 +142,11 @@ done
 step ggml-compare python3 src/ggml_compare.py "$ggml_work/unpatched-ops.txt" "$ggml_work/gpurt-ops.txt"
 step ggml-compare-ctest diff <(grep -E "Test +#" "$ggml_work/unpatched-ctest.txt" | sed 's/ *[0-9.]* sec$//') \
                              <(grep -E "Test +#" "$ggml_work/gpurt-ctest.txt" | sed 's/ *[0-9.]* sec$//')
-# ggml's GPT-2 examples: tokens, speed and peak memory alternated (gpurt in its default
-# mode and with expandable segments), then gpurt's snapshot, NVTX and sanitizer over a run.
+# ggml's GPT-2 examples: tokens, speed and peak memory alternated, then gpurt's
+# snapshot, NVTX and sanitizer over a run.
 step ggml-gpt2-make python3 src/ggml_gpt2.py make "$ggml_work/gpt2" "$ggml_work/unpatched/ggml"
-step ggml-gpt2-run python3 src/ggml_gpt2.py run "$ggml_work/gpt2" "${GGML_GPT2_REPS:-5}" unpatched="$ggml_work/unpatched/build/bin" \
-    gpurt="$ggml_work/gpurt/build/bin" gpurt-expandable="$ggml_work/gpurt/build/bin:GPURT_ALLOC_CONF=expandable_segments:True"
+step ggml-gpt2-run python3 src/ggml_gpt2.py run "$ggml_work/gpt2" "${GGML_GPT2_REPS:-15}" unpatched="$ggml_work/unpatched/build/bin" \
+    gpurt="$ggml_work/gpurt/build/bin"
 step build-nvtx-record-tool cc -O2 -shared -fPIC -Iinclude src/record_injection.c -o bin/librecord_nvtx.so
 step ggml-gpt2-extras python3 src/ggml_gpt2.py extras "$ggml_work/gpt2" "$ggml_work/gpurt/build/bin" "$PWD/bin/librecord_nvtx.so" "$logs"
 
@@ -186,6 +186,12 @@ for expandable in False True; do
         python3 src/dropin_peak.py "$lib/libgpurt.so.0" gpurt "$logs/dropin"
 done
 step dropin-peak-table python3 src/dropin_peak.py "$lib/libgpurt.so.0" table "$logs/dropin"
+# The same without empty_cache between the models: what each keeps cached serves the next.
+step dropin-peak-kept-torch-expandable env DROPIN_EMPTY_CACHE=0 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True GPURT_ALLOC_CONF= \
+    python3 src/dropin_peak.py "$lib/libgpurt.so.0" native "$logs/dropin-kept"
+step dropin-peak-kept-gpurt-expandable env DROPIN_EMPTY_CACHE=0 GPURT_ALLOC_CONF=expandable_segments:True PYTORCH_CUDA_ALLOC_CONF= \
+    python3 src/dropin_peak.py "$lib/libgpurt.so.0" gpurt "$logs/dropin-kept"
+step dropin-peak-kept-table python3 src/dropin_peak.py "$lib/libgpurt.so.0" table "$logs/dropin-kept"
 # ResNet-50 alone, in a process of its own, on PyTorch's and gpurt's expandable segments.
 step dropin-peak-alone-torch-expandable env DROPIN_WORKLOADS=resnet50_train PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True GPURT_ALLOC_CONF= \
     python3 src/dropin_peak.py "$lib/libgpurt.so.0" native "$logs/dropin-alone"

@@ -25,6 +25,9 @@ pub enum State {
     Free,
     /// Free, parked uncoalesced in an exact-size bin for the next request of its size.
     Parked,
+    /// A hole in an expandable segment: addresses whose memory went back to the driver
+    /// (`empty_cache`), reserved still, mapped again by a later growth.
+    Unmapped,
     /// An arena slot with no block in it.
     Vacant,
 }

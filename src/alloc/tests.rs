@@ -509,6 +509,46 @@ fn expandable_segments_give_back_whole_mappings_only() {
     assert_eq!((p.source().mapped_bytes(), p.stats().reserved_bytes.all.current), (0, 0));
 }
 
+/// Emptying the cache unmaps the mappings that lie wholly in free blocks anywhere in
+/// a segment, its middle too; growth maps into such a hole before it extends the
+/// segment, only what a free neighbour lacks where one is beside it; a snapshot shows
+/// the mapped runs between holes as segments.
+#[test]
+fn expandable_segments_release_free_middles_and_grow_into_the_holes() {
+    // exact_segments: each growth maps what it lacks, so the mappings are known.
+    let p = Allocator::new(HostSource::new(GIB), AllocConfig::parse("expandable_segments:True,exact_segments:True").unwrap());
+    let a = p.malloc(8 * MIB, 1).unwrap(); // mappings [0, 8), [8, 12), [12, 28), [28, 30) MiB
+    let b = p.malloc(4 * MIB, 1).unwrap();
+    let c = p.malloc(16 * MIB, 1).unwrap();
+    let d = p.malloc(2 * MIB, 1).unwrap();
+    assert_eq!((b, c, d, p.source().mapped_bytes()), (a + 8 * MIB, a + 12 * MIB, a + 28 * MIB, 30 * MIB));
+    p.free(b).unwrap();
+    p.free(c).unwrap();
+    p.empty_cache();
+    check(&p);
+    assert_eq!((p.source().mapped_bytes(), p.stats().reserved_bytes.all.current), (10 * MIB, 10 * MIB as i64), "the middle went back");
+    let views = p.segment_views(&mut Vec::new()).0;
+    let runs: Vec<(u64, u64)> = views.iter().map(|v| (v.addr - a, v.size)).collect();
+    assert_eq!(runs, [(0, 8 * MIB), (28 * MIB, 2 * MIB)], "one segment per mapped run");
+
+    let e = p.malloc(6 * MIB, 1).unwrap();
+    assert_eq!((e, p.source().mapped_bytes()), (a + 8 * MIB, 16 * MIB), "into the hole, not past the end");
+    p.free(a).unwrap();
+    p.free(e).unwrap(); // [0, 14) free beside the hole [14, 28)
+    let f = p.malloc(20 * MIB, 1).unwrap();
+    assert_eq!((f, p.source().mapped_bytes()), (a, 22 * MIB), "the free neighbour, and the 6 MiB it lacks mapped after it");
+    check(&p);
+    let g = p.malloc(8 * MIB, 1).unwrap();
+    assert_eq!((g, p.source().mapped_bytes()), (a + 20 * MIB, 30 * MIB), "the rest of the hole, whole");
+    check(&p);
+    for addr in [f, g, d] {
+        p.free(addr).unwrap();
+    }
+    p.empty_cache();
+    check(&p);
+    assert_eq!((p.source().mapped_bytes(), p.source().live_segments(), p.stats().reserved_bytes.all.current), (0, 0, 0));
+}
+
 /// The benchmark's random workload on host memory, over several seeds (one seed's
 /// figure swings with small policy changes): expandable segments keep the peak
 /// reserved memory closer to the peak in use than separate segments do.

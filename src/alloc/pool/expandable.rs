@@ -1,7 +1,8 @@
 //! Expandable segments: per stream and pool kind, one reserved address range whose
-//! first bytes are mapped, grown by driver mappings as requests need and released
-//! from its free end (`expandable_segments:True`). The pool logic (free lists,
-//! splitting, coalescing) treats one as an ordinary segment of its mapped size.
+//! first bytes are mapped, grown by driver mappings as requests need
+//! (`expandable_segments:True`); `holes` releases their free ranges anywhere and maps
+//! into the holes again. The pool logic (free lists, splitting, coalescing) treats one
+//! as an ordinary segment up to its mapped end, whose holes are Unmapped blocks.
 
 use std::any::Any;
 
@@ -35,12 +36,14 @@ const EXPANDABLE_QUIET_STEP_MAX: u64 = 16 * MIB;
 pub(super) struct Expandable {
     pub(super) base: u64,
     pub(super) reserved: u64,
-    /// The block that ends the mapped bytes.
+    /// The block that ends the mapped bytes (never a hole).
     pub(super) tail: BlockId,
-    /// Where each mapping starts, in order (each ends where the next starts, the last
-    /// at the mapped end): the driver unmaps whole mappings only, so memory goes back
-    /// from a mapping's start.
-    pub(super) maps: Vec<u64>,
+    /// Its mappings (start, size), in address order, the last at the mapped end; the
+    /// ranges between them are holes. The driver unmaps whole mappings only, so memory
+    /// goes back a mapping at a time.
+    pub(super) maps: Vec<(u64, u64)>,
+    /// Its holes: the Unmapped blocks, which growth maps into before it extends.
+    pub(super) holes: Vec<BlockId>,
     /// The pool's allocation count when this segment last grew.
     pub(super) allocations_at_growth: i64,
 }
@@ -61,9 +64,10 @@ impl<S: SegmentSource> Pool<S> {
         }
     }
 
-    /// A free block of at least `rounded` bytes at the end of `stream`'s expandable
-    /// segment of `pool`: the segment is created, or grown by what its free tail
-    /// block lacks or, if more, a share of what it has mapped (granularity multiples).
+    /// A free block of at least `rounded` bytes in `stream`'s expandable segment of
+    /// `pool`: the segment is created, or memory mapped into one of its holes, or it
+    /// grows at its end by what its free tail block lacks or, if more, a share of what
+    /// it has mapped (granularity multiples).
     pub(super) fn grow_expandable(&mut self, pool: PoolKind, stream: u64, rounded: u64) -> Result<BlockId> {
         let granularity = self.shared.source.map_granularity();
         let key = (stream, pool_index(pool));
@@ -82,9 +86,13 @@ impl<S: SegmentSource> Pool<S> {
             self.note(&[Action::SegmentMap], base, size, stream);
             let id = self.add_segment(pool, stream, base, size);
             let allocations_at_growth = self.allocations_so_far();
-            self.expandable.insert(key, Expandable { base, reserved, tail: id, maps: vec![base], allocations_at_growth });
+            let maps = vec![(base, size)];
+            self.expandable.insert(key, Expandable { base, reserved, tail: id, maps, holes: Vec::new(), allocations_at_growth });
             return Ok(id);
         };
+        if let Some(id) = self.grow_into_hole(key, rounded, stream)? {
+            return Ok(id);
+        }
         let mapped = self.segments[&base].size;
         let tail = &self.blocks[last];
         let (tail_free, rank) = (tail.state == State::Free, tail.rank + tail.size);
@@ -118,7 +126,7 @@ impl<S: SegmentSource> Pool<S> {
         self.note(&[Action::SegmentMap], end, grow, stream);
         self.count_device_memory(pool, grow as i64);
         self.segment_mut(base).size = mapped + grow;
-        self.expandable.get_mut(&key).expect("segment").maps.push(end);
+        self.expandable.get_mut(&key).expect("segment").maps.push((end, grow));
         if tail_free {
             self.remove_free(last);
             self.blocks[last].size += grow;
@@ -132,66 +140,8 @@ impl<S: SegmentSource> Pool<S> {
         Ok(id)
     }
 
-    fn segment_mut(&mut self, start: u64) -> &mut Segment {
+    pub(super) fn segment_mut(&mut self, start: u64) -> &mut Segment {
         self.segments.get_mut(&start).expect("a held segment")
-    }
-
-    /// Unmaps the mappings that lie wholly in the free end of every expandable
-    /// segment; a wholly free one gives its addresses back too.
-    pub(super) fn release_expandable_tails(&mut self) {
-        let keys: Vec<(u64, usize)> = self.expandable.keys().copied().collect();
-        for key in keys {
-            let seg = &self.expandable[&key];
-            let (base, reserved, tail) = (seg.base, seg.reserved, seg.tail);
-            let Block { addr: tail_addr, pool, prev, state, .. } = self.blocks[tail];
-            // The first mapping that starts in the free tail block: it and those after
-            // it go (the driver cannot unmap part of a mapping).
-            let first = seg.maps.partition_point(|&start| start < tail_addr);
-            if state != State::Free || first == seg.maps.len() {
-                continue;
-            }
-            let end = base + self.segments[&base].size;
-            let keep_end = seg.maps[first];
-            let mut released = self.expandable.get_mut(&key).expect("segment").maps.split_off(first);
-            released.push(end);
-            for span in released.windows(2) {
-                self.shared.shrink(span[0], span[1] - span[0]);
-            }
-            let release = end - keep_end;
-            self.remove_free(tail);
-            self.note(&[Action::SegmentUnmap], keep_end, release, key.0);
-            self.count_device_memory(pool, -(release as i64));
-            if keep_end > tail_addr {
-                self.blocks[tail].size -= release;
-                self.insert_free(tail);
-            } else if prev != NO_BLOCK {
-                // The tail block was all unmapped; its neighbour (in use) ends the segment.
-                self.blocks.remove(tail);
-                self.blocks[prev].next = NO_BLOCK;
-                self.expandable.get_mut(&key).expect("segment").tail = prev;
-            } else {
-                self.forget_segment(base, tail);
-                self.expandable.remove(&key);
-                self.shared.free_expandable(base, reserved);
-                continue;
-            }
-            self.segment_mut(base).size = keep_end - base;
-        }
-    }
-
-    /// The expandable segments' invariants, for `check_invariants`.
-    pub(super) fn check_expandable_invariants(&self) -> std::result::Result<(), String> {
-        for seg in self.expandable.values() {
-            let tail = &self.blocks[seg.tail];
-            let mapped = self.segments.get(&seg.base).ok_or("an expandable segment is missing from the segments")?.size;
-            if tail.state == State::Vacant || tail.addr + tail.size != seg.base + mapped || tail.next != NO_BLOCK || mapped > seg.reserved {
-                return Err(format!("expandable segment {:#x}: its tail block does not end its {mapped} mapped bytes", seg.base));
-            }
-            if seg.maps.first() != Some(&seg.base) || seg.maps.windows(2).any(|w| w[0] >= w[1]) || seg.maps.last().is_some_and(|&m| m >= seg.base + mapped) {
-                return Err(format!("expandable segment {:#x}: its mappings {:x?} do not tile its {mapped} mapped bytes", seg.base, seg.maps));
-            }
-        }
-        Ok(())
     }
 }
 
@@ -341,10 +291,8 @@ impl<S: SegmentSource> Pool<S> {
     fn mappings(&self) -> Vec<Mapping> {
         let mut all = Vec::new();
         for (&(stream, _), seg) in &self.expandable {
-            let segment = &self.segments[&seg.base];
-            let (end, pool) = (seg.base + segment.size, self.blocks[segment.first].pool);
-            let ends = seg.maps.iter().skip(1).copied().chain([end]);
-            all.extend(seg.maps.iter().zip(ends).map(|(&start, end)| Mapping { start, size: end - start, pool, stream }));
+            let pool = self.blocks[seg.tail].pool;
+            all.extend(seg.maps.iter().map(|&(start, size)| Mapping { start, size, pool, stream }));
         }
         all
     }

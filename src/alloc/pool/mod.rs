@@ -21,6 +21,7 @@ use super::stats::{gpurt_memory_stats_t, PoolKind};
 use crate::error::{Error, Result};
 
 mod expandable;
+mod holes;
 mod segments;
 mod view;
 pub use expandable::{asleep_error, Sleep};
@@ -62,8 +63,8 @@ struct Parked {
     id: BlockId,
 }
 
-/// A segment: its size (for an expandable one, the bytes mapped) and its first
-/// block, which no merge removes.
+/// A segment: its size (for an expandable one, up to its mapped end, holes included)
+/// and its first block, which no merge removes.
 #[derive(Debug, Clone, Copy)]
 struct Segment {
     size: u64,
@@ -598,8 +599,7 @@ impl<S: SegmentSource> Pool<S> {
             let (segment, addr, size) = (self.blocks[first].addr, self.blocks[id].addr, self.blocks[id].size);
             let segment_size = self.segments[&segment].size;
             let mappings = self.expandable.values().find(|e| e.base == segment).map_or_else(Vec::new, |e| {
-                let ends = e.maps.iter().skip(1).copied().chain([segment + segment_size]);
-                e.maps.iter().zip(ends).filter(|&(&start, end)| start < addr + size && addr < end).map(|(&start, end)| (start, end - start)).collect()
+                e.maps.iter().filter(|&&(start, len)| start < addr + size && addr < start + len).copied().collect()
             });
             BlockPlace { size, segment, segment_size, mappings }
         }))
@@ -688,8 +688,9 @@ impl<S: SegmentSource> Pool<S> {
         self.parked.push(Parked { stream, size, id });
     }
 
-    /// Moves a block that left use into the free lists, merged with free neighbours.
-    fn coalesce_into_free(&mut self, id: BlockId) {
+    /// Moves a block that left use into the free lists, merged with free neighbours;
+    /// the merged block is returned.
+    fn coalesce_into_free(&mut self, id: BlockId) -> BlockId {
         let block = &mut self.blocks[id];
         block.state = State::Free;
         let (addr, prev, next) = (block.addr, block.prev, block.next);
@@ -706,6 +707,7 @@ impl<S: SegmentSource> Pool<S> {
             self.absorb_right(start, next);
         }
         self.insert_free(start);
+        start
     }
 
     /// Merges the block `right` into its left neighbour `left`.
@@ -748,7 +750,7 @@ impl<S: SegmentSource> Pool<S> {
         if self.asleep.is_some() {
             return; // its memory went back when it fell asleep; what is free now is unmapped
         }
-        self.release_expandable_tails();
+        self.release_expandable_free_ranges();
         let expandable: Vec<u64> = self.expandable.values().map(|e| e.base).collect();
         let whole: Vec<(u64, BlockId)> = self
             .segments
@@ -796,7 +798,7 @@ impl<S: SegmentSource> Pool<S> {
         }
         let (mut allocated, mut active, mut requested, mut blocks_seen) = (0i64, 0i64, 0i64, 0);
         let (mut inactive_split, mut inactive_split_blocks) = (0i64, 0i64);
-        let (mut parked, mut in_use) = (0, 0);
+        let (mut parked, mut in_use, mut unmapped, mut unmapped_bytes) = (0, 0, 0, 0);
         let mut segments_per_lists = vec![0; self.free.len()];
         for (&start, seg) in &self.segments {
             let mut at = seg.first;
@@ -820,6 +822,9 @@ impl<S: SegmentSource> Pool<S> {
                             return Err(format!("free blocks {:#x} and {:#x} were not coalesced", b.addr, self.blocks[n].addr));
                         }
                     }
+                } else if b.state == State::Unmapped {
+                    unmapped += 1;
+                    unmapped_bytes += b.size;
                 } else if self.by_addr.get(&b.addr) != Some(&at) {
                     return Err(format!("block {:#x} in use or parked is missing from the address map", b.addr));
                 } else {
@@ -861,11 +866,11 @@ impl<S: SegmentSource> Pool<S> {
         if parked != self.parked.len() {
             return Err(format!("{} blocks listed as parked for {parked} parked", self.parked.len()));
         }
-        if blocks_seen != self.blocks.len() || listed.len() + in_use != self.blocks.len() || in_use != self.by_addr.len() {
+        if blocks_seen != self.blocks.len() || listed.len() + in_use + unmapped != self.blocks.len() || in_use != self.by_addr.len() {
             return Err("blocks outside any segment, stale free-list entries or stale addresses".into());
         }
         let s = &self.stats();
-        let reserved = self.segments.values().map(|seg| seg.size).sum::<u64>() - self.asleep.as_ref().map_or(0, Sleep::bytes);
+        let reserved = self.segments.values().map(|seg| seg.size).sum::<u64>() - unmapped_bytes - self.asleep.as_ref().map_or(0, Sleep::bytes);
         let checks = [
             ("allocated_bytes", s.allocated_bytes.all.current, allocated),
             ("active_bytes", s.active_bytes.all.current, active),

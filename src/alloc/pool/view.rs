@@ -48,37 +48,35 @@ pub struct SegmentView {
 
 impl<S: SegmentSource> Pool<S> {
     /// Every segment with its blocks, by address. Parked blocks show as inactive:
-    /// the caller freed them.
+    /// the caller freed them. An expandable segment with holes shows as one segment per
+    /// mapped run between them, as PyTorch shows its expandable segments.
     pub fn segment_views(&self) -> Vec<SegmentView> {
-        let mut views: Vec<SegmentView> = self
-            .segments
-            .iter()
-            .map(|(&addr, segment)| {
-                let first: &Block = &self.blocks[segment.first];
-                let mut blocks = Vec::new();
-                let mut id = segment.first;
-                while id != NO_BLOCK {
-                    let b = &self.blocks[id];
-                    let state = match b.state {
-                        State::Allocated => BlockState::ActiveAllocated,
-                        State::PendingFree => BlockState::ActivePendingFree,
-                        _ => BlockState::Inactive,
-                    };
-                    let requested = if state == BlockState::ActiveAllocated { b.requested } else { 0 };
-                    blocks.push(BlockView { addr: b.addr, size: b.size, requested, state });
-                    id = b.next;
+        let mut views = Vec::new();
+        for (&addr, segment) in &self.segments {
+            let first: &Block = &self.blocks[segment.first];
+            let expandable = self.expandable.values().any(|e| e.base == addr);
+            let (stream, small) = (self.stream_of(first), first.pool == PoolKind::Small);
+            let mut run: Vec<BlockView> = Vec::new();
+            let mut id = segment.first;
+            loop {
+                let b = (id != NO_BLOCK).then(|| &self.blocks[id]);
+                if b.map_or(true, |b| b.state == State::Unmapped) && !run.is_empty() {
+                    let (addr, size) = (run[0].addr, run.iter().map(|b| b.size).sum());
+                    views.push(SegmentView { addr, size, stream, small, expandable, blocks: std::mem::take(&mut run) });
                 }
-                SegmentView {
-                    addr,
-                    size: segment.size,
-                    stream: self.stream_of(first),
-                    small: first.pool == PoolKind::Small,
-                    expandable: self.expandable.values().any(|e| e.base == addr),
-                    blocks,
-                }
-            })
-            .collect();
-        views.sort_by_key(|v| v.addr);
+                let Some(b) = b else { break };
+                id = b.next;
+                let state = match b.state {
+                    State::Allocated => BlockState::ActiveAllocated,
+                    State::PendingFree => BlockState::ActivePendingFree,
+                    State::Unmapped => continue, // a hole holds no memory
+                    _ => BlockState::Inactive,
+                };
+                let requested = if state == BlockState::ActiveAllocated { b.requested } else { 0 };
+                run.push(BlockView { addr: b.addr, size: b.size, requested, state });
+            }
+        }
+        views.sort_by_key(|v: &SegmentView| v.addr);
         views
     }
 }

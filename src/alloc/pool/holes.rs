@@ -1,0 +1,207 @@
+//! Holes in expandable segments: `empty_cache` unmaps every mapping that lies wholly in
+//! a free block, at a segment's end or in its middle (PyTorch unmaps free pages
+//! anywhere), and growth maps memory into such holes before it extends a segment. A
+//! hole is an Unmapped block in its segment's chain, between blocks that stay mapped.
+
+use super::super::blocks::{Block, BlockId, State, NO_BLOCK};
+use super::super::history::Action;
+use super::{Pool, SegmentSource};
+use crate::error::Result;
+
+impl<S: SegmentSource> Pool<S> {
+    /// Unmaps every mapping that lies wholly in a free block of an expandable segment:
+    /// the block keeps what is still mapped and the rest becomes a hole. A hole at a
+    /// segment's end shortens it, and a segment with nothing mapped left gives its
+    /// addresses back.
+    pub(super) fn release_expandable_free_ranges(&mut self) {
+        let keys: Vec<(u64, usize)> = self.expandable.keys().copied().collect();
+        for key in keys {
+            let mut free = Vec::new();
+            let mut id = self.segments[&self.expandable[&key].base].first;
+            while id != NO_BLOCK {
+                if self.blocks[id].state == State::Free {
+                    free.push(id);
+                }
+                id = self.blocks[id].next;
+            }
+            // Unmapping splits a free block and merges holes, but never another free
+            // block: the ids collected stay valid.
+            for id in free {
+                self.unmap_inside(key, id);
+            }
+            self.trim_end(key);
+        }
+    }
+
+    /// Unmaps the mappings that lie wholly in free block `id` of `key`'s segment; what
+    /// they spanned becomes a hole, merged with the holes beside it.
+    fn unmap_inside(&mut self, key: (u64, usize), id: BlockId) {
+        let Block { addr, size, pool, .. } = self.blocks[id];
+        let seg = &self.expandable[&key];
+        let first = seg.maps.partition_point(|&(start, _)| start < addr);
+        let last = seg.maps.partition_point(|&(start, len)| start + len <= addr + size);
+        if first >= last {
+            return;
+        }
+        let (from, to) = (seg.maps[first].0, seg.maps[last - 1].0 + seg.maps[last - 1].1);
+        let released: Vec<(u64, u64)> = self.expandable.get_mut(&key).expect("segment").maps.drain(first..last).collect();
+        for (start, len) in released {
+            self.shared.shrink(start, len);
+        }
+        self.note(&[Action::SegmentUnmap], from, to - from, key.0);
+        self.count_device_memory(pool, -((to - from) as i64));
+        self.remove_free(id);
+        let hole = if from > addr { self.split_block(id, from - addr) } else { id };
+        let rest = (to < addr + size).then(|| self.split_block(hole, to - from));
+        self.blocks[hole].state = State::Unmapped;
+        for part in [(hole != id).then_some(id), rest].into_iter().flatten() {
+            self.insert_free(part);
+        }
+        self.join_holes(key, hole);
+    }
+
+    /// Records `hole` in its segment's holes, merged with a hole on either side.
+    fn join_holes(&mut self, key: (u64, usize), mut hole: BlockId) {
+        let prev = self.blocks[hole].prev;
+        if prev != NO_BLOCK && self.blocks[prev].state == State::Unmapped {
+            self.absorb_right(prev, hole);
+            hole = prev;
+        } else {
+            self.expandable.get_mut(&key).expect("segment").holes.push(hole);
+        }
+        let next = self.blocks[hole].next;
+        if next != NO_BLOCK && self.blocks[next].state == State::Unmapped {
+            self.absorb_right(hole, next);
+            self.expandable.get_mut(&key).expect("segment").holes.retain(|&h| h != next);
+        }
+    }
+
+    /// A hole at the end of `key`'s segment goes: the segment ends where its mapped
+    /// memory does, or, with none left, gives its address range back.
+    fn trim_end(&mut self, key: (u64, usize)) {
+        let seg = &self.expandable[&key];
+        let (base, reserved, tail) = (seg.base, seg.reserved, seg.tail);
+        if self.blocks[tail].state != State::Unmapped {
+            return;
+        }
+        let Block { addr, prev, .. } = self.blocks[tail];
+        if prev == NO_BLOCK {
+            self.forget_segment(base, tail);
+            self.expandable.remove(&key);
+            self.shared.free_expandable(base, reserved);
+            return;
+        }
+        let seg = self.expandable.get_mut(&key).expect("segment");
+        seg.holes.retain(|&h| h != tail);
+        seg.tail = prev;
+        // A free neighbour leaves its lists while its neighbours change (split accounting).
+        let prev_free = self.is_free(prev);
+        if prev_free {
+            self.remove_free(prev);
+        }
+        self.blocks.remove(tail);
+        self.blocks[prev].next = NO_BLOCK;
+        if prev_free {
+            self.insert_free(prev);
+        }
+        self.segment_mut(base).size = addr - base;
+    }
+
+    /// Splits block `id` (in no free list) at `offset`: the second part, in the same
+    /// state, is returned.
+    fn split_block(&mut self, id: BlockId, offset: u64) -> BlockId {
+        let Block { addr, size, rank, lists, pool, next, state, .. } = self.blocks[id];
+        let right = self.blocks.insert(Block::free(addr + offset, size - offset, rank + offset, lists, pool, id, next));
+        self.blocks[right].state = state;
+        self.blocks[id].size = offset;
+        self.blocks[id].next = right;
+        match next {
+            NO_BLOCK => self.note_tail(right),
+            next => self.blocks[next].prev = right,
+        }
+        right
+    }
+
+    /// A free block of at least `rounded` bytes made by mapping memory into a hole of
+    /// `key`'s segment, beside a free neighbour where one shortens what is mapped: the
+    /// hole needing the least memory, the lowest first. Exactly that is mapped (no
+    /// growth step): holes exist because memory was given back. `None`: no hole fits.
+    pub(super) fn grow_into_hole(&mut self, key: (u64, usize), rounded: u64, stream: u64) -> Result<Option<BlockId>> {
+        let granularity = self.shared.source.map_granularity();
+        let mut best: Option<(u64, u64, BlockId)> = None; // (bytes to map, where, hole)
+        for &hole in &self.expandable[&key].holes {
+            let Block { addr, size, prev, next, .. } = self.blocks[hole];
+            let beside = |id: BlockId| if self.is_free(id) { self.blocks[id].size } else { 0 };
+            let (left, right) = (beside(prev), beside(next));
+            let after_left = rounded.saturating_sub(left).next_multiple_of(granularity);
+            let before_right = rounded.saturating_sub(right).next_multiple_of(granularity);
+            let whole = if left + size + right >= rounded { size } else { u64::MAX };
+            let choices = [(after_left, addr), (before_right, (addr + size).saturating_sub(before_right)), (whole, addr)];
+            for (need, at) in choices {
+                if need > 0 && need <= size && best.map_or(true, |(n, a, _)| (need, at) < (n, a)) {
+                    best = Some((need, at, hole));
+                }
+            }
+        }
+        let Some((need, at, hole)) = best else { return Ok(None) };
+        self.shared.grow(at, need)?;
+        let Block { addr, size, pool, .. } = self.blocks[hole];
+        self.note(&[Action::SegmentMap], at, need, stream);
+        self.count_device_memory(pool, need as i64);
+        let seg = self.expandable.get_mut(&key).expect("segment");
+        let place = seg.maps.partition_point(|&(start, _)| start < at);
+        seg.maps.insert(place, (at, need));
+        let mapped = if at > addr {
+            self.split_block(hole, at - addr)
+        } else {
+            self.expandable.get_mut(&key).expect("segment").holes.retain(|&h| h != hole);
+            hole
+        };
+        if at + need < addr + size {
+            let rest = self.split_block(mapped, need);
+            self.expandable.get_mut(&key).expect("segment").holes.push(rest);
+        }
+        Ok(Some(self.coalesce_into_free(mapped)))
+    }
+
+    /// The expandable segments' invariants, for `check_invariants`: each tail ends its
+    /// segment's mapped bytes; mappings and holes, in address order, do not overlap and
+    /// together cover the segment; the holes listed are its Unmapped blocks, never two
+    /// side by side nor at its end.
+    pub(super) fn check_expandable_invariants(&self) -> std::result::Result<(), String> {
+        for seg in self.expandable.values() {
+            let extent = self.segments.get(&seg.base).ok_or("an expandable segment is missing from the segments")?.size;
+            let tail = &self.blocks[seg.tail];
+            if matches!(tail.state, State::Vacant | State::Unmapped) || tail.addr + tail.size != seg.base + extent || tail.next != NO_BLOCK || extent > seg.reserved {
+                return Err(format!("expandable segment {:#x}: its tail block does not end its {extent} mapped bytes", seg.base));
+            }
+            let ordered = seg.maps.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0);
+            if !ordered || seg.maps.first().map_or(true, |m| m.0 < seg.base) || seg.maps.last().map_or(true, |m| m.0 + m.1 != seg.base + extent) {
+                return Err(format!("expandable segment {:#x}: its mappings {:x?} do not end at its {extent} bytes in order", seg.base, seg.maps));
+            }
+            let (mut holes, mut hole_bytes, mut id, mut prev_hole) = (Vec::new(), 0, self.segments[&seg.base].first, false);
+            while id != NO_BLOCK {
+                let b = &self.blocks[id];
+                let hole = b.state == State::Unmapped;
+                if hole {
+                    let overlaps = seg.maps.iter().any(|&(start, len)| start < b.addr + b.size && b.addr < start + len);
+                    if overlaps || prev_hole {
+                        return Err(format!("expandable segment {:#x}: hole {:#x} overlaps a mapping or another hole", seg.base, b.addr));
+                    }
+                    holes.push(id);
+                    hole_bytes += b.size;
+                }
+                prev_hole = hole;
+                id = b.next;
+            }
+            let mut listed = seg.holes.clone();
+            listed.sort_unstable();
+            holes.sort_unstable();
+            let mapped: u64 = seg.maps.iter().map(|m| m.1).sum();
+            if listed != holes || mapped + hole_bytes != extent {
+                return Err(format!("expandable segment {:#x}: holes {listed:?} listed for {holes:?}, {mapped} bytes mapped and {hole_bytes} unmapped of {extent}", seg.base));
+            }
+        }
+        Ok(())
+    }
+}
