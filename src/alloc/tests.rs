@@ -245,6 +245,13 @@ fn random_operations_keep_every_invariant_with_expandable_segments() {
     random_operations(AllocConfig { expandable_segments: true, ..AllocConfig::default() });
 }
 
+/// Mappings of exactly what each growth lacks: many small ones, so that emptying the
+/// cache leaves holes in segments' middles and growth maps into them.
+#[test]
+fn random_operations_keep_every_invariant_with_exact_expandable_segments() {
+    random_operations(AllocConfig::parse("expandable_segments:True,exact_segments:True").unwrap());
+}
+
 fn random_operations(config: AllocConfig) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let expandable = config.expandable_segments;
@@ -303,7 +310,15 @@ fn random_operations(config: AllocConfig) {
 /// the end.
 #[test]
 fn options_changed_midway_keep_every_invariant() {
-    let configs = ["", "max_split_size_mb:40", "roundup_power2_divisions:4", "expandable_segments:True", "garbage_collection_threshold:0.5"]
+    let configs = [
+        "",
+        "max_split_size_mb:40",
+        "roundup_power2_divisions:4",
+        "expandable_segments:True",
+        "garbage_collection_threshold:0.5",
+        "exact_segments:True",
+        "expandable_segments:True,exact_segments:True",
+    ]
         .map(|text| AllocConfig::parse(text).unwrap());
     let mut rng = Rng(0x2f0b_7a1c_55d3_9e61);
     let p = Allocator::new(HostSource::new(2 * GIB), AllocConfig::default());
@@ -531,6 +546,10 @@ fn expandable_segments_release_free_middles_and_grow_into_the_holes() {
     let runs: Vec<(u64, u64)> = views.iter().map(|v| (v.addr - a, v.size)).collect();
     assert_eq!(runs, [(0, 8 * MIB), (28 * MIB, 2 * MIB)], "one segment per mapped run");
 
+    p.source().fail_on("map", 0);
+    assert_eq!(p.malloc(6 * MIB, 1).unwrap_err().status, Status::GPURT_ERROR_CUDA, "the driver refuses the mapping");
+    check(&p);
+    assert_eq!(p.source().mapped_bytes(), 10 * MIB, "a refused growth into a hole changes nothing");
     let e = p.malloc(6 * MIB, 1).unwrap();
     assert_eq!((e, p.source().mapped_bytes()), (a + 8 * MIB, 16 * MIB), "into the hole, not past the end");
     p.free(a).unwrap();
