@@ -47,11 +47,10 @@ fn load(name: &str) -> Vec<Op> {
 /// (segments or mappings taken from the source).
 type Replay = (f64, i64);
 
-/// Replays `ops` from an empty pool.
-fn replay(ops: &[Op], config: &str) -> Replay {
-    let allocator = CachingAllocator::new(HostSource::new(64 * GIB), AllocConfig::parse(config).unwrap());
-    let mut live: Vec<(u64, u64)> = Vec::new();
-    let (mut bytes, mut peak) = (0u64, 0u64);
+/// Plays `ops` on `allocator`, `live` holding the trace's blocks by id and `bytes` the
+/// bytes live; returns the peak of `bytes`.
+fn play(allocator: &CachingAllocator<HostSource>, ops: &[Op], live: &mut Vec<(u64, u64)>, bytes: &mut u64) -> u64 {
+    let mut peak = *bytes;
     for op in ops {
         match *op {
             Op::Alloc { id, size, stream } => {
@@ -59,24 +58,37 @@ fn replay(ops: &[Op], config: &str) -> Replay {
                     live.resize(id + 1, (0, 0));
                 }
                 live[id] = (allocator.malloc(size, stream).expect("malloc"), size);
-                bytes += size;
-                peak = peak.max(bytes);
+                *bytes += size;
+                peak = peak.max(*bytes);
             }
             Op::Free { id } => {
                 allocator.free(live[id].0).expect("free");
-                bytes -= live[id].1;
+                *bytes -= live[id].1;
                 live[id] = (0, 0);
             }
         }
     }
-    allocator.check_invariants().expect("invariants after the trace");
-    let stats = allocator.stats();
-    for &(addr, _) in live.iter().filter(|l| l.0 != 0) {
+    peak
+}
+
+/// Frees what the traces left live and empties the cache: every byte goes back.
+fn free_all(allocator: &CachingAllocator<HostSource>, lives: &[Vec<(u64, u64)>]) {
+    for &(addr, _) in lives.iter().flatten().filter(|l| l.0 != 0) {
         allocator.free(addr).expect("free");
     }
     allocator.empty_cache();
     allocator.check_invariants().expect("invariants after empty_cache");
     assert_eq!(allocator.source().live_segments(), 0, "segments not returned");
+}
+
+/// Replays `ops` from an empty pool: its fragmentation and growth steps.
+fn replay(ops: &[Op], config: &str) -> Replay {
+    let allocator = CachingAllocator::new(HostSource::new(64 * GIB), AllocConfig::parse(config).unwrap());
+    let (mut live, mut bytes) = (Vec::new(), 0);
+    let peak = play(&allocator, ops, &mut live, &mut bytes);
+    allocator.check_invariants().expect("invariants after the trace");
+    let stats = allocator.stats();
+    free_all(&allocator, &[live]);
     (stats.reserved_bytes.all.peak as f64 / peak as f64, stats.num_device_alloc)
 }
 
@@ -112,4 +124,45 @@ fn recorded_traces_fragment_as_measured_on_the_gpu() {
         }
         assert!(with_expandable.0 <= lowest_anchor, "{name}: expandable {:.3} above the anchors' {lowest_anchor}", with_expandable.0);
     }
+}
+
+/// `second`'s peak reserved bytes with expandable segments, played after `first` and
+/// an `empty_cache` (none: from an empty pool), and the bytes `first` left live.
+fn peak_after(first: &[Op], second: &[Op]) -> (u64, u64) {
+    let allocator = CachingAllocator::new(HostSource::new(64 * GIB), AllocConfig::parse("expandable_segments:True").unwrap());
+    let (mut first_live, mut second_live, mut bytes) = (Vec::new(), Vec::new(), 0);
+    play(&allocator, first, &mut first_live, &mut bytes);
+    let left = bytes;
+    allocator.empty_cache();
+    allocator.reset_peak();
+    play(&allocator, second, &mut second_live, &mut bytes);
+    allocator.check_invariants().expect("invariants after the second trace");
+    let peak = allocator.stats().reserved_bytes.all.peak as u64;
+    free_all(&allocator, &[first_live, second_live]);
+    (peak, left)
+}
+
+/// Two recorded workloads in one process with `empty_cache` between them, as a server
+/// runs one model after another: the first one's free ranges go back wherever they lie
+/// (in a segment's middle too) and growth maps into the holes, so the second peaks near
+/// its peak alone plus what the first left live. Releasing free ends only, ResNet-50's
+/// leftovers kept 5.5 GiB mapped under every workload after it.
+#[test]
+fn a_second_workload_after_empty_cache_peaks_near_its_peak_alone() {
+    const MIB: u64 = 1 << 20;
+    let names = ["cnn_train_b32", "encoder_varlen", "llm_generate", "resnet50_train_b64", "gpt2_generate_sampled"];
+    let traces: Vec<Vec<Op>> = names.iter().map(|name| load(name)).collect();
+    let alone: Vec<u64> = traces.iter().map(|ops| peak_after(&[], ops).0).collect();
+    let mut worst = 0.0f64;
+    for (i, first) in traces.iter().enumerate() {
+        for (j, second) in traces.iter().enumerate().filter(|&(j, _)| j != i) {
+            let (peak, left) = peak_after(first, second);
+            let ratio = (peak - left) as f64 / alone[j] as f64;
+            eprintln!("{} after {}: {} MiB ({} left live), alone {} MiB: {ratio:.3}", names[j], names[i], peak / MIB, left / MIB, alone[j] / MIB);
+            worst = worst.max(ratio);
+        }
+    }
+    // Measured: 1.019 at worst (ResNet-50 after the CNN); with free ends released only,
+    // 9.3 (the CNN after ResNet-50).
+    assert!(worst <= 1.03, "a second workload at {worst:.3} of its peak alone");
 }
