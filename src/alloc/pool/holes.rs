@@ -163,45 +163,4 @@ impl<S: SegmentSource> Pool<S> {
         }
         Ok(Some(self.coalesce_into_free(mapped)))
     }
-
-    /// The expandable segments' invariants, for `check_invariants`: each tail ends its
-    /// segment's mapped bytes; mappings and holes, in address order, do not overlap and
-    /// together cover the segment; the holes listed are its Unmapped blocks, never two
-    /// side by side nor at its end.
-    pub(super) fn check_expandable_invariants(&self) -> std::result::Result<(), String> {
-        for seg in self.expandable.values() {
-            let extent = self.segments.get(&seg.base).ok_or("an expandable segment is missing from the segments")?.size;
-            let tail = &self.blocks[seg.tail];
-            if matches!(tail.state, State::Vacant | State::Unmapped) || tail.addr + tail.size != seg.base + extent || tail.next != NO_BLOCK || extent > seg.reserved {
-                return Err(format!("expandable segment {:#x}: its tail block does not end its {extent} mapped bytes", seg.base));
-            }
-            let ordered = seg.maps.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0);
-            if !ordered || seg.maps.first().map_or(true, |m| m.0 < seg.base) || seg.maps.last().map_or(true, |m| m.0 + m.1 != seg.base + extent) {
-                return Err(format!("expandable segment {:#x}: its mappings {:x?} do not end at its {extent} bytes in order", seg.base, seg.maps));
-            }
-            let (mut holes, mut hole_bytes, mut id, mut prev_hole) = (Vec::new(), 0, self.segments[&seg.base].first, false);
-            while id != NO_BLOCK {
-                let b = &self.blocks[id];
-                let hole = b.state == State::Unmapped;
-                if hole {
-                    let overlaps = seg.maps.iter().any(|&(start, len)| start < b.addr + b.size && b.addr < start + len);
-                    if overlaps || prev_hole {
-                        return Err(format!("expandable segment {:#x}: hole {:#x} overlaps a mapping or another hole", seg.base, b.addr));
-                    }
-                    holes.push(id);
-                    hole_bytes += b.size;
-                }
-                prev_hole = hole;
-                id = b.next;
-            }
-            let mut listed = seg.holes.clone();
-            listed.sort_unstable();
-            holes.sort_unstable();
-            let mapped: u64 = seg.maps.iter().map(|m| m.1).sum();
-            if listed != holes || mapped + hole_bytes != extent {
-                return Err(format!("expandable segment {:#x}: holes {listed:?} listed for {holes:?}, {mapped} bytes mapped and {hole_bytes} unmapped of {extent}", seg.base));
-            }
-        }
-        Ok(())
-    }
 }
