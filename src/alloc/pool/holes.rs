@@ -107,21 +107,6 @@ impl<S: SegmentSource> Pool<S> {
         self.segment_mut(base).size = addr - base;
     }
 
-    /// Splits block `id` (in no free list) at `offset`: the second part, in the same
-    /// state, is returned.
-    fn split_block(&mut self, id: BlockId, offset: u64) -> BlockId {
-        let Block { addr, size, rank, lists, pool, next, state, .. } = self.blocks[id];
-        let right = self.blocks.insert(Block::free(addr + offset, size - offset, rank + offset, lists, pool, id, next));
-        self.blocks[right].state = state;
-        self.blocks[id].size = offset;
-        self.blocks[id].next = right;
-        match next {
-            NO_BLOCK => self.note_tail(right),
-            next => self.blocks[next].prev = right,
-        }
-        right
-    }
-
     /// A free block of at least `rounded` bytes made by mapping memory into a hole of
     /// `key`'s segment, beside a free neighbour where one shortens what is mapped: the
     /// hole needing the least memory, the lowest first. Exactly that is mapped (no

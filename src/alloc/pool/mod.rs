@@ -522,15 +522,9 @@ impl<S: SegmentSource> Pool<S> {
         self.recent_sizes[self.recent_sizes_next] = rounded;
         self.recent_sizes_next = (self.recent_sizes_next + 1) % RECENT_SIZES;
         self.remove_free(id);
-        let Block { addr, size: block_size, rank, next, lists, .. } = self.blocks[id];
+        let Block { addr, size: block_size, .. } = self.blocks[id];
         if self.should_split(pool, block_size, rounded) {
-            let rest = self.blocks.insert(Block::free(addr + rounded, block_size - rounded, rank + rounded, lists, pool, id, next));
-            match next {
-                NO_BLOCK => self.note_tail(rest),
-                next => self.blocks[next].prev = rest,
-            }
-            let block = &mut self.blocks[id];
-            (block.next, block.size) = (rest, rounded);
+            let rest = self.split_block(id, rounded);
             self.insert_free(rest);
         }
         count_handed_out(&mut self.stats, &mut self.blocks[id], size);
@@ -709,6 +703,22 @@ impl<S: SegmentSource> Pool<S> {
         }
         self.insert_free(start);
         start
+    }
+
+    /// Splits block `id` (in no free list) at `offset`: the second part, in the same
+    /// state, is returned.
+    #[inline(always)]
+    fn split_block(&mut self, id: BlockId, offset: u64) -> BlockId {
+        let Block { addr, size, rank, lists, pool, next, state, .. } = self.blocks[id];
+        let right = self.blocks.insert(Block::free(addr + offset, size - offset, rank + offset, lists, pool, id, next));
+        self.blocks[right].state = state;
+        self.blocks[id].size = offset;
+        self.blocks[id].next = right;
+        match next {
+            NO_BLOCK => self.note_tail(right),
+            next => self.blocks[next].prev = right,
+        }
+        right
     }
 
     /// Merges the block `right` into its left neighbour `left`.
