@@ -5,6 +5,9 @@ points, against PyTorch's own allocator, each with and without expandable segmen
                                                     # (again: checks it gives them again)
     python3 dropin_peak.py LIB gpurt OUT_DIR        # gpurt's; checks them against native's
     python3 dropin_peak.py LIB table OUT_DIR        # prints the table of the runs in OUT_DIR
+    python3 dropin_peak.py LIB record OUT_DIR       # records the workloads, one after the other
+                                                    # with nothing released between, as one
+                                                    # allocation trace (trace_replay's format)
 
 Expandable segments are asked for the usual way: PYTORCH_CUDA_ALLOC_CONF for PyTorch's
 allocator, GPURT_ALLOC_CONF for gpurt's (`expandable_segments:True`). Workloads, in
@@ -51,7 +54,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch  # noqa: E402  (after the allocator is chosen: it must be swapped before CUDA starts)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from record_traces import llm_generate, resnet50_train  # noqa: E402  (workloads of the recorded traces)
+from record_traces import llm_generate, record, resnet50_train  # noqa: E402  (workloads of the recorded traces)
 
 gpurt = ctypes.CDLL(lib_path)
 on_gpurt = mode == "gpurt"
@@ -96,15 +99,18 @@ def gpt2_generate():
     return llm_generate(batch=16, prompt=128, new_tokens=256).cpu().numpy().tobytes()
 
 
-os.makedirs(out_dir, exist_ok=True)
-run = {"allocator": "gpurt" if on_gpurt else "PyTorch", "expandable": expandable, "workloads": {}}
-reference_path = os.path.join(out_dir, f"results-expandable-{expandable}.bin")
 # DROPIN_WORKLOADS (comma-separated names) runs some of them only, each then in a
 # process of its own.
 chosen = os.environ.get("DROPIN_WORKLOADS", "gpt2_generate,resnet50_train").split(",")
-for name, workload in (("gpt2_generate", gpt2_generate), ("resnet50_train", resnet50_train)):
-    if name not in chosen:
-        continue
+os.makedirs(out_dir, exist_ok=True)
+workloads = [(name, workload) for name, workload in (("gpt2_generate", gpt2_generate), ("resnet50_train", resnet50_train))
+             if name in chosen]
+if mode == "record":
+    record("dropin_sequence", lambda: [workload() for _, workload in workloads], out_dir)
+    sys.exit(0)
+run = {"allocator": "gpurt" if on_gpurt else "PyTorch", "expandable": expandable, "workloads": {}}
+reference_path = os.path.join(out_dir, f"results-expandable-{expandable}.bin")
+for name, workload in workloads:
     reset()
     t = time.perf_counter()
     result = workload()

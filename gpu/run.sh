@@ -253,6 +253,15 @@ step build-trace-replay c++ -std=c++20 -O2 -Wall -Werror -DWITH_TORCH -DWITH_RMM
     src/trace_replay.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -L"$torch_dir/lib" -lc10_cuda -lc10 -Wl,-rpath,"$torch_dir/lib" \
     "${rmm_flags[@]}" -lcuda -o bin/trace_replay
 step trace-replay env LD_LIBRARY_PATH="$PWD/rmm/rapids_logger/lib64" bin/trace_replay "${TRACE_REPS:-5}" plain-traces/*.trace
+# A server's second model in the pool its first left, nothing released between, beside
+# PyTorch's expandable segments: every ordered pair of the recorded traces, and the drop-in
+# workload (GPT-2, then ResNet-50) recorded here (its trace kept in the logs for host replay).
+step record-dropin-sequence env DROPIN_EMPTY_CACHE=0 python3 src/dropin_peak.py "$lib/libgpurt.so.0" record recorded-traces
+step keep-dropin-sequence cp recorded-traces/dropin_sequence.trace "$logs/"
+step trace-replay-then env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True LD_LIBRARY_PATH="$PWD/rmm/rapids_logger/lib64" \
+    bin/trace_replay 1 --then plain-traces/*.trace
+step trace-replay-dropin-sequence env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+    LD_LIBRARY_PATH="$PWD/rmm/rapids_logger/lib64" bin/trace_replay 3 recorded-traces/dropin_sequence.trace
 
 echo
 echo "===== gpurt GPU summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"

@@ -3,6 +3,9 @@
 // caching allocator and RMM's pool, in one process, each from an empty cache.
 //
 //   trace_replay REPS TRACE...
+//   trace_replay REPS --then TRACE...   every ordered pair A+B of the traces: B replayed
+//                                       into the pool A left, A's leftovers freed and
+//                                       nothing released between (a server's second model)
 //
 // Per trace and allocator: ns per operation of the first replay into a fresh pool
 // ("cold", the median of REPS fresh pools) and of a replay into a pool that has seen
@@ -250,12 +253,35 @@ struct Row {
     int64_t steps;  // of the cold replay; -1: not known
 };
 
-// Frees what the trace leaves live, so that the next pool starts from nothing.
-void free_rest(Allocator &a, const Trace &t, std::vector<Live> &live) {
+// Which allocations the trace leaves live at its end.
+std::vector<bool> held_at_end(const Trace &t) {
     std::vector<bool> held(t.ids, false);
     for (const Op &op : t.ops) held[op.id] = op.stream != UINT32_MAX;
+    return held;
+}
+
+// Frees what the trace leaves live, so that the next pool starts from nothing.
+void free_rest(Allocator &a, const Trace &t, std::vector<Live> &live) {
+    std::vector<bool> held = held_at_end(t);
     for (uint32_t id = 0; id < t.ids; id++)
         if (held[id]) a.free(live[id].ptr, live[id].size, live[id].stream);
+}
+
+// `second` after `first` in one pool: first's leftovers freed, nothing released between.
+Trace then(const Trace &first, const Trace &second) {
+    Trace t = first;
+    t.name = first.name + "+" + second.name;
+    std::vector<bool> held = held_at_end(first);
+    for (uint32_t id = 0; id < first.ids; id++)
+        if (held[id]) t.ops.push_back(Op{id, UINT32_MAX, 0});
+    for (Op op : second.ops) {
+        op.id += first.ids;
+        t.ops.push_back(op);
+    }
+    t.ids = first.ids + second.ids;
+    t.streams = std::max(first.streams, second.streams);
+    t.peak_live = std::max(first.peak_live, second.peak_live);
+    return t;
 }
 
 Row measure(const std::string &name, const std::function<std::unique_ptr<Allocator>()> &make, const Trace &t,
@@ -430,8 +456,18 @@ int ideal_steps(const Trace &t, double bound) {
 }  // namespace
 
 int main(int argc, char **argv) {
-    check(argc >= 3, "usage: trace_replay REPS TRACE...");
+    check(argc >= 3, "usage: trace_replay REPS [--then] TRACE...");
     int reps = std::atoi(argv[1]);
+    bool pairs = std::string(argv[2]) == "--then";
+    std::vector<Trace> traces;
+    for (int i = pairs ? 3 : 2; i < argc; i++) traces.push_back(load(argv[i]));
+    if (pairs) {
+        std::vector<Trace> ordered;
+        for (const Trace &a : traces)
+            for (const Trace &b : traces)
+                if (&a != &b) ordered.push_back(then(a, b));
+        traces = std::move(ordered);
+    }
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
     check(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice");
     cudaFree(nullptr);
@@ -446,8 +482,7 @@ int main(int argc, char **argv) {
                 reps);
     std::printf("%-16s %-22s %10s %10s %8s %6s\n", "trace", "allocator", "cold ns", "warm ns", "frag", "steps");
     int misses = 0;
-    for (int i = 2; i < argc; i++) {
-        Trace t = load(argv[i]);
+    for (const Trace &t : traces) {
         Streams streams(t.streams);
         std::vector<Row> rows;
         rows.push_back(measure("gpurt", [&] { return std::make_unique<GpurtPool>(streams, "expandable_segments:False"); },
