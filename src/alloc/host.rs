@@ -212,6 +212,7 @@ impl SegmentSource for HostSource {
     fn map(&self, addr: u64, size: u64) -> Result<()> {
         let mut s = self.state();
         assert!(s.reservation_holds(addr, size), "mapped outside a reservation");
+        assert!(size > 0, "mapped nothing (cuMemMap refuses a size of 0)");
         let before = s.mappings.range(..addr + size).next_back().map(|(&start, &len)| start + len > addr);
         assert!(before != Some(true), "mapped over a mapping");
         s.fails("map")?;

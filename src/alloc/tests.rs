@@ -428,6 +428,29 @@ fn expandable_segments_grow_in_place_and_unmap_their_free_end() {
     assert_eq!((p.stats().reserved_bytes.all.current, p.source().live_segments()), (0, 0));
 }
 
+/// A free tail that the request fits but may not split (`max_split_size`: an
+/// oversize block serves no smaller request) leaves nothing to map: the segment grows
+/// by nothing, and the tail serves the request, for a request of two steps or more
+/// and with exact segments alike (where a zero-sized mapping was made before).
+#[test]
+fn expandable_segments_map_nothing_where_the_free_tail_fits() {
+    for text in ["expandable_segments:True,max_split_size_mb:40", "expandable_segments:True,exact_segments:True,max_split_size_mb:40"] {
+        let p = Allocator::new(HostSource::new(GIB), AllocConfig::parse(text).unwrap());
+        let first = p.malloc(100 * MIB, 1).unwrap();
+        p.free(first).unwrap();
+        let mapped = p.source().mapped_bytes();
+        let mappings = p.stats().num_device_alloc;
+        let a = p.malloc(30 * MIB, 1).unwrap();
+        check(&p);
+        assert_eq!((p.source().mapped_bytes(), p.stats().num_device_alloc), (mapped, mappings), "{text}: nothing mapped");
+        assert_eq!(a, first, "{text}: the tail serves the request");
+        p.free(a).unwrap();
+        p.empty_cache();
+        check(&p);
+        assert_eq!((p.stats().reserved_bytes.all.current, p.source().live_segments()), (0, 0), "{text}");
+    }
+}
+
 /// A segment grows by 1/8 of what it has mapped up to 32 MiB, past 512 MiB by 1/16
 /// of it up to 128 MiB, and by 8 MiB at least (fewer driver calls from cold); by
 /// what it lacks where the source refuses the step.

@@ -103,6 +103,11 @@ impl<S: SegmentSource> Pool<S> {
         let (tail_free, rank) = (tail.state == State::Free, tail.rank + tail.size);
         let missing = if tail_free { rounded.saturating_sub(tail.size) } else { rounded };
         let needed = missing.next_multiple_of(granularity);
+        if needed == 0 {
+            // The free tail fits, but the free lists passed it over (an oversize block
+            // under max_split_size): it serves the request, with nothing to map.
+            return Ok(last);
+        }
         if mapped + needed > reserved {
             return Err(Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, "the expandable segment's address range is full"));
         }
