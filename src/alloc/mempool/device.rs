@@ -64,7 +64,8 @@ pub fn create(ordinal: i32, config: Option<&str>, limit: u64, upstream: Upstream
     let d = device::resolve(ordinal)?;
     let process = pools::config()?;
     let (mut config, asked_expandable) = match config {
-        Some(text) => (process.with(text)?, AllocConfig::parse(text)?.expandable_segments),
+        // Asked by the pool's own text, whatever the defaults are.
+        Some(text) => (process.with(text)?, AllocConfig { expandable_segments: false, ..AllocConfig::default() }.with(text)?.expandable_segments),
         None => (process, false),
     };
     if config.expandable_segments && !matches!(upstream, Upstream::Driver) {
