@@ -1602,13 +1602,14 @@ gpurt_status_t gpurt_mem_pool_options_init(gpurt_mem_pool_options_t *options);
  * A new pool on `device` (`GPURT_CURRENT_DEVICE`: the current one), with its own
  * segments, cache, statistics and options (NULL: defaults). Its memory is freed
  * with gpurt_free like any other; destroy it when it holds no live allocation.
- * Only the driver upstream maps memory: a pool over another takes whole segments
- * when the process's configuration asks for expandable segments.
+ * Only the driver upstream maps memory, on a device with virtual memory management:
+ * a pool over another source takes whole segments when the process's configuration
+ * asks for expandable segments.
  *
  * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
  * @param options the pool's upstream, configuration (GPURT_ALLOC_CONF's syntax) and byte limit; NULL: the defaults
  * @param[out] pool receives the new pool; must not be NULL
- * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_INVALID_ARGUMENT for an unknown upstream, a malformed configuration, a user upstream without both functions, or the pool's own configuration asking expandable_segments:True of an upstream that cannot map; or a status every call may give (@ref statuses).
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_INVALID_ARGUMENT for an unknown upstream, a malformed configuration, a user upstream without both functions, or the pool's own configuration asking expandable_segments:True of an upstream or a device that cannot map; or a status every call may give (@ref statuses).
  * @par Ordering
  * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */

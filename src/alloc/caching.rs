@@ -125,6 +125,14 @@ struct ShardState<S: SegmentSource> {
     flushed: gpurt_memory_stats_t,
 }
 
+/// `config` as a source can serve it: whole segments where expandable ones are asked
+/// of a source that cannot map memory (a device without virtual memory management, as
+/// PyTorch falls back there; a pool's own explicit request is refused before this).
+fn fit<S: SegmentSource>(mut config: AllocConfig, source: &S) -> AllocConfig {
+    config.expandable_segments &= source.can_map();
+    config
+}
+
 impl<S: SegmentSource> ShardState<S> {
     fn flush(&mut self, totals: &Mutex<gpurt_memory_stats_t>) {
         // Parked blocks go back first: their counts change as they coalesce.
@@ -181,6 +189,7 @@ fn is_oom(e: &Error) -> bool {
 impl<S: SegmentSource> CachingAllocator<S> {
     pub fn new(source: S, config: AllocConfig) -> Self {
         let id = NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed);
+        let config = fit(config, &source);
         CachingAllocator {
             id,
             history: source.history_device().map(|device| history::Tag::new(device, id)),
@@ -620,6 +629,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
     }
 
     pub fn set_config(&self, config: AllocConfig) {
+        let config = fit(config, self.source());
         *lock(&self.config) = config.clone();
         for shard in self.created_shards() {
             lock(&shard.state).pool.set_config(config.clone());

@@ -203,6 +203,9 @@ impl SegmentSource for HostSource {
         let s = self.state();
         (s.capacity - s.used, s.capacity)
     }
+    fn can_map(&self) -> bool {
+        true
+    }
     fn reserve_addresses(&self, size: u64) -> Result<u64> {
         let mut s = self.state();
         let addr = s.place(size);

@@ -27,6 +27,8 @@ pub struct DriverSource {
     device: i32,
     /// The unit of expandable segments' mappings, asked of the driver once.
     granularity: OnceLock<u64>,
+    /// Whether the device maps memory (virtual memory management), asked once.
+    can_map: OnceLock<bool>,
     /// Set once the driver refused memory that another process may import: later
     /// mappings are made without, and their blocks cannot be exported.
     unshareable: AtomicBool,
@@ -34,7 +36,7 @@ pub struct DriverSource {
 
 impl DriverSource {
     pub(crate) fn new(device: i32) -> DriverSource {
-        DriverSource { device, granularity: OnceLock::new(), unshareable: AtomicBool::new(false) }
+        DriverSource { device, granularity: OnceLock::new(), can_map: OnceLock::new(), unshareable: AtomicBool::new(false) }
     }
 
     pub(crate) fn device(&self) -> i32 {
@@ -134,6 +136,14 @@ impl SegmentSource for DriverSource {
             let mut addr = 0;
             check(unsafe { sys::cuMemAddressReserve(&mut addr, size as usize, 0, 0, 0) }, "cuMemAddressReserve")?;
             Ok(addr)
+        })
+    }
+    /// A device without virtual memory management (some virtualised and older
+    /// platforms) cannot map: its pools take whole segments, as PyTorch's do there.
+    fn can_map(&self) -> bool {
+        *self.can_map.get_or_init(|| {
+            let attr = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED;
+            device::attribute(self.device, attr).is_ok_and(|supported| supported == 1)
         })
     }
     /// Physical memory from cuMemCreate, mapped and made accessible to this device
@@ -416,6 +426,9 @@ impl SegmentSource for Box<dyn SegmentSource> {
     }
     fn memory_info(&self) -> (u64, u64) {
         (**self).memory_info()
+    }
+    fn can_map(&self) -> bool {
+        (**self).can_map()
     }
     fn reserve_addresses(&self, size: u64) -> Result<u64> {
         (**self).reserve_addresses(size)

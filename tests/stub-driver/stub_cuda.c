@@ -73,7 +73,8 @@ CUresult cuDeviceGetCount(int *n) { const char *e = getenv("STUB_CUDA_DEVICES");
 CUresult cuDeviceGet(int *d, int o) { *d = o; return 0; }
 CUresult cuDeviceGetName(char *n, int l, int d) { (void)d; strncpy(n, "Fake GPU", l); return 0; }
 CUresult cuDeviceGetUuid(char *u, int d) { memset(u, 1 + d, 16); return 0; }
-CUresult cuDeviceGetAttribute(int *v, int a, int d) { (void)d; *v = a == 75 ? 9 : 1; return 0; }
+/* Attribute 102, virtual memory management: absent under STUB_CUDA_NO_VMM=1. */
+CUresult cuDeviceGetAttribute(int *v, int a, int d) { (void)d; *v = a == 75 ? 9 : a == 102 ? !getenv("STUB_CUDA_NO_VMM") : 1; return 0; }
 CUresult cuDeviceTotalMem_v2(size_t *b, int d) { (void)d; *b = 1ull << 34; return 0; }
 /* Devices (STUB_CUDA_DEVICES of them) can access each other, each its own UUID. */
 CUresult cuDeviceCanAccessPeer(int *c, int a, int b) { *c = a != b; return 0; }

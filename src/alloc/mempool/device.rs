@@ -63,25 +63,25 @@ pub enum Upstream {
 pub fn create(ordinal: i32, config: Option<&str>, limit: u64, upstream: Upstream) -> Result<Handle> {
     let d = device::resolve(ordinal)?;
     let process = pools::config()?;
-    let (mut config, asked_expandable) = match config {
+    let (config, asked_expandable) = match config {
         // Asked by the pool's own text, whatever the defaults are.
         Some(text) => (process.with(text)?, AllocConfig { expandable_segments: false, ..AllocConfig::default() }.with(text)?.expandable_segments),
         None => (process, false),
     };
-    if config.expandable_segments && !matches!(upstream, Upstream::Driver) {
-        // Only the driver upstream can map memory: a pool over another takes whole
-        // segments under the process's configuration, and refuses its own request.
-        if asked_expandable {
-            return Err(Error::invalid_argument("expandable_segments:True needs the driver upstream: the others give whole segments"));
-        }
-        config.expandable_segments = false;
-    }
     let source: PoolSource = match upstream {
         Upstream::Driver => Box::new(DriverSource::new(d)),
         Upstream::Async => Box::new(AsyncSource::new(d)?),
         Upstream::Managed => Box::new(ManagedSource::new(d, GPURT_MEM_ATTACH_GLOBAL)?),
         Upstream::User(functions) => Box::new(UserSource::new(functions, d, DriverSource::new(d))),
     };
+    // Only the driver upstream maps memory, on a device with virtual memory management:
+    // a pool over another source takes whole segments under the process's
+    // configuration (the allocator falls back), and refuses its own request.
+    if asked_expandable && !source.can_map() {
+        return Err(Error::invalid_argument(
+            "expandable_segments:True needs the driver upstream on a device that maps memory (virtual memory management): this pool's gives whole segments",
+        ));
+    }
     let pool = MEM_POOLS.create(d, source, config, limit);
     HANDLES.insert(pool.id()).inspect_err(|_| {
         let _ = MEM_POOLS.destroy(pool.id());

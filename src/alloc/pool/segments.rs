@@ -44,6 +44,11 @@ pub trait SegmentSource: Send + Sync {
     // Expandable segments (`expandable_segments:True`): address ranges reserved once
     // and backed with memory as they grow, so that a stream's blocks stay contiguous.
 
+    /// Whether `map` can back reserved addresses with memory: a pool over a source
+    /// that cannot takes whole segments instead.
+    fn can_map(&self) -> bool {
+        false
+    }
     /// Reserves `size` bytes of addresses, backed by nothing yet.
     fn reserve_addresses(&self, _size: u64) -> Result<u64> {
         Err(Error::not_supported("this memory source has no expandable segments"))
