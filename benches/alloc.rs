@@ -517,14 +517,14 @@ fn main() {
     };
     let [ours_passes, driver_passes] = random_rounds(both);
     print_random("random ops", &ours_passes, Some(&driver_passes));
-    // The same with expandable segments, from an empty cache; then back to the default.
+    // The same with whole segments, from an empty cache; then back to the default.
     let set_config = |text: &std::ffi::CStr| unsafe {
         st((g.empty_cache)());
         st((g.set_config)(text.as_ptr()));
     };
-    set_config(c"expandable_segments:True");
-    let [expandable_passes] = random_rounds([&ours as &dyn Allocator]);
-    print_random("random ops, expandable_segments:True", &expandable_passes, None);
+    set_config(c"expandable_segments:False");
+    let [segmented_passes] = random_rounds([&ours as &dyn Allocator]);
+    print_random("random ops, expandable_segments:False", &segmented_passes, None);
     set_config(c"");
     let reference: Vec<f64> = [1, 4, 8].into_iter().map(threaded_reference_per_s).collect();
     // The one-thread rate also tells a slow machine from a slow allocator: the lent

@@ -1420,7 +1420,7 @@ gpurt_status_t gpurt_empty_cache(void);
  * Sets the allocator options, with `PYTORCH_CUDA_ALLOC_CONF`'s syntax (as the
  * `GPURT_ALLOC_CONF` environment variable). A malformed string changes nothing.
  *
- * @param config comma-separated `key:value` options (max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, exact_segments, backend); NULL or empty: the defaults
+ * @param config comma-separated `key:value` options (max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, exact_segments, backend); NULL or empty: the defaults (expandable segments, where the device maps memory)
  * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for an unknown key or a value out of range, naming it (nothing changes); GPURT_ERROR_NOT_SUPPORTED for a backend change after the allocator was first used; or a status every call may give (@ref statuses).
  * @par Ordering
  * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
@@ -1759,7 +1759,7 @@ gpurt_status_t gpurt_mem_pool_get_device(gpurt_mem_pool_t pool,
  * back to the driver. Its blocks keep their addresses (reserved, not backed): after
  * gpurt_mem_pool_wake every pointer is valid again, so CUDA graphs that use them
  * replay. While it sleeps, allocations from it fail and frees of its blocks work.
- * Only memory of expandable segments can sleep (`expandable_segments:True`, in the
+ * Only memory of expandable segments can sleep (the default; not under `expandable_segments:False` in the
  * process's configuration or the pool's own); a pool holding a block in a segment
  * of its own refuses, naming the block, as does a pool holding a block exported to
  * other processes (gpurt_ipc_mem_handle), whose memory they map. gpurt's copies,

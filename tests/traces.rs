@@ -113,7 +113,7 @@ fn recorded_traces_fragment_as_measured_on_the_gpu() {
         .iter()
         .map(|(name, ..)| {
             let ops = load(name);
-            let (with_segments, with_expandable) = (replay(&ops, ""), replay(&ops, "expandable_segments:True"));
+            let (with_segments, with_expandable) = (replay(&ops, "expandable_segments:False"), replay(&ops, "expandable_segments:True"));
             eprintln!("{name}: fragmentation and steps {with_segments:.3?} with segments, {with_expandable:.3?} expandable");
             (with_segments, with_expandable)
         })

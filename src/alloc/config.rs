@@ -17,7 +17,8 @@ pub struct AllocConfig {
     /// before asking the driver (`garbage_collection_threshold`); 0 = off.
     pub garbage_collection_threshold: f64,
     /// Each stream's blocks live in one reserved address range per pool, backed with
-    /// memory as it grows (`expandable_segments`), instead of separate segments.
+    /// memory as it grows (`expandable_segments`, the default), instead of separate
+    /// segments; a source that cannot map memory gives separate segments regardless.
     pub expandable_segments: bool,
     /// New memory is mapped in the size a request needs, rounded to 2 MiB as
     /// `cudaMalloc` maps it (`exact_segments`, gpurt's own key): no 20 MiB segment
@@ -55,10 +56,18 @@ impl Default for AllocConfig {
             max_split_size: u64::MAX,
             roundup_power2_divisions: [0; 64],
             garbage_collection_threshold: 0.0,
-            expandable_segments: false,
+            expandable_segments: true,
             exact_segments: false,
             backend: Backend::Native,
         }
+    }
+}
+
+impl AllocConfig {
+    /// The defaults with whole segments instead of expandable ones
+    /// (`expandable_segments:False`).
+    pub fn segmented() -> AllocConfig {
+        AllocConfig { expandable_segments: false, ..AllocConfig::default() }
     }
 }
 

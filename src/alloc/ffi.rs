@@ -123,7 +123,7 @@ pub extern "C" fn gpurt_empty_cache() -> gpurt_status_t {
 /// Sets the allocator options, with `PYTORCH_CUDA_ALLOC_CONF`'s syntax (as the
 /// `GPURT_ALLOC_CONF` environment variable). A malformed string changes nothing.
 ///
-/// @param config comma-separated `key:value` options (max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, exact_segments, backend); NULL or empty: the defaults
+/// @param config comma-separated `key:value` options (max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, exact_segments, backend); NULL or empty: the defaults (expandable segments, where the device maps memory)
 /// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for an unknown key or a value out of range, naming it (nothing changes); GPURT_ERROR_NOT_SUPPORTED for a backend change after the allocator was first used; or a status every call may give (@ref statuses).
 /// @par Ordering
 /// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.

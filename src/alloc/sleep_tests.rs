@@ -104,7 +104,7 @@ fn discard_drops_the_contents_and_keeps_the_addresses() {
 
 #[test]
 fn a_pool_of_whole_segments_refuses_to_sleep_while_it_holds_a_block() {
-    let p = Allocator::new(HostSource::new(64 * GIB), AllocConfig::default());
+    let p = Allocator::new(HostSource::new(64 * GIB), AllocConfig::segmented());
     let addr = p.malloc(3 * MIB, 1).unwrap();
     let refused = p.sleep(true).unwrap_err();
     assert_eq!(refused.status, Status::GPURT_ERROR_NOT_SUPPORTED);

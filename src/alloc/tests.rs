@@ -17,7 +17,7 @@ const GIB: u64 = 1 << 30;
 type Allocator = CachingAllocator<HostSource>;
 
 fn pool(capacity: u64) -> Allocator {
-    Allocator::new(HostSource::new(capacity), AllocConfig::default())
+    Allocator::new(HostSource::new(capacity), AllocConfig::segmented())
 }
 
 fn check(p: &Allocator) {
@@ -79,7 +79,7 @@ fn segment_sizes_follow_pytorch() {
 #[test]
 fn exact_segments_map_what_a_request_needs() {
     // ggml's compute buffer: 9.47 MiB, a 20 MiB segment under PyTorch's rule.
-    let p = Allocator::new(HostSource::new(GIB), AllocConfig::parse("exact_segments:True").unwrap());
+    let p = Allocator::new(HostSource::new(GIB), AllocConfig::parse("exact_segments:True,expandable_segments:False").unwrap());
     let compute = p.malloc(9 * MIB + 480 * 1024, 1).unwrap();
     let small = p.malloc(4096, 1).unwrap();
     let s = p.stats();
@@ -211,7 +211,7 @@ fn garbage_collection_threshold_releases_idle_segments_early() {
 
 #[test]
 fn oversize_blocks_are_not_split_for_small_requests() {
-    let p = Allocator::new(HostSource::new(GIB), AllocConfig::parse("max_split_size_mb:64").unwrap());
+    let p = Allocator::new(HostSource::new(GIB), AllocConfig::parse("max_split_size_mb:64,expandable_segments:False").unwrap());
     let big = p.malloc(100 * MIB, 1).unwrap();
     p.free(big).unwrap();
     let small = p.malloc(2 * MIB, 1).unwrap();
@@ -237,12 +237,12 @@ fn zero_size_and_bad_pointers() {
 /// each; at the end everything is freed and the cache emptied.
 #[test]
 fn random_operations_keep_every_invariant() {
-    random_operations(AllocConfig::default());
+    random_operations(AllocConfig::segmented());
 }
 
 #[test]
 fn random_operations_keep_every_invariant_with_expandable_segments() {
-    random_operations(AllocConfig { expandable_segments: true, ..AllocConfig::default() });
+    random_operations(AllocConfig::default());
 }
 
 /// Mappings of exactly what each growth lacks: many small ones, so that emptying the
@@ -354,7 +354,7 @@ fn options_changed_midway_keep_every_invariant() {
 }
 
 fn expandable(capacity: u64) -> Allocator {
-    Allocator::new(HostSource::new(capacity), AllocConfig { expandable_segments: true, ..AllocConfig::default() })
+    Allocator::new(HostSource::new(capacity), AllocConfig::default())
 }
 
 /// A freed block above 8 MiB is parked (kept for its size's next request, the most
@@ -630,7 +630,7 @@ fn expandable_segments_fragment_less_on_random_sizes() {
 /// the choices measured on the host.
 #[test]
 fn placement_does_not_depend_on_segment_addresses() {
-    for config in [AllocConfig::default(), AllocConfig { expandable_segments: true, ..AllocConfig::default() }] {
+    for config in [AllocConfig::segmented(), AllocConfig::default()] {
         let places = |source: HostSource| {
             let p = Allocator::new(source, config.clone());
             let mut rng = Rng(0x5851_f42d_4c95_7f2d);

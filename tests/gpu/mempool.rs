@@ -78,13 +78,13 @@ fn read(ptr: u64, words: usize) -> Vec<u32> {
     back
 }
 
-/// For plain and expandable segments and the user, async and managed upstreams:
+/// For whole and expandable (the default) segments and the user, async and managed upstreams:
 /// stream B reads block X of a user pool while X is freed with B recorded and stream
 /// A allocates from the pool (pushed) and overwrites what it gets. B must read X's bytes; the device's figures
 /// are the sum; the user upstream gets every segment back.
 fn user_pool_blocks_stay_exact_under_cross_stream_reuse() {
     let upstreams = [GPURT_UPSTREAM_DRIVER, GPURT_UPSTREAM_DRIVER, GPURT_UPSTREAM_USER, GPURT_UPSTREAM_ASYNC, GPURT_UPSTREAM_MANAGED];
-    for (config, upstream) in [None, Some("expandable_segments:True"), None, None, None].into_iter().zip(upstreams) {
+    for (config, upstream) in [Some("expandable_segments:False"), None, None, None, None].into_iter().zip(upstreams) {
         let before = device_allocated();
         let pool = create(config, upstream);
         let (a, b) = (stream(), stream());

@@ -235,8 +235,10 @@ static int in_device_block(unsigned long long p) {
     pthread_mutex_unlock(&ranges_lock);
     return found;
 }
+static int is_mapped(unsigned long long p);
+/* Device memory is a cuMemAlloc block or a cuMemMap mapping (expandable segments). */
 CUresult cuPointerGetAttribute(void *v, int a, unsigned long long p) {
-    if (!in_device_block(p)) return 1;
+    if (!in_device_block(p) && !is_mapped(p)) return 1;
     if (a == 2) *(unsigned *)v = 2;      /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE: device */
     else if (a == 9) *(int *)v = 0;      /* CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL */
     else return 1;

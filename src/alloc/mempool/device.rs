@@ -65,7 +65,7 @@ pub fn create(ordinal: i32, config: Option<&str>, limit: u64, upstream: Upstream
     let process = pools::config()?;
     let (config, asked_expandable) = match config {
         // Asked by the pool's own text, whatever the defaults are.
-        Some(text) => (process.with(text)?, AllocConfig { expandable_segments: false, ..AllocConfig::default() }.with(text)?.expandable_segments),
+        Some(text) => (process.with(text)?, AllocConfig::segmented().with(text)?.expandable_segments),
         None => (process, false),
     };
     let source: PoolSource = match upstream {

@@ -305,7 +305,7 @@ pub const GPURT_SLEEP_DISCARD: gpurt_sleep_mode_t = 1;
 /// back to the driver. Its blocks keep their addresses (reserved, not backed): after
 /// gpurt_mem_pool_wake every pointer is valid again, so CUDA graphs that use them
 /// replay. While it sleeps, allocations from it fail and frees of its blocks work.
-/// Only memory of expandable segments can sleep (`expandable_segments:True`, in the
+/// Only memory of expandable segments can sleep (the default; not under `expandable_segments:False` in the
 /// process's configuration or the pool's own); a pool holding a block in a segment
 /// of its own refuses, naming the block, as does a pool holding a block exported to
 /// other processes (gpurt_ipc_mem_handle), whose memory they map. gpurt's copies,

@@ -183,7 +183,7 @@ fn an_expandable_segment_past_its_cold_start_grows_by_smaller_steps() {
 fn each_pool_keeps_its_own_configuration_and_out_of_memory_is_clean() {
     let pools = MemPools::<HostSource>::default();
     let expandable = pools.create(0, HostSource::new(1 << 40), config("expandable_segments:True"), 0);
-    let plain = pools.create(0, HostSource::new(64 * MIB), AllocConfig::default(), 0);
+    let plain = pools.create(0, HostSource::new(64 * MIB), AllocConfig::segmented(), 0);
     let a = expandable.allocator().malloc(3 * MIB, 1).unwrap();
     let b = expandable.allocator().malloc(3 * MIB, 1).unwrap();
     assert_eq!(b, a + 3 * MIB, "an expandable pool's blocks are contiguous");

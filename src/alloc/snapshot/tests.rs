@@ -11,8 +11,9 @@ use crate::boundary::lock;
 const DEVICE: i32 = 7;
 const GIB: u64 = 1 << 30;
 
+/// An allocator of whole segments, with `config`'s options over them.
 fn allocator(config: &str) -> CachingAllocator<HostSource> {
-    CachingAllocator::new(HostSource::new(4 * GIB).on_device(DEVICE), AllocConfig::parse(config).unwrap())
+    CachingAllocator::new(HostSource::new(4 * GIB).on_device(DEVICE), AllocConfig::segmented().with(config).unwrap())
 }
 
 fn snapshot_of(a: &CachingAllocator<HostSource>) -> Snapshot {
