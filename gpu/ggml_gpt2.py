@@ -16,11 +16,14 @@ tokens compared, speed and peak device memory side by side.
         runs compared share the host's state. Per build: the median of ms per token, the
         driver's peak device memory (NVML's used memory sampled every millisecond, less
         the figure before the run); the tokens of every run must equal the first build's.
-        Speed is judged on the median over rounds of each round's ratio to the first
-        build, from the rounds whose two runs had the host's core at 90 % of its full
-        rate or more (read just before each run: the decode is bound by the host).
-        The first build is the reference: speed within 2 %, peak not above it, checked
-        for every other build whose name starts with "gpurt".
+        Then REPS rounds more with every build's run of a case at the same time, each
+        pinned to four cores of its own (the cores rotated every round): the decode is
+        bound by the host, whose cores slow 1.3-6x in spells, and runs at the same time
+        share the spell. Speed is judged on the median over those rounds of each round's
+        ratio to the first build (the one-after-the-other rounds' paired ratio, from
+        those whose runs had the core at 90 % of its full rate or more, is shown
+        beside it). The first build is the reference: speed within 2 %, peak not above
+        it, checked for every other build whose name starts with "gpurt".
     python3 ggml_gpt2.py extras DIR BINDIR NVTX_TOOL OUTDIR
         gpt-2-backend on gpurt (prompt 1) with gpurt's extras on: the memory snapshot
         written during generation (GGML_CUDA_GPURT_SNAPSHOT, after graph computation 40)
@@ -32,6 +35,7 @@ import ctypes
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -145,6 +149,22 @@ class PeakMemory:
         return result.stdout, (peak[0] - baseline) / 2**20
 
 
+def side_by_side(runs):
+    """Runs the (command, env) pairs at once, the i-th pinned to cores 4i to 4i + 3
+    (where taskset and the cores are there); their outputs, in order."""
+    can_pin = shutil.which("taskset") and 4 * len(runs) <= (os.cpu_count() or 1)
+    pin = (lambda i: ["taskset", "-c", f"{4 * i}-{4 * i + 3}"]) if can_pin else (lambda i: [])
+    procs = [subprocess.Popen(pin(i) + command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i, (command, env) in enumerate(runs)]
+    outputs = []
+    for (command, _), proc in zip(runs, procs):
+        stdout, stderr = proc.communicate()
+        if proc.returncode != 0:
+            sys.exit(f"{' '.join(command)} failed ({proc.returncode}):\n{stdout[-3000:]}\n{stderr[-3000:]}")
+        outputs.append(stdout)
+    return outputs
+
+
 def generated(stdout, batched):
     """The text the example printed for its tokens, and its speed in ms per token."""
     if batched:
@@ -166,38 +186,53 @@ def run(data, reps, builds):
     cases.append((f"gpt-2-batched, {PARALLEL} sequences", "gpt-2-batched", prompts[0],
                   ["-n", str(BATCHED_TOKENS), "-np", str(PARALLEL)]))
     sampler = PeakMemory()
-    speed, peak, tokens = {}, {}, {}
+    speed, together, peak, tokens = {}, {}, {}, {}
     failures = 0
+
+    def run_of(bindir, extra_env, program, prompt, args):
+        return ([os.path.join(bindir, program), "-m", model, "-p", prompt, "-ngl", "1",
+                 "--top_k", "1", "-s", "1", "-t", "4", *args], dict(os.environ, **extra_env))
+
+    def check_tokens(case, name, text, rep):
+        nonlocal failures
+        reference = tokens.setdefault(case, (name, text))
+        if text != reference[1]:
+            failures += 1
+            print(f"FAIL {case}: {name}'s tokens differ from {reference[0]}'s (round {rep})")
+
     for rep in range(reps):
         order = builds if rep % 2 == 0 else builds[::-1]
         for case, program, prompt, args in cases:
             for name, bindir, extra_env in order:
-                env = dict(os.environ, **extra_env)
-                command = [os.path.join(bindir, program), "-m", model, "-p", prompt, "-ngl", "1",
-                           "--top_k", "1", "-s", "1", "-t", "4", *args]
                 rate = core_rate()
-                stdout, mib = sampler.run(command, env)
+                stdout, mib = sampler.run(*run_of(bindir, extra_env, program, prompt, args))
                 text, ms = generated(stdout, program == "gpt-2-batched")
                 speed.setdefault((case, name), []).append((ms, rate))
                 peak[(case, name)] = max(peak.get((case, name), 0), mib)
-                reference = tokens.setdefault(case, (name, text))
-                if text != reference[1]:
-                    failures += 1
-                    print(f"FAIL {case}: {name}'s tokens differ from {reference[0]}'s (round {rep})")
+                check_tokens(case, name, text, rep)
+    for rep in range(reps):
+        order = builds[rep % len(builds):] + builds[:rep % len(builds)]
+        for case, program, prompt, args in cases:
+            outputs = side_by_side([run_of(bindir, extra_env, program, prompt, args) for _, bindir, extra_env in order])
+            for (name, *_), stdout in zip(order, outputs):
+                text, ms = generated(stdout, program == "gpt-2-batched")
+                together.setdefault((case, name), []).append(ms)
+                check_tokens(case, name, text, rep)
     reference_build = builds[0][0]
     rates = sorted(rate for samples in speed.values() for _, rate in samples)
     floor = 0.9 * rates[len(rates) * 9 // 10]  # 90 % of the core's full rate, as the benches judge
     print(f"core rate before each run: {rates[0]:.1f}-{rates[-1]:.1f} M steps/s; runs judged at >= {floor:.1f}")
     print(f"{'case':34} {'build':22} {'ms/token':>9} {'min-max':>11} {'tok/s':>8} "
-          f"{'vs ' + reference_build + ', paired':>22} {'(rounds)':>8} {'peak MiB':>9}")
+          f"{'vs ' + reference_build + ', paired':>22} {'(rounds)':>8} {'side by side':>13} {'peak MiB':>9}")
     for case, *_ in cases:
         reference = speed[(case, reference_build)]
         for name, *_ in builds:
             samples = speed[(case, name)]
-            ratio, rounds = paired_ratio(reference, samples, floor)
+            paired, rounds = paired_ratio(reference, samples, floor)
+            ratio = statistics.median(r / m for r, m in zip(together[(case, reference_build)], together[(case, name)]))
             ms, every = statistics.median(m for m, _ in samples), [m for m, _ in samples]
             print(f"{case:34} {name:22} {ms:9.3f} {min(every):5.2f}-{max(every):5.2f} {1000 / ms:8.1f} "
-                  f"{ratio:21.3f}x {rounds:8} {peak[(case, name)]:9.0f}")
+                  f"{paired:21.3f}x {rounds:8} {ratio:12.3f}x {peak[(case, name)]:9.0f}")
             if name.startswith("gpurt") and name != reference_build:
                 if abs(ratio - 1) > SPEED_TOLERANCE:
                     failures += 1
