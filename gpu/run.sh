@@ -38,6 +38,7 @@ step build-abi-test-static c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -I
 step build-process-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/process_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/process_test
 step build-ipc-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/ipc_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/ipc_test
 step build-sleep-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sleep_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/sleep_test
+step build-foreign-capture-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/foreign_capture_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/foreign_capture_test
 step build-backend-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/backend_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/backend_test
 step build-tunable-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/tunable_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/tunable_test
 step build-sanitizer-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sanitizer_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/sanitizer_test
@@ -74,6 +75,7 @@ step sleep-test bin/sleep_test
 step build-sleep-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude -I/usr/local/cuda/include src/sleep_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" -lcuda -o bin/sleep_bench
 step sleep-bench bin/sleep_bench "${SLEEP_BENCH_GIB:-8}" 5
 step backend-test bin/backend_test
+step foreign-capture-test bin/foreign_capture_test
 step tunable-test bin/tunable_test
 step sanitizer-test bin/sanitizer_test
 step gds-test bin/gds_test

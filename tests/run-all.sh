@@ -184,6 +184,7 @@ echo "== IPC again with two devices that can access each other: device 1's expan
 STUB_CUDA_DEVICES=2 LD_LIBRARY_PATH=$stub "$stub/ipc_test"
 stub_c_test sleep_test "pools that sleep and wake: offload, discard, the refusals (stub driver: statuses and figures; bytes in the GPU suite)"
 stub_c_test backend_test "backend:cudaMallocAsync: the driver's pool behind the default pools (stub driver)"
+stub_c_test foreign_capture_test "a capture begun outside gpurt: cached blocks, no new memory (whole and expandable segments), the capture survives (stub driver)"
 stub_c_test no_vmm_test "expandable segments on a device without virtual memory management: whole segments, a pool's own request refused (stub driver)"
 stub_c_test tunable_test "TunableOp: concurrent first runs tune once, the results file, a second process (stub driver)"
 stub_c_test sanitizer_test "stream sanitizer: each happens-before rule, graphs, misuse, 8 ordered threads (stub driver)"

@@ -74,6 +74,9 @@ impl<S: SegmentSource> Pool<S> {
     /// grows at its end by what its free tail block lacks or, if more, a share of what
     /// it has mapped (granularity multiples).
     pub(super) fn grow_expandable(&mut self, pool: PoolKind, stream: u64, rounded: u64) -> Result<BlockId> {
+        // As for a new segment: a capture gpurt does not route to a graph pool refuses
+        // new memory (the graph would use memory no private pool keeps for it).
+        self.shared.source.may_allocate(stream)?;
         let granularity = self.shared.source.map_granularity();
         let key = (stream, pool_index(pool));
         let Some((base, reserved, last, allocations_at_growth)) =
