@@ -99,16 +99,50 @@ pub fn read_private(path: &Path) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
+/// A fresh directory under the temporary directory, removed with everything in it
+/// when dropped, so test runs leave nothing behind.
+#[cfg(all(test, not(miri)))]
+pub(crate) struct ScratchDir(PathBuf);
+
+#[cfg(all(test, not(miri)))]
+impl ScratchDir {
+    pub(crate) fn new(name: &str) -> ScratchDir {
+        let dir = std::env::temp_dir().join(format!("gpurt-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        ScratchDir(dir)
+    }
+}
+
+#[cfg(all(test, not(miri)))]
+impl std::ops::Deref for ScratchDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+#[cfg(all(test, not(miri)))]
+impl AsRef<Path> for ScratchDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+#[cfg(all(test, not(miri)))]
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[cfg(all(test, not(miri)))]
 mod tests {
     use super::*;
     use std::os::unix::fs::{symlink, PermissionsExt};
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("gpurt-files-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn scratch(name: &str) -> ScratchDir {
+        ScratchDir::new(&format!("files-{name}"))
     }
 
     fn is_root() -> bool {

@@ -460,8 +460,8 @@ mod tests {
     #[test]
     fn the_disk_cache_reads_only_this_users_private_entries() {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let dir = std::env::temp_dir().join(format!("gpurt-rtc-cache-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = crate::files::ScratchDir::new("rtc-cache");
+        let dir = scratch.join("cache");
         crate::files::private_directory(&dir).unwrap();
         let c = Compiled { code: b"kernel code".to_vec(), is_cubin: false, log: CString::default() };
         store_on_disk(&dir, b"key", &c);
