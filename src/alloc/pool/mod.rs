@@ -23,10 +23,12 @@ use crate::error::{Error, Result};
 mod expandable;
 mod holes;
 mod invariants;
+mod parking;
 mod segments;
 mod view;
 pub use expandable::{asleep_error, Sleep};
 use expandable::Expandable;
+use parking::{park_max, Parked, RECENT_SIZES};
 pub use segments::{SegmentSource, Segments};
 pub use view::{BlockState, BlockView, SegmentView};
 
@@ -39,30 +41,6 @@ const ROUND_LARGE: u64 = 2 * MIB;
 /// A search of free lists for `size` bytes below `limit` (`FreeLists::best_fit` or
 /// `quick_fit`).
 type FitFn = fn(&FreeLists, &Arena, u64, u64) -> Option<BlockId>;
-/// Freed blocks kept parked for a request of their exact size, at most.
-const MAX_PARKED: usize = 64;
-/// With expandable segments, a freed block above this size is merged at once, not
-/// parked (unless `Pool::parks` finds it the newest request's size with no Free
-/// neighbour): a parked large block kept its place for a request of its exact size, and
-/// the requests around it were placed as if it were taken. On the recorded traces,
-/// ResNet-50 training's fragmentation 1.063 -> 1.040 and a transformer encoder's
-/// 1.052 -> 1.048, the five others' unchanged, the same steps everywhere (4 MiB:
-/// 1.044 on ResNet-50; 16 MiB: 1.063). Without expandable segments every such block
-/// is parked: that mode keeps the fastest reuse of large blocks.
-const EXPANDABLE_PARK_MAX: u64 = 8 * MIB;
-/// Sizes of the last requests that no parked block served, remembered to tell which
-/// freed blocks to park: a block of one of these sizes is likely asked for again.
-const RECENT_SIZES: usize = 4;
-
-/// A freed block parked uncoalesced for the next request of its exact size on its
-/// stream. Its size and stream are copied from the block, so that the search for a
-/// match reads this one small array and not the arena.
-#[derive(Debug, Clone, Copy)]
-struct Parked {
-    stream: u64,
-    size: u64,
-    id: BlockId,
-}
 
 /// A segment: its size (for an expandable one, up to its mapped end, holes included)
 /// and its first block, which no merge removes.
@@ -154,14 +132,6 @@ impl<S: SegmentSource> Drop for Pool<S> {
         if let Some(tag) = &self.history {
             tag.recorder.absorb(&mut self.events);
         }
-    }
-}
-
-fn park_max(config: &AllocConfig) -> u64 {
-    if config.expandable_segments {
-        EXPANDABLE_PARK_MAX
-    } else {
-        u64::MAX
     }
 }
 
@@ -395,35 +365,6 @@ impl<S: SegmentSource> Pool<S> {
         })
     }
 
-    /// Hands out a parked block of exactly `size` for `stream`, if there is one: the
-    /// fast path, which hashes nothing.
-    #[inline(always)]
-    fn unpark(&mut self, stream: u64, size: u64, requested: u64) -> Option<u64> {
-        let i = self.parked.iter().rposition(|p| p.size == size && p.stream == stream)?;
-        // Usually the last one: `pop` spares `remove`'s copy call.
-        let id = if i + 1 == self.parked.len() { self.parked.pop() } else { Some(self.parked.remove(i)) }?.id;
-        let block = &mut self.blocks[id];
-        count_inactive_split(&mut self.stats, block, -1);
-        // Still counted as allocated and active (see `stats`): only the request is new.
-        block.state = State::Allocated;
-        block.requested = requested;
-        self.stats.requested_bytes.add(block.pool, requested as i64);
-        let reuses = &mut self.parked_reuses[pool_index(block.pool)];
-        *reuses = (reuses.0 + 1, reuses.1 + block.size as i64);
-        Some(block.addr)
-    }
-
-    /// Returns every parked block to the free lists, coalesced, and uncounts its use
-    /// (see `stats`).
-    pub fn flush_parked(&mut self) {
-        while let Some(Parked { id, size, .. }) = self.parked.pop() {
-            let block = &self.blocks[id];
-            uncount_use(&mut self.stats, block.pool, 1, size as i64);
-            count_inactive_split(&mut self.stats, block, -1);
-            self.coalesce_into_free(id);
-        }
-    }
-
     /// Best fit among `stream`'s free blocks of `pool`, with PyTorch's rules for
     /// oversize blocks (never split for a smaller request; not used when far larger).
     /// An expandable segment's free tail is taken last: it alone grows in place, so
@@ -519,8 +460,7 @@ impl<S: SegmentSource> Pool<S> {
         };
         // Served: remembered once, though a request may come here again after a
         // collection or the out-of-memory release.
-        self.recent_sizes[self.recent_sizes_next] = rounded;
-        self.recent_sizes_next = (self.recent_sizes_next + 1) % RECENT_SIZES;
+        self.remember_request(rounded);
         self.remove_free(id);
         let Block { addr, size: block_size, .. } = self.blocks[id];
         if self.should_split(pool, block_size, rounded) {
@@ -625,22 +565,6 @@ impl<S: SegmentSource> Pool<S> {
         Some(Ok(()))
     }
 
-    /// Whether a freed block of `size` is parked: one of a size asked for lately; with
-    /// expandable segments, one above `park_max` only if its size is the newest
-    /// request's and no Free neighbour waits to merge with it. That keeps a warm pair
-    /// of large blocks on the parked path (64 MiB: 62.2 -> 29.8 ns on the host source)
-    /// while large frees beside free memory still merge at once (the reason for
-    /// `EXPANDABLE_PARK_MAX`).
-    #[inline(always)]
-    fn parks(&self, id: BlockId, size: u64) -> bool {
-        if size <= self.park_max {
-            return self.recent_sizes.contains(&size);
-        }
-        let newest = self.recent_sizes[(self.recent_sizes_next + RECENT_SIZES - 1) % RECENT_SIZES];
-        let Block { prev, next, .. } = self.blocks[id];
-        size == newest && !self.is_free(prev) && !self.is_free(next)
-    }
-
     /// Whether `id` names a neighbour that is Free (`NO_BLOCK`: none).
     #[inline(always)]
     fn is_free(&self, id: BlockId) -> bool {
@@ -664,23 +588,6 @@ impl<S: SegmentSource> Pool<S> {
         self.stats.requested_bytes.sub(pool, requested);
         self.pending.push((id, markers));
         Ok(())
-    }
-
-    /// Parks a freed block, still counted as allocated and active (see `stats`);
-    /// past `MAX_PARKED`, the others are returned to the free lists first.
-    #[inline(always)]
-    fn park(&mut self, id: BlockId) {
-        if self.parked.len() == MAX_PARKED {
-            self.flush_parked();
-        }
-        let stream = self.stream_of(&self.blocks[id]);
-        let block = &mut self.blocks[id];
-        block.state = State::Parked;
-        let (pool, size, requested) = (block.pool, block.size, block.requested);
-        block.requested = 0;
-        self.stats.requested_bytes.sub(pool, requested as i64);
-        count_inactive_split(&mut self.stats, block, 1);
-        self.parked.push(Parked { stream, size, id });
     }
 
     /// Moves a block that left use into the free lists, merged with free neighbours;
