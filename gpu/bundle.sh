@@ -18,6 +18,7 @@ cp include/gpurt.h include/gpurt.hpp include/gpurt_rmm.hpp "$out/include/"
 cp examples-c/gpurt-info.c tests/c/abi_test.c tests/c/process_test.c tests/c/ipc_test.c tests/c/sleep_test.c tests/c/backend_test.c tests/c/foreign_capture_test.c tests/c/tunable_test.c tests/c/sanitizer_test.c tests/c/gds_test.c tests/c/comm_test.c tests/c/comm_ranks_test.c tests/c/comm_helpers_test.c tests/c/blas_test.c gpu/blas_gpu_test.c gpu/blas_bench.c gpu/sleep_bench.c tests/c/memory_history_test.c tests/snapshot/check.py tests/c/nvtx_test.c tests/nvtx/ncu_kernels.c tests/nvtx/ncu_filter.sh tests/c/check.h tests/c/dlclose_test.c tests/c/soak.c tests/cpp/hpp_test.cpp tests/cpp/no_exceptions_test.cpp tests/cpp/rmm_test.cpp gpu/interop.cu gpu/compare_props.py gpu/compare_telemetry.py gpu/alloc_frameworks.py gpu/sleep_torch.py gpu/dropin_peak.py gpu/visible_devices.py gpu/record_traces.py gpu/trace_replay.cpp "$out/src/"
 cp examples-c/*.c examples-c/*.h examples-cpp/*.cpp "$out/src/"
 cp gpu/run.sh "$out/run.sh"
+cp gpu/detached.sh "$out/detached.sh"
 cp -r gpu/traces "$out/traces"
 # The GPT-2 engine: its sources and CMake project, the reference script, nlohmann/json
 # (Debian's nlohmann-json3-dev; the GPU machine may lack it), and the CMake package
