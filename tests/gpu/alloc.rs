@@ -5,7 +5,7 @@ use gpurt::copy::ffi::{gpurt_memcpy, gpurt_memcpy_async, gpurt_memset_async};
 use gpurt::stream::ffi::*;
 
 use crate::expect_status;
-use crate::util::{free_bytes, block_stream, malloc, native, ok, random_words, stream};
+use crate::util::{free_bytes, block_stream, malloc, native, ok, random_words, stream, ForeignCapture};
 
 pub const TESTS: &[crate::support::Test] = &[
     ("recorded_stream_keeps_a_freed_block_from_reuse", recorded_stream_keeps_a_freed_block_from_reuse),
@@ -170,13 +170,13 @@ fn allocation_during_capture_never_invalidates_it() {
     let a = stream();
     let cached = malloc(2 << 20, a);
     expect_status!(gpurt_free(cached as *mut _), GPURT_SUCCESS);
-    unsafe { ok(sys::cuStreamBeginCapture_v2(native(a), sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) };
+    let capture = ForeignCapture::begin(a);
     assert_eq!(malloc(2 << 20, a), cached, "served from the cache during capture");
     let mut p = std::ptr::null_mut();
     expect_status!(gpurt_malloc(3 << 30, a, &mut p), GPURT_ERROR_STREAM_CAPTURE);
     assert!(crate::support::last_message().contains("capturing"));
-    let mut graph = std::ptr::null_mut();
-    unsafe { ok(sys::cuStreamEndCapture(native(a), &mut graph)) };
+    let (status, graph) = capture.end();
+    ok(status);
     assert!(!graph.is_null(), "the capture was not invalidated");
     unsafe { ok(sys::cuGraphDestroy(graph)) };
     expect_status!(gpurt_free(cached as *mut _), GPURT_SUCCESS);

@@ -8,7 +8,7 @@ use gpurt::stream::ffi::*;
 use gpurt::sync_debug::ffi::*;
 
 use crate::expect_status;
-use crate::util::{block_stream, gate_stream, native, ok, random_words, stream};
+use crate::util::{block_stream, gate_stream, native, ok, random_words, stream, ForeignCapture};
 
 pub const TESTS: &[crate::support::Test] = &[
     ("wait_event_orders_work_across_streams", wait_event_orders_work_across_streams),
@@ -352,7 +352,7 @@ fn capture_status_is_reported() {
     let mut capturing = -1;
     expect_status!(gpurt_stream_is_capturing(s, &mut capturing), GPURT_SUCCESS);
     assert_eq!(capturing, 0);
-    unsafe { ok(sys::cuStreamBeginCapture_v2(native(s), sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) };
+    let capture = ForeignCapture::begin(s);
     expect_status!(gpurt_stream_is_capturing(s, &mut capturing), GPURT_SUCCESS);
     assert_eq!(capturing, 1);
     let mut status = -1;
@@ -367,8 +367,7 @@ fn capture_status_is_reported() {
     );
     // Synchronising a capturing stream is illegal: the status says so.
     expect_status!(gpurt_stream_synchronize(s), GPURT_ERROR_STREAM_CAPTURE);
-    let mut graph = std::ptr::null_mut();
-    let end = unsafe { sys::cuStreamEndCapture(native(s), &mut graph) };
+    let (end, graph) = capture.end();
     if !graph.is_null() {
         unsafe { sys::cuGraphDestroy(graph) };
     }

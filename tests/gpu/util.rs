@@ -29,6 +29,40 @@ pub fn native(s: gpurt_stream_t) -> sys::CUstream {
     n.cast()
 }
 
+/// A capture begun on a gpurt stream with the driver's own call (thread-local mode),
+/// ended when dropped: a test that fails inside it leaves no capture open, which
+/// would refuse the unsafe calls of every test after it on this thread.
+pub struct ForeignCapture(sys::CUstream);
+
+impl ForeignCapture {
+    pub fn begin(s: gpurt_stream_t) -> ForeignCapture {
+        let native = native(s);
+        unsafe { ok(sys::cuStreamBeginCapture_v2(native, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) };
+        ForeignCapture(native)
+    }
+
+    /// Ends the capture: the driver's status and the graph (null if none), now the
+    /// caller's to destroy.
+    pub fn end(self) -> (sys::CUresult, sys::CUgraph) {
+        let mut graph = std::ptr::null_mut();
+        let status = unsafe { sys::cuStreamEndCapture(self.0, &mut graph) };
+        std::mem::forget(self);
+        (status, graph)
+    }
+}
+
+impl Drop for ForeignCapture {
+    fn drop(&mut self) {
+        let mut graph = std::ptr::null_mut();
+        unsafe {
+            sys::cuStreamEndCapture(self.0, &mut graph);
+            if !graph.is_null() {
+                sys::cuGraphDestroy(graph);
+            }
+        }
+    }
+}
+
 unsafe extern "C" fn sleep_ms(user: *mut libc::c_void) {
     std::thread::sleep(std::time::Duration::from_millis(user as u64));
 }
