@@ -16,16 +16,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-static int checks = 0, failures = 0;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        ++checks;                                                                    \
-        if (!(cond)) {                                                               \
-            ++failures;                                                              \
-            std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);              \
-        }                                                                            \
-    } while (0)
+#include "check.hpp"
 
 // `body` must throw gpurt::Error with `status` and a message naming `function`.
 template <class F>
@@ -380,6 +371,5 @@ int main() {
             std::printf("FAIL: unexpected gpurt::Error: %s\n", e.what());
         }
     }
-    std::printf("hpp_test: %d checks, %d failed\n", checks, failures);
-    return failures == 0 ? 0 : 1;
+    return report("hpp_test");
 }

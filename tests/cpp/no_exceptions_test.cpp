@@ -8,16 +8,7 @@
 #include <cstring>
 #include <vector>
 
-static int checks = 0, failures = 0;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        ++checks;                                                                    \
-        if (!(cond)) {                                                               \
-            ++failures;                                                              \
-            std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);              \
-        }                                                                            \
-    } while (0)
+#include "check.hpp"
 
 int main() {
     gpurt::Result<int> count = gpurt::Device::count();
@@ -58,6 +49,5 @@ int main() {
         CHECK(s.value().synchronize().ok());
         std::printf("no_exceptions_test: with a device: results carry values and errors\n");
     }
-    std::printf("no_exceptions_test: %d checks, %d failed\n", checks, failures);
-    return failures == 0 ? 0 : 1;
+    return report("no_exceptions_test");
 }

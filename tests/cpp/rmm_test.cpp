@@ -18,15 +18,7 @@
 #include <random>
 #include <vector>
 
-static int failures = 0, checks = 0;
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        checks++;                                                              \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
-        }                                                                      \
-    } while (0)
+#include "check.hpp"
 
 static std::uint64_t allocated() {
     std::uint64_t bytes = 0;
@@ -106,6 +98,5 @@ int main() {
 
     cudaStreamDestroy(s1);
     cudaStreamDestroy(s2);
-    std::printf("rmm_test: %d checks, %d failed\n", checks, failures);
-    return failures == 0 ? 0 : 1;
+    return report("rmm_test");
 }
