@@ -26,5 +26,3 @@ pub mod upstream;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod sleep_tests;

@@ -3,26 +3,7 @@
 //! refused and frees served while asleep, and every failure of every source call
 //! leaving the allocator wholly awake or wholly asleep, nothing lost, retryable.
 
-use super::caching::CachingAllocator;
-use super::config::AllocConfig;
-use super::host::{HostSource, XorShift as Rng};
-use crate::error::Status;
-
-const KIB: u64 = 1 << 10;
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
-
-type Allocator = CachingAllocator<HostSource>;
-
-fn expandable(capacity: u64) -> Allocator {
-    Allocator::new(HostSource::new(capacity), AllocConfig::parse("expandable_segments:True").unwrap())
-}
-
-fn check(p: &Allocator) {
-    if let Err(e) = p.check_invariants() {
-        panic!("invariant broken: {e}");
-    }
-}
+use super::*;
 
 /// Blocks of varied sizes on two streams, each written with its own bytes; a third of
 /// them freed again. The live blocks: (address, contents).
