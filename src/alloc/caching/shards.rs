@@ -26,7 +26,7 @@ pub(crate) const SPLIT_AFTER: u32 = 32;
 
 /// A thread's shard for a stream it allocated on.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Recent {
+struct Recent {
     allocator: u64,
     stream: u64,
     shard: u32,
@@ -122,7 +122,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
     }
 
     #[inline(always)]
-    pub(super) fn shard_mutex(&self, index: u32) -> &Mutex<ShardState<S>> {
+    fn shard_mutex(&self, index: u32) -> &Mutex<ShardState<S>> {
         &self.shards[index as usize].get().expect("shard indices come from created shards").state
     }
 
@@ -156,7 +156,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// This thread's shard for `stream` in the stream map: its own if it has one,
     /// else the stream's shared one, created on first use.
     #[cold]
-    pub(super) fn shard_in_map(&self, stream: u64) -> Recent {
+    fn shard_in_map(&self, stream: u64) -> Recent {
         let mut streams = lock(&self.streams);
         let own = thread_number().and_then(|n| streams.get(&(stream, n)).copied());
         let (shard, contended) = match own {
@@ -168,7 +168,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
 
     /// The shard of a stream map key, created on first use. Past `MAX_SHARDS`, keys
     /// share shards (a pool keeps each stream's blocks apart in any case).
-    pub(super) fn shard_for(&self, streams: &mut HashMap<(u64, u32), u32>, key: (u64, u32)) -> u32 {
+    fn shard_for(&self, streams: &mut HashMap<(u64, u32), u32>, key: (u64, u32)) -> u32 {
         let count = streams.len();
         let index = *streams.entry(key).or_insert((count % MAX_SHARDS) as u32);
         self.shards[index as usize].get_or_init(|| {
@@ -200,7 +200,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// reused by this thread only, so a split stream may cache more memory: only
     /// threads that met contention pay that.
     #[cold]
-    pub(super) fn note_contention(&self, stream: u64) {
+    fn note_contention(&self, stream: u64) {
         RECENT_SHARDS.with(|recent| {
             let mut entry = recent[0].get();
             if entry.allocator != self.id || entry.stream != stream || entry.contended == PRIVATE {
@@ -235,7 +235,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
 
     /// `on_owner` past the first shard (`first`, if it was asked).
     #[inline(never)]
-    pub(super) fn on_other_owner<T>(&self, addr: u64, first: Option<u32>, f: &impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> Option<Result<T>> {
+    fn on_other_owner<T>(&self, addr: u64, first: Option<u32>, f: &impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> Option<Result<T>> {
         let second = RECENT_SHARDS.with(|recent| recent[1].get());
         let mut asked = [first, None];
         if first != Some(second.shard) {
@@ -255,7 +255,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// allocator's and no other thread holds it: `f`'s answer where that shard holds
     /// the block, else the shard if it was asked.
     #[inline(always)]
-    pub(super) fn ask_recent<T>(&self, recent: Recent, f: &impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> std::result::Result<Result<T>, Option<u32>> {
+    fn ask_recent<T>(&self, recent: Recent, f: &impl Fn(&mut Pool<S>) -> Option<Result<T>>) -> std::result::Result<Result<T>, Option<u32>> {
         if recent.allocator != self.id {
             return Err(None);
         }
