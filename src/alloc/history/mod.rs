@@ -9,15 +9,21 @@
 //! `Ring`); a device's `Recorder` keeps the events recorded outside any shard and
 //! merges all of them by time when they are read.
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
-
-use rustc_hash::FxHashMap as HashMap;
+use std::sync::{Arc, Mutex};
 
 use crate::boundary::lock;
 use crate::error::{Error, Result};
+
+mod clock;
+mod context;
+mod stacks;
+use clock::{clock, ticks};
+pub use clock::unix_us;
+use context::{ANNOTATING, CONTEXT};
+pub use context::{annotate_pop, annotate_push, current_context};
+use stacks::capture_stack;
+pub use stacks::{Frame, Symbolizer};
 
 /// `gpurt_memory_record_history` flag: capture each event's native stack.
 pub const GPURT_HISTORY_STACKS: u32 = 1;
@@ -27,8 +33,6 @@ pub const GPURT_HISTORY_CLEAR: u32 = 2;
 pub const GPURT_HISTORY_DEFAULT_ENTRIES: usize = 10_000;
 /// The most events a ring may keep: 2^24 events are some GiB of memory.
 pub const GPURT_HISTORY_MAX_ENTRIES: usize = 1 << 24;
-/// Return addresses kept per stack.
-const STACK_DEPTH: usize = 48;
 
 /// What the allocator did; names as in PyTorch's trace entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -374,190 +378,6 @@ pub fn record_history(enabled: bool, max_entries: usize, flags: u32) -> Result<(
     }
     ON.store(enabled, Ordering::Relaxed);
     Ok(())
-}
-
-/// The events' clock: the CPU's time-stamp counter on x86-64 (invariant there: one
-/// rate on every core, in every power state), read in ~7 ns where the system's
-/// monotonic clock takes ~30, which was more than half of an event's cost; the
-/// system clock elsewhere. Ticks become nanoseconds only when events are read.
-#[inline(always)]
-fn ticks() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: every x86-64 CPU has rdtsc. (It may run a little ahead of the ring's
-    // lock: `record` keeps times from going back.)
-    unsafe {
-        std::arch::x86_64::_rdtsc()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        static BASE: OnceLock<Instant> = OnceLock::new();
-        BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
-    }
-}
-
-/// Ticks to nanoseconds since the clock's first use.
-struct Clock {
-    ticks: u64,
-    ns_per_tick: f64,
-}
-
-impl Clock {
-    fn ns(&self, ticks: u64) -> u64 {
-        (ticks.saturating_sub(self.ticks) as f64 * self.ns_per_tick) as u64
-    }
-}
-
-/// The clock, its rate measured over 2 ms at its first use (when history is turned
-/// on, not inside an allocation).
-fn clock() -> &'static Clock {
-    static CLOCK: OnceLock<Clock> = OnceLock::new();
-    CLOCK.get_or_init(|| {
-        let (start, first) = (Instant::now(), ticks());
-        epoch();
-        while start.elapsed().as_micros() < 2000 {
-            std::hint::spin_loop();
-        }
-        let (elapsed, last) = (start.elapsed().as_nanos() as f64, ticks());
-        Clock { ticks: first, ns_per_tick: elapsed / (last - first).max(1) as f64 }
-    })
-}
-
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
-/// The wall-clock time of `time_ns`, in microseconds since 1970 (PyTorch's
-/// `time_us`).
-pub fn unix_us(time_ns: u64) -> u64 {
-    static UNIX_EPOCH_US: OnceLock<i128> = OnceLock::new();
-    let base = *UNIX_EPOCH_US.get_or_init(|| {
-        let since_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        since_unix.as_micros() as i128 - (epoch().elapsed().as_micros() as i128)
-    });
-    (base + (time_ns / 1000) as i128).max(0) as u64
-}
-
-// ---- annotations ------------------------------------------------------------------
-
-thread_local! {
-    /// This thread's annotations: each entry is the whole path so far, so that an
-    /// event copies one pointer.
-    static CONTEXT: RefCell<Vec<Arc<String>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Threads whose annotation stack is not empty.
-static ANNOTATING: AtomicUsize = AtomicUsize::new(0);
-
-/// Separates nested annotations in an event's context.
-const CONTEXT_SEPARATOR: &str = " > ";
-
-/// Attaches `name` to what this thread allocates until the matching `annotate_pop`.
-pub fn annotate_push(name: &str) -> usize {
-    CONTEXT.with(|c| {
-        let mut stack = c.borrow_mut();
-        let path = Arc::new(match stack.last() {
-            Some(outer) => format!("{outer}{CONTEXT_SEPARATOR}{name}"),
-            None => name.to_string(),
-        });
-        stack.push(path);
-        if stack.len() == 1 {
-            ANNOTATING.fetch_add(1, Ordering::Relaxed);
-        }
-        stack.len()
-    })
-}
-
-/// Removes this thread's innermost annotation; its depth after.
-pub fn annotate_pop() -> Result<usize> {
-    CONTEXT.with(|c| {
-        let mut stack = c.borrow_mut();
-        stack.pop().ok_or_else(|| Error::invalid_argument("this thread has no annotation to pop (gpurt_memory_annotate_pop without a push)"))?;
-        if stack.is_empty() {
-            ANNOTATING.fetch_sub(1, Ordering::Relaxed);
-        }
-        Ok(stack.len())
-    })
-}
-
-/// This thread's current annotation path.
-pub fn current_context() -> Option<Arc<String>> {
-    CONTEXT.with(|c| c.borrow().last().cloned())
-}
-
-// ---- stacks -----------------------------------------------------------------------
-
-fn capture_stack() -> Arc<Vec<usize>> {
-    let mut ips = Vec::with_capacity(STACK_DEPTH);
-    backtrace::trace(|frame| {
-        ips.push(frame.ip() as usize);
-        ips.len() < STACK_DEPTH
-    });
-    Arc::new(ips)
-}
-
-/// A symbolised stack frame, as PyTorch's snapshots give them.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Frame {
-    pub name: String,
-    pub filename: String,
-    pub line: u32,
-}
-
-/// Where the frames of the capture and the allocator's internals begin their names
-/// (after a `<`, for methods: `<gpurt::alloc::pool::Pool<..>>::malloc`).
-const ALLOCATOR_FRAMES: [&str; 9] = [
-    "backtrace::",
-    "gpurt::alloc::history",
-    "gpurt::alloc::pool",
-    "gpurt::alloc::caching",
-    "gpurt::alloc::device",
-    "gpurt::alloc::mempool",
-    "gpurt::alloc::capture",
-    "gpurt::alloc::ffi",
-    "gpurt::boundary",
-];
-
-fn is_allocator_frame(frame: &Frame) -> bool {
-    let name = frame.name.strip_prefix('<').unwrap_or(&frame.name);
-    ALLOCATOR_FRAMES.iter().any(|p| name.starts_with(p))
-}
-
-/// Symbolises stacks, each address once.
-#[derive(Default)]
-pub struct Symbolizer {
-    known: HashMap<usize, Vec<Frame>>,
-}
-
-impl Symbolizer {
-    /// The caller's frames of `stack`, from the C entry point down: the capture's and
-    /// the allocator's own frames above it are left out.
-    pub fn frames(&mut self, stack: &[usize]) -> Vec<Frame> {
-        let frames: Vec<Frame> = stack.iter().flat_map(|&ip| self.frames_at(ip).to_vec()).collect();
-        let first = frames.iter().rposition(is_allocator_frame).map_or(0, |i| i + 1);
-        frames[first..].to_vec()
-    }
-
-    /// The frames at one return address: the functions inlined there, innermost
-    /// first, then the function that holds them (an allocator function inlined into
-    /// its caller shares the caller's address).
-    fn frames_at(&mut self, ip: usize) -> &[Frame] {
-        self.known.entry(ip).or_insert_with(|| {
-            let mut found = Vec::new();
-            // The address is a return address: look up the call before it.
-            backtrace::resolve(ip.saturating_sub(1) as *mut std::ffi::c_void, |symbol| {
-                found.push(Frame {
-                    name: symbol.name().map(|n| format!("{n:#}")).unwrap_or_else(|| format!("{ip:#x}")),
-                    filename: symbol.filename().map(|p| p.display().to_string()).unwrap_or_else(|| "??".into()),
-                    line: symbol.lineno().unwrap_or(0),
-                });
-            });
-            if found.is_empty() {
-                found.push(Frame { name: format!("{ip:#x}"), filename: "??".into(), line: 0 });
-            }
-            found
-        })
-    }
 }
 
 /// History state is process-wide: tests that turn it on run one at a time.
