@@ -9,7 +9,7 @@ use gpurt::stream::ffi::*;
 
 use crate::expect_status;
 use crate::kernels::{args, cstr, download, kernel, upload};
-use crate::util::{free_bytes, malloc, random_words, stream};
+use crate::util::{free_bytes, malloc, random_words, stream, Capture};
 
 pub const TESTS: &[crate::support::Test] = &[
     ("replaying_a_captured_graph_1000_times_equals_eager_launches", replaying_a_captured_graph_1000_times_equals_eager_launches),
@@ -28,27 +28,10 @@ fn affine(s: gpurt_stream_t, x: u64, mul: u32, add: u32) {
     expect_status!(gpurt_launch_kernel(k, N / 256, 1, 1, 256, 1, 1, 0, s, argv.as_mut_ptr()), GPURT_SUCCESS);
 }
 
-/// Ends a capture that a failing body left open: in global mode it would refuse the
-/// unsafe calls of every test after it.
-struct EndCapture(gpurt_stream_t);
-
-impl Drop for EndCapture {
-    fn drop(&mut self) {
-        let mut g = std::ptr::null_mut();
-        if gpurt_stream_end_capture(self.0, &mut g) == gpurt::Status::GPURT_SUCCESS && !g.is_null() {
-            gpurt_graph_destroy(g);
-        }
-    }
-}
-
 fn capture(s: gpurt_stream_t, body: impl FnOnce()) -> gpurt_graph_t {
-    expect_status!(gpurt_stream_begin_capture(s, GPURT_CAPTURE_MODE_GLOBAL, std::ptr::null_mut()), GPURT_SUCCESS);
-    let open = EndCapture(s);
+    let capture = Capture::begin(s, GPURT_CAPTURE_MODE_GLOBAL);
     body();
-    std::mem::forget(open);
-    let mut g = std::ptr::null_mut();
-    expect_status!(gpurt_stream_end_capture(s, &mut g), GPURT_SUCCESS);
-    g
+    capture.end()
 }
 
 fn instantiate(g: gpurt_graph_t) -> gpurt_graph_exec_t {

@@ -9,7 +9,7 @@ use gpurt::rng::kernels::{reference, Distribution};
 use gpurt::stream::ffi::*;
 
 use crate::expect_status;
-use crate::util::{malloc, random_words, stream};
+use crate::util::{malloc, random_words, stream, Capture};
 
 pub const TESTS: &[crate::support::Test] = &[
     ("fills_equal_the_host_reference_for_every_dtype", fills_equal_the_host_reference_for_every_dtype),
@@ -196,11 +196,10 @@ fn a_captured_fill_draws_new_numbers_at_each_replay() {
     let out = malloc(n * 4 * 2, s);
     // One eager fill first: the graph starts from where it leaves the generator.
     fill(gen, out, 8, GPURT_DTYPE_F32, Distribution::Uniform, s);
-    let mut graph = std::ptr::null_mut();
-    expect_status!(gpurt_stream_begin_capture(s, gpurt::graph::GPURT_CAPTURE_MODE_THREAD_LOCAL, std::ptr::null_mut()), GPURT_SUCCESS);
+    let capture = Capture::begin(s, gpurt::graph::GPURT_CAPTURE_MODE_THREAD_LOCAL);
     fill(gen, out, n, GPURT_DTYPE_F32, Distribution::Uniform, s);
     fill(gen, out + 4 * n as u64, n, GPURT_DTYPE_F32, Distribution::Normal { mean: 0.0, std: 1.0 }, s);
-    expect_status!(gpurt_stream_end_capture(s, &mut graph), GPURT_SUCCESS);
+    let graph = capture.end();
     let mut state = gpurt_rng_state_t::default();
     expect_status!(gpurt_rng_get_state(gen, &mut state), GPURT_SUCCESS);
     assert_eq!(state.offset, 2, "capturing draws nothing yet");

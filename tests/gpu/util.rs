@@ -63,6 +63,36 @@ impl Drop for ForeignCapture {
     }
 }
 
+/// A capture begun through gpurt (`gpurt_stream_begin_capture`), ended when dropped
+/// as `ForeignCapture` is: in global mode a capture left open would refuse the unsafe
+/// calls of every thread.
+pub struct Capture(gpurt_stream_t);
+
+impl Capture {
+    pub fn begin(s: gpurt_stream_t, mode: i32) -> Capture {
+        expect_status!(gpurt::graph::ffi::gpurt_stream_begin_capture(s, mode, std::ptr::null_mut()), GPURT_SUCCESS);
+        Capture(s)
+    }
+
+    /// Ends the capture: its graph.
+    pub fn end(self) -> gpurt::graph::ffi::gpurt_graph_t {
+        let s = self.0;
+        std::mem::forget(self);
+        let mut g = std::ptr::null_mut();
+        expect_status!(gpurt::graph::ffi::gpurt_stream_end_capture(s, &mut g), GPURT_SUCCESS);
+        g
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        let mut g = std::ptr::null_mut();
+        if gpurt::graph::ffi::gpurt_stream_end_capture(self.0, &mut g) == gpurt::Status::GPURT_SUCCESS && !g.is_null() {
+            gpurt::graph::ffi::gpurt_graph_destroy(g);
+        }
+    }
+}
+
 unsafe extern "C" fn sleep_ms(user: *mut libc::c_void) {
     std::thread::sleep(std::time::Duration::from_millis(user as u64));
 }
