@@ -101,10 +101,10 @@ pub fn read_private(path: &Path) -> Option<Vec<u8>> {
 
 /// A fresh directory under the temporary directory, removed with everything in it
 /// when dropped, so test runs leave nothing behind.
-#[cfg(all(test, not(miri)))]
+#[cfg(test)]
 pub(crate) struct ScratchDir(PathBuf);
 
-#[cfg(all(test, not(miri)))]
+#[cfg(test)]
 impl ScratchDir {
     pub(crate) fn new(name: &str) -> ScratchDir {
         let dir = std::env::temp_dir().join(format!("gpurt-{name}-{}", std::process::id()));
@@ -114,7 +114,7 @@ impl ScratchDir {
     }
 }
 
-#[cfg(all(test, not(miri)))]
+#[cfg(test)]
 impl std::ops::Deref for ScratchDir {
     type Target = Path;
     fn deref(&self) -> &Path {
@@ -122,14 +122,14 @@ impl std::ops::Deref for ScratchDir {
     }
 }
 
-#[cfg(all(test, not(miri)))]
+#[cfg(test)]
 impl AsRef<Path> for ScratchDir {
     fn as_ref(&self) -> &Path {
         &self.0
     }
 }
 
-#[cfg(all(test, not(miri)))]
+#[cfg(test)]
 impl Drop for ScratchDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);

@@ -129,14 +129,12 @@ mod tests {
     fn fields_with_separators_are_refused_and_writes_replace_whole_files() {
         assert!(check_field("signature", "a,b").is_err() && check_field("name", "").is_err() && check_field("name", "x\ny").is_err());
         assert!(check_field("signature", "m=1 n=2").is_ok());
-        let dir = std::env::temp_dir().join(format!("gpurt-tunable-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::files::ScratchDir::new("tunable");
         let path = dir.join("results.csv").to_string_lossy().into_owned();
         write_atomically(&path, "one\n").unwrap();
         write_atomically(&path, "two\n").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "two\n");
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "no temporary file is left");
         assert!(write_atomically(&dir.join("missing/x.csv").to_string_lossy(), "x").is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
