@@ -19,6 +19,7 @@ cp examples-c/gpurt-info.c tests/c/abi_test.c tests/c/process_test.c tests/c/ipc
 cp examples-c/*.c examples-c/*.h examples-cpp/*.cpp "$out/src/"
 cp gpu/run.sh "$out/run.sh"
 cp gpu/detached.sh "$out/detached.sh"
+cp -r gpu/plans "$out/plans"
 cp -r gpu/traces "$out/traces"
 # The GPT-2 engine: its sources and CMake project, the reference script, nlohmann/json
 # (Debian's nlohmann-json3-dev; the GPU machine may lack it), and the CMake package

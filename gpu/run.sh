@@ -10,10 +10,20 @@ mkdir -p "$logs" bin
 lib=$PWD/lib
 results=()
 
-step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matching $ONLY and not $SKIP, if set)
+# The steps that measure (speed, peak memory) or run the engines' long comparisons, which
+# want the machine to themselves: PART=figures runs them, with the builds and installs they
+# need; PART=checks runs the rest. Each part fits one lease of a machine held at most 30
+# minutes (gpu/plans/).
+figures='^(build-(sleep-bench|blas-bench|gpt2|nvtx-record-tool|trace-replay)|sleep-bench|blas-bench|gpt2-.*|memcheck-gpt2.*|go-bench|dropin-.*|sleep-torch-saver|bench-.*|record-traces|trace-replay.*|record-dropin-sequence|keep-dropin-sequence|ggml-gpt2-.*)$'
+setup='^(python-install|tms-install)$'
+
+step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matching $ONLY and not $SKIP, if set, and in $PART)
     local name=$1; shift
     [[ -n ${ONLY:-} && ! $name =~ $ONLY ]] && return 0
     [[ -n ${SKIP:-} && $name =~ $SKIP ]] && return 0
+    [[ ${PART:-} == figures && ! $name =~ $figures && ! $name =~ $setup ]] && return 0
+    [[ ${PART:-} == checks && $name =~ $figures ]] && return 0
+    [[ -n ${LIST:-} ]] && { echo "$name"; return 0; }   # LIST=1: names the steps, runs none
     echo "=== $name"
     local start=$SECONDS
     if "$@" >"$logs/$name.log" 2>&1; then
@@ -24,13 +34,15 @@ step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matc
     tail -n 25 "$logs/$name.log"
 }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-# cuFile's configuration for the GDS test in cuFile mode and the raw cuFile side of the
-# GDS benchmark: its compatibility mode allowed (the lent machines have no nvidia-fs).
-echo '{ "properties": { "allow_compat_mode": true } }' > cufile.json
-export CUFILE_ENV_PATH_JSON=$PWD/cufile.json
-echo "nvidia-fs: $(cat /proc/driver/nvidia-fs/version 2>/dev/null || echo absent)"
-echo "NVRTC: $(ls /usr/local/cuda/lib64/libnvrtc.so.* 2>/dev/null | head -1) (gpurt also looks on the loader path and in \$CUDA_HOME)"
+if [[ -z ${LIST:-} ]]; then
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    # cuFile's configuration for the GDS test in cuFile mode and the raw cuFile side of the
+    # GDS benchmark: its compatibility mode allowed (the lent machines have no nvidia-fs).
+    echo '{ "properties": { "allow_compat_mode": true } }' > cufile.json
+    export CUFILE_ENV_PATH_JSON=$PWD/cufile.json
+    echo "nvidia-fs: $(cat /proc/driver/nvidia-fs/version 2>/dev/null || echo absent)"
+    echo "NVRTC: $(ls /usr/local/cuda/lib64/libnvrtc.so.* 2>/dev/null | head -1) (gpurt also looks on the loader path and in \$CUDA_HOME)"
+fi
 step build-gpurt-info cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/gpurt-info.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/gpurt-info
 step build-abi-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/abi_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/abi_test
 [ -f lib/libgpurt.a ] || gunzip -k lib/libgpurt.a.gz
@@ -244,7 +256,15 @@ for t in tests/*; do
     step "synccheck-rust-$(basename "$t")" sanitize synccheck "$t" --test-threads=1
 done
 for b in benches/*; do
-    [ -e "$b" ] && step "bench-$(basename "$b")" "$b"
+    [[ -e $b && $b != benches/alloc ]] && step "bench-$(basename "$b")" "$b"
+done
+# The allocator benchmark three times, each round beside whole segments
+# (expandable_segments:False) and, where BASELINE_LIB names an earlier build of the
+# library, beside that build: alternated, so that the host's slow spells fall on all.
+for round in 1 2 3; do
+    step "bench-alloc-$round" benches/alloc
+    step "bench-alloc-whole-segments-$round" env GPURT_ALLOC_CONF=expandable_segments:False benches/alloc
+    [ -n "${BASELINE_LIB:-}" ] && step "bench-alloc-baseline-$round" env GPURT_LIB="$BASELINE_LIB" benches/alloc
 done
 # Allocation traces of PyTorch models, replayed through gpurt beside the driver's
 # pool, PyTorch's allocator and RMM's pool (docs/performance.md, "Trace replay").
@@ -265,6 +285,7 @@ step trace-replay-then env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True LD_L
 step trace-replay-dropin-sequence env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
     LD_LIBRARY_PATH="$PWD/rmm/rapids_logger/lib64" bin/trace_replay 3 recorded-traces/dropin_sequence.trace
 
+[[ -n ${LIST:-} ]] && exit 0
 echo
 echo "===== gpurt GPU summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 printf '%s\n' "${results[@]}"

@@ -16,7 +16,8 @@
 #      removed, the .tar.gz, a Conan 2 recipe); the reference manual (tests/docs.sh:
 #      Doxygen with every warning an error, and its self-test); ggml on gpurt's CPU
 #      parts (tests/ggml.sh: the patch applies, ggml's CPU build, the changed CUDA
-#      files compiled with nvcc from PyPI);
+#      files compiled with nvcc from PyPI); the GPU machine's scripts (tests/gpu_scripts.sh:
+#      they parse, and gpu/plans/ together run every step of gpu/run.sh);
 #   5. the C ABI test, the fault-injection sweep, the C++ header's tests, the
 #      process-event tests (fork, exit, dlclose), IPC memory between two processes,
 #      the cudaMallocAsync backend, TunableOp
@@ -117,6 +118,8 @@ grep -q "$relocated/include" "$work/consumer-relocated/CMakeFiles/abi_c_gpurt.di
 bash tests/packages.sh "$work" "$cargo_dir"
 bash tests/docs.sh "$work" "$cargo_dir"
 bash tests/ggml.sh "$work"
+echo "== the GPU machine's scripts (parse; the two plans run every step of gpu/run.sh)"
+bash tests/gpu_scripts.sh
 
 echo "== stub driver: the C ABI test on the GPU-present paths, and gpurt's own cost per call"
 stub=$work/stub-driver

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The GPU machine's scripts, checked where there is no GPU: they parse, and the two
+# plans of gpu/plans/ (the suite in two leases) together run every step of run.sh, each
+# once but the builds and installs that both need.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for script in gpu/*.sh gpu/plans/*.sh; do bash -n "$script"; done
+
+# A copy laid out as the bundle is (one Rust test binary and two benchmarks stand for
+# theirs), where run.sh only names the steps it would run (LIST=1), into $STEPS.
+bundle=$(mktemp -d)
+trap 'rm -rf "$bundle"' EXIT
+mkdir -p "$bundle/tests" "$bundle/benches" "$bundle/lib" "$bundle/out"
+touch "$bundle/tests/gpu" "$bundle/benches/alloc" "$bundle/benches/comm" "$bundle/lib/libgpurt.a"
+cp gpu/run.sh "$bundle/real-run.sh"
+cat > "$bundle/run.sh" <<'WRAPPER'
+LIST=1 bash "$(dirname "$0")/real-run.sh" 2>/dev/null >> "$STEPS"
+WRAPPER
+export BASELINE_LIB=baseline/libgpurt.so.0
+(cd "$bundle" && OUT="$bundle/out" STEPS="$bundle/all" bash run.sh)
+for plan in checks figures; do
+    (cd "$bundle" && OUT="$bundle/out" STEPS="$bundle/planned" bash "$OLDPWD/gpu/plans/$plan.sh")
+done
+all=$(sort "$bundle/all")
+planned=$(sort "$bundle/planned")
+missing=$(comm -23 <(echo "$all") <(echo "$planned" | uniq))
+[ -z "$missing" ] || { echo "steps no plan runs:"; echo "$missing"; exit 1; }
+twice=$(echo "$planned" | uniq -d | grep -Ev '^(build-.*|python-install|tms-install)$' || true)
+[ -z "$twice" ] || { echo "steps both plans run:"; echo "$twice"; exit 1; }
+for step in rust-gpu soak ggml-test-backend-ops-gpurt ggml-gpt2-run bench-alloc-baseline-3 gpt2-speed-torch trace-replay; do
+    grep -qx "$step" <<<"$all" || { echo "run.sh no longer lists $step"; exit 1; }
+done
+echo "gpu scripts: the plans run all $(wc -l <<<"$all") steps of run.sh"
