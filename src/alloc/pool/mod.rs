@@ -92,11 +92,10 @@ pub struct Pool<S: SegmentSource> {
     /// they never keep memory from a best fit.
     parked: Vec<Parked>,
     /// The rounded sizes of the last `RECENT_SIZES` requests past the parked blocks,
-    /// the newest at `recent_sizes_next - 1`: a freed block of another size goes
-    /// straight to the free lists, as its parking would only delay its coalescing to
-    /// the next request (most frees of varied sizes).
+    /// the newest first: a freed block of another size goes straight to the free
+    /// lists, as its parking would only delay its coalescing to the next request (most
+    /// frees of varied sizes).
     recent_sizes: [u64; RECENT_SIZES],
-    recent_sizes_next: usize,
     /// The largest block parked on its free (`EXPANDABLE_PARK_MAX` with expandable
     /// segments, else any), kept with the config so the free path reads one field.
     park_max: u64,
@@ -225,7 +224,6 @@ impl<S: SegmentSource> Pool<S> {
             pending: Vec::new(),
             parked: Vec::new(),
             recent_sizes: [0; RECENT_SIZES],
-            recent_sizes_next: 0,
             park_max,
             stats: gpurt_memory_stats_t::new(),
             parked_reuses: [(0, 0); 2],
