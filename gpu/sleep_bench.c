@@ -4,7 +4,8 @@
  *     cuMemcpyDtoH of the same bytes into pinned memory made beforehand;
  *   - restore: gpurt_mem_pool_wake after an offload, against a raw cuMemcpyHtoD, and
  *     against a raw wake: the memory made and mapped afresh, then the copy into it
- *     (also made of 1 GiB, 256 MiB and 64 MiB physical allocations, a copy each);
+ *     (also made of 1 GiB, 256 MiB and 64 MiB physical allocations, a copy each, and one
+ *     allocation copied into in pieces of those sizes);
  *   - wake of a discarded pool, against the floor: the same physical memory made and
  *     mapped with raw calls (cuMemCreate, cuMemMap, cuMemSetAccess of one mapping, as
  *     the pool's one block of BYTES is one mapping);
@@ -40,9 +41,9 @@ static double median(double *v, int n) {
 
 /* A raw wake of `bytes` at `va`, in ms: the physical memory made and mapped in
  * allocations of `chunk` bytes and made accessible, then with `restore_from` its bytes
- * copied in from there, a copy a chunk queued on the legacy stream and waited for once;
- * unmapped after. */
-static double raw_wake_ms(CUdeviceptr va, size_t bytes, size_t chunk, const CUmemAllocationProp *prop,
+ * copied in from there, a copy of `copy_chunk` bytes at a time queued on the legacy
+ * stream and waited for once; unmapped after. */
+static double raw_wake_ms(CUdeviceptr va, size_t bytes, size_t chunk, size_t copy_chunk, const CUmemAllocationProp *prop,
                           const CUmemAccessDesc *access, const char *restore_from) {
     CUmemGenericAllocationHandle handle;
     double t0 = now_ms(), ms;
@@ -54,7 +55,7 @@ static double raw_wake_ms(CUdeviceptr va, size_t bytes, size_t chunk, const CUme
     }
     CU(cuMemSetAccess(va, bytes, access, 1));
     if (restore_from) {
-        for (at = 0; at < bytes; at += chunk) CU(cuMemcpyHtoDAsync(va + at, restore_from + at, chunk, 0));
+        for (at = 0; at < bytes; at += copy_chunk) CU(cuMemcpyHtoDAsync(va + at, restore_from + at, copy_chunk, 0));
         CU(cuStreamSynchronize(0));
     }
     ms = now_ms() - t0;
@@ -78,7 +79,7 @@ int main(int argc, char **argv) {
     size_t k;
     enum { CHUNK_SIZES = 3 };
     static const unsigned chunk_mib[CHUNK_SIZES] = {1024, 256, 64};
-    double chunked_ms[CHUNK_SIZES];
+    double chunked_ms[CHUNK_SIZES], copies_ms[CHUNK_SIZES];
     int c;
     unsigned long long seed = 0x9e3779b97f4a7c15ull ^ (unsigned long long)time(NULL);
     for (k = 0; k < bytes; k++) { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; pattern[k] = (unsigned char)seed; }
@@ -115,20 +116,23 @@ int main(int argc, char **argv) {
         memset(&access, 0, sizeof access);
         access.location = prop.location;
         access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, &prop, &access, NULL);
+        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, &prop, &access, NULL);
         floor_ms = median(t, reps);
         /* A raw wake with its restore: the same, then the bytes copied in from pinned memory. */
-        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, &prop, &access, (const char *)host);
+        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, &prop, &access, (const char *)host);
         raw_fresh_h2d = median(t, reps);
-        /* The same made of smaller physical allocations: whether the copy into fresh
-         * memory (the restore's gap to a copy into warm memory) is quicker where the
-         * driver prepares several allocations, each ready before the whole. */
+        /* The same made of smaller physical allocations, a copy each, and one allocation
+         * copied into in the same pieces: whether the copy into fresh memory (the
+         * restore's gap to a copy into warm memory) is quicker where the driver readies
+         * several allocations, each before the whole, or merely where the copy is cut. */
         for (c = 0; c < CHUNK_SIZES; c++) {
             size_t chunk = (size_t)chunk_mib[c] << 20;
-            chunked_ms[c] = 0;
+            chunked_ms[c] = copies_ms[c] = 0;
             if (chunk % granularity != 0 || bytes % chunk != 0) continue;
-            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, chunk, &prop, &access, (const char *)host);
+            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, chunk, chunk, &prop, &access, (const char *)host);
             chunked_ms[c] = median(t, reps);
+            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, chunk, &prop, &access, (const char *)host);
+            copies_ms[c] = median(t, reps);
         }
         CU(cuMemAddressFree(va, bytes));
     }
@@ -184,8 +188,8 @@ int main(int argc, char **argv) {
            raw_fresh_h2d, bytes / raw_fresh_h2d / 1e6, raw_fresh_h2d / wake_ms);
     for (c = 0; c < CHUNK_SIZES; c++)
         if (chunked_ms[c] > 0)
-            printf("  the same, %4u MiB allocs %8.1f ms  %6.1f GB/s  %.3f of raw H2D\n", chunk_mib[c], chunked_ms[c],
-                   bytes / chunked_ms[c] / 1e6, raw_h2d / chunked_ms[c]);
+            printf("  the same, %4u MiB pieces %7.1f ms  %6.1f GB/s  %.3f of raw H2D (one allocation, copies of that size: %.1f ms, %.3f)\n",
+                   chunk_mib[c], chunked_ms[c], bytes / chunked_ms[c] / 1e6, raw_h2d / chunked_ms[c], copies_ms[c], raw_h2d / copies_ms[c]);
     printf("  raw create+map+access   %8.2f ms\n", floor_ms);
     printf("  wake (discarded)        %8.2f ms  %.3f x the floor (target <= 1.2)\n", discard_wake_ms, discard_wake_ms / floor_ms);
     printf("sleep_bench: %d failures\n", failures);
