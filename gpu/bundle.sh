@@ -2,6 +2,7 @@
 # Builds everything the GPU machine must run (it has no Rust toolchain) into
 # gpu-bundle/: the release library, the GPU test binaries, the benchmarks, the C and
 # CUDA sources, the Python wheel with its tests, and run.sh. Then: `bash gpu-bundle/run.sh` there.
+# BASELINE_REF=<commit> adds that commit's library (gpu-bundle/baseline/) for run.sh's BASELINE_LIB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=gpu-bundle
@@ -78,7 +79,17 @@ if command -v go >/dev/null; then
 else
     echo "bundle: no Go toolchain here; the Go tests are left out"
 fi
-strip "$out"/tests/* "$out"/benches/* 2>/dev/null || true
+# An earlier commit's library beside this one (BASELINE_REF=<commit>): run.sh's
+# BASELINE_LIB=baseline/libgpurt.so.0 alternates its allocator benchmark with this one's.
+if [ -n "${BASELINE_REF:-}" ]; then
+    baseline_tree=$(mktemp -d)
+    git worktree add -q --detach "$baseline_tree" "$BASELINE_REF"
+    (cd "$baseline_tree" && cargo build -q --release --lib --target-dir "$OLDPWD/target/baseline")
+    git worktree remove --force "$baseline_tree"
+    mkdir -p "$out/baseline"
+    cp target/baseline/release/libgpurt.so "$out/baseline/$soname"
+fi
+strip "$out"/tests/* "$out"/benches/* "$out"/baseline/* 2>/dev/null || true
 strip -g "$out/lib/libgpurt.a"
 gzip "$out/lib/libgpurt.a"   # a third of its size: the tree that travels is capped at 64 MiB
 du -sh "$out"
