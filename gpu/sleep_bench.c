@@ -5,7 +5,8 @@
  *   - restore: gpurt_mem_pool_wake after an offload, against a raw cuMemcpyHtoD, and
  *     against a raw wake: the memory made and mapped afresh, then the copy into it
  *     (also made of 1 GiB, 256 MiB and 64 MiB physical allocations, a copy each, and one
- *     allocation copied into in pieces of those sizes);
+ *     allocation copied into in pieces of those sizes; the pieces also copied each as
+ *     soon as it is mapped), and both wakes again after the device idled PAUSE_MS;
  *   - wake of a discarded pool, against the floor: the same physical memory made and
  *     mapped with raw calls (cuMemCreate, cuMemMap, cuMemSetAccess of one mapping, as
  *     the pool's one block of BYTES is one mapping);
@@ -36,28 +37,41 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* The idle time before a paused wake: a server sleeps for seconds at least, where the
+ * loops above wake at once after the memory was freed. */
+#define PAUSE_MS 500
+
 #define CU(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) { printf("FAIL %s: %d\n", #call, (int)r_); exit(1); } } while (0)
 #define GP(call) do { gpurt_status_t s_ = (call); if (s_ != GPURT_SUCCESS) { printf("FAIL %s: %s\n", #call, gpurt_last_error_message()); exit(1); } } while (0)
 
 /* A raw wake of `bytes` at `va`, in ms: the physical memory made and mapped in
  * allocations of `chunk` bytes and made accessible, then with `restore_from` its bytes
  * copied in from there, a copy of `copy_chunk` bytes at a time queued on the legacy
- * stream and waited for once; unmapped after. */
-static double raw_wake_ms(CUdeviceptr va, size_t bytes, size_t chunk, size_t copy_chunk, const CUmemAllocationProp *prop,
-                          const CUmemAccessDesc *access, const char *restore_from) {
+ * stream and waited for once; unmapped after. `pipelined`: each allocation's copy
+ * queued as soon as it is mapped, so that the next one is made while it runs.
+ * `pause_ms`: idle that long first (the driver's handling of the memory freed before). */
+static double raw_wake_ms(CUdeviceptr va, size_t bytes, size_t chunk, size_t copy_chunk, int pipelined, unsigned pause_ms,
+                          const CUmemAllocationProp *prop, const CUmemAccessDesc *access, const char *restore_from) {
     CUmemGenericAllocationHandle handle;
-    double t0 = now_ms(), ms;
-    size_t at;
+    struct timespec pause = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
+    double t0, ms;
+    size_t at, c;
+    nanosleep(&pause, NULL);
+    t0 = now_ms();
     for (at = 0; at < bytes; at += chunk) {
         CU(cuMemCreate(&handle, chunk, prop, 0));
         CU(cuMemMap(va + at, chunk, 0, handle, 0));
         CU(cuMemRelease(handle));
+        if (pipelined) {
+            CU(cuMemSetAccess(va + at, chunk, access, 1));
+            for (c = at; restore_from && c < at + chunk; c += copy_chunk) CU(cuMemcpyHtoDAsync(va + c, restore_from + c, copy_chunk, 0));
+        }
     }
-    CU(cuMemSetAccess(va, bytes, access, 1));
-    if (restore_from) {
-        for (at = 0; at < bytes; at += copy_chunk) CU(cuMemcpyHtoDAsync(va + at, restore_from + at, copy_chunk, 0));
-        CU(cuStreamSynchronize(0));
+    if (!pipelined) {
+        CU(cuMemSetAccess(va, bytes, access, 1));
+        for (at = 0; restore_from && at < bytes; at += copy_chunk) CU(cuMemcpyHtoDAsync(va + at, restore_from + at, copy_chunk, 0));
     }
+    CU(cuStreamSynchronize(0));
     ms = now_ms() - t0;
     for (at = 0; at < bytes; at += chunk) CU(cuMemUnmap(va + at, chunk));
     return ms;
@@ -67,7 +81,7 @@ int main(int argc, char **argv) {
     size_t gib = argc > 1 ? strtoul(argv[1], NULL, 10) : 8, bytes = gib << 30;
     int reps = argc > 2 ? atoi(argv[2]) : 5, i, failures = 0;
     double *t = calloc((size_t)reps, sizeof *t);
-    double raw_d2h, raw_h2d, raw_fresh_h2d, floor_ms, first_sleep, first_wake, sleep_ms, wake_ms, discard_wake_ms;
+    double raw_d2h, raw_h2d, raw_fresh_h2d, raw_paused_h2d, paused_wake_ms, floor_ms, first_sleep, first_wake, sleep_ms, wake_ms, discard_wake_ms;
     unsigned char *pattern = malloc(bytes), *back = malloc(bytes);
     gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
     gpurt_mem_pool_t pool = NULL;
@@ -79,7 +93,7 @@ int main(int argc, char **argv) {
     size_t k;
     enum { CHUNK_SIZES = 3 };
     static const unsigned chunk_mib[CHUNK_SIZES] = {1024, 256, 64};
-    double chunked_ms[CHUNK_SIZES], copies_ms[CHUNK_SIZES];
+    double chunked_ms[CHUNK_SIZES], pipelined_ms[CHUNK_SIZES], copies_ms[CHUNK_SIZES];
     int c;
     unsigned long long seed = 0x9e3779b97f4a7c15ull ^ (unsigned long long)time(NULL);
     for (k = 0; k < bytes; k++) { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; pattern[k] = (unsigned char)seed; }
@@ -116,22 +130,26 @@ int main(int argc, char **argv) {
         memset(&access, 0, sizeof access);
         access.location = prop.location;
         access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, &prop, &access, NULL);
+        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, 0, 0, &prop, &access, NULL);
         floor_ms = median(t, reps);
         /* A raw wake with its restore: the same, then the bytes copied in from pinned memory. */
-        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, &prop, &access, (const char *)host);
+        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, 0, 0, &prop, &access, (const char *)host);
         raw_fresh_h2d = median(t, reps);
+        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, 0, PAUSE_MS, &prop, &access, (const char *)host);
+        raw_paused_h2d = median(t, reps);
         /* The same made of smaller physical allocations, a copy each, and one allocation
          * copied into in the same pieces: whether the copy into fresh memory (the
          * restore's gap to a copy into warm memory) is quicker where the driver readies
          * several allocations, each before the whole, or merely where the copy is cut. */
         for (c = 0; c < CHUNK_SIZES; c++) {
             size_t chunk = (size_t)chunk_mib[c] << 20;
-            chunked_ms[c] = copies_ms[c] = 0;
+            chunked_ms[c] = pipelined_ms[c] = copies_ms[c] = 0;
             if (chunk % granularity != 0 || bytes % chunk != 0) continue;
-            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, chunk, chunk, &prop, &access, (const char *)host);
+            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, chunk, chunk, 0, 0, &prop, &access, (const char *)host);
             chunked_ms[c] = median(t, reps);
-            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, chunk, &prop, &access, (const char *)host);
+            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, chunk, chunk, 1, 0, &prop, &access, (const char *)host);
+            pipelined_ms[c] = median(t, reps);
+            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, chunk, 0, 0, &prop, &access, (const char *)host);
             copies_ms[c] = median(t, reps);
         }
         CU(cuMemAddressFree(va, bytes));
@@ -164,6 +182,18 @@ int main(int argc, char **argv) {
     }
     sleep_ms = median(t, reps);
     wake_ms = median(w, reps);
+    for (i = 0; i < reps; i++) {
+        struct timespec pause = {PAUSE_MS / 1000, (long)(PAUSE_MS % 1000) * 1000000L};
+        double t0;
+        GP(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD));
+        nanosleep(&pause, NULL);
+        t0 = now_ms();
+        GP(gpurt_mem_pool_wake(pool));
+        t[i] = now_ms() - t0;
+    }
+    paused_wake_ms = median(t, reps);
+    GP(gpurt_memcpy(back, block, bytes, stream));
+    if (memcmp(back, pattern, bytes) != 0) { printf("FAIL: the pool's bytes changed across the paused sleeps\n"); failures++; }
     GP(gpurt_mem_pool_empty_cache(pool)); /* the offload's pinned memory back */
     for (i = 0; i < reps; i++) {
         double t0;
@@ -184,12 +214,14 @@ int main(int argc, char **argv) {
     printf("  first wake (restore)    %8.1f ms  %6.1f GB/s\n", first_wake, bytes / first_wake / 1e6);
     printf("  sleep (offload)         %8.1f ms  %6.1f GB/s  %.3f of raw D2H (target >= 0.9)\n", sleep_ms, bytes / sleep_ms / 1e6, raw_d2h / sleep_ms);
     printf("  wake (restore)          %8.1f ms  %6.1f GB/s  %.3f of raw H2D (target >= 0.9)\n", wake_ms, bytes / wake_ms / 1e6, raw_h2d / wake_ms);
-    printf("  raw wake with restore   %8.1f ms  %6.1f GB/s  (create+map+access, then H2D into the fresh mapping); the wake is %.3f of it\n",
-           raw_fresh_h2d, bytes / raw_fresh_h2d / 1e6, raw_fresh_h2d / wake_ms);
+    printf("  wake after %4d ms idle  %7.1f ms  %6.1f GB/s  %.3f of raw H2D\n", PAUSE_MS, paused_wake_ms, bytes / paused_wake_ms / 1e6, raw_h2d / paused_wake_ms);
+    printf("  raw wake with restore   %8.1f ms  %6.1f GB/s  %.3f of raw H2D (create+map+access, then H2D into the fresh mapping); the wake is %.3f of it\n",
+           raw_fresh_h2d, bytes / raw_fresh_h2d / 1e6, raw_h2d / raw_fresh_h2d, raw_fresh_h2d / wake_ms);
+    printf("  the same after %4d ms idle %5.1f ms  %6.1f GB/s  %.3f of raw H2D\n", PAUSE_MS, raw_paused_h2d, bytes / raw_paused_h2d / 1e6, raw_h2d / raw_paused_h2d);
     for (c = 0; c < CHUNK_SIZES; c++)
         if (chunked_ms[c] > 0)
-            printf("  the same, %4u MiB pieces %7.1f ms  %6.1f GB/s  %.3f of raw H2D (one allocation, copies of that size: %.1f ms, %.3f)\n",
-                   chunk_mib[c], chunked_ms[c], bytes / chunked_ms[c] / 1e6, raw_h2d / chunked_ms[c], copies_ms[c], raw_h2d / copies_ms[c]);
+            printf("  the same, %4u MiB pieces %7.1f ms  %.3f of raw H2D; each copied once mapped %.1f ms, %.3f; one allocation, copies of that size %.1f ms, %.3f\n",
+                   chunk_mib[c], chunked_ms[c], raw_h2d / chunked_ms[c], pipelined_ms[c], raw_h2d / pipelined_ms[c], copies_ms[c], raw_h2d / copies_ms[c]);
     printf("  raw create+map+access   %8.2f ms\n", floor_ms);
     printf("  wake (discarded)        %8.2f ms  %.3f x the floor (target <= 1.2)\n", discard_wake_ms, discard_wake_ms / floor_ms);
     printf("sleep_bench: %d failures\n", failures);
