@@ -3,6 +3,8 @@
 //! beside the raw driver's `cuIpcOpenMemHandle` + `cuIpcCloseMemHandle` of a segment,
 //! in one run. The benchmark exports 1000 blocks of one segment and runs itself
 //! again as the consumer, which opens them (gpurt through its shared library).
+//! Whole segments (`expandable_segments:False`): the raw driver's legacy IPC opens
+//! those only; expandable segments' IPC is checked by the GPU suite's ipc tests.
 
 use std::io::{Read, Write};
 use std::time::Instant;
@@ -20,6 +22,8 @@ const DRIVER_HANDLE_AT: usize = 56;
 const CONSUMER: &str = "GPURT_IPC_BENCH_CONSUMER";
 
 fn main() {
+    // Before the library reads it; the consumer inherits it.
+    std::env::set_var("GPURT_ALLOC_CONF", "expandable_segments:False");
     let (lib, basics) = common::open("ipc");
     let export: unsafe extern "C" fn(H, *mut [u8; HANDLE]) -> i32 = unsafe { sym!(lib, "gpurt_ipc_mem_handle") };
     let open: unsafe extern "C" fn(*const [u8; HANDLE], *mut H) -> i32 = unsafe { sym!(lib, "gpurt_ipc_open_mem_handle") };

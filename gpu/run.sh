@@ -201,6 +201,8 @@ for expandable in False True; do
 done
 step dropin-peak-table python3 src/dropin_peak.py "$lib/libgpurt.so.0" table "$logs/dropin"
 # The same without empty_cache between the models: what each keeps cached serves the next.
+# Whether a workload is deterministic on PyTorch's own allocator, its two runs above say.
+mkdir -p "$logs/dropin-kept" && cp "$logs/dropin/native-repeat-expandable-True.json" "$logs/dropin-kept/" 2>/dev/null
 step dropin-peak-kept-torch-expandable env DROPIN_EMPTY_CACHE=0 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True GPURT_ALLOC_CONF= \
     python3 src/dropin_peak.py "$lib/libgpurt.so.0" native "$logs/dropin-kept"
 step dropin-peak-kept-gpurt-expandable env DROPIN_EMPTY_CACHE=0 GPURT_ALLOC_CONF=expandable_segments:True PYTORCH_CUDA_ALLOC_CONF= \

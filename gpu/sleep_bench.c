@@ -6,7 +6,8 @@
  *     against a raw wake: the memory made and mapped afresh, then the copy into it
  *     (also made of 1 GiB, 256 MiB and 64 MiB physical allocations, a copy each, and one
  *     allocation copied into in pieces of those sizes; the pieces also copied each as
- *     soon as it is mapped), and both wakes again after the device idled PAUSE_MS;
+ *     soon as it is mapped), and both wakes again after the device idled a while
+ *     (PAUSES_MS: how long the driver takes with memory freed just before);
  *   - wake of a discarded pool, against the floor: the same physical memory made and
  *     mapped with raw calls (cuMemCreate, cuMemMap, cuMemSetAccess of one mapping, as
  *     the pool's one block of BYTES is one mapping);
@@ -37,9 +38,15 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* The idle time before a paused wake: a server sleeps for seconds at least, where the
- * loops above wake at once after the memory was freed. */
-#define PAUSE_MS 500
+/* Idle times before a paused wake: a server sleeps for seconds at least, where the
+ * loops below wake at once after the memory was freed. The raw wake pauses the last. */
+enum { PAUSES = 3 };
+static const unsigned PAUSES_MS[PAUSES] = {50, 200, 500};
+
+static void pause_ms(unsigned ms) {
+    struct timespec pause = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&pause, NULL);
+}
 
 #define CU(call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) { printf("FAIL %s: %d\n", #call, (int)r_); exit(1); } } while (0)
 #define GP(call) do { gpurt_status_t s_ = (call); if (s_ != GPURT_SUCCESS) { printf("FAIL %s: %s\n", #call, gpurt_last_error_message()); exit(1); } } while (0)
@@ -49,14 +56,13 @@ static double median(double *v, int n) {
  * copied in from there, a copy of `copy_chunk` bytes at a time queued on the legacy
  * stream and waited for once; unmapped after. `pipelined`: each allocation's copy
  * queued as soon as it is mapped, so that the next one is made while it runs.
- * `pause_ms`: idle that long first (the driver's handling of the memory freed before). */
-static double raw_wake_ms(CUdeviceptr va, size_t bytes, size_t chunk, size_t copy_chunk, int pipelined, unsigned pause_ms,
+ * `idle_ms`: idle that long first (the driver's handling of the memory freed before). */
+static double raw_wake_ms(CUdeviceptr va, size_t bytes, size_t chunk, size_t copy_chunk, int pipelined, unsigned idle_ms,
                           const CUmemAllocationProp *prop, const CUmemAccessDesc *access, const char *restore_from) {
     CUmemGenericAllocationHandle handle;
-    struct timespec pause = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
     double t0, ms;
     size_t at, c;
-    nanosleep(&pause, NULL);
+    pause_ms(idle_ms);
     t0 = now_ms();
     for (at = 0; at < bytes; at += chunk) {
         CU(cuMemCreate(&handle, chunk, prop, 0));
@@ -81,7 +87,7 @@ int main(int argc, char **argv) {
     size_t gib = argc > 1 ? strtoul(argv[1], NULL, 10) : 8, bytes = gib << 30;
     int reps = argc > 2 ? atoi(argv[2]) : 5, i, failures = 0;
     double *t = calloc((size_t)reps, sizeof *t);
-    double raw_d2h, raw_h2d, raw_fresh_h2d, raw_paused_h2d, paused_wake_ms, floor_ms, first_sleep, first_wake, sleep_ms, wake_ms, discard_wake_ms;
+    double raw_d2h, raw_h2d, raw_fresh_h2d, raw_paused_h2d, paused_wake_ms[PAUSES], floor_ms, first_sleep, first_wake, sleep_ms, wake_ms, discard_wake_ms;
     unsigned char *pattern = malloc(bytes), *back = malloc(bytes);
     gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
     gpurt_mem_pool_t pool = NULL;
@@ -135,7 +141,7 @@ int main(int argc, char **argv) {
         /* A raw wake with its restore: the same, then the bytes copied in from pinned memory. */
         for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, 0, 0, &prop, &access, (const char *)host);
         raw_fresh_h2d = median(t, reps);
-        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, 0, PAUSE_MS, &prop, &access, (const char *)host);
+        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, 0, PAUSES_MS[PAUSES - 1], &prop, &access, (const char *)host);
         raw_paused_h2d = median(t, reps);
         /* The same made of smaller physical allocations, a copy each, and one allocation
          * copied into in the same pieces: whether the copy into fresh memory (the
@@ -182,16 +188,17 @@ int main(int argc, char **argv) {
     }
     sleep_ms = median(t, reps);
     wake_ms = median(w, reps);
-    for (i = 0; i < reps; i++) {
-        struct timespec pause = {PAUSE_MS / 1000, (long)(PAUSE_MS % 1000) * 1000000L};
-        double t0;
-        GP(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD));
-        nanosleep(&pause, NULL);
-        t0 = now_ms();
-        GP(gpurt_mem_pool_wake(pool));
-        t[i] = now_ms() - t0;
+    for (c = 0; c < PAUSES; c++) {
+        for (i = 0; i < reps; i++) {
+            double t0;
+            GP(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD));
+            pause_ms(PAUSES_MS[c]);
+            t0 = now_ms();
+            GP(gpurt_mem_pool_wake(pool));
+            t[i] = now_ms() - t0;
+        }
+        paused_wake_ms[c] = median(t, reps);
     }
-    paused_wake_ms = median(t, reps);
     GP(gpurt_memcpy(back, block, bytes, stream));
     if (memcmp(back, pattern, bytes) != 0) { printf("FAIL: the pool's bytes changed across the paused sleeps\n"); failures++; }
     GP(gpurt_mem_pool_empty_cache(pool)); /* the offload's pinned memory back */
@@ -214,10 +221,12 @@ int main(int argc, char **argv) {
     printf("  first wake (restore)    %8.1f ms  %6.1f GB/s\n", first_wake, bytes / first_wake / 1e6);
     printf("  sleep (offload)         %8.1f ms  %6.1f GB/s  %.3f of raw D2H (target >= 0.9)\n", sleep_ms, bytes / sleep_ms / 1e6, raw_d2h / sleep_ms);
     printf("  wake (restore)          %8.1f ms  %6.1f GB/s  %.3f of raw H2D (target >= 0.9)\n", wake_ms, bytes / wake_ms / 1e6, raw_h2d / wake_ms);
-    printf("  wake after %4d ms idle  %7.1f ms  %6.1f GB/s  %.3f of raw H2D\n", PAUSE_MS, paused_wake_ms, bytes / paused_wake_ms / 1e6, raw_h2d / paused_wake_ms);
+    for (c = 0; c < PAUSES; c++)
+        printf("  wake after %4u ms asleep %6.1f ms  %6.1f GB/s  %.3f of raw H2D\n", PAUSES_MS[c], paused_wake_ms[c], bytes / paused_wake_ms[c] / 1e6,
+               raw_h2d / paused_wake_ms[c]);
     printf("  raw wake with restore   %8.1f ms  %6.1f GB/s  %.3f of raw H2D (create+map+access, then H2D into the fresh mapping); the wake is %.3f of it\n",
            raw_fresh_h2d, bytes / raw_fresh_h2d / 1e6, raw_h2d / raw_fresh_h2d, raw_fresh_h2d / wake_ms);
-    printf("  the same after %4d ms idle %5.1f ms  %6.1f GB/s  %.3f of raw H2D\n", PAUSE_MS, raw_paused_h2d, bytes / raw_paused_h2d / 1e6, raw_h2d / raw_paused_h2d);
+    printf("  the same after %4u ms idle %5.1f ms  %6.1f GB/s  %.3f of raw H2D\n", PAUSES_MS[PAUSES - 1], raw_paused_h2d, bytes / raw_paused_h2d / 1e6, raw_h2d / raw_paused_h2d);
     for (c = 0; c < CHUNK_SIZES; c++)
         if (chunked_ms[c] > 0)
             printf("  the same, %4u MiB pieces %7.1f ms  %.3f of raw H2D; each copied once mapped %.1f ms, %.3f; one allocation, copies of that size %.1f ms, %.3f\n",
