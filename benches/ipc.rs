@@ -17,8 +17,9 @@ use common::{median, ok, st, sym, H};
 
 const BLOCKS: usize = 1000;
 const HANDLE: usize = 256;
-/// Where a gpurt handle holds the segment's driver handle (see `src/ipc/mod.rs`).
-const DRIVER_HANDLE_AT: usize = 56;
+/// Where a gpurt handle holds the segment's driver handle (see `src/ipc/mod.rs`):
+/// after the mark, version, boot, process, device and the memory's kind byte.
+const DRIVER_HANDLE_AT: usize = 57;
 const CONSUMER: &str = "GPURT_IPC_BENCH_CONSUMER";
 
 fn main() {
@@ -48,6 +49,7 @@ fn main() {
         blocks.push(p);
         handles.push(h);
     }
+    assert_eq!(handles[0][DRIVER_HANDLE_AT - 1], 0, "the memory is a whole segment");
     let same_segment = handles.iter().all(|h| h[DRIVER_HANDLE_AT..DRIVER_HANDLE_AT + 64] == handles[0][DRIVER_HANDLE_AT..DRIVER_HANDLE_AT + 64]);
     assert!(same_segment, "the blocks share one segment");
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())

@@ -10,8 +10,10 @@
  *     (PAUSES_MS: how long the driver takes with memory freed just before);
  *   - wake of a discarded pool, against the floor: the same physical memory made and
  *     mapped with raw calls (cuMemCreate, cuMemMap, cuMemSetAccess of one mapping, as
- *     the pool's one block of BYTES is one mapping);
- * medians of REPS, and the pool's bytes checked exact after every offload's wake
+ *     the pool's one block of BYTES is one mapping), loops of raw sleeps and wakes in
+ *     turns with loops of the pool's;
+ * medians of REPS (of REPS x REPS for the discarded wake and its floor), and the pool's
+ * bytes checked exact after every offload's wake
  * (fresh random data). Every figure is GB/s or ms; the ratios are what the targets
  * read (offload and restore >= 0.9 of raw, discarded wake <= 1.2 x the floor).
  * usage: sleep_bench [GIB] [REPS] */
@@ -54,7 +56,7 @@ static void pause_ms(unsigned ms) {
 /* A raw wake of `bytes` at `va`, in ms: the physical memory made and mapped in
  * allocations of `chunk` bytes and made accessible, then with `restore_from` its bytes
  * copied in from there, a copy of `copy_chunk` bytes at a time queued on the legacy
- * stream and waited for once; unmapped after. `pipelined`: each allocation's copy
+ * stream and waited for once; left mapped (`raw_unmap`). `pipelined`: each allocation's copy
  * queued as soon as it is mapped, so that the next one is made while it runs.
  * `idle_ms`: idle that long first (the driver's handling of the memory freed before). */
 static double raw_wake_ms(CUdeviceptr va, size_t bytes, size_t chunk, size_t copy_chunk, int pipelined, unsigned idle_ms,
@@ -79,14 +81,29 @@ static double raw_wake_ms(CUdeviceptr va, size_t bytes, size_t chunk, size_t cop
     }
     CU(cuStreamSynchronize(0));
     ms = now_ms() - t0;
+    return ms;
+}
+
+/* A raw sleep that discards: the mappings of a raw wake unmapped, their memory freed. */
+static void raw_unmap(CUdeviceptr va, size_t bytes, size_t chunk) {
+    size_t at;
     for (at = 0; at < bytes; at += chunk) CU(cuMemUnmap(va + at, chunk));
+}
+
+/* A raw wake, then its sleep: the memory freed again before the next. */
+static double raw_wake_then_unmap_ms(CUdeviceptr va, size_t bytes, size_t chunk, size_t copy_chunk, int pipelined, unsigned idle_ms,
+                                     const CUmemAllocationProp *prop, const CUmemAccessDesc *access, const char *restore_from) {
+    double ms = raw_wake_ms(va, bytes, chunk, copy_chunk, pipelined, idle_ms, prop, access, restore_from);
+    raw_unmap(va, bytes, chunk);
     return ms;
 }
 
 int main(int argc, char **argv) {
     size_t gib = argc > 1 ? strtoul(argv[1], NULL, 10) : 8, bytes = gib << 30;
     int reps = argc > 2 ? atoi(argv[2]) : 5, i, failures = 0;
-    double *t = calloc((size_t)reps, sizeof *t);
+    /* The sub-millisecond discarded wake and its floor take more samples. */
+    int discard_reps = reps * reps;
+    double *t = calloc((size_t)discard_reps, sizeof *t);
     double raw_d2h, raw_h2d, raw_fresh_h2d, raw_paused_h2d, paused_wake_ms[PAUSES], floor_ms, first_sleep, first_wake, sleep_ms, wake_ms, discard_wake_ms;
     unsigned char *pattern = malloc(bytes), *back = malloc(bytes);
     gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
@@ -120,11 +137,11 @@ int main(int argc, char **argv) {
     raw_h2d = median(t, reps);
     CU(cuMemFree(raw));
 
-    /* The floor of a discarded wake: the physical memory made, mapped, made accessible. */
+    /* Raw wakes: physical memory made, mapped at a reserved range, made accessible. */
+    CUmemAllocationProp prop;
+    CUmemAccessDesc access;
+    CUdeviceptr va = 0;
     {
-        CUmemAllocationProp prop;
-        CUmemAccessDesc access;
-        CUdeviceptr va = 0;
         size_t granularity = 0;
         memset(&prop, 0, sizeof prop);
         prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -136,12 +153,10 @@ int main(int argc, char **argv) {
         memset(&access, 0, sizeof access);
         access.location = prop.location;
         access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, 0, 0, &prop, &access, NULL);
-        floor_ms = median(t, reps);
         /* A raw wake with its restore: the same, then the bytes copied in from pinned memory. */
-        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, 0, 0, &prop, &access, (const char *)host);
+        for (i = 0; i < reps; i++) t[i] = raw_wake_then_unmap_ms(va, bytes, bytes, bytes, 0, 0, &prop, &access, (const char *)host);
         raw_fresh_h2d = median(t, reps);
-        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, 0, PAUSES_MS[PAUSES - 1], &prop, &access, (const char *)host);
+        for (i = 0; i < reps; i++) t[i] = raw_wake_then_unmap_ms(va, bytes, bytes, bytes, 0, PAUSES_MS[PAUSES - 1], &prop, &access, (const char *)host);
         raw_paused_h2d = median(t, reps);
         /* The same made of smaller physical allocations, a copy each, and one allocation
          * copied into in the same pieces: whether the copy into fresh memory (the
@@ -151,14 +166,13 @@ int main(int argc, char **argv) {
             size_t chunk = (size_t)chunk_mib[c] << 20;
             chunked_ms[c] = pipelined_ms[c] = copies_ms[c] = 0;
             if (chunk % granularity != 0 || bytes % chunk != 0) continue;
-            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, chunk, chunk, 0, 0, &prop, &access, (const char *)host);
+            for (i = 0; i < reps; i++) t[i] = raw_wake_then_unmap_ms(va, bytes, chunk, chunk, 0, 0, &prop, &access, (const char *)host);
             chunked_ms[c] = median(t, reps);
-            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, chunk, chunk, 1, 0, &prop, &access, (const char *)host);
+            for (i = 0; i < reps; i++) t[i] = raw_wake_then_unmap_ms(va, bytes, chunk, chunk, 1, 0, &prop, &access, (const char *)host);
             pipelined_ms[c] = median(t, reps);
-            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, chunk, 0, 0, &prop, &access, (const char *)host);
+            for (i = 0; i < reps; i++) t[i] = raw_wake_then_unmap_ms(va, bytes, bytes, chunk, 0, 0, &prop, &access, (const char *)host);
             copies_ms[c] = median(t, reps);
         }
-        CU(cuMemAddressFree(va, bytes));
     }
     CU(cuMemFreeHost(host));
 
@@ -175,7 +189,7 @@ int main(int argc, char **argv) {
         GP(gpurt_mem_pool_wake(pool));
         first_wake = now_ms() - t0;
     }
-    double *w = calloc((size_t)reps, sizeof *w);
+    double *w = calloc((size_t)reps, sizeof *w), *discard = calloc((size_t)discard_reps, sizeof *discard);
     for (i = 0; i < reps; i++) {
         double t0 = now_ms();
         GP(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD));
@@ -202,14 +216,22 @@ int main(int argc, char **argv) {
     GP(gpurt_memcpy(back, block, bytes, stream));
     if (memcmp(back, pattern, bytes) != 0) { printf("FAIL: the pool's bytes changed across the paused sleeps\n"); failures++; }
     GP(gpurt_mem_pool_empty_cache(pool)); /* the offload's pinned memory back */
-    for (i = 0; i < reps; i++) {
+    /* A discarded wake against its floor, each a loop of sleeps and wakes (raw: the
+     * mapping unmapped and freed, then made, mapped and made accessible), the two
+     * loops in turns, REPS rounds of REPS: a create's cost depends on what the driver
+     * did just before (alone, each wake follows its own sleep). */
+    for (i = 0; i < discard_reps; i++) {
         double t0;
+        int k;
+        for (k = 0; i % reps == 0 && k < reps; k++) t[i + k] = raw_wake_then_unmap_ms(va, bytes, bytes, bytes, 0, 0, &prop, &access, NULL);
         GP(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_DISCARD));
         t0 = now_ms();
         GP(gpurt_mem_pool_wake(pool));
-        t[i] = now_ms() - t0;
+        discard[i] = now_ms() - t0;
     }
-    discard_wake_ms = median(t, reps);
+    floor_ms = median(t, discard_reps);
+    discard_wake_ms = median(discard, discard_reps);
+    CU(cuMemAddressFree(va, bytes));
     GP(gpurt_free(block));
     GP(gpurt_stream_synchronize(stream));
     GP(gpurt_mem_pool_destroy(pool));
