@@ -9,7 +9,8 @@
 //
 // Per trace and allocator: ns per operation of the first replay into a fresh pool
 // ("cold", the median of REPS fresh pools) and of a replay into a pool that has seen
-// the trace once ("warm", median of REPS), and fragmentation: the pool's peak
+// the trace once ("warm", median of REPS), the allocators taken in turns in each of
+// REPS rounds, and fragmentation: the pool's peak
 // reserved bytes over the trace's peak live bytes. PyTorch's allocator and RMM are
 // compiled in when their headers are there (WITH_TORCH, WITH_RMM).
 //
@@ -284,33 +285,58 @@ Trace then(const Trace &first, const Trace &second) {
     return t;
 }
 
-Row measure(const std::string &name, const std::function<std::unique_ptr<Allocator>()> &make, const Trace &t,
-            Streams &streams, int reps) try {
+// One allocator of a trace's replays: its name and how a fresh pool of it is made.
+struct Contestant {
+    std::string name;
+    std::function<std::unique_ptr<Allocator>()> make;
+};
+
+// Each contestant's row for trace `t`: REPS rounds, each replaying the trace into a
+// fresh pool of every contestant in turn (cold, then warm into the same pool), the
+// order rotated every round, so that a slow spell of the host falls on all of them
+// alike rather than on one contestant's block of rounds.
+std::vector<Row> measure(const std::vector<Contestant> &contestants, const Trace &t, Streams &streams, int reps) {
+    size_t n = contestants.size();
     std::vector<Live> live(t.ids);
-    std::vector<double> cold, warm;
-    double fragmentation = 0;
-    int64_t steps = -1;
+    std::vector<std::vector<double>> cold(n), warm(n);
+    std::vector<Row> rows;
+    for (const Contestant &c : contestants) rows.push_back(Row{c.name, 0, 0, 0, -1});
+    std::vector<bool> failed(n, false);
     for (int r = 0; r < reps; r++) {
-        auto a = make();
-        cold.push_back(replay(*a, t, streams, live));
-        steps = a->growth_steps();
-        free_rest(*a, t, live);
-        warm.push_back(replay(*a, t, streams, live));
-        free_rest(*a, t, live);
-        fragmentation = double(a->peak_reserved()) / double(t.peak_live);
-        if (r == 0) {
-            size_t free_bytes = 0, total = 0;
-            cudaMemGetInfo(&free_bytes, &total);
-            std::printf("  (%s on %s: peak reserved %.1f MiB; device free %.1f MiB)\n", name.c_str(), t.name.c_str(),
-                        a->peak_reserved() / 1048576.0, free_bytes / 1048576.0);
+        for (size_t k = 0; k < n; k++) {
+            size_t i = (k + size_t(r)) % n;
+            if (failed[i]) continue;
+            try {
+                auto a = contestants[i].make();
+                cold[i].push_back(replay(*a, t, streams, live));
+                rows[i].steps = a->growth_steps();
+                free_rest(*a, t, live);
+                warm[i].push_back(replay(*a, t, streams, live));
+                free_rest(*a, t, live);
+                rows[i].fragmentation = double(a->peak_reserved()) / double(t.peak_live);
+                if (r == 0) {
+                    size_t free_bytes = 0, total = 0;
+                    cudaMemGetInfo(&free_bytes, &total);
+                    std::printf("  (%s on %s: peak reserved %.1f MiB; device free %.1f MiB)\n", rows[i].name.c_str(),
+                                t.name.c_str(), a->peak_reserved() / 1048576.0, free_bytes / 1048576.0);
+                }
+            } catch (const std::exception &e) {  // RMM's and PyTorch's out of memory
+                std::printf("%-16s %-22s failed: %s\n", t.name.c_str(), rows[i].name.c_str(), e.what());
+                failed[i] = true;
+            }
+            for (cudaStream_t s : streams.native) cudaStreamSynchronize(s);
         }
-        for (cudaStream_t s : streams.native) cudaStreamSynchronize(s);
     }
     double ops = double(t.ops.size());
-    return Row{name, median(cold) * 1e9 / ops, median(warm) * 1e9 / ops, fragmentation, steps};
-} catch (const std::exception &e) {  // RMM's and PyTorch's out of memory
-    std::printf("%-16s %-22s failed: %s\n", t.name.c_str(), name.c_str(), e.what());
-    return Row{name, 1e30, 1e30, 1e30, -1};
+    for (size_t i = 0; i < n; i++) {
+        if (failed[i]) {
+            rows[i] = Row{rows[i].name, 1e30, 1e30, 1e30, -1};
+        } else {
+            rows[i].cold_ns = median(cold[i]) * 1e9 / ops;
+            rows[i].warm_ns = median(warm[i]) * 1e9 / ops;
+        }
+    }
+    return rows;
 }
 
 // Times in us of the driver calls of growth steps: each step's create, map and
@@ -484,20 +510,19 @@ int main(int argc, char **argv) {
     int misses = 0;
     for (const Trace &t : traces) {
         Streams streams(t.streams);
-        std::vector<Row> rows;
-        rows.push_back(measure("gpurt", [&] { return std::make_unique<GpurtPool>(streams, "expandable_segments:False"); },
-                               t, streams, reps));
-        rows.push_back(measure("gpurt expandable",
-                               [&] { return std::make_unique<GpurtPool>(streams, "expandable_segments:True"); }, t,
-                               streams, reps));
-        size_t anchors = rows.size();
-        rows.push_back(measure("driver pool", [&] { return std::make_unique<DriverPool>(streams); }, t, streams, reps));
+        std::vector<Contestant> contestants{
+            {"gpurt", [&] { return std::make_unique<GpurtPool>(streams, "expandable_segments:False"); }},
+            {"gpurt expandable", [&] { return std::make_unique<GpurtPool>(streams, "expandable_segments:True"); }},
+            {"driver pool", [&] { return std::make_unique<DriverPool>(streams); }},
 #ifdef WITH_TORCH
-        rows.push_back(measure("pytorch", [&] { return std::make_unique<TorchCache>(streams); }, t, streams, reps));
+            {"pytorch", [&] { return std::make_unique<TorchCache>(streams); }},
 #endif
 #ifdef WITH_RMM
-        rows.push_back(measure("rmm pool", [&] { return std::make_unique<RmmPool>(streams); }, t, streams, reps));
+            {"rmm pool", [&] { return std::make_unique<RmmPool>(streams); }},
 #endif
+        };
+        size_t anchors = 2;  // the contestants before it are gpurt's, the others its anchors
+        std::vector<Row> rows = measure(contestants, t, streams, reps);
         double fastest = 1e30, tightest = 1e30;
         for (size_t r = anchors; r < rows.size(); r++) {
             fastest = std::min(fastest, rows[r].cold_ns);
@@ -513,11 +538,12 @@ int main(int argc, char **argv) {
             std::printf("%-16s %-22s %10.1f %10.1f %8.3f %6s", "", row.name.c_str(), row.cold_ns, row.warm_ns,
                         row.fragmentation, row.steps < 0 ? "-" : std::to_string(row.steps).c_str());
             if (r < anchors) {
-                bool fast = row.cold_ns <= fastest && row.cold_ns <= 1.2 * floor_ns,
-                     tight = row.fragmentation <= tightest;
-                std::printf("   cold %.2fx the fastest anchor (target <= 1.0), %.2fx the floor (<= 1.2): %s; "
+                // Issue #44's targets; the floor (an earlier issue's target, withdrawn:
+                // no growth policy meets it and the anchors' peaks together) is shown.
+                bool fast = row.cold_ns <= fastest, tight = row.fragmentation <= tightest;
+                std::printf("   cold %.2fx the fastest anchor (target <= 1.0): %s; %.2fx the floor; "
                             "fragmentation vs %.3f: %s",
-                            row.cold_ns / fastest, row.cold_ns / floor_ns, fast ? "PASS" : "MISS", tightest,
+                            row.cold_ns / fastest, fast ? "PASS" : "MISS", row.cold_ns / floor_ns, tightest,
                             tight ? "PASS" : "MISS");
                 misses += !fast + !tight;
             }

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The GPU machine's scripts, checked where there is no GPU: they parse, and the two
 # plans of gpu/plans/ (the suite in two leases) together run every step of run.sh, each
-# once but the builds and installs that both need.
+# once but the builds and installs that both need; with CUDA_INCLUDE (CUDA's headers,
+# as tests/ggml.sh takes them from PyPI), the programs that call the driver or cuBLAS
+# directly compile as run.sh builds them (PyTorch's and RMM's parts left out).
+# usage: tests/gpu_scripts.sh [CUDA_INCLUDE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for script in gpu/*.sh gpu/plans/*.sh; do bash -n "$script"; done
@@ -31,3 +34,14 @@ for step in rust-gpu soak ggml-test-backend-ops-gpurt ggml-gpt2-run bench-alloc-
     grep -qx "$step" <<<"$all" || { echo "run.sh no longer lists $step"; exit 1; }
 done
 echo "gpu scripts: the plans run all $(wc -l <<<"$all") steps of run.sh"
+
+cuda_include=${1:-}
+if [ -z "$cuda_include" ]; then
+    echo "gpu scripts: the driver's programs not compiled (no CUDA headers given)"
+    exit 0
+fi
+for program in gpu/sleep_bench.c gpu/blas_bench.c gpu/blas_gpu_test.c; do
+    cc -std=gnu11 -fsyntax-only -Wall -Wextra -Werror -Iinclude -Itests/c -I"$cuda_include" "$program"
+done
+c++ -std=c++20 -fsyntax-only -Wall -Werror -Iinclude -I"$cuda_include" gpu/trace_replay.cpp
+echo "gpu scripts: sleep_bench, blas_bench, blas_gpu_test and trace_replay compile"

@@ -118,8 +118,8 @@ grep -q "$relocated/include" "$work/consumer-relocated/CMakeFiles/abi_c_gpurt.di
 bash tests/packages.sh "$work" "$cargo_dir"
 bash tests/docs.sh "$work" "$cargo_dir"
 bash tests/ggml.sh "$work"
-echo "== the GPU machine's scripts (parse; the two plans run every step of gpu/run.sh)"
-bash tests/gpu_scripts.sh
+echo "== the GPU machine's scripts (parse; the two plans run every step of gpu/run.sh; its driver programs compile)"
+bash tests/gpu_scripts.sh "$work/ggml/cuda/nvidia/cu13/include"   # the headers tests/ggml.sh took from PyPI
 
 echo "== stub driver: the C ABI test on the GPU-present paths, and gpurt's own cost per call"
 stub=$work/stub-driver
