@@ -136,18 +136,27 @@ LD_LIBRARY_PATH=$stub:$nvrtc "$work/pkg-config/abi_test"
 cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror tests/c/elementwise_cost.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -o "$nvrtc/elementwise_cost"
 # Instructions per call (callgrind counts repeat exactly): two call counts of each kind.
-per_call() {  # per_call KIND
+per_call() {  # per_call PROGRAM KIND
     local counts=() n
     for n in 200 400; do
-        LD_LIBRARY_PATH=$stub:$nvrtc valgrind -q --tool=callgrind --callgrind-out-file="$nvrtc/callgrind.$1.$n" "$nvrtc/elementwise_cost" "$1" "$n"
-        counts+=("$(sed -n 's/^summary: //p' "$nvrtc/callgrind.$1.$n")")
+        LD_LIBRARY_PATH=$stub:$nvrtc valgrind -q --tool=callgrind --callgrind-out-file="$nvrtc/callgrind.$2.$n" "$1" "$2" "$n"
+        counts+=("$(sed -n 's/^summary: //p' "$nvrtc/callgrind.$2.$n")")
     done
     echo $(( (counts[1] - counts[0]) / 200 ))
 }
-elementwise=$(per_call elementwise) launch=$(per_call launch)
+elementwise=$(per_call "$nvrtc/elementwise_cost" elementwise) launch=$(per_call "$nvrtc/elementwise_cost" launch)
 echo "instructions a call: elementwise on a repeated expression $elementwise, gpurt_launch_kernel $launch (+$((elementwise - launch)))"
 # A ceiling well above today's +1 551, far below the +4 455 before the last-call memo.
 (( elementwise - launch <= 2500 )) || { echo "an elementwise call costs $((elementwise - launch)) instructions more than a launch: over 2 500"; exit 1; }
+# A discarded sleep and wake: gpurt's own instructions over the driver calls that cycle
+# needs (the stand-in driver's are counted in both), with the CUDA headers tests/ggml.sh
+# took from PyPI. A ceiling well above today's ~11 300, which is ~4 us: on the GPU the
+# driver's calls of a cycle take 0.4-3 ms, so gpurt's wake stays within 1.01 x its floor.
+cc -std=gnu11 -O2 -Wall -Wextra -Werror -I"$work/ggml/cuda/nvidia/cu13/include" tests/c/sleep_cost.c $(pkg-config --cflags --libs gpurt) \
+   -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -L"$stub" -l:libcuda.so.1 -o "$nvrtc/sleep_cost"
+sleep_cycle=$(per_call "$nvrtc/sleep_cost" gpurt) raw_cycle=$(per_call "$nvrtc/sleep_cost" raw)
+echo "instructions a discarded sleep and wake: gpurt $sleep_cycle, the same driver calls made directly $raw_cycle (+$((sleep_cycle - raw_cycle)))"
+(( sleep_cycle - raw_cycle <= 20000 )) || { echo "a discarded sleep and wake costs $((sleep_cycle - raw_cycle)) instructions over its driver calls: over 20 000"; exit 1; }
 
 echo "== fault injection: every driver call of a mixed workload failed in turn (stub driver)"
 cc -std=c99 -Wall -Wextra -pedantic -Werror tests/c/fault_test.c $(pkg-config --cflags --libs gpurt) \
