@@ -56,9 +56,10 @@ static void pause_ms(unsigned ms) {
 /* A raw wake of `bytes` at `va`, in ms: the physical memory made and mapped in
  * allocations of `chunk` bytes and made accessible, then with `restore_from` its bytes
  * copied in from there, a copy of `copy_chunk` bytes at a time queued on the legacy
- * stream and waited for once; left mapped (`raw_unmap`). `pipelined`: each allocation's copy
- * queued as soon as it is mapped, so that the next one is made while it runs.
- * `idle_ms`: idle that long first (the driver's handling of the memory freed before). */
+ * stream and waited for once; unmapped after (a raw sleep that discards).
+ * `pipelined`: each allocation's copy queued as soon as it is mapped, so that the next
+ * one is made while it runs. `idle_ms`: idle that long first (the driver's handling of
+ * the memory freed before). */
 static double raw_wake_ms(CUdeviceptr va, size_t bytes, size_t chunk, size_t copy_chunk, int pipelined, unsigned idle_ms,
                           const CUmemAllocationProp *prop, const CUmemAccessDesc *access, const char *restore_from) {
     CUmemGenericAllocationHandle handle;
@@ -81,20 +82,7 @@ static double raw_wake_ms(CUdeviceptr va, size_t bytes, size_t chunk, size_t cop
     }
     CU(cuStreamSynchronize(0));
     ms = now_ms() - t0;
-    return ms;
-}
-
-/* A raw sleep that discards: the mappings of a raw wake unmapped, their memory freed. */
-static void raw_unmap(CUdeviceptr va, size_t bytes, size_t chunk) {
-    size_t at;
     for (at = 0; at < bytes; at += chunk) CU(cuMemUnmap(va + at, chunk));
-}
-
-/* A raw wake, then its sleep: the memory freed again before the next. */
-static double raw_wake_then_unmap_ms(CUdeviceptr va, size_t bytes, size_t chunk, size_t copy_chunk, int pipelined, unsigned idle_ms,
-                                     const CUmemAllocationProp *prop, const CUmemAccessDesc *access, const char *restore_from) {
-    double ms = raw_wake_ms(va, bytes, chunk, copy_chunk, pipelined, idle_ms, prop, access, restore_from);
-    raw_unmap(va, bytes, chunk);
     return ms;
 }
 
@@ -154,9 +142,9 @@ int main(int argc, char **argv) {
         access.location = prop.location;
         access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
         /* A raw wake with its restore: the same, then the bytes copied in from pinned memory. */
-        for (i = 0; i < reps; i++) t[i] = raw_wake_then_unmap_ms(va, bytes, bytes, bytes, 0, 0, &prop, &access, (const char *)host);
+        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, 0, 0, &prop, &access, (const char *)host);
         raw_fresh_h2d = median(t, reps);
-        for (i = 0; i < reps; i++) t[i] = raw_wake_then_unmap_ms(va, bytes, bytes, bytes, 0, PAUSES_MS[PAUSES - 1], &prop, &access, (const char *)host);
+        for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, 0, PAUSES_MS[PAUSES - 1], &prop, &access, (const char *)host);
         raw_paused_h2d = median(t, reps);
         /* The same made of smaller physical allocations, a copy each, and one allocation
          * copied into in the same pieces: whether the copy into fresh memory (the
@@ -166,11 +154,11 @@ int main(int argc, char **argv) {
             size_t chunk = (size_t)chunk_mib[c] << 20;
             chunked_ms[c] = pipelined_ms[c] = copies_ms[c] = 0;
             if (chunk % granularity != 0 || bytes % chunk != 0) continue;
-            for (i = 0; i < reps; i++) t[i] = raw_wake_then_unmap_ms(va, bytes, chunk, chunk, 0, 0, &prop, &access, (const char *)host);
+            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, chunk, chunk, 0, 0, &prop, &access, (const char *)host);
             chunked_ms[c] = median(t, reps);
-            for (i = 0; i < reps; i++) t[i] = raw_wake_then_unmap_ms(va, bytes, chunk, chunk, 1, 0, &prop, &access, (const char *)host);
+            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, chunk, chunk, 1, 0, &prop, &access, (const char *)host);
             pipelined_ms[c] = median(t, reps);
-            for (i = 0; i < reps; i++) t[i] = raw_wake_then_unmap_ms(va, bytes, bytes, chunk, 0, 0, &prop, &access, (const char *)host);
+            for (i = 0; i < reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, chunk, 0, 0, &prop, &access, (const char *)host);
             copies_ms[c] = median(t, reps);
         }
     }
@@ -220,14 +208,15 @@ int main(int argc, char **argv) {
      * mapping unmapped and freed, then made, mapped and made accessible), the two
      * loops in turns, REPS rounds of REPS: a create's cost depends on what the driver
      * did just before (alone, each wake follows its own sleep). */
-    for (i = 0; i < discard_reps; i++) {
-        double t0;
-        int k;
-        for (k = 0; i % reps == 0 && k < reps; k++) t[i + k] = raw_wake_then_unmap_ms(va, bytes, bytes, bytes, 0, 0, &prop, &access, NULL);
-        GP(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_DISCARD));
-        t0 = now_ms();
-        GP(gpurt_mem_pool_wake(pool));
-        discard[i] = now_ms() - t0;
+    for (c = 0; c < reps; c++) {
+        for (i = c * reps; i < (c + 1) * reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, 0, 0, &prop, &access, NULL);
+        for (i = c * reps; i < (c + 1) * reps; i++) {
+            double t0;
+            GP(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_DISCARD));
+            t0 = now_ms();
+            GP(gpurt_mem_pool_wake(pool));
+            discard[i] = now_ms() - t0;
+        }
     }
     floor_ms = median(t, discard_reps);
     discard_wake_ms = median(discard, discard_reps);

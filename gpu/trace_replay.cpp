@@ -528,7 +528,7 @@ int main(int argc, char **argv) {
             {"rmm pool", [&] { return std::make_unique<RmmPool>(streams); }},
 #endif
         };
-        size_t anchors = 2;  // the contestants before it are gpurt's, the others its anchors
+        size_t anchors = 2;  // the first two contestants are gpurt's; the rest are its anchors
         std::vector<Row> rows = measure(contestants, t, streams, t.ops.size() < SHORT_TRACE ? SHORT_ROUNDS * reps : reps);
         double fastest = 1e30, tightest = 1e30;
         for (size_t r = anchors; r < rows.size(); r++) {

@@ -118,8 +118,9 @@ grep -q "$relocated/include" "$work/consumer-relocated/CMakeFiles/abi_c_gpurt.di
 bash tests/packages.sh "$work" "$cargo_dir"
 bash tests/docs.sh "$work" "$cargo_dir"
 bash tests/ggml.sh "$work"
+cuda_include=$work/ggml/cuda/nvidia/cu13/include   # CUDA's headers, which tests/ggml.sh took from PyPI
 echo "== the GPU machine's scripts (parse; the two plans run every step of gpu/run.sh; its driver programs compile)"
-bash tests/gpu_scripts.sh "$work/ggml/cuda/nvidia/cu13/include"   # the headers tests/ggml.sh took from PyPI
+bash tests/gpu_scripts.sh "$cuda_include"
 
 echo "== stub driver: the C ABI test on the GPU-present paths, and gpurt's own cost per call"
 stub=$work/stub-driver
@@ -149,10 +150,9 @@ echo "instructions a call: elementwise on a repeated expression $elementwise, gp
 # A ceiling well above today's +1 551, far below the +4 455 before the last-call memo.
 (( elementwise - launch <= 2500 )) || { echo "an elementwise call costs $((elementwise - launch)) instructions more than a launch: over 2 500"; exit 1; }
 # A discarded sleep and wake: gpurt's own instructions over the driver calls that cycle
-# needs (the stand-in driver's are counted in both), with the CUDA headers tests/ggml.sh
-# took from PyPI. A ceiling well above today's ~11 300, which is ~4 us: on the GPU the
+# needs (the stand-in driver's are counted in both). A ceiling well above today's ~11 300, which is ~4 us: on the GPU the
 # driver's calls of a cycle take 0.4-3 ms, so gpurt's wake stays within 1.01 x its floor.
-cc -std=gnu11 -O2 -Wall -Wextra -Werror -I"$work/ggml/cuda/nvidia/cu13/include" tests/c/sleep_cost.c $(pkg-config --cflags --libs gpurt) \
+cc -std=gnu11 -O2 -Wall -Wextra -Werror -I"$cuda_include" tests/c/sleep_cost.c $(pkg-config --cflags --libs gpurt) \
    -Wl,-rpath,"$(pkg-config --variable=libdir gpurt)" -L"$stub" -l:libcuda.so.1 -o "$nvrtc/sleep_cost"
 sleep_cycle=$(per_call "$nvrtc/sleep_cost" gpurt) raw_cycle=$(per_call "$nvrtc/sleep_cost" raw)
 echo "instructions a discarded sleep and wake: gpurt $sleep_cycle, the same driver calls made directly $raw_cycle (+$((sleep_cycle - raw_cycle)))"
