@@ -56,8 +56,8 @@ fn expandable_segments_grow_in_place_and_unmap_their_free_end() {
     check(&p);
     let s = p.stats();
     assert_eq!(s.segment.large_pool.current, 1);
-    assert_eq!(s.reserved_bytes.large_pool.current, 14 * MIB as i64, "mapped in 2 MiB steps: 6 + 4 + 4");
-    assert_eq!(p.source().mapped_bytes(), 14 * MIB);
+    assert_eq!(s.reserved_bytes.large_pool.current, 22 * MIB as i64, "a's 6 MiB, then a step of 16 that b and c share");
+    assert_eq!(p.source().mapped_bytes(), 22 * MIB);
     let other = p.malloc(5 * MIB, 2).unwrap();
     assert!(other < a || other >= a + GIB, "another stream has its own range");
     p.free(other).unwrap();
@@ -99,11 +99,11 @@ fn expandable_segments_map_nothing_where_the_free_tail_fits() {
 }
 
 /// A segment grows by 1/8 of what it has mapped up to 32 MiB, past 512 MiB by 1/16
-/// of it up to 128 MiB, and by 8 MiB at least (fewer driver calls from cold); by
+/// of it up to 192 MiB, and by 16 MiB at least (fewer driver calls from cold); by
 /// what it lacks where the source refuses the step.
 #[test]
 fn expandable_segments_grow_in_steps_of_a_share_of_what_is_mapped() {
-    for (capacity, after_step) in [(GIB, 72 * MIB), (66 * MIB, 66 * MIB)] {
+    for (capacity, after_step) in [(GIB, 80 * MIB), (66 * MIB, 66 * MIB)] {
         let p = expandable(capacity);
         let big = p.malloc(64 * MIB, 1).unwrap();
         let next = p.malloc(2 * MIB, 1).unwrap();
@@ -129,11 +129,11 @@ fn expandable_segments_grow_in_steps_of_a_share_of_what_is_mapped() {
     p.free(big + 512 * MIB).unwrap();
     p.free(big).unwrap();
     check(&p);
-    for (first, after_step) in [(2 * MIB, 10 * MIB), (1024 * MIB, 1088 * MIB), (4096 * MIB, 4224 * MIB)] {
+    for (first, after_step) in [(2 * MIB, 18 * MIB), (1024 * MIB, 1088 * MIB), (4096 * MIB, 4288 * MIB)] {
         let p = expandable(8 * GIB);
         let a = p.malloc(first, 1).unwrap();
         let b = p.malloc(2 * MIB, 1).unwrap();
-        assert_eq!(p.source().mapped_bytes(), after_step, "8 MiB at least; 1/16 past 512 MiB, 128 MiB at most");
+        assert_eq!(p.source().mapped_bytes(), after_step, "16 MiB at least; 1/16 past 512 MiB, 192 MiB at most");
         p.free(b).unwrap();
         p.free(a).unwrap();
         check(&p);
@@ -146,13 +146,13 @@ fn expandable_segments_grow_in_steps_of_a_share_of_what_is_mapped() {
 fn expandable_segments_take_their_free_tail_last() {
     let p = expandable(GIB);
     let a = p.malloc(64 * MIB, 1).unwrap();
-    let separator = p.malloc(2 * MIB, 1).unwrap(); // maps a step of 8 MiB
-    let b = p.malloc(4 * MIB, 1).unwrap(); // from the tail, which only it fits: 2 MiB left
-    assert_eq!((separator, b, p.source().mapped_bytes()), (a + 64 * MIB, a + 66 * MIB, 72 * MIB));
+    let separator = p.malloc(2 * MIB, 1).unwrap(); // maps a step of 16 MiB
+    let b = p.malloc(4 * MIB, 1).unwrap(); // from the tail, which only it fits: 10 MiB left
+    assert_eq!((separator, b, p.source().mapped_bytes()), (a + 64 * MIB, a + 66 * MIB, 80 * MIB));
     p.free(a).unwrap(); // a 64 MiB hole, larger than the tail
     let small = p.malloc(2 * MIB, 1).unwrap();
     assert_eq!(small, a, "from the hole, though the tail fits it best");
-    p.free(b).unwrap(); // b merges into the tail: 6 MiB free at the end
+    p.free(b).unwrap(); // b merges into the tail: 14 MiB free at the end
     let large = p.malloc(68 * MIB, 1).unwrap();
     assert_eq!((large, p.source().mapped_bytes()), (b, b - a + 68 * MIB), "the whole tail, grown in place");
     check(&p);
@@ -174,16 +174,16 @@ fn expandable_segments_take_their_free_tail_last() {
 fn expandable_segments_give_back_whole_mappings_only() {
     let p = expandable(GIB);
     let big = p.malloc(64 * MIB, 1).unwrap();
-    let step = p.malloc(2 * MIB, 1).unwrap(); // maps a step of 8 MiB at 64 MiB
+    let step = p.malloc(2 * MIB, 1).unwrap(); // maps a step of 16 MiB at 64 MiB
     let rest = p.malloc(4 * MIB, 1).unwrap(); // from the step's rest
-    let beyond = p.malloc(6 * MIB, 1).unwrap(); // a third mapping, of 72 / 8 -> 10 MiB
-    assert_eq!(p.source().mapped_bytes(), 82 * MIB);
+    let beyond = p.malloc(14 * MIB, 1).unwrap(); // past the rest's 10 MiB: a third mapping, a step of 16
+    assert_eq!(p.source().mapped_bytes(), 96 * MIB);
     p.free(rest).unwrap();
     p.free(beyond).unwrap();
     p.empty_cache(); // the free tail starts inside the step's mapping, which stays
     check(&p);
-    assert_eq!((p.source().mapped_bytes(), p.stats().reserved_bytes.all.current), (72 * MIB, 72 * MIB as i64));
-    let again = p.malloc(12 * MIB, 1).unwrap();
+    assert_eq!((p.source().mapped_bytes(), p.stats().reserved_bytes.all.current), (80 * MIB, 80 * MIB as i64));
+    let again = p.malloc(20 * MIB, 1).unwrap();
     assert_eq!(again, step + 2 * MIB, "the kept mapping's free part, then new mappings");
     check(&p);
     for ptr in [big, step, again] {
