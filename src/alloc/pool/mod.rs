@@ -20,6 +20,7 @@ use super::history::{self, Action};
 use super::stats::{gpurt_memory_stats_t, PoolKind};
 use crate::error::{Error, Result};
 
+mod accounting;
 mod expandable;
 mod holes;
 mod invariants;
@@ -27,6 +28,7 @@ mod parking;
 mod segments;
 mod view;
 pub use expandable::{asleep_error, Sleep};
+use accounting::{count_handed_out, count_inactive_split, uncount_use};
 use expandable::Expandable;
 use parking::{park_max, Parked, RECENT_SIZES};
 pub use segments::{SegmentSource, Segments};
@@ -92,11 +94,10 @@ pub struct Pool<S: SegmentSource> {
     /// they never keep memory from a best fit.
     parked: Vec<Parked>,
     /// The rounded sizes of the last `RECENT_SIZES` requests past the parked blocks,
-    /// the newest at `recent_sizes_next - 1`: a freed block of another size goes
-    /// straight to the free lists, as its parking would only delay its coalescing to
-    /// the next request (most frees of varied sizes).
+    /// the newest first: a freed block of another size goes straight to the free
+    /// lists, as its parking would only delay its coalescing to the next request (most
+    /// frees of varied sizes).
     recent_sizes: [u64; RECENT_SIZES],
-    recent_sizes_next: usize,
     /// The largest block parked on its free (`EXPANDABLE_PARK_MAX` with expandable
     /// segments, else any), kept with the config so the free path reads one field.
     park_max: u64,
@@ -137,44 +138,6 @@ impl<S: SegmentSource> Drop for Pool<S> {
 
 fn pool_index(pool: PoolKind) -> usize {
     pool as usize - 1
-}
-
-/// Marks a block allocated for a request of `requested` bytes and counts it.
-fn count_handed_out(stats: &mut gpurt_memory_stats_t, block: &mut Block, requested: u64) {
-    block.state = State::Allocated;
-    block.requested = requested;
-    let (pool, size) = (block.pool, block.size as i64);
-    stats.allocation.add(pool, 1);
-    stats.allocated_bytes.add(pool, size);
-    stats.active.add(pool, 1);
-    stats.active_bytes.add(pool, size);
-    stats.requested_bytes.add(pool, requested as i64);
-}
-
-/// Uncounts `blocks` allocations of `bytes` in all that leave use: freed, and not
-/// active.
-fn uncount_use(stats: &mut gpurt_memory_stats_t, pool: PoolKind, blocks: i64, bytes: i64) {
-    stats.allocation.sub(pool, blocks);
-    stats.allocated_bytes.sub(pool, bytes);
-    stats.active.sub(pool, blocks);
-    stats.active_bytes.sub(pool, bytes);
-}
-
-/// Counts a block entering (`+1`) or leaving (`-1`) the free blocks of a split
-/// segment: PyTorch's inactive_split statistics.
-#[inline(always)]
-fn count_inactive_split(stats: &mut gpurt_memory_stats_t, b: &Block, sign: i64) {
-    match (b.is_split(), sign > 0) {
-        (false, _) => {}
-        (true, true) => {
-            stats.inactive_split.add(b.pool, 1);
-            stats.inactive_split_bytes.add(b.pool, b.size as i64);
-        }
-        (true, false) => {
-            stats.inactive_split.sub(b.pool, 1);
-            stats.inactive_split_bytes.sub(b.pool, b.size as i64);
-        }
-    }
 }
 
 /// The index of the free lists of `stream`'s `pool` for a new segment: created on
@@ -225,7 +188,6 @@ impl<S: SegmentSource> Pool<S> {
             pending: Vec::new(),
             parked: Vec::new(),
             recent_sizes: [0; RECENT_SIZES],
-            recent_sizes_next: 0,
             park_max,
             stats: gpurt_memory_stats_t::new(),
             parked_reuses: [(0, 0); 2],
@@ -297,42 +259,6 @@ impl<S: SegmentSource> Pool<S> {
     /// Whether this pool holds the segment (or expandable segment) starting at `start`.
     pub fn owns_segment(&self, start: u64) -> bool {
         self.segments.contains_key(&start)
-    }
-
-    /// Allocations served so far, parked reuses included.
-    fn allocations_so_far(&self) -> i64 {
-        self.stats.allocation.all.allocated + self.parked_reuses.iter().map(|&(reuses, _)| reuses).sum::<i64>()
-    }
-
-    /// The statistics, with parked blocks counted as freed and their reuses as
-    /// allocations and frees (see `stats`).
-    pub fn stats(&self) -> gpurt_memory_stats_t {
-        let mut s = self.stats;
-        for p in &self.parked {
-            let pool = self.blocks[p.id].pool;
-            uncount_use(&mut s, pool, 1, p.size as i64);
-        }
-        for (pool, (reuses, bytes)) in [PoolKind::Small, PoolKind::Large].into_iter().zip(self.parked_reuses) {
-            for (array, amount) in [(&mut s.allocation, reuses), (&mut s.active, reuses), (&mut s.allocated_bytes, bytes), (&mut s.active_bytes, bytes)] {
-                array.add_total(pool, amount);
-            }
-        }
-        s
-    }
-
-    /// The allocated bytes, counting parked blocks, and the driver allocations and
-    /// frees so far: what tells the allocator to fold this shard's statistics into
-    /// its totals, read at every operation without settling (`stats`).
-    pub fn flush_signals(&self) -> (i64, i64, i64) {
-        (self.stats.allocated_bytes.all.current, self.stats.num_device_alloc, self.stats.num_device_free)
-    }
-
-    /// Peaks restart from the current values: the allocator folds each shard's peak
-    /// since its last flush into the totals. Only with no block parked, as the
-    /// counts parked blocks keep (see `stats`) must not enter the peaks.
-    pub fn restart_peaks(&mut self) {
-        debug_assert!(self.parked.is_empty(), "peaks restart with parked blocks counted");
-        self.stats.reset_peak();
     }
 
     // ---- the free lists, with inactive-split accounting kept next to them ----
@@ -638,18 +564,6 @@ impl<S: SegmentSource> Pool<S> {
         match next {
             NO_BLOCK => self.note_tail(left),
             next => self.blocks[next].prev = left,
-        }
-    }
-
-    /// Counts device memory taken (`bytes` > 0) or given back: a segment, or a part
-    /// of an expandable segment mapped or unmapped.
-    fn count_device_memory(&mut self, pool: PoolKind, bytes: i64) {
-        if bytes > 0 {
-            self.stats.reserved_bytes.add(pool, bytes);
-            self.stats.num_device_alloc += 1;
-        } else {
-            self.stats.reserved_bytes.sub(pool, -bytes);
-            self.stats.num_device_free += 1;
         }
     }
 

@@ -84,9 +84,8 @@ impl<S: SegmentSource> Pool<S> {
         if size <= self.park_max {
             return self.recent_sizes.contains(&size);
         }
-        let newest = self.recent_sizes[(self.recent_sizes_next + RECENT_SIZES - 1) % RECENT_SIZES];
         let Block { prev, next, .. } = self.blocks[id];
-        size == newest && !self.is_free(prev) && !self.is_free(next)
+        size == self.recent_sizes[0] && !self.is_free(prev) && !self.is_free(next)
     }
 
     /// Parks a freed block, still counted as allocated and active (see `stats`);
@@ -107,10 +106,11 @@ impl<S: SegmentSource> Pool<S> {
     }
 
     /// Remembers a request's rounded size among the last `RECENT_SIZES` that no parked
-    /// block served (what `parks` asks).
+    /// block served (what `parks` asks), the newest first: `parks` then reads it
+    /// without index arithmetic on the free of every large block.
     #[inline(always)]
     pub(super) fn remember_request(&mut self, rounded: u64) {
-        self.recent_sizes[self.recent_sizes_next] = rounded;
-        self.recent_sizes_next = (self.recent_sizes_next + 1) % RECENT_SIZES;
+        self.recent_sizes.copy_within(..RECENT_SIZES - 1, 1);
+        self.recent_sizes[0] = rounded;
     }
 }
