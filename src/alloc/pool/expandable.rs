@@ -19,10 +19,11 @@ use crate::error::{Error, Result, Status};
 /// one driver mapping, 32-85 us on the H100 at any size up to 512 MiB and
 /// serialised across threads (docs/performance.md), so the steps are what growth
 /// from cold costs; their shares and bounds are what the last one overshoots. 16 and
-/// 192 MiB (from 8 and 128) on the recorded traces (host replay): the CNN's steps
-/// 23 / 22 / 23 -> 20 / 19 / 19, ResNet-50's 55 -> 43, the encoder's 50 -> 43, the
-/// drop-in workload's 52 -> 45, fragmentation within 0.018 and the drop-in's peaks
-/// unchanged; 256 MiB took the drop-in's to 6 034 MiB, over PyTorch's 5 936.
+/// 192 MiB against 8 and 128, on the recorded traces (host replay and the H100): the
+/// CNN's steps 23 / 22 / 23 -> 20 / 19 / 19, ResNet-50's 55 -> 43, the encoder's
+/// 50 -> 43, fragmentation within 0.018 and the drop-in's peaks unchanged, cold time
+/// below RMM's pool on every trace; 256 MiB took the drop-in's peak to 6 034 MiB, over
+/// PyTorch's 5 936.
 const EXPANDABLE_STEP_MIN: u64 = 16 * MIB;
 const EXPANDABLE_SMALL_STEP_MAX: u64 = 32 * MIB;
 const EXPANDABLE_STEP_MAX: u64 = 192 * MIB;
