@@ -41,9 +41,9 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* A discarded wake's cuMemCreate takes one of two times, by the driver's choice and
- * not the caller's: about 0.6 ms, or about 3 ms more where the driver zeroes the 8 GiB
- * first; every order of the raw calls tried lands in either, the same calls in
+/* A discarded wake's cuMemCreate of memory just freed takes one of two times, by the
+ * driver's choice and not the caller's: about 0.5 ms, or far longer (3-36 ms on the
+ * H100); every order of the raw calls tried lands in either, the same calls in
  * different modes from one process to the next (docs/performance.md). A median over
  * both compares the modes' mix, so each mode is compared on its own: `v` sorted, the
  * samples under `cut` counted and the medians of the two modes given (0: none). */
