@@ -23,7 +23,8 @@ step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matc
     [[ -n ${SKIP:-} && $name =~ $SKIP ]] && return 0
     [[ ${PART:-} == figures && ! $name =~ $figures && ! $name =~ $setup ]] && return 0
     [[ ${PART:-} == checks && $name =~ $figures ]] && return 0
-    [[ -n ${LIST:-} ]] && { echo "$name"; return 0; }   # LIST=1: names the steps, runs none
+    # LIST=1: names the steps, runs none; LIST=commands: each name and its command, quoted
+    [[ -n ${LIST:-} ]] && { if [[ $LIST == commands ]]; then printf '%s\t%s\n' "$name" "${*@Q}"; else echo "$name"; fi; return 0; }
     echo "=== $name"
     local start=$SECONDS
     if "$@" >"$logs/$name.log" 2>&1; then

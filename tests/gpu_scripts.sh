@@ -13,7 +13,7 @@ for script in gpu/*.sh gpu/plans/*.sh; do bash -n "$script"; done
 # theirs), where run.sh only names the steps it would run (LIST=1), into $STEPS.
 bundle=$(mktemp -d)
 trap 'rm -rf "$bundle"' EXIT
-mkdir -p "$bundle/tests" "$bundle/benches" "$bundle/lib" "$bundle/out"
+mkdir -p "$bundle/tests" "$bundle/benches" "$bundle/lib" "$bundle/out" "$bundle/src"
 touch "$bundle/tests/gpu" "$bundle/benches/alloc" "$bundle/benches/comm" "$bundle/lib/libgpurt.a"
 cp gpu/run.sh "$bundle/real-run.sh"
 cat > "$bundle/run.sh" <<'WRAPPER'
@@ -40,8 +40,17 @@ if [ -z "$cuda_include" ]; then
     echo "gpu scripts: the driver's programs not compiled (no CUDA headers given)"
     exit 0
 fi
-for program in gpu/sleep_bench.c gpu/blas_bench.c gpu/blas_gpu_test.c; do
-    cc -std=gnu11 -fsyntax-only -Wall -Wextra -Werror -Iinclude -Itests/c -I"$cuda_include" "$program"
+# run.sh's own build commands (LIST=commands), only checked: the bundle's layout (the
+# sources in src/), PyTorch's and RMM's parts (-DWITH_*) left out.
+cp gpu/sleep_bench.c gpu/blas_bench.c gpu/blas_gpu_test.c gpu/trace_replay.cpp tests/c/check.h "$bundle/src/"
+cp -r include "$bundle/"
+(cd "$bundle" && LIST=commands OUT="$bundle/out" bash real-run.sh 2>/dev/null) > "$bundle/commands"
+for step in build-sleep-bench build-blas-bench build-blas-gpu-test build-trace-replay; do
+    command=$(awk -F'\t' -v step="$step" '$1 == step { print $2 }' "$bundle/commands")
+    [ -n "$command" ] || { echo "run.sh no longer lists $step"; exit 1; }
+    eval "set -- $command"
+    args=()
+    for arg in "$@"; do [[ $arg == -DWITH_* ]] || args+=("$arg"); done
+    (cd "$bundle" && "${args[@]}" -fsyntax-only -I"$cuda_include")
 done
-c++ -std=c++20 -fsyntax-only -Wall -Werror -Iinclude -I"$cuda_include" gpu/trace_replay.cpp
-echo "gpu scripts: sleep_bench, blas_bench, blas_gpu_test and trace_replay compile"
+echo "gpu scripts: sleep_bench, blas_bench, blas_gpu_test and trace_replay compile as run.sh builds them"
