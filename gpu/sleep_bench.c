@@ -13,9 +13,8 @@
  *     the pool's one block of BYTES is one mapping), loops of raw sleeps and wakes in
  *     turns with loops of the pool's;
  * medians of REPS (of 2 x REPS x REPS for the discarded wake and its floor, each of the
- * driver's two modes on its own: `modes`), and the pool's
- * bytes checked exact after every offload's wake
- * (fresh random data). Every figure is GB/s or ms; the ratios are what the targets
+ * driver's two modes on its own: `modes`), and the pool's bytes checked exact after
+ * every offload's wake (fresh random data). Every figure is GB/s or ms; the ratios are what the targets
  * read (offload and restore >= 0.9 of raw, discarded wake <= 1.2 x the floor).
  * usage: sleep_bench [GIB] [REPS] */
 #include <cuda.h>
@@ -229,7 +228,7 @@ int main(int argc, char **argv) {
     GP(gpurt_mem_pool_empty_cache(pool)); /* the offload's pinned memory back */
     /* A discarded wake against its floor, each a loop of sleeps and wakes (raw: the
      * mapping unmapped and freed, then made, mapped and made accessible), the two
-     * loops in turns, REPS rounds of REPS: a create's cost depends on what the driver
+     * loops in turns, 2 x REPS rounds of REPS: a create's cost depends on what the driver
      * did just before (alone, each wake follows its own sleep). */
     for (c = 0; c < 2 * reps; c++) {
         for (i = c * reps; i < (c + 1) * reps; i++) t[i] = raw_wake_ms(va, bytes, bytes, bytes, 0, 0, &prop, &access, NULL);

@@ -285,7 +285,7 @@ Trace then(const Trace &first, const Trace &second) {
     return t;
 }
 
-// A trace of a few thousand operations replays cold in 1-3 ms, where one hiccup of the
+// A trace of a few thousand operations replays cold in 1-7 ms, where one hiccup of the
 // host moves a median of 5 by 10-40 % (H100, 2026-11-27): such traces take
 // SHORT_ROUNDS times the rounds.
 constexpr size_t SHORT_TRACE = 10000;

@@ -167,8 +167,7 @@ fn a_second_workload_after_empty_cache_peaks_near_its_peak_alone() {
         }
     }
     // Measured: 1.023 at worst (the encoder after the CNN and after GPT-2 sampling); with
-    // free ends released only,
-    // 9.3 (the CNN after ResNet-50).
+    // free ends released only, 9.3 (the CNN after ResNet-50).
     assert!(worst <= 1.03, "a second workload at {worst:.3} of its peak alone");
 }
 

@@ -5,7 +5,7 @@
  * raw calls. Run on the stand-in driver under callgrind (tests/run-all.sh), whose
  * instruction counts repeat exactly: the difference between two cycle counts, divided
  * by their difference, is one cycle's cost; gpurt's minus the raw one is gpurt's own.
- * (On the GPU the driver's calls take 0.4-3 ms a cycle: gpu/sleep_bench.c.)
+ * (On the GPU the driver's calls take 0.5-36 ms a cycle: gpu/sleep_bench.c.)
  *
  *   sleep_cost gpurt|raw CYCLES */
 #include <cuda.h>
