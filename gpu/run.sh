@@ -50,7 +50,8 @@ step build-abi-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude sr
 step build-abi-test-static c++ -std=c++17 -O2 -Wall -Wextra -pedantic -Werror -Iinclude -x c++ src/abi_test.c -x none lib/libgpurt.a -lpthread -ldl -lm -lrt -lutil -lgcc_s -o bin/abi_test_static
 step build-process-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/process_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/process_test
 step build-ipc-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/ipc_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/ipc_test
-step build-sleep-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sleep_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/sleep_test
+step build-sleep-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sleep_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -lpthread -o bin/sleep_test
+step build-sleep-storm cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sleep_storm.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/sleep_storm
 step build-foreign-capture-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/foreign_capture_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/foreign_capture_test
 step build-backend-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/backend_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/backend_test
 step build-tunable-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/tunable_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/tunable_test
@@ -84,6 +85,9 @@ step abi-test-static bin/abi_test_static
 step process-test bin/process_test
 step ipc-test bin/ipc_test
 step sleep-test bin/sleep_test
+# Threads allocating, freeing and checking bytes in the default pool and two user pools
+# while they sleep and wake; NVML's figures against the pools' at the end.
+step sleep-storm bin/sleep_storm "${STORM_SECONDS:-30}" 8
 # Sleep and wake against raw driver copies and mappings of the same bytes (issue #44's targets).
 step build-sleep-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude -I/usr/local/cuda/include src/sleep_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" -lcuda -o bin/sleep_bench
 step sleep-bench bin/sleep_bench "${SLEEP_BENCH_GIB:-8}" 5
@@ -246,6 +250,7 @@ sanitize() {  # sanitize TOOL COMMAND...
 }
 step memcheck-abi-test sanitize memcheck bin/abi_test
 step memcheck-sleep-test sanitize memcheck bin/sleep_test
+step memcheck-sleep-storm sanitize memcheck bin/sleep_storm 10 4
 step racecheck-abi-test sanitize racecheck bin/abi_test
 step synccheck-abi-test sanitize synccheck bin/abi_test
 step initcheck-abi-test sanitize initcheck bin/abi_test

@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use super::pool::SegmentSource;
+use super::pool::{HostStaging, SegmentSource};
 use crate::boundary::lock;
 use crate::error::{Error, Result, Status};
 
@@ -37,8 +37,11 @@ struct HostState {
     /// The next call of an operation that fails (`fail_on`): (operation, calls to
     /// pass first).
     failure: Option<(&'static str, u32)>,
-    /// Offloads that were given no host memory to reuse.
+    /// Host memory made for offloads (`host_staging`), and the bytes of it alive.
     fresh_offloads: u64,
+    staged_bytes: Arc<AtomicU64>,
+    /// Where `synchronize` waits, if a test set one (`hold_synchronize`).
+    synchronize_gate: Option<Arc<Gate>>,
 }
 
 impl HostSource {
@@ -73,6 +76,8 @@ impl HostSource {
             contents: std::collections::BTreeMap::new(),
             failure: None,
             fresh_offloads: 0,
+            staged_bytes: Arc::default(),
+            synchronize_gate: None,
         }))
     }
 
@@ -110,11 +115,20 @@ impl HostSource {
     pub fn read(&self, addr: u64) -> Option<Vec<u8>> {
         self.state().contents.get(&addr).cloned()
     }
-    /// Offloads so far that were given no earlier host memory to reuse.
+    /// Host memory made for offloads so far (an offload into kept memory makes none).
     pub fn fresh_offloads(&self) -> u64 {
         self.state().fresh_offloads
     }
-    /// Fails the call of `operation` ("map", "offload", "restore", "synchronize") that
+    /// The bytes of host memory made for offloads that are alive.
+    pub fn staged_bytes(&self) -> u64 {
+        self.state().staged_bytes.load(Ordering::Relaxed)
+    }
+    /// Makes every `synchronize` wait at `gate` until it opens.
+    pub fn hold_synchronize(&self, gate: Arc<Gate>) {
+        self.state().synchronize_gate = Some(gate);
+    }
+    /// Fails the call of `operation` ("map", "unmap", "host_staging", "offload",
+    /// "restore", "synchronize"; an offload or restore fails per range) that
     /// comes after `pass` more calls of it, once: for fault-injection tests.
     pub fn fail_on(&self, operation: &'static str, pass: u32) {
         self.state().failure = Some((operation, pass));
@@ -143,8 +157,16 @@ impl HostState {
         self.made.push((addr, size));
         addr
     }
+    /// Whether mappings cover `[addr, addr + size)`, one or several side by side.
     fn is_mapped(&self, addr: u64, size: u64) -> bool {
-        self.mappings.range(..=addr).next_back().is_some_and(|(&start, &len)| addr + size <= start + len)
+        let mut covered = addr;
+        while covered < addr + size {
+            match self.mappings.range(..=covered).next_back() {
+                Some((&start, &len)) if start + len > covered => covered = start + len,
+                _ => return false,
+            }
+        }
+        true
     }
     /// Whether this call of `operation` is the one `fail_on` chose.
     fn fails(&mut self, operation: &'static str) -> Result<()> {
@@ -228,35 +250,55 @@ impl SegmentSource for HostSource {
         Ok(())
     }
     /// As `cuMemUnmap`: exactly one whole mapping.
-    fn unmap(&self, addr: u64, size: u64) {
+    fn unmap(&self, addr: u64, size: u64) -> Result<()> {
         let mut s = self.state();
-        assert_eq!(s.mappings.remove(&addr), Some(size), "unmapped what is not one whole mapping");
+        assert_eq!(s.mappings.get(&addr), Some(&size), "unmapped what is not one whole mapping");
+        s.fails("unmap")?;
+        s.mappings.remove(&addr);
         s.used -= size;
         s.mapped -= size;
         let dropped: Vec<u64> = s.contents.range(addr..addr + size).map(|(&a, _)| a).collect();
         for a in dropped {
             s.contents.remove(&a);
         }
+        Ok(())
     }
     fn synchronize(&self) -> Result<()> {
+        let gate = self.state().synchronize_gate.clone();
+        if let Some(gate) = gate {
+            gate.pass();
+        }
         self.state().fails("synchronize")
     }
-    fn offload(&self, addr: u64, size: u64, reuse: Option<Box<dyn std::any::Any + Send>>) -> Result<Box<dyn std::any::Any + Send>> {
+    fn host_staging(&self, bytes: u64) -> Result<HostStaging> {
         let mut s = self.state();
-        assert!(s.is_mapped(addr, size), "offloaded memory that is not mapped");
-        s.fails("offload")?;
-        if reuse.is_none() {
-            s.fresh_offloads += 1;
-        }
-        let copy: Vec<(u64, Vec<u8>)> = s.contents.range(addr..addr + size).map(|(&a, b)| (a, b.clone())).collect();
-        Ok(Box::new(copy))
+        s.fails("host_staging")?;
+        s.fresh_offloads += 1;
+        s.staged_bytes.fetch_add(bytes, Ordering::Relaxed);
+        Ok(Box::new(Staging { bytes, contents: Vec::new(), staged: s.staged_bytes.clone() }))
     }
-    fn restore(&self, addr: u64, size: u64, copy: &(dyn std::any::Any + Send)) -> Result<()> {
+    /// Copies what `write` put in each range; each range is a call that `fail_on`
+    /// may fail.
+    fn offload(&self, ranges: &[(u64, u64)], host: &mut HostStaging) -> Result<()> {
         let mut s = self.state();
-        assert!(s.is_mapped(addr, size), "restored into memory that is not mapped");
-        s.fails("restore")?;
-        let copy = copy.downcast_ref::<Vec<(u64, Vec<u8>)>>().expect("a host source's copy");
-        s.contents.extend(copy.iter().cloned());
+        let staging = host.downcast_mut::<Staging>().expect("a host source's staging");
+        assert!(ranges.iter().map(|r| r.1).sum::<u64>() <= staging.bytes, "offloaded more than the staging holds");
+        staging.contents.clear();
+        for &(addr, size) in ranges {
+            assert!(s.is_mapped(addr, size), "offloaded memory that is not mapped");
+            s.fails("offload")?;
+            staging.contents.extend(s.contents.range(addr..addr + size).map(|(&a, b)| (a, b.clone())));
+        }
+        Ok(())
+    }
+    fn restore(&self, ranges: &[(u64, u64)], host: &HostStaging) -> Result<()> {
+        let mut s = self.state();
+        let staging = host.downcast_ref::<Staging>().expect("a host source's staging");
+        for &(addr, size) in ranges {
+            assert!(s.is_mapped(addr, size), "restored into memory that is not mapped");
+            s.fails("restore")?;
+            s.contents.extend(staging.contents.iter().filter(|(a, _)| (addr..addr + size).contains(a)).cloned());
+        }
         Ok(())
     }
     fn free_addresses(&self, addr: u64, size: u64) {
@@ -264,6 +306,51 @@ impl SegmentSource for HostSource {
     }
     fn history_device(&self) -> Option<i32> {
         self.state().device
+    }
+}
+
+/// A host source's offload: what `write` put in the ranges copied, by address.
+struct Staging {
+    bytes: u64,
+    contents: Vec<(u64, Vec<u8>)>,
+    /// Its source's count of the staged bytes alive, which it leaves when dropped.
+    staged: Arc<AtomicU64>,
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        self.staged.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// A gate that a test holds shut to keep `synchronize` waiting (a device busy for as
+/// long as the test likes), and that counts the callers it held.
+#[derive(Default)]
+pub struct Gate {
+    shut: Mutex<bool>,
+    opened: std::sync::Condvar,
+    waiting: AtomicU64,
+}
+
+impl Gate {
+    pub fn shut() -> Arc<Gate> {
+        Arc::new(Gate { shut: Mutex::new(true), ..Gate::default() })
+    }
+    pub fn open(&self) {
+        *lock(&self.shut) = false;
+        self.opened.notify_all();
+    }
+    /// Callers waiting at the gate now.
+    pub fn waiting(&self) -> u64 {
+        self.waiting.load(Ordering::SeqCst)
+    }
+    fn pass(&self) {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let mut shut = lock(&self.shut);
+        while *shut {
+            shut = self.opened.wait(shut).unwrap_or_else(|e| e.into_inner());
+        }
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -140,6 +140,10 @@ pub struct gpurt_memory_stats_t {
     /// Of `asleep_bytes`, those whose contents wait in pinned host memory
     /// (GPURT_SLEEP_OFFLOAD).
     pub offloaded_bytes: i64,
+    /// Pinned host memory the pools hold for offloads: while they sleep, and kept after
+    /// a wake for the next sleep (each pool's shard keeps at most the last sleep's
+    /// need; `gpurt_mem_pool_empty_cache` gives it back).
+    pub offload_host_bytes: i64,
 }
 
 /// The struct's size up to `unknown`, its first version: callers compiled against it
@@ -208,6 +212,7 @@ impl gpurt_memory_stats_t {
         self.unknown |= now.unknown;
         self.asleep_bytes += now.asleep_bytes - last.asleep_bytes;
         self.offloaded_bytes += now.offloaded_bytes - last.offloaded_bytes;
+        self.offload_host_bytes += now.offload_host_bytes - last.offload_host_bytes;
     }
 
     /// `torch.cuda.reset_accumulated_memory_stats`: totals and event counters to zero.
@@ -234,7 +239,9 @@ impl RetiredStats {
         // Not `or_default`: `new` also sets `struct_size`.
         #[allow(clippy::unwrap_or_default)]
         let retired = self.0.entry(device).or_insert_with(gpurt_memory_stats_t::new);
-        retired.absorb(gone, &gpurt_memory_stats_t::new());
+        // Its host memory went with it.
+        let gone = gpurt_memory_stats_t { offload_host_bytes: 0, ..*gone };
+        retired.absorb(&gone, &gpurt_memory_stats_t::new());
         retired.reset_peak();
     }
 

@@ -10,13 +10,12 @@
 
 use libc::{c_int, c_void};
 
-use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use cudarc::driver::sys;
 
-use super::pool::SegmentSource;
+use super::pool::{HostStaging, SegmentSource};
 use crate::stream::key::native_stream_of;
 use crate::device;
 use crate::driver::check;
@@ -160,12 +159,10 @@ impl SegmentSource for DriverSource {
             })
         })
     }
-    fn unmap(&self, addr: u64, size: u64) {
+    fn unmap(&self, addr: u64, size: u64) -> Result<()> {
+        device::with_device(self.device, || check(unsafe { sys::cuMemUnmap(addr, size as usize) }, "cuMemUnmap"))?;
         device::peers::unmapped(self.device, addr, size);
-        let unmapped = device::with_device(self.device, || check(unsafe { sys::cuMemUnmap(addr, size as usize) }, "cuMemUnmap"));
-        if let Err(e) = unmapped {
-            crate::log::log(crate::log::Level::Error, &format!("unmapping part of an expandable segment: {e}"));
-        }
+        Ok(())
     }
     fn free_addresses(&self, addr: u64, size: u64) {
         unsafe { sys::cuMemAddressFree(addr, size as usize) };
@@ -173,26 +170,29 @@ impl SegmentSource for DriverSource {
     fn synchronize(&self) -> Result<()> {
         device::synchronize(self.device)
     }
-    /// Into pinned host memory, through the legacy stream (the device is idle: the
-    /// sleep synchronised it).
-    fn offload(&self, addr: u64, size: u64, reuse: Option<Box<dyn Any + Send>>) -> Result<Box<dyn Any + Send>> {
+    fn host_staging(&self, bytes: u64) -> Result<HostStaging> {
         device::with_device(self.device, || {
-            let copy = match reuse.and_then(|r| r.downcast::<PinnedCopy>().ok()) {
-                Some(copy) => *copy,
-                None => {
-                    let mut host: *mut c_void = std::ptr::null_mut();
-                    check(unsafe { sys::cuMemHostAlloc(&mut host, size as usize, 0) }, "cuMemHostAlloc")?;
-                    PinnedCopy(host)
-                }
-            };
-            copy_on_legacy_stream("cuMemcpyDtoHAsync", |legacy| unsafe { sys::cuMemcpyDtoHAsync_v2(copy.0, addr, size as usize, legacy) })?;
-            Ok(Box::new(copy) as Box<dyn Any + Send>)
+            let mut host: *mut c_void = std::ptr::null_mut();
+            check(unsafe { sys::cuMemHostAlloc(&mut host, bytes as usize, 0) }, "cuMemHostAlloc")?;
+            Ok(Box::new(PinnedStaging { host, bytes }) as HostStaging)
         })
     }
-    fn restore(&self, addr: u64, size: u64, copy: &(dyn Any + Send)) -> Result<()> {
-        let copy = copy.downcast_ref::<PinnedCopy>().ok_or_else(|| Error::new(Status::GPURT_ERROR_INTERNAL, "an offload of another memory source"))?;
+    /// Through the legacy stream (the device is idle: the sleep synchronised it), every
+    /// copy queued before the one wait.
+    fn offload(&self, ranges: &[(u64, u64)], host: &mut HostStaging) -> Result<()> {
+        let staging = PinnedStaging::of(host, ranges)?;
         device::with_device(self.device, || {
-            copy_on_legacy_stream("cuMemcpyHtoDAsync", |legacy| unsafe { sys::cuMemcpyHtoDAsync_v2(addr, copy.0, size as usize, legacy) })
+            copies_on_legacy_stream("cuMemcpyDtoHAsync", ranges, |legacy, addr, offset, size| unsafe {
+                sys::cuMemcpyDtoHAsync_v2(staging.host.byte_add(offset), addr, size, legacy)
+            })
+        })
+    }
+    fn restore(&self, ranges: &[(u64, u64)], host: &HostStaging) -> Result<()> {
+        let staging = PinnedStaging::of(host, ranges)?;
+        device::with_device(self.device, || {
+            copies_on_legacy_stream("cuMemcpyHtoDAsync", ranges, |legacy, addr, offset, size| unsafe {
+                sys::cuMemcpyHtoDAsync_v2(addr, staging.host.byte_add(offset), size, legacy)
+            })
         })
     }
     fn map_granularity(&self) -> u64 {
@@ -389,21 +389,46 @@ impl SegmentSource for AsyncSource {
 
 /// Runs a copy on the legacy stream and waits for it (a sleep's offload and a wake's
 /// restore: the device is otherwise idle).
-fn copy_on_legacy_stream(what: &str, copy: impl FnOnce(sys::CUstream) -> sys::CUresult) -> Result<()> {
+/// Queues `copy(legacy stream, address, offset in the host memory, size)` for each of
+/// `ranges`, packed from the host memory's start, then waits for them all.
+fn copies_on_legacy_stream(what: &str, ranges: &[(u64, u64)], copy: impl Fn(sys::CUstream, u64, usize, usize) -> sys::CUresult) -> Result<()> {
     let legacy = crate::stream::NATIVE_LEGACY as sys::CUstream;
-    check(copy(legacy), what)?;
+    let mut offset = 0;
+    for &(addr, size) in ranges {
+        // A failed copy leaves the earlier ones queued: they are waited for all the same.
+        if let Err(e) = check(copy(legacy, addr, offset, size as usize), what) {
+            let _ = check(unsafe { sys::cuStreamSynchronize(legacy) }, "cuStreamSynchronize");
+            return Err(e);
+        }
+        offset += size as usize;
+    }
     check(unsafe { sys::cuStreamSynchronize(legacy) }, "cuStreamSynchronize")
 }
 
-/// A mapping's contents in pinned host memory while its pool sleeps.
-struct PinnedCopy(*mut c_void);
+/// Pinned host memory a sleeping pool's contents wait in.
+struct PinnedStaging {
+    host: *mut c_void,
+    bytes: u64,
+}
 
-// SAFETY: the memory is the copy's alone, and pinned memory may be freed from any thread.
-unsafe impl Send for PinnedCopy {}
+// SAFETY: the memory is the staging's alone, and pinned memory may be freed from any thread.
+unsafe impl Send for PinnedStaging {}
 
-impl Drop for PinnedCopy {
+impl PinnedStaging {
+    /// The driver's staging behind `host`, checked to hold `ranges`.
+    fn of<'a>(host: &'a HostStaging, ranges: &[(u64, u64)]) -> Result<&'a PinnedStaging> {
+        let staging = host.downcast_ref::<PinnedStaging>().ok_or_else(|| Error::new(Status::GPURT_ERROR_INTERNAL, "host memory of another memory source"))?;
+        let needed: u64 = ranges.iter().map(|r| r.1).sum();
+        if needed > staging.bytes {
+            return Err(Error::new(Status::GPURT_ERROR_INTERNAL, format!("{needed} bytes to copy through {} bytes of host memory", staging.bytes)));
+        }
+        Ok(staging)
+    }
+}
+
+impl Drop for PinnedStaging {
     fn drop(&mut self) {
-        unsafe { sys::cuMemFreeHost(self.0) };
+        unsafe { sys::cuMemFreeHost(self.host) };
     }
 }
 
@@ -436,7 +461,7 @@ impl SegmentSource for Box<dyn SegmentSource> {
     fn map(&self, addr: u64, size: u64) -> Result<()> {
         (**self).map(addr, size)
     }
-    fn unmap(&self, addr: u64, size: u64) {
+    fn unmap(&self, addr: u64, size: u64) -> Result<()> {
         (**self).unmap(addr, size)
     }
     fn free_addresses(&self, addr: u64, size: u64) {
@@ -448,11 +473,14 @@ impl SegmentSource for Box<dyn SegmentSource> {
     fn synchronize(&self) -> Result<()> {
         (**self).synchronize()
     }
-    fn offload(&self, addr: u64, size: u64, reuse: Option<Box<dyn Any + Send>>) -> Result<Box<dyn Any + Send>> {
-        (**self).offload(addr, size, reuse)
+    fn host_staging(&self, bytes: u64) -> Result<HostStaging> {
+        (**self).host_staging(bytes)
     }
-    fn restore(&self, addr: u64, size: u64, copy: &(dyn Any + Send)) -> Result<()> {
-        (**self).restore(addr, size, copy)
+    fn offload(&self, ranges: &[(u64, u64)], host: &mut HostStaging) -> Result<()> {
+        (**self).offload(ranges, host)
+    }
+    fn restore(&self, ranges: &[(u64, u64)], host: &HostStaging) -> Result<()> {
+        (**self).restore(ranges, host)
     }
     fn history_device(&self) -> Option<i32> {
         (**self).history_device()

@@ -13,7 +13,7 @@ use super::{chunks, ExportedBlock, Memory};
 use crate::boundary::lock;
 use crate::device;
 use crate::driver::check;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Status};
 
 /// A segment of another process, mapped here.
 struct Mapping {
@@ -70,7 +70,12 @@ impl Consumer {
         if let Some(&d) = self.devices.get(uuid) {
             return Ok(d);
         }
-        let d = device::by_uuid(uuid)?;
+        // A handle names a device by the bytes it carries: one this process cannot
+        // see is a field it cannot trust, as the header lists.
+        let d = device::by_uuid(uuid).map_err(|e| match e.status {
+            Status::GPURT_ERROR_NO_DEVICE => Error::invalid_handle(format!("{}: a forged handle, or one of a device hidden from this process", e.message)),
+            _ => e,
+        })?;
         self.devices.insert(*uuid, d);
         Ok(d)
     }
@@ -154,7 +159,11 @@ pub fn open(block: &ExportedBlock) -> Result<u64> {
     }
     let mut guard = lock(&CONSUMER);
     let consumer = guard.get_or_insert_with(Consumer::default);
+    let device = consumer.device(&block.device_uuid)?;
     if let Some(mapping) = consumer.mappings.get(&MappingKey::of(block)) {
+        if mapping.device != device {
+            return Err(Error::invalid_handle(format!("the handle names device {device}, where its memory is open on device {}: a forged handle", mapping.device)));
+        }
         let ptr = address_in(mapping, block)?;
         if let Some(open) = consumer.blocks.get_mut(&ptr) {
             if (open.producer, open.slot, open.generation) != (block.producer, block.slot, block.generation) {
@@ -164,7 +173,6 @@ pub fn open(block: &ExportedBlock) -> Result<u64> {
             return Ok(ptr);
         }
     }
-    let device = consumer.device(&block.device_uuid)?;
     let table = consumer.table(block.producer)?;
     let claimed = table.claim(block.slot, block.generation, me)?;
     if let Err(refused) = claimed {

@@ -43,7 +43,7 @@ pub extern "C" fn gpurt_ipc_mem_handle(ptr: *mut c_void, handle: *mut gpurt_ipc_
 ///
 /// @param handle a handle another process of this machine exported (untrusted bytes: see SECURITY.md)
 /// @param[out] ptr receives the block's address in this process (unchanged on failure); must not be NULL
-/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for bytes that are not a gpurt handle, another boot's handle, a freed block, a forged field (a process, an offset or size outside the memory, a descriptor that is not gpurt's list or not CUDA memory); GPURT_ERROR_INVALID_ARGUMENT for a handle this process exported; GPURT_ERROR_NOT_SUPPORTED without pidfd_getfd (Linux < 5.6) or ptrace access to the exporter, for an expandable segment's block; or a status every call may give (@ref statuses).
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for bytes that are not a gpurt handle, another boot's handle, a freed block, a forged field (a process, a device no visible device's UUID names, an offset or size outside the memory, a descriptor that is not gpurt's list or not CUDA memory); GPURT_ERROR_INVALID_ARGUMENT for a handle this process exported; GPURT_ERROR_NOT_SUPPORTED without pidfd_getfd (Linux < 5.6) or ptrace access to the exporter, for an expandable segment's block; or a status every call may give (@ref statuses).
 /// @par Ordering
 /// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
 #[no_mangle]

@@ -86,10 +86,12 @@ fn producer(slot: &mut Option<Producer>) -> Result<&mut Producer> {
 /// Exports the live block at `ptr` (exporting it again gives the same handle).
 pub fn export(ptr: u64) -> Result<ExportedBlock> {
     let (boot, me) = (boot_id()?, Process::current()?);
-    pools::require_awake(ptr)?;
     let (device, place) = pools::place(ptr)?;
     let device_uuid = device::uuid(device)?;
     let mut guard = lock(&PRODUCER);
+    // Under the lock a sleep's export check takes after its pool refuses exports
+    // (`mempool::device::sleep`): of an export and a sleep at once, one is refused.
+    pools::require_awake(ptr)?;
     let producer = producer(&mut guard)?;
     let block = |e: &Export| ExportedBlock { boot, producer: me, device_uuid, memory: e.memory, offset: e.offset, size: e.size, slot: e.slot, generation: e.generation };
     if let Some(export) = producer.exports.get(&ptr) {

@@ -41,7 +41,7 @@ extern char **environ;
 /* Where a handle's fields lie (src/ipc/mod.rs): after the mark, version, boot, the
  * producer's pid and start time, the device's UUID, the memory (its kind, then a
  * segment's driver handle, or the list's descriptor and count), offset and size. */
-enum { HANDLE_PID = 28, HANDLE_LIST_FD = 57, HANDLE_OFFSET = 121, HANDLE_SIZE = 129 };
+enum { HANDLE_PID = 28, HANDLE_UUID = 40, HANDLE_LIST_FD = 57, HANDLE_OFFSET = 121, HANDLE_SIZE = 129 };
 
 static gpurt_ipc_mem_handle_t with_field(const gpurt_ipc_mem_handle_t *h, int at, const void *value, size_t size) {
     gpurt_ipc_mem_handle_t changed = *h;
@@ -243,8 +243,11 @@ static int sees_consumer_change(const void *dev, size_t bytes, uint64_t seed) { 
 static void hostile_handles(Child *child, const gpurt_ipc_mem_handle_t *h, const char *what) {
     uint32_t init = 1;
     uint64_t far = 1ull << 62, zero = 0, past_end = 1ull << 40;
+    unsigned char no_device[16] = {0xde, 0xad};
     gpurt_ipc_mem_handle_t bad = with_field(h, HANDLE_PID, &init, sizeof init);
     CHECK(reopen_in(child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "%s handle naming another process (pid 1) is refused", what);
+    bad = with_field(h, HANDLE_UUID, no_device, sizeof no_device);
+    CHECK(reopen_in(child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "%s handle naming a device no visible device's UUID names is refused", what);
     bad = with_field(h, HANDLE_OFFSET, &far, sizeof far);
     CHECK(reopen_in(child, &bad, NULL) == GPURT_ERROR_INVALID_HANDLE, "%s handle with an offset past its memory is refused", what);
     bad = with_field(h, HANDLE_SIZE, &past_end, sizeof past_end);

@@ -312,6 +312,7 @@ CUresult cuMemMap(unsigned long long p, size_t size, size_t off, unsigned long l
 CUresult cuMemUnmap(unsigned long long p, size_t size) {
     int i;
     CUresult r = 1; /* CUDA_ERROR_INVALID_VALUE: not one whole mapping (the driver cannot unmap part of one) */
+    INJECT("cuMemUnmap", UNKNOWN);
     pthread_mutex_lock(&maps_lock);
     for (i = 0; i < 16384; i++) {
         if (maps[i].size != 0 && maps[i].addr == p && maps[i].size == size) { maps[i].size = 0; r = 0; count(&live_device, -(long)size); break; }

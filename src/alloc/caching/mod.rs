@@ -24,7 +24,7 @@
 //! need one shared counter written by every operation, which is what stops other
 //! allocators from scaling.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rustc_hash::FxHashMap as HashMap;
@@ -38,6 +38,7 @@ use crate::boundary::lock;
 use crate::error::{Error, Result, Status};
 
 mod shards;
+mod sleep;
 use shards::{Shard, ShardState, MAX_SHARDS};
 #[cfg(test)]
 pub(crate) use shards::SPLIT_AFTER;
@@ -73,17 +74,23 @@ pub struct CachingAllocator<S: SegmentSource> {
     shards: Box<[OnceLock<Shard<S>>]>,
     /// (stream, 0) -> the stream's shared shard; (stream, thread number) -> the shard
     /// of a thread that met contention on the shared one (`SPLIT_AFTER`).
-    streams: Mutex<HashMap<(u64, u32), u32>>,
+    streams: Mutex<StreamMap>,
     totals: Mutex<gpurt_memory_stats_t>,
     /// Where its pools' events go while the memory history is on (`None`: host memory).
     history: Option<history::Tag>,
-    /// Whether it sleeps (`sleep`): read by every allocation, so that a shard made
-    /// while it sleeps takes no memory either.
+    /// Whether allocations are refused: from a sleep's start to its wake's end (or
+    /// the sleep's failure). Read by every allocation; written under `streams`, so
+    /// that a shard made meanwhile starts asleep (`sleep`).
     asleep: AtomicBool,
-    /// How it sleeps (`Some(offload)`), or `None` awake; held through a sleep or wake,
-    /// so that they run one at a time.
-    sleep_mode: Mutex<Option<bool>>,
+    /// How it sleeps once a sleep succeeded: `SLEEP_NONE`, `SLEEP_DISCARD` or
+    /// `SLEEP_OFFLOAD`; read without a lock.
+    sleep_mode: AtomicU8,
+    /// Held through a sleep or a wake, so that they run one at a time.
+    transition: Mutex<()>,
 }
+
+/// (stream, 0) -> the stream's shared shard; (stream, thread number) -> a thread's own.
+type StreamMap = HashMap<(u64, u32), u32>;
 
 fn is_oom(e: &Error) -> bool {
     e.status == Status::GPURT_ERROR_OUT_OF_MEMORY
@@ -102,7 +109,8 @@ impl<S: SegmentSource> CachingAllocator<S> {
             streams: Mutex::default(),
             totals: Mutex::new(gpurt_memory_stats_t::new()),
             asleep: AtomicBool::new(false),
-            sleep_mode: Mutex::new(None),
+            sleep_mode: AtomicU8::new(sleep::SLEEP_NONE),
+            transition: Mutex::new(()),
         }
     }
 
@@ -263,88 +271,6 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// frees first (`torch.cuda.empty_cache`).
     pub fn empty_cache(&self) {
         self.for_each_shard(Pool::empty_cache);
-    }
-
-    /// Puts every shard to sleep: each prepares (`Pool::prepare_sleep`: deferred
-    /// frees, the release of free memory, the device's work waited for, with
-    /// `offload` the contents copied to host memory), then each unmaps its memory
-    /// (`Pool::commit_sleep`), the shards locked throughout. Allocations are refused
-    /// until `wake`; frees go on. A failure comes before anything is unmapped, so
-    /// the allocator stays wholly awake.
-    pub fn sleep(&self, offload: bool) -> Result<()> {
-        let mut mode = lock(&self.sleep_mode);
-        if mode.is_some() {
-            return Err(Error::invalid_argument("the memory pool is already asleep"));
-        }
-        self.asleep.store(true, Ordering::Relaxed);
-        let mut shards = self.lock_shards();
-        let prepared: Result<Vec<_>> = shards.iter_mut().map(|state| state.pool.prepare_sleep(offload)).collect();
-        let prepared = match prepared {
-            Ok(prepared) => prepared,
-            Err(e) => {
-                self.flush_shards(&mut shards);
-                self.asleep.store(false, Ordering::Relaxed);
-                return Err(e);
-            }
-        };
-        for (state, sleep) in shards.iter_mut().zip(prepared) {
-            state.pool.commit_sleep(sleep);
-        }
-        self.flush_shards(&mut shards);
-        *mode = Some(offload);
-        ASLEEP.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Wakes every sleeping shard: each maps its memory again and restores what was
-    /// offloaded (`Pool::map_for_wake`), then each counts it (`Pool::commit_wake`).
-    /// A shard's failure unmaps the shards mapped before it again, so that the
-    /// allocator stays wholly asleep, its host copies kept, and the call may be retried.
-    pub fn wake(&self) -> Result<()> {
-        let mut mode = lock(&self.sleep_mode);
-        if mode.is_none() {
-            return Err(Error::invalid_argument("the memory pool is not asleep"));
-        }
-        let mut shards = self.lock_shards();
-        shards.retain(|state| state.pool.is_asleep()); // a shard made as it fell asleep holds nothing asleep
-        for i in 0..shards.len() {
-            if let Err(e) = shards[i].pool.map_for_wake() {
-                for state in &mut shards[..i] {
-                    state.pool.unmap_after_wake();
-                }
-                return Err(e);
-            }
-        }
-        for state in &mut shards {
-            state.pool.commit_wake();
-        }
-        self.flush_shards(&mut shards);
-        *mode = None;
-        self.asleep.store(false, Ordering::Relaxed);
-        ASLEEP.fetch_sub(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Whether the allocator sleeps, and how: `Some(offload)`.
-    pub fn sleep_mode(&self) -> Option<bool> {
-        *lock(&self.sleep_mode)
-    }
-
-    /// Whether `addr` lies in this allocator's memory while it sleeps (read without
-    /// the sleep's lock, for the copies' check).
-    pub fn holds_asleep(&self, addr: u64) -> bool {
-        self.asleep.load(Ordering::Relaxed) && self.may_hold(addr) && self.holds(addr)
-    }
-
-    /// Every shard locked, in index order (sleep and wake hold them all).
-    fn lock_shards(&self) -> Vec<MutexGuard<'_, ShardState<S>>> {
-        self.created_shards().map(|shard| lock(&shard.state)).collect()
-    }
-
-    fn flush_shards(&self, shards: &mut [MutexGuard<'_, ShardState<S>>]) {
-        for state in shards {
-            state.flush(&self.totals);
-        }
     }
 
     /// Runs `f` on every shard's pool in turn, flushing its statistics after.

@@ -4,11 +4,10 @@
 //! the shards themselves with their statistics last folded into the totals.
 
 use std::cell::Cell;
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
 
-use rustc_hash::FxHashMap as HashMap;
-
-use super::{CachingAllocator, FLUSH_BYTES};
+use super::{CachingAllocator, StreamMap, FLUSH_BYTES};
 use crate::alloc::pool::{Pool, SegmentSource};
 use crate::alloc::stats::gpurt_memory_stats_t;
 use crate::boundary::lock;
@@ -168,11 +167,15 @@ impl<S: SegmentSource> CachingAllocator<S> {
 
     /// The shard of a stream map key, created on first use. Past `MAX_SHARDS`, keys
     /// share shards (a pool keeps each stream's blocks apart in any case).
-    fn shard_for(&self, streams: &mut HashMap<(u64, u32), u32>, key: (u64, u32)) -> u32 {
+    fn shard_for(&self, streams: &mut StreamMap, key: (u64, u32)) -> u32 {
         let count = streams.len();
         let index = *streams.entry(key).or_insert((count % MAX_SHARDS) as u32);
         self.shards[index as usize].get_or_init(|| {
-            let pool = Pool::new(self.shared.clone(), index, lock(&self.config).clone(), self.history.clone());
+            let mut pool = Pool::new(self.shared.clone(), index, lock(&self.config).clone(), self.history.clone());
+            // Read under the stream map's lock, as a sleep and a wake write it.
+            if self.asleep.load(Ordering::SeqCst) {
+                pool.start_asleep();
+            }
             Shard { state: Mutex::new(ShardState { flushed: pool.stats(), pool }) }
         });
         index

@@ -250,6 +250,21 @@ fn capture_finished() {
     }
 }
 
+/// Runs `body`, which waits for the device (`what` does), while no capture begun
+/// through gpurt is in progress, and keeps captures from beginning until it returns:
+/// the wait would invalidate them. Refused, naming the captures, while any is.
+pub fn outside_captures<R>(what: &str, body: impl FnOnce() -> Result<R>) -> Result<R> {
+    let gate = lock(&CAPTURE_GATE);
+    if gate.active > 0 {
+        let ids = with_registry(|r| r.pools.capture_ids());
+        return Err(Error::new(
+            Status::GPURT_ERROR_STREAM_CAPTURE,
+            format!("stream capture {ids:?} (gpurt_stream_begin_capture) is in progress: {what} waits for the device, which would invalidate it; end the capture first"),
+        ));
+    }
+    body()
+}
+
 /// Waits for the device (a replay may still use the pool's memory), then makes the
 /// blocks freed during capture reusable and gives the free segments back.
 fn synchronize_and_collect(id: u64, allocator: &CachingAllocator<CaptureSource>) {

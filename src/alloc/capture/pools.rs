@@ -96,6 +96,13 @@ impl<S: SegmentSource> GraphPools<S> {
         self.captures.remove(&capture)
     }
 
+    /// The ids of the captures in progress, in order.
+    pub fn capture_ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.captures.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
     pub fn for_capture(&self, capture: u64) -> Option<Arc<CachingAllocator<S>>> {
         self.pools.get(self.captures.get(&capture)?).map(|e| e.allocator.clone())
     }

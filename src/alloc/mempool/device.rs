@@ -214,7 +214,7 @@ fn with_sleeper<T>(handle: Handle, f: impl FnOnce(&dyn Sleeper) -> Result<T>) ->
 /// Sleep and wake over an allocator of any source.
 trait Sleeper {
     fn holds(&self, addr: u64) -> bool;
-    fn sleep(&self, offload: bool) -> Result<()>;
+    fn sleep(&self, offload: bool, admit: &dyn Fn() -> Result<()>) -> Result<()>;
     fn wake(&self) -> Result<()>;
     fn sleep_mode(&self) -> Option<bool>;
 }
@@ -223,8 +223,8 @@ impl<S: SegmentSource> Sleeper for CachingAllocator<S> {
     fn holds(&self, addr: u64) -> bool {
         CachingAllocator::holds(self, addr)
     }
-    fn sleep(&self, offload: bool) -> Result<()> {
-        CachingAllocator::sleep(self, offload)
+    fn sleep(&self, offload: bool, admit: &dyn Fn() -> Result<()>) -> Result<()> {
+        CachingAllocator::sleep(self, offload, admit)
     }
     fn wake(&self) -> Result<()> {
         CachingAllocator::wake(self)
@@ -234,21 +234,25 @@ impl<S: SegmentSource> Sleeper for CachingAllocator<S> {
     }
 }
 
-/// Puts the pool to sleep (`CachingAllocator::sleep`), unless it holds a block
-/// exported to other processes, whose memory they map.
+/// Puts the pool to sleep (`CachingAllocator::sleep`), unless a capture is in
+/// progress (the sleep waits for the device) or the pool holds a block exported to
+/// other processes, whose memory they map. The export check comes after the pool
+/// refuses new exports (`ipc::producer::export` checks under the same lock), so that
+/// an export and a sleep at once cannot both succeed.
 pub fn sleep(handle: Handle, offload: bool) -> Result<()> {
     with_sleeper(handle, |pool| {
-        if let Some(ptr) = pools::exported_block(&|addr| pool.holds(addr)) {
-            return Err(Error::not_supported(format!(
+        let no_exports = || match pools::exported_block(&|addr| pool.holds(addr)) {
+            Some(ptr) => Err(Error::not_supported(format!(
                 "the block at {ptr:#x} is exported to other processes (gpurt_ipc_mem_handle), which map its memory: free it and let them close it before the pool sleeps"
-            )));
-        }
-        pool.sleep(offload)
+            ))),
+            None => Ok(()),
+        };
+        capture::outside_captures("a sleep", || pool.sleep(offload, &no_exports))
     })
 }
 
 pub fn wake(handle: Handle) -> Result<()> {
-    with_sleeper(handle, |pool| pool.wake())
+    with_sleeper(handle, |pool| capture::outside_captures("a wake", || pool.wake()))
 }
 
 /// Whether the pool sleeps (a pool that cannot sleep never does).

@@ -125,11 +125,12 @@ pub extern "C" fn gpurt_mem_pool_create(device: c_int, options: *const gpurt_mem
 }
 
 /// Destroys a pool made with gpurt_mem_pool_create. Refused, changing nothing,
-/// while it holds live allocations (the message says how many) or a thread has it
-/// pushed; its cached memory goes back to the driver.
+/// while it holds live allocations (the message says how many), a thread has it
+/// pushed, or it sleeps or is falling asleep (wake it first); its cached memory and
+/// the host memory kept for its offloads go back.
 ///
 /// @param pool a pool from gpurt_mem_pool_create
-/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a default pool, or while the pool holds live allocations or is pushed on a thread (nothing changes); or a status every call may give (@ref statuses).
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a default pool, or while the pool holds live allocations, is pushed on a thread, or sleeps (nothing changes); or a status every call may give (@ref statuses).
 /// @par Ordering
 /// Returns wholly free cached memory to the driver, which waits for the device where that memory may still be in use (cuMemFree, cuMemUnmap); blocks whose freeing streams have not passed their recorded events stay cached. Not allowed while a stream is being captured in global mode.
 #[no_mangle]
@@ -299,25 +300,35 @@ pub const GPURT_SLEEP_OFFLOAD: gpurt_sleep_mode_t = 0;
 /// undefined bytes (vLLM's sleep level 2, for a KV cache).
 pub const GPURT_SLEEP_DISCARD: gpurt_sleep_mode_t = 1;
 
-/// Puts `pool` to sleep: it waits for its deferred frees and releases its wholly
-/// free memory, waits for the device's work, with GPURT_SLEEP_OFFLOAD copies its
-/// memory to pinned host memory, then unmaps all of it, giving the physical memory
-/// back to the driver. Its blocks keep their addresses (reserved, not backed): after
-/// gpurt_mem_pool_wake every pointer is valid again, so CUDA graphs that use them
-/// replay. While it sleeps, allocations from it fail and frees of its blocks work.
+/// Puts `pool` to sleep: from the call's start allocations from it are refused; it
+/// waits for the device's work, completes its deferred frees and releases its wholly
+/// free memory, with GPURT_SLEEP_OFFLOAD copies the bytes of its live blocks (not its
+/// free memory) to pinned host memory, then unmaps all of its memory, giving the
+/// physical memory back to the driver. Its blocks keep their addresses (reserved, not
+/// backed): after gpurt_mem_pool_wake every pointer is valid again, so CUDA graphs
+/// that use them replay. While it sleeps or falls asleep, allocations from it fail and
+/// frees of its blocks work; gpurt_mem_pool_stats, gpurt_mem_pool_is_asleep and frees
+/// do not wait for the sleep's synchronisation or copies, so a host function
+/// (gpurt_stream_launch_host_func) may call them during a sleep.
 /// Only memory of expandable segments can sleep (the default; not under `expandable_segments:False` in the
 /// process's configuration or the pool's own); a pool holding a block in a segment
 /// of its own refuses, naming the block, as does a pool holding a block exported to
-/// other processes (gpurt_ipc_mem_handle), whose memory they map. gpurt's copies,
+/// other processes (gpurt_ipc_mem_handle), whose memory they map; of an export and a
+/// sleep made at once, one is refused. gpurt's copies,
 /// memsets, fills, elementwise kernels, GDS transfers and exports of a sleeping
-/// pool's blocks are refused. A failure
-/// leaves the pool awake, as it was.
+/// pool's blocks are refused. The host memory of an offload is kept after the wake
+/// for the next sleep (`offload_host_bytes` in the statistics; a shard of the pool
+/// keeps at most its last offload's size, and gpurt_mem_pool_empty_cache gives it
+/// back). A failure leaves the pool awake, as it was; where the driver refuses to
+/// unmap part of the memory, the parts unmapped before are mapped again, their
+/// contents restored with GPURT_SLEEP_OFFLOAD (with GPURT_SLEEP_DISCARD those parts'
+/// contents are lost, as asked).
 ///
 /// @param pool the pool: a default pool, or one made with gpurt_mem_pool_create
 /// @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD
-/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown `mode` or a pool already asleep; GPURT_ERROR_NOT_SUPPORTED for a pool that cannot sleep (a block in a segment of its own, a block exported to other processes, a graph pool, the driver's pool, an upstream that cannot map); GPURT_ERROR_OUT_OF_MEMORY where the host memory for the offload cannot be had; or a status every call may give (@ref statuses).
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown `mode` or a pool already asleep; GPURT_ERROR_NOT_SUPPORTED for a pool that cannot sleep (a block in a segment of its own, a block exported to other processes, a graph pool, the driver's pool, an upstream that cannot map); GPURT_ERROR_OUT_OF_MEMORY where the host memory for the offload cannot be had; GPURT_ERROR_STREAM_CAPTURE while a capture begun with gpurt_stream_begin_capture is in progress (the message names it; captures begun meanwhile wait for the sleep); or a status every call may give (@ref statuses).
 /// @par Ordering
-/// Blocking: synchronises the pool's device, then copies and unmaps. Not allowed while a stream is being captured.
+/// Blocking: synchronises the pool's device, then copies and unmaps. Refused while a stream is being captured through gpurt.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_sleep(pool: gpurt_mem_pool_t, mode: gpurt_sleep_mode_t) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_sleep", || {
@@ -335,15 +346,17 @@ pub extern "C" fn gpurt_mem_pool_sleep(pool: gpurt_mem_pool_t, mode: gpurt_sleep
 /// device out of memory, say) leaves it asleep, as it was, for a retry.
 ///
 /// @param pool the pool
-/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a pool that is not asleep; GPURT_ERROR_OUT_OF_MEMORY when the device's memory does not suffice; or a status every call may give (@ref statuses).
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a pool that is not asleep; GPURT_ERROR_OUT_OF_MEMORY when the device's memory does not suffice; GPURT_ERROR_STREAM_CAPTURE while a capture begun with gpurt_stream_begin_capture is in progress; or a status every call may give (@ref statuses).
 /// @par Ordering
-/// Blocking: maps and copies, and returns when the contents are back.
+/// Blocking: maps and copies, and returns when the contents are back; frees, statistics and gpurt_mem_pool_is_asleep do not wait for it.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_wake(pool: gpurt_mem_pool_t) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_wake", || pools::wake(h(pool)))
 }
 
-/// Whether `pool` sleeps (gpurt_mem_pool_sleep).
+/// Whether `pool` sleeps (gpurt_mem_pool_sleep). Never waits for a sleep or a wake
+/// in progress: a pool falling asleep reads 0 until its sleep succeeded, a pool waking
+/// reads 1 until its wake did.
 ///
 /// @param pool the pool
 /// @param[out] asleep receives 1 while it sleeps, else 0; must not be NULL

@@ -135,8 +135,8 @@ impl<S: SegmentSource> MemPools<S> {
         if pushed > 0 {
             return Err(Error::invalid_argument(format!("the memory pool is pushed {pushed} time(s) on some thread: pop it first")));
         }
-        if pool.allocator.sleep_mode().is_some() {
-            return Err(Error::invalid_argument("the memory pool is asleep: wake it (gpurt_mem_pool_wake) before destroying it"));
+        if pool.allocator.refuses_allocations() {
+            return Err(Error::invalid_argument("the memory pool is asleep or falling asleep: wake it (gpurt_mem_pool_wake) before destroying it"));
         }
         let stats = pool.allocator.stats();
         let blocks = stats.allocation.all.current;

@@ -39,15 +39,21 @@ impl<S: SegmentSource> Pool<S> {
         let Block { addr, size, pool, .. } = self.blocks[id];
         let seg = &self.expandable[&key];
         let first = seg.maps.partition_point(|&(start, _)| start < addr);
-        let last = seg.maps.partition_point(|&(start, len)| start + len <= addr + size);
+        let mut last = seg.maps.partition_point(|&(start, len)| start + len <= addr + size);
+        // The mappings in one free block follow each other: those unmapped before a
+        // failure make the hole, and the rest stay mapped, counted as reserved.
+        if let Some(failed) = (first..last).find(|&i| {
+            let (start, len) = self.expandable[&key].maps[i];
+            self.shared.shrink(start, len).inspect_err(|e| crate::log::log(crate::log::Level::Error, &format!("releasing free memory: {e}"))).is_err()
+        }) {
+            last = failed;
+        }
         if first >= last {
             return;
         }
-        let (from, to) = (seg.maps[first].0, seg.maps[last - 1].0 + seg.maps[last - 1].1);
-        let released: Vec<(u64, u64)> = self.expandable.get_mut(&key).expect("segment").maps.drain(first..last).collect();
-        for (start, len) in released {
-            self.shared.shrink(start, len);
-        }
+        let maps = &mut self.expandable.get_mut(&key).expect("segment").maps;
+        let (from, to) = (maps[first].0, maps[last - 1].0 + maps[last - 1].1);
+        maps.drain(first..last);
         self.note(&[Action::SegmentUnmap], from, to - from, key.0);
         self.count_device_memory(pool, -((to - from) as i64));
         self.remove_free(id);

@@ -3,7 +3,7 @@
 //! and the statistics against what the blocks add up to.
 
 use super::super::blocks::{State, NO_BLOCK};
-use super::expandable::Sleep;
+use super::sleep::Sleep;
 use super::{Pool, SegmentSource};
 
 impl<S: SegmentSource> Pool<S> {
@@ -93,7 +93,7 @@ impl<S: SegmentSource> Pool<S> {
             return Err("blocks outside any segment, stale free-list entries or stale addresses".into());
         }
         let s = &self.stats();
-        let reserved = self.segments.values().map(|seg| seg.size).sum::<u64>() - unmapped_bytes - self.asleep.as_ref().map_or(0, Sleep::bytes);
+        let reserved = self.segments.values().map(|seg| seg.size).sum::<u64>() - unmapped_bytes - self.asleep.as_ref().map_or(0, Sleep::unmapped_bytes);
         let checks = [
             ("allocated_bytes", s.allocated_bytes.all.current, allocated),
             ("active_bytes", s.active_bytes.all.current, active),
@@ -101,7 +101,7 @@ impl<S: SegmentSource> Pool<S> {
             ("inactive_split", s.inactive_split.all.current, inactive_split_blocks),
             ("requested_bytes", s.requested_bytes.all.current, requested),
             ("reserved_bytes", s.reserved_bytes.all.current, reserved as i64),
-            ("asleep_bytes", s.asleep_bytes, self.asleep.as_ref().map_or(0, Sleep::bytes) as i64),
+            ("asleep_bytes", s.asleep_bytes, self.asleep.as_ref().map_or(0, Sleep::unmapped_bytes) as i64),
         ];
         for (name, stat, truth) in checks {
             if stat != truth {

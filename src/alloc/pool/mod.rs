@@ -26,12 +26,13 @@ mod holes;
 mod invariants;
 mod parking;
 mod segments;
+mod sleep;
 mod view;
-pub use expandable::{asleep_error, Sleep};
+pub use sleep::{asleep_error, Sleep, SleepCopy, Staged, WakeWork};
 use accounting::{count_handed_out, count_inactive_split, uncount_use};
 use expandable::Expandable;
 use parking::{park_max, Parked, RECENT_SIZES};
-pub use segments::{SegmentSource, Segments};
+pub use segments::{HostStaging, SegmentSource, Segments};
 pub use view::{BlockState, BlockView, SegmentView};
 
 const MIB: u64 = 1 << 20;
@@ -117,8 +118,8 @@ pub struct Pool<S: SegmentSource> {
     expandable: HashMap<(u64, usize), Expandable>,
     /// While the pool sleeps: its unmapped memory (`expandable::Sleep`).
     asleep: Option<Sleep>,
-    /// Host memory of the last offload, by size, kept after a wake for the next sleep.
-    host_copies: Vec<(u64, Box<dyn std::any::Any + Send>)>,
+    /// Host memory of the last offload, kept after a wake for the next sleep.
+    host_copy: Option<Staged>,
     /// Segments taken so far: the next segment's number in its blocks' ranks.
     segments_taken: u64,
     /// Where this pool's events go while the memory history is on.
@@ -193,7 +194,7 @@ impl<S: SegmentSource> Pool<S> {
             parked_reuses: [(0, 0); 2],
             expandable: HashMap::default(),
             asleep: None,
-            host_copies: Vec::new(),
+            host_copy: None,
             segments_taken: 0,
             history,
             events: history::Ring::default(),
@@ -357,7 +358,7 @@ impl<S: SegmentSource> Pool<S> {
             return Ok(Some(0));
         }
         if self.asleep.is_some() {
-            return Err(expandable::asleep_error());
+            return Err(sleep::asleep_error());
         }
         if !self.pending.is_empty() {
             self.process_pending(false);
@@ -570,7 +571,7 @@ impl<S: SegmentSource> Pool<S> {
     /// Releases every cached segment that is wholly free (waiting for deferred
     /// frees first), as `torch.cuda.empty_cache`.
     pub fn empty_cache(&mut self) {
-        self.host_copies.clear();
+        self.take_host_copy();
         self.process_pending(true);
         self.release_free_segments();
     }

@@ -10,6 +10,10 @@ use super::super::owners::{SegmentOwner, SegmentOwners};
 use super::MIB;
 use crate::error::{Error, Result, Status};
 
+/// Host memory a source copies a sleeping pool's contents into (`offload`), of the
+/// source's own kind.
+pub type HostStaging = Box<dyn Any + Send>;
+
 /// Where segments come from, and the stream-ordering markers deferred frees wait on.
 /// Shared by every shard of an allocator, so it synchronises itself.
 pub trait SegmentSource: Send + Sync {
@@ -57,8 +61,11 @@ pub trait SegmentSource: Send + Sync {
     fn map(&self, _addr: u64, _size: u64) -> Result<()> {
         Err(Error::not_supported("this memory source has no expandable segments"))
     }
-    /// Returns the memory behind `[addr, addr + size)`; the addresses stay reserved.
-    fn unmap(&self, _addr: u64, _size: u64) {}
+    /// Returns the memory behind `[addr, addr + size)`, one whole mapping; the
+    /// addresses stay reserved. On failure the memory stays mapped.
+    fn unmap(&self, _addr: u64, _size: u64) -> Result<()> {
+        Ok(())
+    }
     /// Returns a reservation, wholly unmapped.
     fn free_addresses(&self, _addr: u64, _size: u64) {}
     /// Waits for all work queued on the source's device (a pool's sleep, before it
@@ -66,14 +73,18 @@ pub trait SegmentSource: Send + Sync {
     fn synchronize(&self) -> Result<()> {
         Ok(())
     }
-    /// Copies the mapped bytes `[addr, addr + size)` into host memory kept for
-    /// `restore` (a pool's sleep with offload): into `reuse`, where given, the host
-    /// memory of an earlier offload of the same size, else into new memory.
-    fn offload(&self, _addr: u64, _size: u64, _reuse: Option<Box<dyn Any + Send>>) -> Result<Box<dyn Any + Send>> {
+    /// Host memory of `bytes` bytes for `offload` to copy into (pinned on the driver,
+    /// so that the copies run at the link's speed).
+    fn host_staging(&self, _bytes: u64) -> Result<HostStaging> {
         Err(Error::not_supported("this memory source cannot offload its memory"))
     }
-    /// Copies what `offload` kept back into `[addr, addr + size)`, mapped again.
-    fn restore(&self, _addr: u64, _size: u64, _copy: &(dyn Any + Send)) -> Result<()> {
+    /// Copies each of `ranges` (address, size), all mapped, into `host`, one after
+    /// another from its start, and waits for the copies (a pool's sleep with offload).
+    fn offload(&self, _ranges: &[(u64, u64)], _host: &mut HostStaging) -> Result<()> {
+        Err(Error::not_supported("this memory source cannot offload its memory"))
+    }
+    /// Copies what `offload` put in `host` back into `ranges`, mapped again.
+    fn restore(&self, _ranges: &[(u64, u64)], _host: &HostStaging) -> Result<()> {
         Err(Error::not_supported("this memory source cannot offload its memory"))
     }
     /// The unit of `map` and `unmap`.
@@ -219,9 +230,12 @@ impl<S: SegmentSource> Segments<S> {
         })
     }
 
-    pub(super) fn shrink(&self, addr: u64, size: u64) {
-        self.source.unmap(addr, size);
+    /// Unmaps one whole mapping of an expandable segment; counted as given back only
+    /// when the driver unmapped it.
+    pub(super) fn shrink(&self, addr: u64, size: u64) -> Result<()> {
+        self.source.unmap(addr, size)?;
         self.reserved.fetch_sub(size, Ordering::Relaxed);
+        Ok(())
     }
 
     pub(super) fn free_expandable(&self, addr: u64, size: u64) {

@@ -1,0 +1,234 @@
+//! Sleep and wake of a whole allocator: every shard's memory unmapped and mapped back
+//! (the pool's part: `pool::sleep`), in steps that hold the shards' locks only to
+//! decide and to commit. The device's synchronisation and the copies run without them,
+//! so that statistics, `is_asleep` and frees of the pool's blocks go on meanwhile,
+//! also from a host function the device is running.
+//!
+//! From a sleep's start, allocations are refused (`asleep`) and so are exports and
+//! copies of the pool's memory (`holds_asleep`); a shard made while it sleeps starts
+//! asleep (`shards::shard_for`, under `streams`, which the sleep and the wake hold
+//! while they go over the shards, so that none is missed or left asleep).
+
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+
+use super::shards::ShardState;
+use super::{CachingAllocator, StreamMap, ASLEEP};
+use crate::alloc::pool::{SegmentSource, SleepCopy, Staged, WakeWork};
+use crate::boundary::lock;
+use crate::error::{Error, Result};
+
+pub(super) const SLEEP_NONE: u8 = 0;
+const SLEEP_DISCARD: u8 = 1;
+const SLEEP_OFFLOAD: u8 = 2;
+
+/// Every shard locked, with its index, and the stream map with them (no shard is made
+/// while these are held).
+type Locked<'a, S> = (MutexGuard<'a, StreamMap>, Vec<(u32, MutexGuard<'a, ShardState<S>>)>);
+
+/// How a sleep failed: the allocator wholly awake, or (its undoing failed too) asleep
+/// in part.
+enum Failed {
+    Awake(Error),
+    PartlyAsleep(Error),
+}
+
+impl<S: SegmentSource> CachingAllocator<S> {
+    /// Puts every shard to sleep: allocations refused, `admit` asked (the caller's own
+    /// refusals, seen by anything that checks `holds_asleep` after it), the device's
+    /// work waited for, then each shard decides what to copy (`Pool::begin_sleep`),
+    /// the live bytes are copied to host memory with `offload`, and each shard unmaps
+    /// its memory. Frees go on throughout. A failure leaves the allocator wholly
+    /// awake, as it was (see `Pool::commit_sleep` for a failed unmap).
+    pub fn sleep(&self, offload: bool, admit: impl FnOnce() -> Result<()>) -> Result<()> {
+        let _one = lock(&self.transition);
+        if self.sleep_mode().is_some() {
+            return Err(Error::invalid_argument("the memory pool is already asleep"));
+        }
+        self.set_refusing(&lock(&self.streams), true);
+        match self.fall_asleep(offload, admit) {
+            Ok(()) => {
+                self.sleep_mode.store(if offload { SLEEP_OFFLOAD } else { SLEEP_DISCARD }, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(Failed::Awake(e)) => {
+                // Shards made meanwhile started asleep with nothing to unmap.
+                let (streams, mut shards) = self.lock_all();
+                for (_, state) in shards.iter_mut().filter(|(_, state)| state.pool.is_asleep()) {
+                    state.pool.commit_wake(None);
+                }
+                self.flush(&mut shards);
+                self.set_refusing(&streams, false);
+                Err(e)
+            }
+            Err(Failed::PartlyAsleep(e)) => {
+                self.sleep_mode.store(if offload { SLEEP_OFFLOAD } else { SLEEP_DISCARD }, Ordering::SeqCst);
+                Err(e.context("the pool could not be woken after its sleep failed: it is asleep in part, and a wake maps what is unmapped"))
+            }
+        }
+    }
+
+    fn fall_asleep(&self, offload: bool, admit: impl FnOnce() -> Result<()>) -> std::result::Result<(), Failed> {
+        admit().and_then(|()| self.shared.source.synchronize()).map_err(Failed::Awake)?;
+        let mut copies = Vec::new();
+        {
+            let (_streams, mut shards) = self.lock_all();
+            for (index, state) in shards.iter_mut().filter(|(_, state)| !state.pool.is_asleep()) {
+                match state.pool.begin_sleep(offload) {
+                    Ok(copy) => copies.push((*index, copy)),
+                    Err(e) => {
+                        drop((_streams, shards));
+                        return Err(Failed::Awake(self.cancel_sleep(copies, e)));
+                    }
+                }
+            }
+            self.flush(&mut shards);
+        }
+        for (_, copy) in copies.iter_mut().filter(|_| offload) {
+            if let Err(e) = self.offload(copy) {
+                return Err(Failed::Awake(self.cancel_sleep(copies, e)));
+            }
+        }
+        let (_streams, mut shards) = self.lock_all();
+        let mut result = Ok(());
+        let mut slept = Vec::new();
+        for (index, state) in &mut shards {
+            let Some(at) = copies.iter().position(|(i, _)| i == index) else { continue };
+            let (_, copy) = copies.swap_remove(at);
+            if result.is_err() {
+                state.pool.cancel_sleep(copy.staging);
+            } else if let Err(e) = state.pool.commit_sleep(copy.staging) {
+                result = Err(e);
+            } else {
+                slept.push(*index);
+            }
+        }
+        if let Err(e) = result {
+            // The shards asleep already wake under their locks.
+            let mut partly = None;
+            for (_, state) in shards.iter_mut().filter(|(i, _)| slept.contains(i)) {
+                if let Err(again) = state.pool.wake_here() {
+                    partly = Some(again);
+                }
+            }
+            self.flush(&mut shards);
+            return Err(match partly {
+                None => Failed::Awake(e),
+                Some(again) => Failed::PartlyAsleep(again.context(&e.to_string())),
+            });
+        }
+        self.flush(&mut shards);
+        Ok(())
+    }
+
+    /// Copies a shard's live bytes into host memory: its kept memory if that holds
+    /// them, else new memory of their size.
+    fn offload(&self, copy: &mut SleepCopy) -> Result<()> {
+        if copy.bytes == 0 {
+            return Ok(());
+        }
+        let mut staging = match copy.staging.take() {
+            Some(kept) => kept,
+            None => Staged { bytes: copy.bytes, memory: self.shared.source.host_staging(copy.bytes)? },
+        };
+        let copied = self.shared.source.offload(&copy.ranges, &mut staging.memory);
+        copy.staging = Some(staging);
+        copied
+    }
+
+    /// Undoes the shards' `begin_sleep` after `e`; their host memory is kept.
+    fn cancel_sleep(&self, copies: Vec<(u32, SleepCopy)>, e: Error) -> Error {
+        let (_streams, mut shards) = self.lock_all();
+        for (index, copy) in copies {
+            if let Some((_, state)) = shards.iter_mut().find(|(i, _)| *i == index) {
+                state.pool.cancel_sleep(copy.staging);
+            }
+        }
+        self.flush(&mut shards);
+        e
+    }
+
+    /// Wakes every sleeping shard: the memory mapped again at its addresses and what
+    /// was offloaded copied back, without the shards' locks, then each counts it. A
+    /// failure unmaps what the wake mapped, so that the allocator stays wholly asleep,
+    /// its host memory kept, and the call may be retried.
+    pub fn wake(&self) -> Result<()> {
+        let _one = lock(&self.transition);
+        if self.sleep_mode().is_none() {
+            return Err(Error::invalid_argument("the memory pool is not asleep"));
+        }
+        let mut works: Vec<(u32, WakeWork)> = {
+            let (_streams, mut shards) = self.lock_all();
+            shards.iter_mut().filter_map(|(index, state)| Some((*index, state.pool.begin_wake()?))).collect()
+        };
+        for i in 0..works.len() {
+            let work = &works[i].1;
+            let woken = self.shared.map_again(&work.mappings).and_then(|()| self.shared.restore_all(&work.mappings, &work.ranges, work.staging.as_ref()));
+            if let Err(e) = woken {
+                for (_, done) in &works[..i] {
+                    self.shared.unmap_again(&done.mappings);
+                }
+                let (_streams, mut shards) = self.lock_all();
+                for (index, state) in &mut shards {
+                    if let Some(at) = works.iter().position(|(i, _)| i == index) {
+                        state.pool.abort_wake(works[at].1.staging.take());
+                    }
+                }
+                return Err(e);
+            }
+        }
+        let (_streams, mut shards) = self.lock_all();
+        for (index, state) in &mut shards {
+            let staging = works.iter_mut().find(|(i, _)| i == index).and_then(|(_, w)| w.staging.take());
+            state.pool.commit_wake(staging);
+        }
+        self.flush(&mut shards);
+        self.sleep_mode.store(SLEEP_NONE, Ordering::SeqCst);
+        self.set_refusing(&_streams, false);
+        Ok(())
+    }
+
+    /// Whether the allocator sleeps, and how: `Some(offload)`. A sleep in progress is
+    /// not yet one (its allocations are refused all the same).
+    pub fn sleep_mode(&self) -> Option<bool> {
+        match self.sleep_mode.load(Ordering::SeqCst) {
+            SLEEP_NONE => None,
+            mode => Some(mode == SLEEP_OFFLOAD),
+        }
+    }
+
+    /// Whether it sleeps, falls asleep or wakes: allocations are refused.
+    pub fn refuses_allocations(&self) -> bool {
+        self.asleep.load(Ordering::SeqCst)
+    }
+
+    /// Whether `addr` lies in this allocator's memory while it sleeps or falls asleep.
+    pub fn holds_asleep(&self, addr: u64) -> bool {
+        self.refuses_allocations() && self.may_hold(addr) && self.holds(addr)
+    }
+
+    /// Starts or ends refusing allocations, with the stream map locked (see the module
+    /// notes), and counts the allocator among those asleep (`ASLEEP`) meanwhile.
+    fn set_refusing(&self, _streams: &MutexGuard<'_, StreamMap>, refuse: bool) {
+        if self.asleep.swap(refuse, Ordering::SeqCst) != refuse {
+            if refuse {
+                ASLEEP.fetch_add(1, Ordering::SeqCst);
+            } else {
+                ASLEEP.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// The stream map and every shard locked, in index order.
+    fn lock_all(&self) -> Locked<'_, S> {
+        let streams = lock(&self.streams);
+        let shards = self.shards.iter().enumerate().filter_map(|(i, shard)| Some((i as u32, lock(&shard.get()?.state)))).collect();
+        (streams, shards)
+    }
+
+    fn flush(&self, shards: &mut [(u32, MutexGuard<'_, ShardState<S>>)]) {
+        for (_, state) in shards {
+            state.flush(&self.totals);
+        }
+    }
+}

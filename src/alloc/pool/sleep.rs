@@ -1,0 +1,335 @@
+//! A pool's part of a sleep and a wake. Every mapping of its expandable segments is
+//! unmapped (the addresses stay reserved and the blocks keep them); with offload, only
+//! the live blocks' bytes are copied to host memory first, and back after the wake
+//! maps the memory again, so that free memory is neither copied nor kept.
+//!
+//! The allocator (`caching::sleep`) drives it in steps, so that the device's
+//! synchronisation and the copies run without the pool's lock: `begin_sleep` under
+//! the lock (allocations refused from then on, the memory still mapped), the copies
+//! outside it, `commit_sleep` under it again to unmap; a wake likewise
+//! (`begin_wake`, the mapping and copies outside, `commit_wake`). Between the steps,
+//! frees go on (they move no mapping) and nothing else maps or unmaps the pool's
+//! memory: allocations are refused and releases wait for the wake.
+
+use super::super::history::Action;
+use super::super::stats::PoolKind;
+use super::{HostStaging, Pool, SegmentSource, Segments, State, MIB, NO_BLOCK};
+use crate::error::{Error, Result, Status};
+
+/// Live blocks this close are copied as one range: a copy call costs about what
+/// copying this many bytes does (a few microseconds at the host link's speed).
+const COPY_GAP_MAX: u64 = MIB / 4;
+
+/// A sleeping pool's memory.
+pub struct Sleep {
+    /// Each mapping of its expandable segments, as it was mapped.
+    mappings: Vec<Mapping>,
+    /// With offload, the ranges whose contents are kept (the live blocks, merged
+    /// across gaps under `COPY_GAP_MAX`), in address order.
+    ranges: Vec<(u64, u64)>,
+    /// The host memory holding `ranges`' contents, once offloaded (counted in the
+    /// statistics from then on, also while a wake copies from it out of the pool).
+    host: Option<Staged>,
+    /// Whether the mappings are unmapped: until then the pool is falling asleep
+    /// (allocations refused, its memory still mapped).
+    unmapped: bool,
+}
+
+/// One driver mapping of an expandable segment.
+#[derive(Clone, Copy)]
+struct Mapping {
+    start: u64,
+    size: u64,
+    pool: PoolKind,
+    /// The stream whose segment it is.
+    stream: u64,
+}
+
+/// Host memory for offloads, and its size.
+pub struct Staged {
+    pub bytes: u64,
+    pub memory: HostStaging,
+}
+
+/// What an offload copies, worked on without the pool's lock: `ranges` into
+/// `staging` (host memory kept from an earlier sleep that holds them, else none yet).
+pub struct SleepCopy {
+    pub ranges: Vec<(u64, u64)>,
+    pub bytes: u64,
+    pub staging: Option<Staged>,
+}
+
+/// What a wake maps and copies back, worked on without the pool's lock.
+pub struct WakeWork {
+    pub mappings: Vec<(u64, u64)>,
+    pub ranges: Vec<(u64, u64)>,
+    pub staging: Option<Staged>,
+}
+
+impl Sleep {
+    /// The bytes unmapped (none while it is falling asleep).
+    pub(super) fn unmapped_bytes(&self) -> u64 {
+        if self.unmapped {
+            self.mappings.iter().map(|m| m.size).sum()
+        } else {
+            0
+        }
+    }
+
+    /// The bytes whose contents wait in host memory.
+    fn offloaded_bytes(&self) -> u64 {
+        self.ranges.iter().map(|r| r.1).sum()
+    }
+}
+
+/// What an allocation from a sleeping pool gets.
+pub fn asleep_error() -> Error {
+    Error::new(Status::GPURT_ERROR_INVALID_ARGUMENT, "the memory pool is asleep: wake it before allocating from it")
+}
+
+impl<S: SegmentSource> Pool<S> {
+    /// Whether the pool sleeps or is falling asleep (allocations refused).
+    pub fn is_asleep(&self) -> bool {
+        self.asleep.is_some()
+    }
+
+    /// A shard made while its allocator sleeps: asleep with nothing to unmap, so that
+    /// it refuses allocations and the wake wakes it with the others.
+    pub fn start_asleep(&mut self) {
+        self.asleep = Some(Sleep { mappings: Vec::new(), ranges: Vec::new(), host: None, unmapped: true });
+    }
+
+    /// A sleep's first step, after the device's work was waited for: deferred frees
+    /// completed, wholly free memory released, allocations refused from now on; what
+    /// an offload copies is returned. On failure the pool is as it was.
+    pub fn begin_sleep(&mut self, offload: bool) -> Result<SleepCopy> {
+        if self.asleep.is_some() {
+            return Err(Error::invalid_argument("the memory pool is already asleep"));
+        }
+        self.process_pending(false);
+        self.release_free_segments();
+        let expandable: Vec<u64> = self.expandable.values().map(|e| e.base).collect();
+        if let Some((&start, _)) = self.segments.iter().find(|(start, _)| !expandable.contains(start)) {
+            let live = self.by_addr.keys().copied().filter(|&a| (start..start + self.segments[&start].size).contains(&a)).min();
+            return Err(Error::not_supported(format!(
+                "the block at {:#x} lies in a segment of its own (expandable_segments:False), whose addresses do not outlive its memory: only a pool of expandable segments sleeps",
+                live.unwrap_or(start)
+            )));
+        }
+        let ranges = if offload { self.live_ranges() } else { Vec::new() };
+        let bytes = ranges.iter().map(|r| r.1).sum();
+        // The kept host memory serves if it is large enough; else it goes back now,
+        // before the new memory is made.
+        let staging = self.take_host_copy().filter(|kept| kept.bytes >= bytes);
+        self.asleep = Some(Sleep { mappings: self.mappings(), ranges: ranges.clone(), host: None, unmapped: false });
+        Ok(SleepCopy { ranges, bytes, staging })
+    }
+
+    /// Undoes a `begin_sleep` whose sleep failed before any memory was unmapped: awake
+    /// again, `staging` kept for the next sleep.
+    pub fn cancel_sleep(&mut self, staging: Option<Staged>) {
+        if self.asleep.as_ref().is_some_and(|s| !s.unmapped) {
+            self.asleep = None;
+        }
+        self.keep_host_copy(staging);
+    }
+
+    /// A sleep's last step: every mapping unmapped, its memory back to the driver, the
+    /// offloaded contents in `staging`. A failed unmap leaves the pool awake, every
+    /// mapping it unmapped mapped again and, where offloaded, its contents restored
+    /// (with discard, the contents of the mappings unmapped before the failure are
+    /// lost, as the caller asked); a failure to map one back leaves the pool asleep
+    /// with just the mappings that are unmapped, for a wake to map.
+    pub fn commit_sleep(&mut self, staging: Option<Staged>) -> Result<()> {
+        self.stats.offload_host_bytes += staging.as_ref().map_or(0, |s| s.bytes as i64);
+        let sleep = self.asleep.as_mut().expect("begun");
+        sleep.host = staging;
+        let mappings = sleep.mappings.clone();
+        for (i, m) in mappings.iter().enumerate() {
+            if let Err(e) = self.shared.shrink(m.start, m.size) {
+                let e = e.context(&format!("sleeping the pool, after {i} of its {} mappings were unmapped", mappings.len()));
+                return Err(self.undo_unmapping(&mappings[..i], e));
+            }
+        }
+        let sleep = self.asleep.as_mut().expect("begun");
+        sleep.unmapped = true;
+        let (asleep, offloaded) = (mappings.iter().map(|m| m.size).sum::<u64>(), sleep.offloaded_bytes());
+        self.stats.asleep_bytes += asleep as i64;
+        self.stats.offloaded_bytes += offloaded as i64;
+        for m in &mappings {
+            self.count_device_memory(m.pool, -(m.size as i64));
+            self.note(&[Action::SegmentUnmap], m.start, m.size, m.stream);
+        }
+        Ok(())
+    }
+
+    /// After an unmap failed: `unmapped` mapped again and the offloaded contents
+    /// restored (all of them: the mappings not unmapped still hold theirs, rewritten
+    /// alike), the pool awake; or, where that fails too, asleep with just `unmapped`
+    /// unmapped, for a wake to map. The error to report.
+    fn undo_unmapping(&mut self, unmapped: &[Mapping], cause: Error) -> Error {
+        let sleep = self.asleep.as_ref().expect("begun");
+        let spans: Vec<(u64, u64)> = unmapped.iter().map(|m| (m.start, m.size)).collect();
+        let restored = self.shared.map_again(&spans).and_then(|()| self.shared.restore_all(&spans, &sleep.ranges, sleep.host.as_ref()));
+        match restored {
+            Ok(()) => {
+                let staging = self.asleep.take().and_then(|s| s.host);
+                self.stats.offload_host_bytes -= staging.as_ref().map_or(0, |s| s.bytes as i64);
+                self.keep_host_copy(staging);
+                cause.context("the pool stays awake, its memory mapped again")
+            }
+            Err(again) => {
+                // Both steps leave `spans` unmapped when they fail.
+                let sleep = self.asleep.as_mut().expect("begun");
+                sleep.mappings.retain(|m| spans.contains(&(m.start, m.size)));
+                sleep.unmapped = true;
+                let (bytes, offloaded) = (sleep.unmapped_bytes(), sleep.offloaded_bytes());
+                self.stats.asleep_bytes += bytes as i64;
+                self.stats.offloaded_bytes += offloaded as i64;
+                for m in unmapped {
+                    self.count_device_memory(m.pool, -(m.size as i64));
+                }
+                cause.context(&format!("mapping it back failed too ({again}); the pool stays asleep with {bytes} bytes unmapped, for a wake to map"))
+            }
+        }
+    }
+
+    /// A wake's first step: what to map and copy back (`None`: not asleep, or only
+    /// falling asleep). The host memory leaves the pool until `commit_wake` or
+    /// `abort_wake`.
+    pub fn begin_wake(&mut self) -> Option<WakeWork> {
+        let sleep = self.asleep.as_mut().filter(|s| s.unmapped)?;
+        Some(WakeWork { mappings: sleep.mappings.iter().map(|m| (m.start, m.size)).collect(), ranges: sleep.ranges.clone(), staging: sleep.host.take() })
+    }
+
+    /// Undoes a `begin_wake` whose wake failed (its memory unmapped again): still
+    /// asleep, its contents in `staging`.
+    pub fn abort_wake(&mut self, staging: Option<Staged>) {
+        if let Some(sleep) = self.asleep.as_mut() {
+            sleep.host = staging;
+        }
+    }
+
+    /// A wake's last step, once its memory is mapped and restored: counted as mapped,
+    /// awake, `staging` kept for the next sleep.
+    pub fn commit_wake(&mut self, staging: Option<Staged>) {
+        let Some(sleep) = self.asleep.take() else { return };
+        self.stats.asleep_bytes -= sleep.unmapped_bytes() as i64;
+        self.stats.offloaded_bytes -= if sleep.unmapped { sleep.offloaded_bytes() as i64 } else { 0 };
+        if sleep.unmapped {
+            for m in &sleep.mappings {
+                self.count_device_memory(m.pool, m.size as i64);
+                self.note(&[Action::SegmentMap], m.start, m.size, m.stream);
+            }
+        }
+        // Kept for the next sleep, which then copies at once (making pinned memory is
+        // most of a first offload's time); `empty_cache` gives it back.
+        let staging = staging.or(sleep.host);
+        self.stats.offload_host_bytes -= staging.as_ref().map_or(0, |s| s.bytes as i64);
+        self.keep_host_copy(staging);
+    }
+
+    /// A whole wake under the pool's lock, for undoing a sleep that other shards failed.
+    pub fn wake_here(&mut self) -> Result<()> {
+        let Some(mut work) = self.begin_wake() else {
+            self.commit_wake(None);
+            return Ok(());
+        };
+        let woken = self.shared.map_again(&work.mappings).and_then(|()| self.shared.restore_all(&work.mappings, &work.ranges, work.staging.as_ref()));
+        match woken {
+            Ok(()) => {
+                self.commit_wake(work.staging.take());
+                Ok(())
+            }
+            Err(e) => {
+                self.abort_wake(work.staging.take());
+                Err(e)
+            }
+        }
+    }
+
+    /// The host memory kept from the last offload, out of the pool and its count.
+    pub(super) fn take_host_copy(&mut self) -> Option<Staged> {
+        let kept = self.host_copy.take()?;
+        self.stats.offload_host_bytes -= kept.bytes as i64;
+        Some(kept)
+    }
+
+    fn keep_host_copy(&mut self, staging: Option<Staged>) {
+        debug_assert!(self.host_copy.is_none(), "one kept host copy at a time");
+        if let Some(kept) = staging {
+            self.stats.offload_host_bytes += kept.bytes as i64;
+            self.host_copy = Some(kept);
+        }
+    }
+
+    /// Every mapping of the expandable segments.
+    fn mappings(&self) -> Vec<Mapping> {
+        let mut all = Vec::new();
+        for (&(stream, _), seg) in &self.expandable {
+            let pool = self.blocks[seg.tail].pool;
+            all.extend(seg.maps.iter().map(|&(start, size)| Mapping { start, size, pool, stream }));
+        }
+        all
+    }
+
+    /// The bytes an offload keeps: every block not free (allocated, or freed but still
+    /// in use on other streams), blocks closer than `COPY_GAP_MAX` in one range
+    /// where no hole lies between them; in address order.
+    fn live_ranges(&self) -> Vec<(u64, u64)> {
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for seg in self.expandable.values() {
+            let mut id = self.segments[&seg.base].first;
+            let mut joinable = false; // whether the last range may grow to the next live block
+            while id != NO_BLOCK {
+                let b = &self.blocks[id];
+                match b.state {
+                    State::Free => {}
+                    State::Unmapped => joinable = false,
+                    _ => match ranges.last_mut() {
+                        Some((start, len)) if joinable && b.addr - (*start + *len) <= COPY_GAP_MAX => *len = b.addr + b.size - *start,
+                        _ => {
+                            ranges.push((b.addr, b.size));
+                            joinable = true;
+                        }
+                    },
+                }
+                id = b.next;
+            }
+        }
+        ranges.sort_unstable();
+        ranges
+    }
+}
+
+/// The steps of a wake that touch only the source, run without a pool's lock.
+impl<S: SegmentSource> Segments<S> {
+    /// Maps each of `mappings` again at its address: all, or none on failure.
+    pub fn map_again(&self, mappings: &[(u64, u64)]) -> Result<()> {
+        for (i, &(start, size)) in mappings.iter().enumerate() {
+            if let Err(e) = self.grow(start, size) {
+                self.unmap_again(&mappings[..i]);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Unmaps `mappings` that a wake mapped, to undo it. The driver refusing to unmap
+    /// memory it just mapped leaves it mapped and counted as reserved, which the
+    /// next wake's map then refuses: logged, as nothing better can be done.
+    pub fn unmap_again(&self, mappings: &[(u64, u64)]) {
+        for &(start, size) in mappings {
+            if let Err(e) = self.shrink(start, size) {
+                crate::log::log(crate::log::Level::Error, &format!("undoing a wake: {e}"));
+            }
+        }
+    }
+
+    /// Copies `ranges` back from `staging` into `mappings`, mapped again, which are
+    /// unmapped again on failure.
+    pub fn restore_all(&self, mappings: &[(u64, u64)], ranges: &[(u64, u64)], staging: Option<&Staged>) -> Result<()> {
+        let Some(staging) = staging.filter(|_| !ranges.is_empty()) else { return Ok(()) };
+        self.source.restore(ranges, &staging.memory).inspect_err(|_| self.unmap_again(mappings))
+    }
+}
