@@ -14,7 +14,7 @@ results=()
 # want the machine to themselves: PART=figures runs them, with the builds and installs they
 # need; PART=checks runs the rest. Each part fits one lease of a machine held at most 30
 # minutes (gpu/plans/).
-figures='^(build-(sleep-bench|blas-bench|gpt2|nvtx-record-tool|trace-replay)|sleep-bench|blas-bench|gpt2-.*|memcheck-gpt2.*|go-bench|dropin-.*|sleep-torch-saver|bench-.*|record-traces|trace-replay.*|record-dropin-sequence|keep-dropin-sequence|ggml-gpt2-.*)$'
+figures='^(build-(sleep-bench|blas-bench|gpt2|nvtx-record-tool|trace-replay)|sleep-bench|blas-bench|gpt2-.*|memcheck-gpt2.*|go-bench|dropin-.*|sleep-torch-saver|sleep-torch-live|bench-.*|record-traces|trace-replay.*|record-dropin-sequence|keep-dropin-sequence|ggml-gpt2-.*)$'
 setup='^(python-install|tms-install)$'
 
 step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matching $ONLY and not $SKIP, if set, and in $PART)
@@ -226,6 +226,8 @@ step python-tests env PYTHONPATH="$PWD/pydeps" python3 -m pytest -q -rs -p no:ca
 # (tokens, a CUDA graph across sleep, 100 cycles), and torch_memory_saver beside gpurt.
 step sleep-torch-proof env PYTHONPATH="$PWD/pydeps" python3 src/sleep_torch.py "$lib/libgpurt.so.0" proof
 step tms-install python3 -m pip install -q --no-deps --target tms-site tms/torch_memory_saver-*.whl
+step sleep-torch-device env PYTHONPATH="$PWD/pydeps" python3 src/sleep_torch.py "$lib/libgpurt.so.0" device
+step sleep-torch-live env PYTHONPATH="$PWD/pydeps" python3 src/sleep_torch.py "$lib/libgpurt.so.0" live 5
 step sleep-torch-saver env PYTHONPATH="$PWD/pydeps" python3 src/sleep_torch.py "$lib/libgpurt.so.0" saver "$PWD/tms-site" \
     "${SLEEP_BENCH_GIB:-8}" 4 3
 # gpurt's device 0 is the machine's second GPU under CUDA_VISIBLE_DEVICES=1 (2 GPUs or more).

@@ -1784,9 +1784,9 @@ gpurt_status_t gpurt_mem_pool_get_device(gpurt_mem_pool_t pool,
  * contents restored with GPURT_SLEEP_OFFLOAD (with GPURT_SLEEP_DISCARD those parts'
  * contents are lost, as asked).
  *
- * @param pool the pool: a default pool, or one made with gpurt_mem_pool_create
+ * @param pool the pool: a default pool, one made with gpurt_mem_pool_create, or a graph pool (graphs captured into it replay after the wake)
  * @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD
- * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown `mode` or a pool already asleep; GPURT_ERROR_NOT_SUPPORTED for a pool that cannot sleep (a block in a segment of its own, a block exported to other processes, a graph pool, the driver's pool, an upstream that cannot map); GPURT_ERROR_OUT_OF_MEMORY where the host memory for the offload cannot be had; GPURT_ERROR_STREAM_CAPTURE while a capture begun with gpurt_stream_begin_capture is in progress (the message names it; captures begun meanwhile wait for the sleep); or a status every call may give (@ref statuses).
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown `mode` or a pool already asleep; GPURT_ERROR_NOT_SUPPORTED for a pool that cannot sleep (a block in a segment of its own, a block exported to other processes, the driver's pool, an upstream that cannot map); GPURT_ERROR_OUT_OF_MEMORY where the host memory for the offload cannot be had; GPURT_ERROR_STREAM_CAPTURE while a capture begun with gpurt_stream_begin_capture is in progress (the message names it; captures begun meanwhile wait for the sleep); or a status every call may give (@ref statuses).
  * @par Ordering
  * Blocking: synchronises the pool's device, then copies and unmaps. Refused while a stream is being captured through gpurt.
  */
@@ -1818,6 +1818,53 @@ gpurt_status_t gpurt_mem_pool_wake(gpurt_mem_pool_t pool);
  */
 gpurt_status_t gpurt_mem_pool_is_asleep(gpurt_mem_pool_t pool,
                                         int *asleep);
+
+/**
+ * Puts to sleep everything gpurt holds on `device` that is awake: its default pool
+ * (with the cuBLAS and cuBLASLt workspaces, which come from it), every pool made with
+ * gpurt_mem_pool_create on it and every graph pool of it (graphs captured into them
+ * replay after the wake), each as gpurt_mem_pool_sleep does, in `mode`. A pool the
+ * caller put to sleep before keeps its own mode and stays asleep after
+ * gpurt_device_wake, which wakes what this call put to sleep. A failure (a pool
+ * holding a block in a segment of its own or a block exported to other processes, a
+ * driver call) wakes the pools it had put to sleep, so that the device is as it was;
+ * the message names the pool. Math-library handles work again after the wake. What
+ * stays on the device: the CUDA context, loaded kernels and the math libraries'
+ * handles (docs/performance.md, "Sleep and wake").
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist, an unknown `mode`, or a device asleep already; GPURT_ERROR_NOT_SUPPORTED for a pool that cannot sleep (named), and under backend:cudaMallocAsync; GPURT_ERROR_OUT_OF_MEMORY where the host memory for an offload cannot be had; GPURT_ERROR_STREAM_CAPTURE while a capture begun with gpurt_stream_begin_capture is in progress; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocking: synchronises the device, then copies and unmaps pool by pool. Refused while a stream is being captured through gpurt.
+ */
+gpurt_status_t gpurt_device_sleep(int device,
+                                  gpurt_sleep_mode_t mode);
+
+/**
+ * Wakes what gpurt_device_sleep put to sleep on `device`, the last pool first; pools
+ * the caller woke meanwhile are left as they are. A failure (the device out of memory,
+ * say) leaves the pools not yet woken asleep and the device asleep, for a retry.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist or is not asleep; GPURT_ERROR_OUT_OF_MEMORY when the device's memory does not suffice; GPURT_ERROR_STREAM_CAPTURE while a capture begun with gpurt_stream_begin_capture is in progress; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocking: maps and copies, and returns when the contents are back.
+ */
+gpurt_status_t gpurt_device_wake(int device);
+
+/**
+ * Whether gpurt_device_sleep put `device` to sleep and gpurt_device_wake has not yet
+ * woken it.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] asleep receives 1 while it sleeps, else 0; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL or for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_device_is_asleep(int device,
+                                      int *asleep);
 
 /**
  * Starts (`enabled` non-zero) or stops recording the allocator's memory history: a

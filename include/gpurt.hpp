@@ -724,6 +724,41 @@ private:
     bool asleep_ = false;
 };
 
+/** Puts everything gpurt holds on `device` to sleep (gpurt_device_sleep). @param device a device ordinal @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD */
+inline Ret<void> device_sleep(int device, gpurt_sleep_mode_t mode = GPURT_SLEEP_OFFLOAD) { return detail::finish(gpurt_device_sleep(device, mode)); }
+/** Wakes what device_sleep put to sleep (gpurt_device_wake). @param device a device ordinal */
+inline Ret<void> device_wake(int device) { return detail::finish(gpurt_device_wake(device)); }
+/** @return whether gpurt_device_sleep put `device` to sleep (gpurt_device_is_asleep). @param device a device ordinal */
+inline Ret<bool> device_is_asleep(int device) {
+    int asleep = 0;
+    gpurt_status_t s = gpurt_device_is_asleep(device, &asleep);
+    return detail::finish(s, asleep != 0);
+}
+
+/** Everything gpurt holds on a device asleep for a scope (gpurt_device_sleep), woken
+ *  when the guard is destroyed. Where exceptions are off, a failed sleep leaves the
+ *  guard inactive (`active()`), with the error in gpurt_last_error_message(). */
+class DeviceSleep {
+public:
+    /** @param device a device ordinal @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD */
+    explicit DeviceSleep(int device, gpurt_sleep_mode_t mode = GPURT_SLEEP_OFFLOAD) : device_(device) {
+        gpurt_status_t s = gpurt_device_sleep(device, mode);
+        asleep_ = s == GPURT_SUCCESS;
+        (void)detail::finish(s);
+    }
+    DeviceSleep(const DeviceSleep &) = delete;
+    DeviceSleep &operator=(const DeviceSleep &) = delete;
+    ~DeviceSleep() {
+        if (asleep_) (void)gpurt_device_wake(device_);
+    }
+    /** @return whether the sleep succeeded. */
+    bool active() const noexcept { return asleep_; }
+
+private:
+    int device_;
+    bool asleep_ = false;
+};
+
 /** For a scope, this thread's allocations on the pool's device come from `pool`
  *  (torch.cuda.use_mem_pool). Where exceptions are off, a failed push leaves the
  *  guard inactive (`active()`), with the error in gpurt_last_error_message(). */

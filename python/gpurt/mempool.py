@@ -87,6 +87,35 @@ class MemPool(Handle):
             self.wake()
 
 
+def device_sleep(device=None, offload=True):
+    """Puts everything gpurt holds on `device` to sleep (gpurt_device_sleep): its
+    default pool (and the cuBLAS workspaces in it), every MemPool and graph pool of
+    it; with `offload` the contents wait in pinned host memory, else they are dropped.
+    Pools already asleep keep their own sleep."""
+    mode = lib.GPURT_SLEEP_OFFLOAD if offload else lib.GPURT_SLEEP_DISCARD
+    check(lib.gpurt_device_sleep(ordinal(device), mode))
+
+
+def device_wake(device=None):
+    """Wakes what device_sleep put to sleep on `device` (gpurt_device_wake)."""
+    check(lib.gpurt_device_wake(ordinal(device)))
+
+
+def device_is_asleep(device=None):
+    """Whether device_sleep put `device` to sleep and it has not been woken."""
+    return bool(fetch("int", lib.gpurt_device_is_asleep, ordinal(device)))
+
+
+@contextlib.contextmanager
+def device_sleeping(device=None, offload=True):
+    """Everything gpurt holds on `device` asleep within the block, awake after it."""
+    device_sleep(device, offload)
+    try:
+        yield
+    finally:
+        device_wake(device)
+
+
 @contextlib.contextmanager
 def use_mem_pool(pool):
     """Within the block, this thread's allocations on the pool's device come from

@@ -129,7 +129,9 @@ pub(crate) fn require_awake(addr: u64) -> Result<()> {
     if super::caching::ASLEEP.load(Ordering::Relaxed) == 0 {
         return Ok(());
     }
-    let asleep = created().any(|a| a.holds_asleep(addr)) || MEM_POOLS.find_map(addr, |p| p.allocator().holds_asleep(addr).then_some(())).is_some();
+    let asleep = created().any(|a| a.holds_asleep(addr))
+        || MEM_POOLS.find_map(addr, |p| p.allocator().holds_asleep(addr).then_some(())).is_some()
+        || super::capture::holds_asleep(addr);
     match asleep {
         true => Err(Error::invalid_argument(format!("{addr:#x} lies in a memory pool that is asleep: wake it (gpurt_mem_pool_wake) before using its memory"))),
         false => Ok(()),

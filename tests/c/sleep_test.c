@@ -197,6 +197,110 @@ static void refused_while_capturing(gpurt_mem_pool_t pool, gpurt_stream_t stream
     (void)stream;
 }
 
+/* A graph whose private pool sleeps: captured on `stream` into `pool`, it copies
+ * `input` (a default-pool block) through a block of the graph pool into `output`. */
+typedef struct {
+    gpurt_graph_t graph;
+    gpurt_graph_exec_t exec;
+    void *input, *output;
+} Replay;
+
+#define REPLAY_BYTES ((size_t)3 << 20)
+
+static Replay capture_replay(gpurt_graph_pool_t pool, gpurt_stream_t stream) {
+    Replay r = {NULL, NULL, NULL, NULL};
+    void *inside = NULL;
+    unsigned char *host = malloc(REPLAY_BYTES);
+    fill_pattern(host, REPLAY_BYTES, 61);
+    EXPECT(gpurt_malloc(REPLAY_BYTES, stream, &r.input), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(REPLAY_BYTES, stream, &r.output), GPURT_SUCCESS);
+    EXPECT(gpurt_memcpy(r.input, host, REPLAY_BYTES, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_begin_capture(stream, GPURT_CAPTURE_MODE_GLOBAL, pool), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(REPLAY_BYTES, stream, &inside), GPURT_SUCCESS);
+    EXPECT(gpurt_memcpy_async(inside, r.input, REPLAY_BYTES, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_memcpy_async(r.output, inside, REPLAY_BYTES, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_free(inside), GPURT_SUCCESS); /* the graph keeps its memory */
+    EXPECT(gpurt_stream_end_capture(stream, &r.graph), GPURT_SUCCESS);
+    EXPECT(gpurt_graph_instantiate(r.graph, 0, NULL, &r.exec), GPURT_SUCCESS);
+    free(host);
+    return r;
+}
+
+/* Replays the graph into a cleared output and checks it holds the input's bytes. */
+static void replay_matches(const Replay *r, gpurt_stream_t stream, const char *when) {
+    unsigned char *got = calloc(1, REPLAY_BYTES), *want = malloc(REPLAY_BYTES);
+    fill_pattern(want, REPLAY_BYTES, 61);
+    EXPECT(gpurt_memcpy(r->output, got, REPLAY_BYTES, stream), GPURT_SUCCESS); /* zeros */
+    EXPECT(gpurt_graph_launch(r->exec, stream), GPURT_SUCCESS);
+    EXPECT(gpurt_memcpy(got, r->output, REPLAY_BYTES, stream), GPURT_SUCCESS);
+    CHECK(!real || memcmp(got, want, REPLAY_BYTES) == 0, "the graph's replay %s gave other bytes", when);
+    free(got);
+    free(want);
+}
+
+static void release_replay(Replay *r) {
+    EXPECT(gpurt_graph_exec_destroy(r->exec), GPURT_SUCCESS);
+    EXPECT(gpurt_graph_destroy(r->graph), GPURT_SUCCESS);
+    EXPECT(gpurt_free(r->input), GPURT_SUCCESS);
+    EXPECT(gpurt_free(r->output), GPURT_SUCCESS);
+}
+
+/* A graph pool sleeps on its own, and everything of the device with
+ * gpurt_device_sleep: the graph replays identically after each wake; a pool the caller
+ * slept first keeps its sleep through the device's wake; a failure half way (stub)
+ * leaves every pool awake. */
+static void graph_pools_and_the_device_sleep(gpurt_mem_pool_t user, gpurt_stream_t stream) {
+    gpurt_graph_pool_t graph_pool = NULL;
+    gpurt_mem_pool_t def = NULL;
+    Replay r;
+    void *kept = NULL, *user_block = NULL, *refused = NULL;
+    int asleep = -1;
+    gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
+    EXPECT(gpurt_graph_pool_create(0, &graph_pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_default(0, &def), GPURT_SUCCESS);
+    r = capture_replay(graph_pool, stream);
+    replay_matches(&r, stream, "before any sleep");
+    EXPECT(gpurt_mem_pool_sleep((gpurt_mem_pool_t)graph_pool, GPURT_SLEEP_OFFLOAD), GPURT_SUCCESS);
+    CHECK(reserved((gpurt_mem_pool_t)graph_pool) == 0, "a sleeping graph pool keeps %llu bytes", (unsigned long long)reserved((gpurt_mem_pool_t)graph_pool));
+    EXPECT(gpurt_mem_pool_wake((gpurt_mem_pool_t)graph_pool), GPURT_SUCCESS);
+    replay_matches(&r, stream, "after its graph pool slept");
+
+    /* The device: the default pool (the graph's input and output), the user pool, the
+     * graph pool; `user` slept by the caller first keeps its own sleep. */
+    EXPECT(gpurt_mem_pool_malloc(user, 5 << 20, stream, &user_block), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(1 << 20, stream, &kept), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_device_is_asleep(0, &asleep), GPURT_SUCCESS);
+    CHECK(asleep == 0, "the device asleep before its sleep");
+    EXPECT(gpurt_mem_pool_sleep(user, GPURT_SLEEP_DISCARD), GPURT_SUCCESS);
+    EXPECT(gpurt_device_sleep(0, GPURT_SLEEP_OFFLOAD), GPURT_SUCCESS);
+    EXPECT(gpurt_device_is_asleep(0, &asleep), GPURT_SUCCESS);
+    CHECK(asleep == 1, "the device not asleep after its sleep");
+    EXPECT(gpurt_device_sleep(0, GPURT_SLEEP_OFFLOAD), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_memory_stats(0, &stats), GPURT_SUCCESS);
+    CHECK(stats.reserved_bytes.all.current == 0, "the device's pools keep %lld bytes while it sleeps", (long long)stats.reserved_bytes.all.current);
+    EXPECT(gpurt_mem_pool_is_asleep(def, &asleep), GPURT_SUCCESS);
+    CHECK(asleep == 1, "the default pool sleeps with its device");
+    EXPECT(gpurt_mem_pool_is_asleep((gpurt_mem_pool_t)graph_pool, &asleep), GPURT_SUCCESS);
+    CHECK(asleep == 1, "the graph pool sleeps with its device");
+    EXPECT(gpurt_malloc(4096, stream, &refused), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_device_wake(0), GPURT_SUCCESS);
+    replay_matches(&r, stream, "after the device slept");
+    EXPECT(gpurt_device_wake(0), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_pool_is_asleep(user, &asleep), GPURT_SUCCESS);
+    CHECK(asleep == 1, "a pool the caller slept before stays asleep through the device's wake");
+    EXPECT(gpurt_mem_pool_wake(user), GPURT_SUCCESS);
+    EXPECT(gpurt_device_is_asleep(-7, &asleep), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_device_is_asleep(0, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_device_sleep(0, 9), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_device_sleep(99, GPURT_SLEEP_DISCARD), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_free(kept), GPURT_SUCCESS);
+    EXPECT(gpurt_free(user_block), GPURT_SUCCESS);
+    release_replay(&r);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_graph_pool_destroy(graph_pool), GPURT_SUCCESS);
+}
+
 /* The stub driver's fault injection (tests/stub-driver): every call of each entry point
  * a sleep or a wake makes fails in turn. */
 static void fault_sweep(gpurt_mem_pool_t pool, gpurt_stream_t stream) {
@@ -253,6 +357,58 @@ static void fault_sweep(gpurt_mem_pool_t pool, gpurt_stream_t stream) {
     CHECK(reserved(pool) == 0, "%llu bytes left reserved", (unsigned long long)reserved(pool));
     CHECK(swept >= 8, "only %ld failure points swept", swept);
     printf("sleep_test: %ld failure points of sleep and wake swept\n", swept);
+}
+
+/* A device sleep whose every driver call of each kind fails in turn (stub): the
+ * device and each of its pools stay awake, the pools' memory mapped, and the retry
+ * succeeds. */
+static void device_fault_sweep(gpurt_mem_pool_t pool, gpurt_stream_t stream) {
+    static const char *points[] = {"cuCtxSynchronize", "cuMemHostAlloc", "cuMemcpyDtoHAsync_v2", "cuMemUnmap"};
+    void (*fail_nth)(const char *, long);
+    long (*fail_hits)(void);
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), *mine = NULL, *theirs = NULL;
+    gpurt_mem_pool_t def = NULL;
+    long swept = 0, n;
+    size_t p;
+    int asleep = -1;
+    *(void **)(&fail_nth) = driver ? dlsym(driver, "stub_fail_nth") : NULL;
+    *(void **)(&fail_hits) = driver ? dlsym(driver, "stub_fail_hits") : NULL;
+    if (fail_nth == NULL || fail_hits == NULL) return;
+    EXPECT(gpurt_mem_pool_default(0, &def), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(3 << 20, stream, &mine), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(pool, 7 << 20, stream, &theirs), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    for (p = 0; p < sizeof points / sizeof points[0]; p++)
+        for (n = 1;; n++) {
+            uint64_t before = reserved(def) + reserved(pool);
+            gpurt_status_t s;
+            long hit;
+            fail_nth(points[p], n);
+            s = gpurt_device_sleep(0, GPURT_SLEEP_OFFLOAD);
+            hit = fail_hits();
+            fail_nth(NULL, 0);
+            if (hit == 0) {
+                CHECK(s == GPURT_SUCCESS, "a device sleep without a fault");
+                EXPECT(gpurt_device_wake(0), GPURT_SUCCESS);
+                break;
+            }
+            swept++;
+            CHECK(s != GPURT_SUCCESS && strstr(gpurt_last_error_message(), "device 0's sleep failed") != NULL, "call %ld of %s failing fails the device sleep: %s", n, points[p], gpurt_last_error_message());
+            EXPECT(gpurt_device_is_asleep(0, &asleep), GPURT_SUCCESS);
+            CHECK(asleep == 0, "call %ld of %s failing left the device asleep", n, points[p]);
+            EXPECT(gpurt_mem_pool_is_asleep(def, &asleep), GPURT_SUCCESS);
+            CHECK(asleep == 0, "call %ld of %s failing left the default pool asleep", n, points[p]);
+            EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
+            CHECK(asleep == 0, "call %ld of %s failing left the user pool asleep", n, points[p]);
+            CHECK(reserved(def) + reserved(pool) == before, "call %ld of %s failing: %llu bytes mapped of %llu", n, points[p], (unsigned long long)(reserved(def) + reserved(pool)), (unsigned long long)before);
+            EXPECT(gpurt_device_sleep(0, GPURT_SLEEP_OFFLOAD), GPURT_SUCCESS); /* the retry */
+            EXPECT(gpurt_device_wake(0), GPURT_SUCCESS);
+        }
+    EXPECT(gpurt_free(mine), GPURT_SUCCESS);
+    EXPECT(gpurt_free(theirs), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    CHECK(swept >= 4, "only %ld failure points of the device sleep swept", swept);
+    printf("sleep_test: %ld failure points of the device sleep swept\n", swept);
 }
 
 int main(void) {
@@ -322,9 +478,10 @@ int main(void) {
     EXPECT(gpurt_mem_pool_sleep(plain, GPURT_SLEEP_DISCARD), GPURT_SUCCESS); /* nothing left to keep */
     EXPECT(gpurt_mem_pool_wake(plain), GPURT_SUCCESS);
 
-    /* A graph pool's memory is its graphs'. */
+    /* A graph pool with no graph sleeps and wakes. */
     EXPECT(gpurt_graph_pool_create(0, &graph_pool), GPURT_SUCCESS);
-    EXPECT(gpurt_mem_pool_sleep((gpurt_mem_pool_t)graph_pool, GPURT_SLEEP_OFFLOAD), GPURT_ERROR_NOT_SUPPORTED);
+    EXPECT(gpurt_mem_pool_sleep((gpurt_mem_pool_t)graph_pool, GPURT_SLEEP_OFFLOAD), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_wake((gpurt_mem_pool_t)graph_pool), GPURT_SUCCESS);
     EXPECT(gpurt_graph_pool_destroy(graph_pool), GPURT_SUCCESS);
 
     /* The device's default pool, under the process's expandable segments. */
@@ -332,9 +489,11 @@ int main(void) {
     EXPECT(gpurt_mem_pool_default(0, &def), GPURT_SUCCESS);
     sleep_and_wake(def, stream, 1);
 
+    graph_pools_and_the_device_sleep(pool, stream);
     export_races_sleep(pool, stream);
     refused_while_capturing(pool, stream);
     if (!real) fault_sweep(pool, stream);
+    if (!real) device_fault_sweep(pool, stream);
     EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
     EXPECT(gpurt_mem_pool_destroy(plain), GPURT_SUCCESS);
     EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);

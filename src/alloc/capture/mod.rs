@@ -17,7 +17,7 @@ use cudarc::driver::sys;
 
 use super::caching::CachingAllocator;
 use super::config::AllocConfig;
-use super::pool::SegmentSource;
+use super::pool::{HostStaging, SegmentSource};
 use super::stats::{gpurt_memory_stats_t, RetiredStats};
 use crate::stream::key::native_stream_of;
 use super::upstream::DriverSource;
@@ -102,6 +102,39 @@ impl SegmentSource for CaptureSource {
     fn history_device(&self) -> Option<i32> {
         self.driver.history_device()
     }
+    // Expandable segments, as the driver's (so that a graph pool can sleep); reserving
+    // and mapping happen during a capture, with the capture mode relaxed as for
+    // `allocate`.
+    fn can_map(&self) -> bool {
+        self.driver.can_map()
+    }
+    fn reserve_addresses(&self, size: u64) -> Result<u64> {
+        with_relaxed_capture(|| self.driver.reserve_addresses(size))
+    }
+    fn map(&self, addr: u64, size: u64) -> Result<()> {
+        with_relaxed_capture(|| self.driver.map(addr, size))
+    }
+    fn unmap(&self, addr: u64, size: u64) -> Result<()> {
+        with_relaxed_capture(|| self.driver.unmap(addr, size))
+    }
+    fn free_addresses(&self, addr: u64, size: u64) {
+        self.driver.free_addresses(addr, size)
+    }
+    fn map_granularity(&self) -> u64 {
+        self.driver.map_granularity()
+    }
+    fn synchronize(&self) -> Result<()> {
+        self.driver.synchronize()
+    }
+    fn host_staging(&self, bytes: u64) -> Result<HostStaging> {
+        self.driver.host_staging(bytes)
+    }
+    fn offload(&self, ranges: &[(u64, u64)], host: &mut HostStaging) -> Result<()> {
+        self.driver.offload(ranges, host)
+    }
+    fn restore(&self, ranges: &[(u64, u64)], host: &HostStaging) -> Result<()> {
+        self.driver.restore(ranges, host)
+    }
     /// As the default, except that no wait makes an `AFTER_RELEASE` marker done.
     fn settle(&self, markers: &mut Vec<u64>, wait: bool) -> bool {
         markers.retain(|&m| {
@@ -131,6 +164,16 @@ impl Registry {
             self.retired.retire(gone.source().device(), &gone.stats());
         }
     }
+}
+
+/// Collects graph pool `id` after a wake: its last graph may have gone while it slept.
+pub fn collect_woken(id: u64) {
+    with_registry(|r| r.collect(id));
+}
+
+/// Whether `addr` lies in a graph pool that sleeps or falls asleep.
+pub fn holds_asleep(addr: u64) -> bool {
+    with_registry(|r| r.pools.allocators().any(|a| a.holds_asleep(addr)))
 }
 
 /// Adds the statistics of `device`'s private pools, live and gone, to `stats` (the

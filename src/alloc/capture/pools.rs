@@ -63,7 +63,8 @@ impl<S: SegmentSource> GraphPools<S> {
     /// gives the dropped pool's allocator, for its final statistics.
     pub fn collect(&mut self, id: u64) -> Option<Arc<CachingAllocator<S>>> {
         let entry = self.pools.get(&id)?;
-        if entry.refs > 0 {
+        // A sleeping pool is collected when it wakes (`capture::collect_woken`).
+        if entry.refs > 0 || entry.allocator.refuses_allocations() {
             return None;
         }
         entry.allocator.empty_cache();

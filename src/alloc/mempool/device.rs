@@ -15,7 +15,7 @@ use crate::alloc::device::{self as pools, MEM_POOLS};
 use crate::alloc::upstream::{AsyncSource, DriverSource, ManagedSource, PoolSource, UserFunctions, UserSource, GPURT_MEM_ATTACH_GLOBAL};
 use crate::alloc::stats::gpurt_memory_stats_t;
 use crate::device::{self, PerDeviceOnce};
-use crate::error::{Error, Result, Status};
+use crate::error::{Error, Result};
 use crate::handle::{Handle, HandleTable, Kind};
 
 static HANDLES: HandleTable<u64> = HandleTable::new(Kind::MemPool);
@@ -27,13 +27,13 @@ const DEFAULT_POOL: u64 = 1 << 63;
 const GRAPH_POOL: u64 = 1 << 62;
 
 /// What a pool handle names.
-enum Named {
+pub(super) enum Named {
     Default(i32),
     Pool(std::sync::Arc<MemPool<PoolSource>>),
     Graph(std::sync::Arc<CachingAllocator<CaptureSource>>, u64),
 }
 
-fn named(handle: Handle) -> Result<Named> {
+pub(super) fn named(handle: Handle) -> Result<Named> {
     let value = HANDLES.get(handle)?;
     if value & DEFAULT_POOL != 0 {
         return Ok(Named::Default((value & !DEFAULT_POOL) as i32));
@@ -196,71 +196,6 @@ pub fn empty_cache(handle: Handle) -> Result<()> {
         Named::Graph(pool, _) => pool.empty_cache(),
     }
     Ok(())
-}
-
-/// The caching allocator behind a pool that can sleep: a default pool of gpurt's
-/// caching allocator, or a pool made with gpurt_mem_pool_create.
-fn with_sleeper<T>(handle: Handle, f: impl FnOnce(&dyn Sleeper) -> Result<T>) -> Result<T> {
-    match named(handle)? {
-        Named::Default(d) => match pools::default_pool(d)? {
-            pools::DefaultPool::Caching(a) => f(a),
-            pools::DefaultPool::Driver(_) => Err(Error::not_supported("the driver's pool (backend:cudaMallocAsync) cannot sleep: its memory is the driver's")),
-        },
-        Named::Pool(pool) => f(pool.allocator()),
-        Named::Graph(..) => Err(Error::not_supported("a graph pool's memory is its graphs': it does not sleep")),
-    }
-}
-
-/// Sleep and wake over an allocator of any source.
-trait Sleeper {
-    fn holds(&self, addr: u64) -> bool;
-    fn sleep(&self, offload: bool, admit: &dyn Fn() -> Result<()>) -> Result<()>;
-    fn wake(&self) -> Result<()>;
-    fn sleep_mode(&self) -> Option<bool>;
-}
-
-impl<S: SegmentSource> Sleeper for CachingAllocator<S> {
-    fn holds(&self, addr: u64) -> bool {
-        CachingAllocator::holds(self, addr)
-    }
-    fn sleep(&self, offload: bool, admit: &dyn Fn() -> Result<()>) -> Result<()> {
-        CachingAllocator::sleep(self, offload, admit)
-    }
-    fn wake(&self) -> Result<()> {
-        CachingAllocator::wake(self)
-    }
-    fn sleep_mode(&self) -> Option<bool> {
-        CachingAllocator::sleep_mode(self)
-    }
-}
-
-/// Puts the pool to sleep (`CachingAllocator::sleep`), unless a capture is in
-/// progress (the sleep waits for the device) or the pool holds a block exported to
-/// other processes, whose memory they map. The export check comes after the pool
-/// refuses new exports (`ipc::producer::export` checks under the same lock), so that
-/// an export and a sleep at once cannot both succeed.
-pub fn sleep(handle: Handle, offload: bool) -> Result<()> {
-    with_sleeper(handle, |pool| {
-        let no_exports = || match pools::exported_block(&|addr| pool.holds(addr)) {
-            Some(ptr) => Err(Error::not_supported(format!(
-                "the block at {ptr:#x} is exported to other processes (gpurt_ipc_mem_handle), which map its memory: free it and let them close it before the pool sleeps"
-            ))),
-            None => Ok(()),
-        };
-        capture::outside_captures("a sleep", || pool.sleep(offload, &no_exports))
-    })
-}
-
-pub fn wake(handle: Handle) -> Result<()> {
-    with_sleeper(handle, |pool| capture::outside_captures("a wake", || pool.wake()))
-}
-
-/// Whether the pool sleeps (a pool that cannot sleep never does).
-pub fn is_asleep(handle: Handle) -> Result<bool> {
-    match with_sleeper(handle, |pool| Ok(pool.sleep_mode().is_some())) {
-        Err(e) if e.status == Status::GPURT_ERROR_NOT_SUPPORTED => Ok(false),
-        other => other,
-    }
 }
 
 pub fn device_of(handle: Handle) -> Result<i32> {

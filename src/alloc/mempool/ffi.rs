@@ -1,7 +1,7 @@
 use libc::{c_char, c_int, c_void};
 
 use super::device::{self as pools, Upstream};
-use super::Filter;
+use super::{sleep, Filter};
 use crate::alloc::upstream::{gpurt_upstream_alloc_fn, gpurt_upstream_free_fn, UserFunctions};
 use crate::alloc::stats::{gpurt_memory_stats_t, MEMORY_STATS_V1_SIZE};
 use crate::boundary::{self, in_sized, in_str, write_sized, Out};
@@ -324,21 +324,23 @@ pub const GPURT_SLEEP_DISCARD: gpurt_sleep_mode_t = 1;
 /// contents restored with GPURT_SLEEP_OFFLOAD (with GPURT_SLEEP_DISCARD those parts'
 /// contents are lost, as asked).
 ///
-/// @param pool the pool: a default pool, or one made with gpurt_mem_pool_create
+/// @param pool the pool: a default pool, one made with gpurt_mem_pool_create, or a graph pool (graphs captured into it replay after the wake)
 /// @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD
-/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown `mode` or a pool already asleep; GPURT_ERROR_NOT_SUPPORTED for a pool that cannot sleep (a block in a segment of its own, a block exported to other processes, a graph pool, the driver's pool, an upstream that cannot map); GPURT_ERROR_OUT_OF_MEMORY where the host memory for the offload cannot be had; GPURT_ERROR_STREAM_CAPTURE while a capture begun with gpurt_stream_begin_capture is in progress (the message names it; captures begun meanwhile wait for the sleep); or a status every call may give (@ref statuses).
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown `mode` or a pool already asleep; GPURT_ERROR_NOT_SUPPORTED for a pool that cannot sleep (a block in a segment of its own, a block exported to other processes, the driver's pool, an upstream that cannot map); GPURT_ERROR_OUT_OF_MEMORY where the host memory for the offload cannot be had; GPURT_ERROR_STREAM_CAPTURE while a capture begun with gpurt_stream_begin_capture is in progress (the message names it; captures begun meanwhile wait for the sleep); or a status every call may give (@ref statuses).
 /// @par Ordering
 /// Blocking: synchronises the pool's device, then copies and unmaps. Refused while a stream is being captured through gpurt.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_sleep(pool: gpurt_mem_pool_t, mode: gpurt_sleep_mode_t) -> gpurt_status_t {
-    boundary::call("gpurt_mem_pool_sleep", || {
-        let offload = match mode {
-            GPURT_SLEEP_OFFLOAD => true,
-            GPURT_SLEEP_DISCARD => false,
-            _ => return Err(Error::invalid_argument(format!("sleep mode {mode}: give GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD"))),
-        };
-        pools::sleep(h(pool), offload)
-    })
+    boundary::call("gpurt_mem_pool_sleep", || sleep::sleep(h(pool), offloads(mode)?))
+}
+
+/// Whether a sleep mode offloads.
+fn offloads(mode: gpurt_sleep_mode_t) -> Result<bool, Error> {
+    match mode {
+        GPURT_SLEEP_OFFLOAD => Ok(true),
+        GPURT_SLEEP_DISCARD => Ok(false),
+        _ => Err(Error::invalid_argument(format!("sleep mode {mode}: give GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD"))),
+    }
 }
 
 /// Wakes a sleeping `pool`: its memory is mapped again at the same addresses and,
@@ -351,7 +353,7 @@ pub extern "C" fn gpurt_mem_pool_sleep(pool: gpurt_mem_pool_t, mode: gpurt_sleep
 /// Blocking: maps and copies, and returns when the contents are back; frees, statistics and gpurt_mem_pool_is_asleep do not wait for it.
 #[no_mangle]
 pub extern "C" fn gpurt_mem_pool_wake(pool: gpurt_mem_pool_t) -> gpurt_status_t {
-    boundary::call("gpurt_mem_pool_wake", || pools::wake(h(pool)))
+    boundary::call("gpurt_mem_pool_wake", || sleep::wake(h(pool)))
 }
 
 /// Whether `pool` sleeps (gpurt_mem_pool_sleep). Never waits for a sleep or a wake
@@ -367,7 +369,59 @@ pub extern "C" fn gpurt_mem_pool_wake(pool: gpurt_mem_pool_t) -> gpurt_status_t 
 pub extern "C" fn gpurt_mem_pool_is_asleep(pool: gpurt_mem_pool_t, asleep: *mut c_int) -> gpurt_status_t {
     boundary::call("gpurt_mem_pool_is_asleep", || {
         let out = Out::new(asleep, "asleep")?;
-        out.write(pools::is_asleep(h(pool))? as c_int);
+        out.write(sleep::is_asleep(h(pool))? as c_int);
+        Ok(())
+    })
+}
+
+/// Puts to sleep everything gpurt holds on `device` that is awake: its default pool
+/// (with the cuBLAS and cuBLASLt workspaces, which come from it), every pool made with
+/// gpurt_mem_pool_create on it and every graph pool of it (graphs captured into them
+/// replay after the wake), each as gpurt_mem_pool_sleep does, in `mode`. A pool the
+/// caller put to sleep before keeps its own mode and stays asleep after
+/// gpurt_device_wake, which wakes what this call put to sleep. A failure (a pool
+/// holding a block in a segment of its own or a block exported to other processes, a
+/// driver call) wakes the pools it had put to sleep, so that the device is as it was;
+/// the message names the pool. Math-library handles work again after the wake. What
+/// stays on the device: the CUDA context, loaded kernels and the math libraries'
+/// handles (docs/performance.md, "Sleep and wake").
+///
+/// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+/// @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist, an unknown `mode`, or a device asleep already; GPURT_ERROR_NOT_SUPPORTED for a pool that cannot sleep (named), and under backend:cudaMallocAsync; GPURT_ERROR_OUT_OF_MEMORY where the host memory for an offload cannot be had; GPURT_ERROR_STREAM_CAPTURE while a capture begun with gpurt_stream_begin_capture is in progress; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Blocking: synchronises the device, then copies and unmaps pool by pool. Refused while a stream is being captured through gpurt.
+#[no_mangle]
+pub extern "C" fn gpurt_device_sleep(device: c_int, mode: gpurt_sleep_mode_t) -> gpurt_status_t {
+    boundary::call("gpurt_device_sleep", || sleep::sleep_device(device, offloads(mode)?))
+}
+
+/// Wakes what gpurt_device_sleep put to sleep on `device`, the last pool first; pools
+/// the caller woke meanwhile are left as they are. A failure (the device out of memory,
+/// say) leaves the pools not yet woken asleep and the device asleep, for a retry.
+///
+/// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist or is not asleep; GPURT_ERROR_OUT_OF_MEMORY when the device's memory does not suffice; GPURT_ERROR_STREAM_CAPTURE while a capture begun with gpurt_stream_begin_capture is in progress; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Blocking: maps and copies, and returns when the contents are back.
+#[no_mangle]
+pub extern "C" fn gpurt_device_wake(device: c_int) -> gpurt_status_t {
+    boundary::call("gpurt_device_wake", || sleep::wake_device(device))
+}
+
+/// Whether gpurt_device_sleep put `device` to sleep and gpurt_device_wake has not yet
+/// woken it.
+///
+/// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+/// @param[out] asleep receives 1 while it sleeps, else 0; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL or for a device that does not exist; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+#[no_mangle]
+pub extern "C" fn gpurt_device_is_asleep(device: c_int, asleep: *mut c_int) -> gpurt_status_t {
+    boundary::call("gpurt_device_is_asleep", || {
+        let out = Out::new(asleep, "asleep")?;
+        out.write(sleep::device_is_asleep(device)? as c_int);
         Ok(())
     })
 }

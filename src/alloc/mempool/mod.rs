@@ -9,6 +9,7 @@
 
 pub mod device;
 pub mod ffi;
+pub mod sleep;
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,210 @@
+//! Sleep and wake of the pools a handle names, and of everything gpurt holds on a
+//! device (`gpurt_device_sleep`): the default pool (and with it the math libraries'
+//! workspaces, which come from it), every pool made with `gpurt_mem_pool_create` and
+//! every graph pool of the device. A device sleep remembers the pools it put to
+//! sleep, and its wake wakes those: a pool the caller put to sleep before keeps its
+//! own sleep, and one the caller woke meanwhile is left as it is.
+
+use std::sync::{Arc, Mutex};
+
+use super::device::{named, Named};
+use super::MemPool;
+use crate::alloc::caching::CachingAllocator;
+use crate::alloc::capture::{self, CaptureSource};
+use crate::alloc::device::{self as pools, MEM_POOLS};
+use crate::alloc::pool::SegmentSource;
+use crate::alloc::upstream::{DriverSource, PoolSource};
+use crate::boundary::lock;
+use crate::device;
+use crate::error::{Error, Result, Status};
+use crate::handle::Handle;
+
+/// Sleep and wake over an allocator of any source.
+trait Sleeper {
+    fn holds(&self, addr: u64) -> bool;
+    fn sleep(&self, offload: bool, admit: &dyn Fn() -> Result<()>) -> Result<()>;
+    fn wake(&self) -> Result<()>;
+    fn sleep_mode(&self) -> Option<bool>;
+    fn refuses_allocations(&self) -> bool;
+}
+
+impl<S: SegmentSource> Sleeper for CachingAllocator<S> {
+    fn holds(&self, addr: u64) -> bool {
+        CachingAllocator::holds(self, addr)
+    }
+    fn sleep(&self, offload: bool, admit: &dyn Fn() -> Result<()>) -> Result<()> {
+        CachingAllocator::sleep(self, offload, admit)
+    }
+    fn wake(&self) -> Result<()> {
+        CachingAllocator::wake(self)
+    }
+    fn sleep_mode(&self) -> Option<bool> {
+        CachingAllocator::sleep_mode(self)
+    }
+    fn refuses_allocations(&self) -> bool {
+        CachingAllocator::refuses_allocations(self)
+    }
+}
+
+/// A pool that can sleep, held for as long as a device sleep keeps it asleep.
+enum Sleeping {
+    Default(&'static CachingAllocator<DriverSource>),
+    Pool(Arc<MemPool<PoolSource>>),
+    /// A graph pool and its id.
+    Graph(Arc<CachingAllocator<CaptureSource>>, u64),
+}
+
+impl Sleeping {
+    fn sleeper(&self) -> &dyn Sleeper {
+        match self {
+            Sleeping::Default(a) => *a,
+            Sleeping::Pool(p) => p.allocator(),
+            Sleeping::Graph(a, _) => &**a,
+        }
+    }
+
+    /// What an error says the pool is.
+    fn name(&self) -> String {
+        match self {
+            Sleeping::Default(_) => "the default pool".into(),
+            Sleeping::Pool(p) => format!("memory pool {}", p.id()),
+            Sleeping::Graph(_, id) => format!("graph pool {id}"),
+        }
+    }
+}
+
+/// The pool a handle names, if it can sleep.
+fn sleeping(handle: Handle) -> Result<Sleeping> {
+    match named(handle)? {
+        Named::Default(d) => default_sleeping(d),
+        Named::Pool(pool) => Ok(Sleeping::Pool(pool)),
+        Named::Graph(pool, id) => Ok(Sleeping::Graph(pool, id)),
+    }
+}
+
+fn default_sleeping(device: i32) -> Result<Sleeping> {
+    match pools::default_pool(device)? {
+        pools::DefaultPool::Caching(a) => Ok(Sleeping::Default(a)),
+        pools::DefaultPool::Driver(_) => Err(Error::not_supported("the driver's pool (backend:cudaMallocAsync) cannot sleep: its memory is the driver's")),
+    }
+}
+
+/// Puts `pool` to sleep, unless it holds a block exported to other processes, whose
+/// memory they map. The export check comes after the pool refuses new exports
+/// (`ipc::producer::export` checks under the same lock), so that an export and a
+/// sleep at once cannot both succeed.
+fn sleep_pool(pool: &dyn Sleeper, offload: bool) -> Result<()> {
+    let no_exports = || match pools::exported_block(&|addr| pool.holds(addr)) {
+        Some(ptr) => Err(Error::not_supported(format!(
+            "the block at {ptr:#x} is exported to other processes (gpurt_ipc_mem_handle), which map its memory: free it and let them close it before the pool sleeps"
+        ))),
+        None => Ok(()),
+    };
+    pool.sleep(offload, &no_exports)
+}
+
+/// `gpurt_mem_pool_sleep`: refused while a capture runs (the sleep waits for the device).
+pub fn sleep(handle: Handle, offload: bool) -> Result<()> {
+    let pool = sleeping(handle)?;
+    capture::outside_captures("a sleep", || sleep_pool(pool.sleeper(), offload))
+}
+
+pub fn wake(handle: Handle) -> Result<()> {
+    let pool = sleeping(handle)?;
+    capture::outside_captures("a wake", || pool.sleeper().wake())
+}
+
+/// Whether the pool sleeps (a pool that cannot sleep never does).
+pub fn is_asleep(handle: Handle) -> Result<bool> {
+    match sleeping(handle) {
+        Ok(pool) => Ok(pool.sleeper().sleep_mode().is_some()),
+        Err(e) if e.status == Status::GPURT_ERROR_NOT_SUPPORTED => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// A device's sleep: its mode and the pools it put to sleep, in the order it did.
+struct DeviceSleep {
+    device: i32,
+    pools: Vec<Sleeping>,
+}
+
+static DEVICE_SLEEPS: Mutex<Vec<DeviceSleep>> = Mutex::new(Vec::new());
+
+/// Every pool of `device` that can sleep: the default pool, the pools users made, the
+/// graph pools.
+fn device_pools(device: i32) -> Result<Vec<Sleeping>> {
+    let mut all = vec![default_sleeping(device)?];
+    all.extend(MEM_POOLS.on_device(device).into_iter().map(Sleeping::Pool));
+    all.extend(capture::private_pools(device).into_iter().map(|(id, a)| Sleeping::Graph(a, id)));
+    Ok(all)
+}
+
+/// `gpurt_device_sleep`: every pool of the device that is awake, in `offload`'s mode.
+/// A pool's failure wakes the pools this call put to sleep before it, so that the
+/// device is as it was.
+pub fn sleep_device(ordinal: i32, offload: bool) -> Result<()> {
+    let d = device::resolve(ordinal)?;
+    let mut sleeps = lock(&DEVICE_SLEEPS);
+    if sleeps.iter().any(|s| s.device == d) {
+        return Err(Error::invalid_argument(format!("device {d} is asleep already (gpurt_device_sleep): wake it first")));
+    }
+    let all = device_pools(d)?;
+    capture::outside_captures("a device sleep", || {
+        let mut slept: Vec<Sleeping> = Vec::new();
+        for pool in all {
+            // A pool the caller put to sleep keeps its own sleep.
+            if pool.sleeper().refuses_allocations() {
+                continue;
+            }
+            if let Err(e) = sleep_pool(pool.sleeper(), offload) {
+                let woken = wake_pools(&mut slept);
+                let state = match woken {
+                    Ok(()) => "every pool it had put to sleep is awake again".to_string(),
+                    Err(again) => format!("waking the pools it had put to sleep failed too ({again}): gpurt_device_wake retries"),
+                };
+                if !slept.is_empty() {
+                    sleeps.push(DeviceSleep { device: d, pools: slept });
+                }
+                return Err(e.context(&format!("device {d}'s sleep failed at {}; {state}", pool.name())));
+            }
+            slept.push(pool);
+        }
+        sleeps.push(DeviceSleep { device: d, pools: slept });
+        Ok(())
+    })
+}
+
+/// Wakes `pools` that still sleep, the last put to sleep first; each woken leaves the
+/// list, so that a failure leaves just the pools still asleep, for a retry.
+fn wake_pools(pools: &mut Vec<Sleeping>) -> Result<()> {
+    while let Some(pool) = pools.last() {
+        if pool.sleeper().sleep_mode().is_some() {
+            pool.sleeper().wake().map_err(|e| e.context(&format!("waking {}", pool.name())))?;
+        }
+        if let Some(Sleeping::Graph(_, id)) = pools.pop() {
+            capture::collect_woken(id);
+        }
+    }
+    Ok(())
+}
+
+/// `gpurt_device_wake`: wakes what `sleep_device` put to sleep. A failure leaves the
+/// pools not yet woken asleep and the device asleep, for a retry.
+pub fn wake_device(ordinal: i32) -> Result<()> {
+    let d = device::resolve(ordinal)?;
+    let mut sleeps = lock(&DEVICE_SLEEPS);
+    let at = sleeps
+        .iter()
+        .position(|s| s.device == d)
+        .ok_or_else(|| Error::invalid_argument(format!("device {d} is not asleep (gpurt_device_sleep)")))?;
+    capture::outside_captures("a device wake", || wake_pools(&mut sleeps[at].pools))?;
+    sleeps.swap_remove(at);
+    Ok(())
+}
+
+/// Whether `gpurt_device_sleep` put the device to sleep and no wake has woken it yet.
+pub fn device_is_asleep(ordinal: i32) -> Result<bool> {
+    let d = device::resolve(ordinal)?;
+    Ok(lock(&DEVICE_SLEEPS).iter().any(|s| s.device == d))
+}
