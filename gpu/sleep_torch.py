@@ -25,11 +25,14 @@ torch_memory_saver measured beside gpurt on the same bytes.
 
     python3 sleep_torch.py LIB device
         PyTorch on gpurt as its whole CUDA allocator (gpurt.torch.use_as_allocator):
-        GPT-2's greedy decode, eager and through a CUDA graph, cuBLAS in use; then
+        GPT-2's greedy decode with cuBLAS in use (eager: PyTorch's graph capture
+        over a pluggable allocator asks gpurt for new memory inside a capture gpurt
+        did not begin, which gpurt refuses; graphs in gpurt's graph pools replay after a
+        device's wake in tests/c/sleep_test.c); then
         gpurt.device_sleep offloads everything gpurt holds on the device. NVML's
         figure of this process's device memory asleep is compared with a process that
         only made its context and the same cuBLAS handles (a child, run first); woken,
-        both decodes give identical tokens; 20 cycles keep memory flat.
+        the decode gives identical tokens; 20 cycles keep memory flat.
 
 Both need expandable segments in gpurt's pools, which these create explicitly.
 """
@@ -341,7 +344,7 @@ def bare(lib):
 
 
 def device(lib):
-    from gpt2_reference import captured_step, decode_steps, static_cache  # beside this script
+    from gpt2_reference import decode_steps, static_cache  # beside this script
     from transformers import GPT2Config, GPT2LMHeadModel
 
     child = subprocess.run([sys.executable, __file__, lib, "bare"], capture_output=True, text=True, env=dict(os.environ))
@@ -364,12 +367,8 @@ def device(lib):
         torch.cuda.synchronize()
         return out_tokens.cpu().clone()
 
-    with torch.no_grad():
-        prefill()
-    replay = captured_step(prefill, decode)
     ok = True
-    eager_before, graph_before = generate(decode), generate(replay)
-    ok &= check(torch.equal(eager_before, graph_before), "the graph's tokens equal the eager decode's before sleep")
+    eager_before = generate(decode)
     dev = torch.cuda.current_device()
     awake_mib, reserved = process_device_mib(), gpurt.memory_stats(dev)["reserved_bytes.all.current"]
     t = time.perf_counter()
@@ -385,8 +384,7 @@ def device(lib):
     gpurt.device_wake(dev)
     wake_ms = (time.perf_counter() - t) * 1e3
     print(f"woken in {wake_ms:.1f} ms")
-    ok &= check(torch.equal(generate(decode), eager_before), "after the device's wake, the eager decode's tokens are identical")
-    ok &= check(torch.equal(generate(replay), graph_before), "after the device's wake, the graph captured before the sleep replays with identical tokens")
+    ok &= check(torch.equal(generate(decode), eager_before), "after the device's wake, the decode's tokens are identical")
     used = []
     for _ in range(20):
         with gpurt.device_sleeping(dev, offload=True):
@@ -394,7 +392,7 @@ def device(lib):
         used.append(process_device_mib())
     print(f"20 cycles: device memory asleep {min(used[0::2]):.1f}-{max(used[0::2]):.1f} MiB, awake {min(used[1::2]):.1f}-{max(used[1::2]):.1f} MiB")
     ok &= check(max(used[0::2]) - min(used[0::2]) <= 2 and max(used[1::2]) - min(used[1::2]) <= 2, "device memory flat over the cycles (within 2 MiB)")
-    ok &= check(torch.equal(generate(replay), graph_before), "after 20 cycles the graph still replays with identical tokens")
+    ok &= check(torch.equal(generate(decode), eager_before), "after 20 cycles the tokens are still identical")
     return ok
 
 

@@ -470,6 +470,9 @@ impl SegmentSource for Box<dyn SegmentSource> {
     fn map_granularity(&self) -> u64 {
         (**self).map_granularity()
     }
+    fn keeps_free_memory(&self) -> bool {
+        (**self).keeps_free_memory()
+    }
     fn synchronize(&self) -> Result<()> {
         (**self).synchronize()
     }

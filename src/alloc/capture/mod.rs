@@ -123,6 +123,11 @@ impl SegmentSource for CaptureSource {
     fn map_granularity(&self) -> u64 {
         self.driver.map_granularity()
     }
+    /// Until the pool is released, its graphs replay into the blocks freed during
+    /// their capture: no collection, out-of-memory retry or sleep may unmap them.
+    fn keeps_free_memory(&self) -> bool {
+        !self.released.load(Ordering::Acquire)
+    }
     fn synchronize(&self) -> Result<()> {
         self.driver.synchronize()
     }

@@ -580,8 +580,10 @@ impl<S: SegmentSource> Pool<S> {
     /// collection).
     pub fn release_free_segments(&mut self) {
         self.flush_parked();
-        if self.asleep.is_some() {
-            return; // its memory went back when it fell asleep; what is free now is unmapped
+        // Asleep, its memory went back when it fell asleep (what is free now is
+        // unmapped); a graph pool's free memory is its graphs'.
+        if self.asleep.is_some() || self.shared.source.keeps_free_memory() {
+            return;
         }
         self.release_expandable_free_ranges();
         let expandable: Vec<u64> = self.expandable.values().map(|e| e.base).collect();

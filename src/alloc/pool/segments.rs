@@ -87,6 +87,13 @@ pub trait SegmentSource: Send + Sync {
     fn restore(&self, _ranges: &[(u64, u64)], _host: &HostStaging) -> Result<()> {
         Err(Error::not_supported("this memory source cannot offload its memory"))
     }
+    /// Whether the pool's free memory must stay mapped: a graph pool's, whose graphs
+    /// replay into the blocks freed during their capture (as PyTorch keeps a private
+    /// pool whole while graphs use it). Its free memory then goes back only when the
+    /// pool is released.
+    fn keeps_free_memory(&self) -> bool {
+        false
+    }
     /// The unit of `map` and `unmap`.
     fn map_granularity(&self) -> u64 {
         2 * MIB
