@@ -224,8 +224,8 @@ fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
 /// A new pool on `device` (a resolved ordinal) with `config`, with one reference
 /// for the caller.
 pub fn new_pool(device: i32, config: AllocConfig) -> u64 {
-    // Private pools keep plain segments: mapping memory inside a capture is untested.
-    let config = AllocConfig { expandable_segments: false, ..config };
+    // Under the process's configuration, expandable segments too (the default), so
+    // that the pool can sleep: the source maps with the capture mode relaxed.
     with_registry(|r| r.pools.create(CaptureSource { driver: DriverSource::new(device), released: AtomicBool::new(false) }, config))
 }
 
