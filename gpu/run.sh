@@ -14,7 +14,7 @@ results=()
 # want the machine to themselves: PART=figures runs them, with the builds and installs they
 # need; PART=checks runs the rest. Each part fits one lease of a machine held at most 30
 # minutes (gpu/plans/).
-figures='^(build-(sleep-bench|blas-bench|gpt2|nvtx-record-tool|trace-replay)|sleep-bench|blas-bench|gpt2-.*|memcheck-gpt2.*|go-bench|dropin-.*|sleep-torch-saver|sleep-torch-live|bench-.*|record-traces|trace-replay.*|record-dropin-sequence|keep-dropin-sequence|ggml-gpt2-.*)$'
+figures='^(build-(pin-bench|sleep-bench|blas-bench|gpt2|nvtx-record-tool|trace-replay)|pin-bench|sleep-bench|blas-bench|gpt2-.*|memcheck-gpt2.*|go-bench|dropin-.*|sleep-torch-saver|sleep-torch-live|bench-.*|record-traces|trace-replay.*|record-dropin-sequence|keep-dropin-sequence|ggml-gpt2-.*)$'
 setup='^(python-install|tms-install)$'
 
 step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matching $ONLY and not $SKIP, if set, and in $PART)
@@ -89,6 +89,8 @@ step sleep-test bin/sleep_test
 # while they sleep and wake; NVML's figures against the pools' at the end.
 step sleep-storm bin/sleep_storm "${STORM_SECONDS:-30}" 8
 # Sleep and wake against raw driver copies and mappings of the same bytes (issue #44's targets).
+step build-pin-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -I/usr/local/cuda/include src/pin_bench.c -lcuda -lpthread -o bin/pin_bench
+step pin-bench bin/pin_bench 8 8 3
 step build-sleep-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude -I/usr/local/cuda/include src/sleep_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" -lcuda -o bin/sleep_bench
 step sleep-bench bin/sleep_bench "${SLEEP_BENCH_GIB:-8}" 5
 step backend-test bin/backend_test

@@ -17,7 +17,8 @@ torch_memory_saver measured beside gpurt on the same bytes.
 
     python3 sleep_torch.py LIB live [REPS]
         Tensors of varied sizes (8 KiB to 300 MiB, seeded, about 9 GiB, a quarter of
-        them freed again) in one gpurt pool: its sleep with offload and its wake timed
+        them freed again) with gpurt as PyTorch's allocator: gpurt.device_sleep with
+        offload and its wake timed
         against PyTorch's own copies of the same live tensors to pinned host memory
         made beforehand and back, alternated in one process, medians of REPS; the
         first sleep (which makes its host memory) apart; contents checked exact after
@@ -257,24 +258,23 @@ def saver(lib, tms_dir, weights_gib=8, cache_gib=4, reps=3):
 
 def live(lib, reps=5):
     gpurt = gpurt_package(lib)
-    pool = Routed(gpurt)
+    # gpurt as PyTorch's whole allocator: a freed tensor goes back to gpurt at once (a
+    # torch.cuda.MemPool would keep it in PyTorch's cache, live as gpurt sees it).
+    gpurt.torch.use_as_allocator()
+    dev = torch.cuda.current_device()
     rng = torch.Generator().manual_seed(56)
     gen = torch.Generator(device="cuda").manual_seed(int(time.time()))
     tensors, total = [], 0
-    with pool():
-        while total < 9 * 1024 * MIB:
-            u = torch.rand((), generator=rng).item()
-            size = int(8 * 1024 * (300 * MIB / (8 * 1024)) ** u) // 4 * 4
-            tensors.append(torch.randint(-2**31, 2**31 - 1, (size // 4,), dtype=torch.int32, device="cuda", generator=gen))
-            total += size
+    while total < 9 * 1024 * MIB:
+        u = torch.rand((), generator=rng).item()
+        size = int(8 * 1024 * (300 * MIB / (8 * 1024)) ** u) // 4 * 4
+        tensors.append(torch.randint(-2**31, 2**31 - 1, (size // 4,), dtype=torch.int32, device="cuda", generator=gen))
+        total += size
     order = torch.randperm(len(tensors), generator=rng).tolist()
     for i in order[: len(tensors) // 4]:
         tensors[i] = None
     tensors = [t for t in tensors if t is not None]
-    # PyTorch keeps freed blocks of a MemPool in its own cache: give them back to gpurt,
-    # as a server does before it sleeps, so that the pool holds the live tensors alone.
     gc.collect()
-    torch.cuda.empty_cache()
     live_bytes = sum(t.numel() * 4 for t in tensors)
     sums = [t.sum(dtype=torch.int64).item() for t in tensors]
     host = [torch.empty(t.numel() * 4, dtype=torch.uint8, pin_memory=True) for t in tensors]
@@ -296,18 +296,19 @@ def live(lib, reps=5):
             t.view(torch.uint8).copy_(h, non_blocking=True)
 
     ok = True
-    first = (timed(lambda: pool.pool.sleep(True)), timed(pool.pool.wake))
-    stats = pool.pool.stats()
+    sleep, wake = (lambda: gpurt.device_sleep(dev, offload=True)), (lambda: gpurt.device_wake(dev))
+    first = (timed(sleep), timed(wake))
+    stats = gpurt.memory_stats(dev)
     figures = {k: [] for k in ("gpurt offload", "gpurt restore", "torch offload", "torch restore")}
     for rep in range(reps):
-        runs = [("gpurt", lambda: pool.pool.sleep(True), pool.pool.wake), ("torch", torch_offload, torch_restore)]
+        runs = [("gpurt", sleep, wake), ("torch", torch_offload, torch_restore)]
         for name, out, back in (runs if rep % 2 == 0 else runs[::-1]):
             figures[f"{name} offload"].append(timed(out))
             figures[f"{name} restore"].append(timed(back))
         ok &= check([t.sum(dtype=torch.int64).item() for t in tensors] == sums, f"round {rep + 1}: every tensor exact after the wake")
     med = {k: statistics.median(v) for k, v in figures.items()}
-    print(f"\n{len(tensors)} live tensors of 8 KiB-300 MiB, {live_bytes / MIB:.0f} MiB live in a pool reserving "
-          f"{pool.mapped() / MIB:.0f} MiB; the host memory kept for its offloads {stats['offload_host_bytes'] / MIB:.0f} MiB; medians of {reps}")
+    print(f"\n{len(tensors)} live tensors of 8 KiB-300 MiB, {live_bytes / MIB:.0f} MiB live in gpurt's default pool reserving "
+          f"{stats['reserved_bytes.all.current'] / MIB:.0f} MiB; the host memory kept for its offloads {stats['offload_host_bytes'] / MIB:.0f} MiB; medians of {reps}")
     print(f"first sleep {first[0]:.1f} ms, its wake {first[1]:.1f} ms")
     for key in ("offload", "restore"):
         g, t = med[f"gpurt {key}"], med[f"torch {key}"]
