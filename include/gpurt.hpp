@@ -724,9 +724,9 @@ private:
     bool asleep_ = false;
 };
 
-/** Puts everything gpurt holds on `device` to sleep (gpurt_device_sleep). @param device a device ordinal @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD */
+/** Puts everything gpurt holds on `device` to sleep (gpurt_device_sleep). @param device a device ordinal @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
 inline Ret<void> device_sleep(int device, gpurt_sleep_mode_t mode = GPURT_SLEEP_OFFLOAD) { return detail::finish(gpurt_device_sleep(device, mode)); }
-/** Wakes what device_sleep put to sleep (gpurt_device_wake). @param device a device ordinal */
+/** Wakes what device_sleep put to sleep (gpurt_device_wake). @param device a device ordinal @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
 inline Ret<void> device_wake(int device) { return detail::finish(gpurt_device_wake(device)); }
 /** @return whether gpurt_device_sleep put `device` to sleep (gpurt_device_is_asleep). @param device a device ordinal */
 inline Ret<bool> device_is_asleep(int device) {

@@ -304,7 +304,7 @@ static void graph_pools_and_the_device_sleep(gpurt_mem_pool_t user, gpurt_stream
 /* The stub driver's fault injection (tests/stub-driver): every call of each entry point
  * a sleep or a wake makes fails in turn. */
 static void fault_sweep(gpurt_mem_pool_t pool, gpurt_stream_t stream) {
-    static const char *points[] = {"cuCtxSynchronize", "cuMemHostAlloc", "cuMemcpyDtoHAsync_v2", "cuStreamSynchronize",
+    static const char *points[] = {"cuCtxSynchronize", "cuMemHostRegister_v2", "cuMemcpyDtoHAsync_v2", "cuStreamSynchronize",
                                    "cuMemUnmap", "cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemcpyHtoDAsync_v2"};
     void (*fail_nth)(const char *, long);
     long (*fail_hits)(void);
@@ -363,7 +363,7 @@ static void fault_sweep(gpurt_mem_pool_t pool, gpurt_stream_t stream) {
  * device and each of its pools stay awake, the pools' memory mapped, and the retry
  * succeeds. */
 static void device_fault_sweep(gpurt_mem_pool_t pool, gpurt_stream_t stream) {
-    static const char *points[] = {"cuCtxSynchronize", "cuMemHostAlloc", "cuMemcpyDtoHAsync_v2", "cuMemUnmap"};
+    static const char *points[] = {"cuCtxSynchronize", "cuMemHostRegister_v2", "cuMemcpyDtoHAsync_v2", "cuMemUnmap"};
     void (*fail_nth)(const char *, long);
     long (*fail_hits)(void);
     void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), *mine = NULL, *theirs = NULL;

@@ -214,8 +214,14 @@ CUresult cuMemHostAlloc(void **p, size_t size, unsigned flags) {
 }
 CUresult cuMemFreeHost(void *p) { count(&live_host, -(long)forget((unsigned long long)p)); free(p); return 0; }
 CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *p, unsigned flags) { (void)flags; *d = (unsigned long long)p; return 0; }
-CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags) { (void)p; (void)size; (void)flags; return 0; }
-CUresult cuMemHostUnregister(void *p) { (void)p; return 0; }
+CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags) {
+    (void)flags;
+    INJECT("cuMemHostRegister_v2", OOM);
+    remember((unsigned long long)(uintptr_t)p, size);
+    count(&live_host, (long)size);
+    return 0;
+}
+CUresult cuMemHostUnregister(void *p) { count(&live_host, -(long)forget((unsigned long long)(uintptr_t)p)); return 0; }
 /* Copies and memsets are accepted and dropped: device addresses here are fake. */
 CUresult cuMemcpyAsync(unsigned long long d, unsigned long long s, size_t n, P st) { (void)d; (void)s; (void)n; (void)st; INJECT("cuMemcpyAsync", UNKNOWN); return 0; }
 CUresult cuMemcpyPeerAsync(unsigned long long d, P dc, unsigned long long s, P sc, size_t n, P st) { (void)d; (void)dc; (void)s; (void)sc; (void)n; (void)st; return 0; }
