@@ -14,7 +14,7 @@ results=()
 # want the machine to themselves: PART=figures runs them, with the builds and installs they
 # need; PART=checks runs the rest. Each part fits one lease of a machine held at most 30
 # minutes (gpu/plans/).
-figures='^(build-(pin-bench|sleep-bench|blas-bench|gpt2|nvtx-record-tool|trace-replay)|pin-bench|sleep-bench|blas-bench|gpt2-.*|memcheck-gpt2.*|go-bench|dropin-.*|sleep-torch-saver|sleep-torch-live|bench-.*|record-traces|trace-replay.*|record-dropin-sequence|keep-dropin-sequence|ggml-gpt2-.*)$'
+figures='^(build-(batch-bench|pin-bench|sleep-bench|blas-bench|gpt2|nvtx-record-tool|trace-replay)|batch-bench|pin-bench|sleep-bench|blas-bench|gpt2-.*|memcheck-gpt2.*|go-bench|dropin-.*|sleep-torch-saver|sleep-torch-live|bench-.*|record-traces|trace-replay.*|record-dropin-sequence|keep-dropin-sequence|ggml-gpt2-.*)$'
 setup='^(python-install|tms-install)$'
 
 step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matching $ONLY and not $SKIP, if set, and in $PART)
@@ -89,6 +89,10 @@ step sleep-test bin/sleep_test
 # while they sleep and wake; NVML's figures against the pools' at the end.
 step sleep-storm bin/sleep_storm "${STORM_SECONDS:-30}" 8
 # Sleep and wake against raw driver copies and mappings of the same bytes (issue #44's targets).
+step build-batch-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/batch_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/batch_test
+step batch-test bin/batch_test
+step build-batch-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude -I/usr/local/cuda/include src/batch_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" -lcuda -o bin/batch_bench
+step batch-bench bin/batch_bench
 step build-pin-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -I/usr/local/cuda/include src/pin_bench.c -lcuda -lpthread -o bin/pin_bench
 step pin-bench bin/pin_bench 8 8 3
 step build-sleep-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude -I/usr/local/cuda/include src/sleep_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" -lcuda -o bin/sleep_bench
@@ -255,6 +259,7 @@ sanitize() {  # sanitize TOOL COMMAND...
 step memcheck-abi-test sanitize memcheck bin/abi_test
 step memcheck-sleep-test sanitize memcheck bin/sleep_test
 step memcheck-sleep-storm sanitize memcheck bin/sleep_storm 10 4
+step memcheck-batch-test sanitize memcheck bin/batch_test
 step racecheck-abi-test sanitize racecheck bin/abi_test
 step synccheck-abi-test sanitize synccheck bin/abi_test
 step initcheck-abi-test sanitize initcheck bin/abi_test

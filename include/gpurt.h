@@ -197,6 +197,11 @@
 #define GPURT_COMM_SPLIT_NOCOLOR -1
 
 /**
+ * The most copies one gpurt_memcpy_batch_async takes (a bound on its checks and the driver's arrays).
+ */
+#define GPURT_MEMCPY_BATCH_MAX (1 << 20)
+
+/**
  * Event flag: gpurt_event_synchronize sleeps instead of spinning.
  */
 #define GPURT_EVENT_BLOCKING_SYNC 1
@@ -2468,6 +2473,30 @@ gpurt_status_t gpurt_memcpy_async(void *dst,
                                   const void *src,
                                   size_t bytes,
                                   gpurt_stream_t stream);
+
+/**
+ * Queues `count` copies on `stream` in one call: `sizes[i]` bytes from `srcs[i]` to
+ * `dsts[i]`, each side device, pinned or pageable host memory as for
+ * gpurt_memcpy_async (vLLM's swap of KV-cache blocks). Through the driver's
+ * `cuMemcpyBatchAsync` where it has one (CUDA 12.8 and later), else, and on the
+ * legacy default stream, which the batch call refuses, one copy at a time; the sources
+ * are read in stream order either way. Every copy is checked before any is queued: a
+ * refused batch queues nothing, and the message names the copy.
+ *
+ * @param dsts `count` destinations
+ * @param srcs `count` sources
+ * @param sizes `count` byte counts; a copy of 0 bytes is skipped (its pointers may be NULL)
+ * @param count how many copies; 0 does nothing; at most GPURT_MEMCPY_BATCH_MAX (1 048 576)
+ * @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL array with a non-zero `count`, more than 1 048 576 copies, a NULL pointer or a range past the address space in a copy, copies whose destinations overlap each other or their own source, or memory of a sleeping pool; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the copies are recorded into the graph instead.
+ */
+gpurt_status_t gpurt_memcpy_batch_async(void *const *dsts,
+                                        const void *const *srcs,
+                                        const size_t *sizes,
+                                        size_t count,
+                                        gpurt_stream_t stream);
 
 /**
  * As `gpurt_memcpy_async`, then waits until the copy is done (a synchronising call

@@ -42,10 +42,10 @@ if [ -z "$cuda_include" ]; then
 fi
 # run.sh's own build commands (LIST=commands), only checked: the bundle's layout (the
 # sources in src/), PyTorch's and RMM's parts (-DWITH_*) left out.
-cp gpu/sleep_bench.c gpu/pin_bench.c gpu/blas_bench.c gpu/blas_gpu_test.c gpu/trace_replay.cpp tests/c/check.h "$bundle/src/"
+cp gpu/sleep_bench.c gpu/pin_bench.c gpu/batch_bench.c gpu/blas_bench.c gpu/blas_gpu_test.c gpu/trace_replay.cpp tests/c/check.h "$bundle/src/"
 cp -r include "$bundle/"
 (cd "$bundle" && LIST=commands OUT="$bundle/out" bash real-run.sh 2>/dev/null) > "$bundle/commands"
-for step in build-sleep-bench build-pin-bench build-blas-bench build-blas-gpu-test build-trace-replay; do
+for step in build-sleep-bench build-pin-bench build-batch-bench build-blas-bench build-blas-gpu-test build-trace-replay; do
     command=$(awk -F'\t' -v step="$step" '$1 == step { print $2 }' "$bundle/commands")
     [ -n "$command" ] || { echo "run.sh no longer lists $step"; exit 1; }
     eval "set -- $command"
@@ -53,4 +53,4 @@ for step in build-sleep-bench build-pin-bench build-blas-bench build-blas-gpu-te
     for arg in "$@"; do [[ $arg == -DWITH_* ]] || args+=("$arg"); done
     (cd "$bundle" && "${args[@]}" -fsyntax-only -I"$cuda_include")
 done
-echo "gpu scripts: sleep_bench, pin_bench, blas_bench, blas_gpu_test and trace_replay compile as run.sh builds them"
+echo "gpu scripts: sleep_bench, pin_bench, batch_bench, blas_bench, blas_gpu_test and trace_replay compile as run.sh builds them"

@@ -197,6 +197,7 @@ echo "== IPC again with two devices that can access each other: device 1's expan
 STUB_CUDA_DEVICES=2 LD_LIBRARY_PATH=$stub "$stub/ipc_test"
 stub_c_test sleep_test "pools that sleep and wake: offload, discard, the refusals, an export racing a sleep, captures (stub driver: statuses and figures; bytes in the GPU suite)"
 stub_c_test sleep_storm "sleep under a storm: 8 threads allocating and freeing in three pools while they sleep and wake (stub driver, 5 s; bytes and NVML in the GPU suite)" "5 8"
+stub_c_test batch_test "batched copies: misuse refused with nothing queued, 10 000 copies both ways on a stream (the driver's batch call) and the legacy stream (the loop) (stub driver; bytes in the GPU suite)"
 stub_c_test backend_test "backend:cudaMallocAsync: the driver's pool behind the default pools (stub driver)"
 stub_c_test foreign_capture_test "a capture begun outside gpurt: cached blocks, no new memory (whole and expandable segments), the capture survives (stub driver)"
 stub_c_test no_vmm_test "expandable segments on a device without virtual memory management: whole segments, a pool's own request refused (stub driver)"

@@ -21,6 +21,47 @@ pub extern "C" fn gpurt_memcpy_async(dst: *mut c_void, src: *const c_void, bytes
     boundary::call("gpurt_memcpy_async", || super::copy_async(dst as u64, src as u64, bytes as u64, Handle::from_ptr(stream)))
 }
 
+/// Queues `count` copies on `stream` in one call: `sizes[i]` bytes from `srcs[i]` to
+/// `dsts[i]`, each side device, pinned or pageable host memory as for
+/// gpurt_memcpy_async (vLLM's swap of KV-cache blocks). Through the driver's
+/// `cuMemcpyBatchAsync` where it has one (CUDA 12.8 and later), else, and on the
+/// legacy default stream, which the batch call refuses, one copy at a time; the sources
+/// are read in stream order either way. Every copy is checked before any is queued: a
+/// refused batch queues nothing, and the message names the copy.
+///
+/// @param dsts `count` destinations
+/// @param srcs `count` sources
+/// @param sizes `count` byte counts; a copy of 0 bytes is skipped (its pointers may be NULL)
+/// @param count how many copies; 0 does nothing; at most GPURT_MEMCPY_BATCH_MAX (1 048 576)
+/// @param stream a gpurt stream (gpurt_current_stream gives this thread's current one)
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL array with a non-zero `count`, more than 1 048 576 copies, a NULL pointer or a range past the address space in a copy, copies whose destinations overlap each other or their own source, or memory of a sleeping pool; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Enqueued on `stream`; returns without waiting for the device. While `stream` is being captured, the copies are recorded into the graph instead.
+#[no_mangle]
+pub extern "C" fn gpurt_memcpy_batch_async(
+    dsts: *const *mut c_void,
+    srcs: *const *const c_void,
+    sizes: *const usize,
+    count: usize,
+    stream: gpurt_stream_t,
+) -> gpurt_status_t {
+    boundary::call("gpurt_memcpy_batch_async", || {
+        if count == 0 {
+            return crate::stream::get(Handle::from_ptr(stream)).map(drop);
+        }
+        if dsts.is_null() || srcs.is_null() || sizes.is_null() {
+            return Err(crate::Error::invalid_argument("dsts, srcs and sizes must not be NULL when count is not 0"));
+        }
+        if count > super::batch::GPURT_MEMCPY_BATCH_MAX {
+            return Err(crate::Error::invalid_argument(format!("{count} copies in one batch: at most {}", super::batch::GPURT_MEMCPY_BATCH_MAX)));
+        }
+        // SAFETY: the caller passes `count` entries in each array (checked non-NULL).
+        let (dsts, srcs, sizes) = unsafe { (std::slice::from_raw_parts(dsts, count), std::slice::from_raw_parts(srcs, count), std::slice::from_raw_parts(sizes, count)) };
+        let copies: Vec<(u64, u64, u64)> = (0..count).map(|i| (dsts[i] as u64, srcs[i] as u64, sizes[i] as u64)).collect();
+        super::batch::copy_batch_async(&copies, Handle::from_ptr(stream))
+    })
+}
+
 /// As `gpurt_memcpy_async`, then waits until the copy is done (a synchronising call
 /// for the sync debug mode).
 ///

@@ -3,6 +3,7 @@
 //! tells them apart. A host pointer inside a gpurt pinned block gets the stream
 //! recorded on that block, so that the block is not reused while the copy runs.
 
+pub mod batch;
 pub mod ffi;
 pub mod staged;
 

@@ -214,6 +214,13 @@ CUresult cuMemHostAlloc(void **p, size_t size, unsigned flags) {
 }
 CUresult cuMemFreeHost(void *p) { count(&live_host, -(long)forget((unsigned long long)p)); free(p); return 0; }
 CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *p, unsigned flags) { (void)flags; *d = (unsigned long long)p; return 0; }
+/* The batch copy of CUDA 12.8's drivers (the entry point cudarc loads); copies nothing, as every copy here. */
+CUresult cuMemcpyBatchAsync(unsigned long long *dsts, unsigned long long *srcs, size_t *sizes, size_t count, void *attrs, size_t *attr_idxs, size_t n_attrs, size_t *fail_idx, P stream) {
+    (void)dsts; (void)srcs; (void)sizes; (void)attrs; (void)attr_idxs; (void)n_attrs; (void)stream;
+    if (count == 0 || (uintptr_t)stream <= 2) return 1; /* CUDA_ERROR_INVALID_VALUE: the legacy and per-thread handles are refused */
+    if (injected("cuMemcpyBatchAsync")) { *fail_idx = 0; return UNKNOWN; }
+    return 0;
+}
 CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags) {
     (void)flags;
     INJECT("cuMemHostRegister_v2", OOM);
