@@ -41,7 +41,14 @@ int main(void) {
     CUmemcpyAttributes attrs;
     double loop[ROUNDS], batch[ROUNDS], raw[ROUNDS];
     int r, wrong = 0;
+    CUcontext primary;
+    CUdevice dev;
     OK(gpurt_stream_create(0, GPURT_STREAM_NON_BLOCKING, 0, &stream));
+    /* gpurt makes its device current around its own calls; the raw call needs it current here. */
+    if (cuDeviceGet(&dev, 0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&primary, dev) != CUDA_SUCCESS || cuCtxSetCurrent(primary) != CUDA_SUCCESS) {
+        fprintf(stderr, "no primary context\n");
+        return 1;
+    }
     OK(gpurt_stream_native(stream, &native));
     OK(gpurt_pinned_pool_default(&pinned));
     OK(gpurt_malloc(COPIES * BYTES, stream, (void **)&device));
@@ -73,7 +80,15 @@ int main(void) {
         wrong += memcmp(host, want, COPIES * BYTES) != 0;
         memset(host, 0, COPIES * BYTES);
         t = now_ms();
-        if (cuMemcpyBatchAsync(raw_dsts, raw_srcs, sizes, COPIES, &attrs, &attr_index, 1, (CUstream)native) != CUDA_SUCCESS) { fprintf(stderr, "cuMemcpyBatchAsync failed\n"); return 1; }
+        {
+            CUresult code = cuMemcpyBatchAsync(raw_dsts, raw_srcs, sizes, COPIES, &attrs, &attr_index, 1, (CUstream)native);
+            const char *name = "?";
+            if (code != CUDA_SUCCESS) {
+                cuGetErrorName(code, &name);
+                fprintf(stderr, "cuMemcpyBatchAsync failed: %s\n", name);
+                return 1;
+            }
+        }
         OK(gpurt_stream_synchronize(stream));
         raw[r] = now_ms() - t;
         wrong += memcmp(host, want, COPIES * BYTES) != 0;
