@@ -724,6 +724,11 @@ private:
     bool asleep_ = false;
 };
 
+/** Queues `count` copies on `stream` in one call (gpurt_memcpy_batch_async). @param dsts destinations @param srcs sources @param sizes bytes of each copy @param count how many @param stream the stream @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
+inline Ret<void> memcpy_batch_async(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count, gpurt_stream_t stream) {
+    return detail::finish(gpurt_memcpy_batch_async(dsts, srcs, sizes, count, stream));
+}
+
 /** Puts everything gpurt holds on `device` to sleep (gpurt_device_sleep). @param device a device ordinal @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
 inline Ret<void> device_sleep(int device, gpurt_sleep_mode_t mode = GPURT_SLEEP_OFFLOAD) { return detail::finish(gpurt_device_sleep(device, mode)); }
 /** Wakes what device_sleep put to sleep (gpurt_device_wake). @param device a device ordinal @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */

@@ -18,7 +18,7 @@ from .graphs import Graph, GraphPool, graph, graph_pool_handle
 from .kernels import elementwise
 from .ipc import IpcBuffer, ipc_collect, ipc_kept
 from .memory_history import annotate, dump_snapshot, memory_snapshot, record_memory_history
-from .memory import (DeviceBuffer, allocator_backend, empty, empty_cache, ipc_handle, max_memory_allocated, max_memory_reserved,
+from .memory import (DeviceBuffer, allocator_backend, empty, empty_cache, ipc_handle, memcpy_batch_async, max_memory_allocated, max_memory_reserved,
                      memory_allocated, memory_reserved, memory_stats, memory_summary,
                      reset_accumulated_memory_stats, reset_peak_memory_stats, set_allocator_config,
                      set_per_process_memory_fraction)

@@ -214,6 +214,19 @@ class DeviceBuffer(Allocation):
         return numpy.frombuffer(self.copy_to_host(), dtype=self.typestr).reshape(self.shape)
 
 
+def memcpy_batch_async(dsts, srcs, sizes, stream=None):
+    """Queues `len(sizes)` copies on `stream` in one call (gpurt_memcpy_batch_async):
+    `sizes[i]` bytes from `srcs[i]` to `dsts[i]`, each an address (an int, a buffer)
+    of device, pinned or host memory. Every copy is checked before any is queued."""
+    if not len(dsts) == len(srcs) == len(sizes):
+        raise ValueError(f"{len(dsts)} destinations, {len(srcs)} sources and {len(sizes)} sizes")
+    stream = stream or current_stream()
+    d = ffi.new("void*[]", [ffi.cast("void*", int(x)) for x in dsts])
+    s = ffi.new("void*[]", [ffi.cast("void*", int(x)) for x in srcs])
+    n = ffi.new("size_t[]", [int(x) for x in sizes])
+    check(lib.gpurt_memcpy_batch_async(d, s, n, len(sizes), stream.handle))
+
+
 def empty(shape, dtype="float32", *, stream=None, device=None):
     """An uninitialised DeviceBuffer of `shape` and `dtype` (cupy.empty)."""
     return DeviceBuffer(shape=shape, dtype=dtype, stream=stream, device=device)

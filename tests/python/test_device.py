@@ -551,3 +551,26 @@ def test_the_device_sleeps_whole_and_wakes_what_it_put_to_sleep(device):
         in_pool.free()
         in_default.free()
         s.synchronize()
+
+
+def test_batched_copies_move_every_byte_and_refuse_overlaps(device):
+    from conftest import DRIVER
+    s = gpurt.Stream()
+    piece = 16 << 10
+    payload = random.randbytes(4 * piece)
+    a = gpurt.DeviceBuffer(4 * piece, stream=s)
+    b = gpurt.DeviceBuffer(4 * piece, stream=s)
+    a.copy_from_host(payload)
+    # Piece i of a goes to piece 3 - i of b.
+    gpurt.memcpy_batch_async([int(b) + (3 - i) * piece for i in range(4)], [int(a) + i * piece for i in range(4)], [piece] * 4, stream=s)
+    s.synchronize()
+    if DRIVER == "gpu":
+        got = bytes(b.copy_to_host())
+        assert all(got[(3 - i) * piece:(4 - i) * piece] == payload[i * piece:(i + 1) * piece] for i in range(4))
+    with pytest.raises(gpurt.InvalidArgumentError, match="overlapping"):
+        gpurt.memcpy_batch_async([int(b), int(b) + piece // 2], [int(a), int(a) + piece], [piece, piece], stream=s)
+    with pytest.raises(ValueError):
+        gpurt.memcpy_batch_async([int(b)], [], [piece], stream=s)
+    a.free()
+    b.free()
+    s.synchronize()
