@@ -89,20 +89,31 @@ def rss_bytes():
     raise RuntimeError("no VmRSS")
 
 
+def timed(call):
+    """`call()`'s milliseconds, the device idle before and after."""
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) * 1e3
+
+
 def check(ok, what):
     print(("ok    " if ok else "FAIL  ") + what)
     return bool(ok)
 
 
-def proof(lib):
-    from gpt2_reference import captured_step, decode_steps, static_cache  # beside this script
+NEW_TOKENS = 48
+
+
+def gpt2_decoder(weights=contextlib.nullcontext, cache_pool=contextlib.nullcontext):
+    """GPT-2 (seeded, fp32) with its weights made under `weights()` and its static KV
+    cache under `cache_pool()`, 8 prompts of 16 tokens, 48 greedy new tokens: (model,
+    prompts, cache, prefill, decode, generate), generate(step) giving the tokens."""
+    from gpt2_reference import decode_steps, static_cache  # beside this script
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    gpurt = gpurt_package(lib)
-    weights = Routed(gpurt)
-    cache_pool = Routed(gpurt, weights.allocator)
-    batch, prompt_len, new_tokens, cache_len = 8, 16, 48, 1024
-
+    batch, prompt_len, new_tokens, cache_len = 8, 16, NEW_TOKENS, 1024
     torch.manual_seed(1234)
     with weights():
         model = GPT2LMHeadModel(GPT2Config()).eval().cuda()
@@ -120,6 +131,18 @@ def proof(lib):
         torch.cuda.synchronize()
         return out_tokens.cpu().clone()
 
+    return model, prompts, cache, prefill, decode, generate
+
+
+def proof(lib):
+    from gpt2_reference import captured_step  # beside this script
+
+    gpurt = gpurt_package(lib)
+    weights = Routed(gpurt)
+    cache_pool = Routed(gpurt, weights.allocator)
+    model, prompts, cache, prefill, decode, generate = gpt2_decoder(weights, cache_pool)
+    batch, prompt_len = prompts.shape
+
     with torch.no_grad(), cache_pool():
         prefill()
     replay = captured_step(prefill, decode)
@@ -133,7 +156,7 @@ def proof(lib):
     eager_before, graph_before = generate(decode), generate(replay)
     ok &= check(torch.equal(eager_before, graph_before), "the graph's tokens equal the eager decode's before sleep")
     with torch.no_grad():
-        reference = model.generate(prompts, max_new_tokens=new_tokens, do_sample=False).cpu()[:, prompt_len:]
+        reference = model.generate(prompts, max_new_tokens=NEW_TOKENS, do_sample=False).cpu()[:, prompt_len:]
     print(f"transformers' generate (its own dynamic cache) agrees on {(reference == eager_before).all(1).sum().item()} of {batch} rows")
 
     mapped = weights.mapped() + cache_pool.mapped()
@@ -207,13 +230,6 @@ def saver(lib, tms_dir, weights_gib=8, cache_gib=4, reps=3):
     gw_sums, tw_sums, first_gw, first_tw = sums(gw), sums(tw), gw[0].clone(), tw[0].clone()
     torch.cuda.synchronize()
 
-    def timed(call):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        call()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t) * 1e3
-
     figures = {k: [] for k in ("gpurt offload", "gpurt restore", "gpurt discard", "gpurt wake discarded",
                                "tms offload", "tms restore", "tms discard", "tms wake discarded")}
     firsts = {}
@@ -280,13 +296,6 @@ def live(lib, reps=5):
     host = [torch.empty(t.numel() * 4, dtype=torch.uint8, pin_memory=True) for t in tensors]
     torch.cuda.synchronize()
 
-    def timed(call):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        call()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t) * 1e3
-
     def torch_offload():
         for h, t in zip(host, tensors):
             h.copy_(t.view(torch.uint8), non_blocking=True)
@@ -345,28 +354,11 @@ def bare(lib):
 
 
 def device(lib):
-    from gpt2_reference import decode_steps, static_cache  # beside this script
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     child = subprocess.run([sys.executable, __file__, lib, "bare"], capture_output=True, text=True, env=dict(os.environ))
     bare_mib = float(child.stdout.split("bare ")[-1].split()[0]) if "bare " in child.stdout else float("nan")
     gpurt = gpurt_package(lib)
     gpurt.torch.use_as_allocator()
-    batch, prompt_len, new_tokens, cache_len = 8, 16, 48, 1024
-    torch.manual_seed(1234)
-    model = GPT2LMHeadModel(GPT2Config()).eval().cuda()
-    model.generation_config.eos_token_id = None
-    prompts = torch.randint(0, model.config.vocab_size, (batch, prompt_len), generator=torch.Generator().manual_seed(7)).cuda()
-    cache = static_cache(model, batch, cache_len)
-    prefill, decode, out_tokens = decode_steps(model, model.forward, prompts, new_tokens, cache)
-
-    def generate(step):
-        with torch.no_grad():
-            prefill()
-            for _ in range(new_tokens - 1):
-                step()
-        torch.cuda.synchronize()
-        return out_tokens.cpu().clone()
+    _, _, _, _, decode, generate = gpt2_decoder()
 
     ok = True
     eager_before = generate(decode)

@@ -1,9 +1,8 @@
 /* gpurt_memcpy_batch_async: misuse refused with nothing queued (NULL arrays, too
  * many copies, NULL pointers, overlapping destinations, a copy over its own source, a
  * bad stream); 10 000 copies of 16 KiB from device to pinned memory and back, fresh
- * random bytes checked exact on a GPU; on the legacy stream (the loop) too. With
- * BENCH=1 on a GPU: the batch against a loop of gpurt_memcpy_async, medians of 9,
- * taken in turns (the raw driver's batch is timed beside it by gpu/batch_bench.c).
+ * random bytes checked exact on a GPU; on the legacy stream (the loop) too. The
+ * timings, beside a loop and the driver's own call, are gpu/batch_bench.c's.
  *
  *   batch_test */
 #define _POSIX_C_SOURCE 200809L
@@ -11,23 +10,11 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define COPIES 10000
 #define BYTES ((size_t)16 << 10)
 
 static int real;
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(void) {
     int count = 0, i, r;
@@ -101,23 +88,6 @@ int main(void) {
         free(got);
     }
 
-    if (real && getenv("BENCH") && strcmp(getenv("BENCH"), "1") == 0) {
-        double loop[9], batch[9];
-        for (r = 0; r < 9; r++) {
-            double t = now_ms();
-            for (i = 0; i < COPIES; i++) EXPECT(gpurt_memcpy_async(dsts[i], srcs[i], sizes[i], stream), GPURT_SUCCESS);
-            EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
-            loop[r] = now_ms() - t;
-            t = now_ms();
-            EXPECT(gpurt_memcpy_batch_async(dsts, srcs, sizes, COPIES, stream), GPURT_SUCCESS);
-            EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
-            batch[r] = now_ms() - t;
-        }
-        qsort(loop, 9, sizeof(double), cmp);
-        qsort(batch, 9, sizeof(double), cmp);
-        printf("batch_test: %d copies of %zu KiB device->pinned: loop of gpurt_memcpy_async %.2f ms, gpurt_memcpy_batch_async %.2f ms: %.1fx\n", COPIES, BYTES >> 10, loop[4],
-               batch[4], loop[4] / batch[4]);
-    }
     EXPECT(gpurt_free(device), GPURT_SUCCESS);
     EXPECT(gpurt_pinned_free(host), GPURT_SUCCESS);
     EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
