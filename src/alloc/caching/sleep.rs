@@ -46,9 +46,10 @@ impl<S: SegmentSource> CachingAllocator<S> {
             return Err(Error::invalid_argument("the memory pool is already asleep"));
         }
         self.set_refusing(&lock(&self.streams), true);
+        let mode = if offload { SLEEP_OFFLOAD } else { SLEEP_DISCARD };
         match self.fall_asleep(offload, admit) {
             Ok(()) => {
-                self.sleep_mode.store(if offload { SLEEP_OFFLOAD } else { SLEEP_DISCARD }, Ordering::SeqCst);
+                self.sleep_mode.store(mode, Ordering::SeqCst);
                 Ok(())
             }
             Err(Failed::Awake(e)) => {
@@ -62,7 +63,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
                 Err(e)
             }
             Err(Failed::PartlyAsleep(e)) => {
-                self.sleep_mode.store(if offload { SLEEP_OFFLOAD } else { SLEEP_DISCARD }, Ordering::SeqCst);
+                self.sleep_mode.store(mode, Ordering::SeqCst);
                 Err(e.context("the pool could not be woken after its sleep failed: it is asleep in part, and a wake maps what is unmapped"))
             }
         }
@@ -163,7 +164,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         };
         for i in 0..works.len() {
             let work = &works[i].1;
-            let woken = self.shared.map_again(&work.mappings).and_then(|()| self.shared.restore_all(&work.mappings, &work.ranges, work.staging.as_ref()));
+            let woken = self.shared.map_and_restore(&work.mappings, &work.ranges, work.staging.as_ref());
             if let Err(e) = woken {
                 for (_, done) in &works[..i] {
                     self.shared.unmap_again(&done.mappings);

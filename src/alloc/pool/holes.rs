@@ -39,14 +39,17 @@ impl<S: SegmentSource> Pool<S> {
         let Block { addr, size, pool, .. } = self.blocks[id];
         let seg = &self.expandable[&key];
         let first = seg.maps.partition_point(|&(start, _)| start < addr);
-        let mut last = seg.maps.partition_point(|&(start, len)| start + len <= addr + size);
+        let inside = seg.maps.partition_point(|&(start, len)| start + len <= addr + size);
         // The mappings in one free block follow each other: those unmapped before a
         // failure make the hole, and the rest stay mapped, counted as reserved.
-        if let Some(failed) = (first..last).find(|&i| {
-            let (start, len) = self.expandable[&key].maps[i];
-            self.shared.shrink(start, len).inspect_err(|e| crate::log::log(crate::log::Level::Error, &format!("releasing free memory: {e}"))).is_err()
-        }) {
-            last = failed;
+        let mut last = first;
+        while last < inside {
+            let (start, len) = self.expandable[&key].maps[last];
+            if let Err(e) = self.shared.shrink(start, len) {
+                crate::log::log(crate::log::Level::Error, &format!("releasing free memory: {e}"));
+                break;
+            }
+            last += 1;
         }
         if first >= last {
             return;

@@ -170,12 +170,11 @@ impl<S: SegmentSource> Pool<S> {
     fn undo_unmapping(&mut self, unmapped: &[Mapping], cause: Error) -> Error {
         let sleep = self.asleep.as_ref().expect("begun");
         let spans: Vec<(u64, u64)> = unmapped.iter().map(|m| (m.start, m.size)).collect();
-        let restored = self.shared.map_again(&spans).and_then(|()| self.shared.restore_all(&spans, &sleep.ranges, sleep.host.as_ref()));
+        let restored = self.shared.map_and_restore(&spans, &sleep.ranges, sleep.host.as_ref());
         match restored {
             Ok(()) => {
                 let staging = self.asleep.take().and_then(|s| s.host);
-                self.stats.offload_host_bytes -= staging.as_ref().map_or(0, |s| s.bytes as i64);
-                self.keep_host_copy(staging);
+                self.keep_counted_host_copy(staging);
                 cause.context("the pool stays awake, its memory mapped again")
             }
             Err(again) => {
@@ -224,9 +223,7 @@ impl<S: SegmentSource> Pool<S> {
         }
         // Kept for the next sleep, which then copies at once (making pinned memory is
         // most of a first offload's time); `empty_cache` gives it back.
-        let staging = staging.or(sleep.host);
-        self.stats.offload_host_bytes -= staging.as_ref().map_or(0, |s| s.bytes as i64);
-        self.keep_host_copy(staging);
+        self.keep_counted_host_copy(staging.or(sleep.host));
     }
 
     /// A whole wake under the pool's lock, for undoing a sleep that other shards failed.
@@ -235,7 +232,7 @@ impl<S: SegmentSource> Pool<S> {
             self.commit_wake(None);
             return Ok(());
         };
-        let woken = self.shared.map_again(&work.mappings).and_then(|()| self.shared.restore_all(&work.mappings, &work.ranges, work.staging.as_ref()));
+        let woken = self.shared.map_and_restore(&work.mappings, &work.ranges, work.staging.as_ref());
         match woken {
             Ok(()) => {
                 self.commit_wake(work.staging.take());
@@ -255,12 +252,16 @@ impl<S: SegmentSource> Pool<S> {
         Some(kept)
     }
 
+    /// Keeps host memory the statistics do not count yet (new, or taken out of them).
     fn keep_host_copy(&mut self, staging: Option<Staged>) {
+        self.stats.offload_host_bytes += staging.as_ref().map_or(0, |s| s.bytes as i64);
+        self.keep_counted_host_copy(staging);
+    }
+
+    /// Keeps host memory counted since the sleep that filled it (`commit_sleep`).
+    fn keep_counted_host_copy(&mut self, staging: Option<Staged>) {
         debug_assert!(self.host_copy.is_none(), "one kept host copy at a time");
-        if let Some(kept) = staging {
-            self.stats.offload_host_bytes += kept.bytes as i64;
-            self.host_copy = Some(kept);
-        }
+        self.host_copy = staging;
     }
 
     /// Every mapping of the expandable segments.
@@ -326,9 +327,10 @@ impl<S: SegmentSource> Segments<S> {
         }
     }
 
-    /// Copies `ranges` back from `staging` into `mappings`, mapped again, which are
-    /// unmapped again on failure.
-    pub fn restore_all(&self, mappings: &[(u64, u64)], ranges: &[(u64, u64)], staging: Option<&Staged>) -> Result<()> {
+    /// Maps `mappings` again and copies `ranges` back from `staging` into them: all
+    /// done, or on failure all unmapped again.
+    pub fn map_and_restore(&self, mappings: &[(u64, u64)], ranges: &[(u64, u64)], staging: Option<&Staged>) -> Result<()> {
+        self.map_again(mappings)?;
         let Some(staging) = staging.filter(|_| !ranges.is_empty()) else { return Ok(()) };
         self.source.restore(ranges, &staging.memory).inspect_err(|_| self.unmap_again(mappings))
     }
