@@ -1418,6 +1418,22 @@ gpurt_status_t gpurt_record_stream(void *ptr,
                                    gpurt_stream_t stream);
 
 /**
+ * Marks what a sleep with GPURT_SLEEP_OFFLOAD does with a live block's contents:
+ * with `discard` non-zero they are dropped, not copied (a KV cache or scratch buffer
+ * its owner rebuilds), as with GPURT_SLEEP_DISCARD; with 0 (how every allocation
+ * starts) they are kept. The block keeps its address either way. vLLM's sleep tags
+ * ("weights" kept, "kv_cache" dropped), per allocation.
+ *
+ * @param ptr a live block from gpurt's allocator (any device; a default, user or graph pool)
+ * @param discard non-zero: drop its contents in an offloading sleep; 0: keep them
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a pointer that is not a live block of gpurt's pools (the driver's pool of backend:cudaMallocAsync included; nothing changes); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side bookkeeping, read when the block's pool next falls asleep; does not block. The mark ends with the allocation.
+ */
+gpurt_status_t gpurt_mem_discard_on_sleep(const void *ptr,
+                                          int discard);
+
+/**
  * Releases every wholly free cached segment to the driver (`torch.cuda.empty_cache`).
  *
  * @return GPURT_SUCCESS; GPURT_ERROR_NO_DRIVER / GPURT_ERROR_NO_DEVICE where there is no device; or a status every call may give (@ref statuses).

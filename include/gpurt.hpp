@@ -590,6 +590,11 @@ public:
      *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
      */
     Ret<void> record_stream(const Stream &stream) const { return detail::finish(gpurt_record_stream(data(), stream.get())); }
+    /** Whether an offloading sleep of its pool drops its contents instead of copying them (gpurt_mem_discard_on_sleep).
+     *  @param discard true: dropped (a cache rebuilt after wake); false: kept, as every buffer starts
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
+    Ret<void> discard_on_sleep(bool discard = true) const { return detail::finish(gpurt_mem_discard_on_sleep(data(), discard ? 1 : 0)); }
     /** Copies from host memory (any kind) on `stream`.
      *  @param host host memory
      *  @param n the number of elements

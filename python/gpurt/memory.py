@@ -179,6 +179,11 @@ class DeviceBuffer(Allocation):
         work queued there so far (torch's Tensor.record_stream)."""
         check(lib.gpurt_record_stream(self._pointer(), stream.handle))
 
+    def discard_on_sleep(self, discard=True):
+        """Whether an offloading sleep of the buffer's pool drops its contents (a
+        cache rebuilt after wake) instead of copying them; every buffer starts kept."""
+        check(lib.gpurt_mem_discard_on_sleep(self._pointer(), 1 if discard else 0))
+
     def copy_from_host(self, data):
         """Copies a bytes-like object (bytes, bytearray, a numpy array, ...) into the
         start of the buffer, ordered on the buffer's stream; returns when done."""

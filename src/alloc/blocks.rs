@@ -60,6 +60,9 @@ pub struct Block {
     pub state: State,
     /// Whether other streams used it (`record_stream`).
     pub used_elsewhere: bool,
+    /// While allocated: whether an offloading sleep drops its contents instead of
+    /// copying them (`gpurt_mem_discard_on_sleep`).
+    pub discard_on_sleep: bool,
 }
 
 impl Block {
@@ -80,6 +83,7 @@ impl Block {
             pool,
             state: State::Free,
             used_elsewhere: false,
+            discard_on_sleep: false,
         }
     }
 

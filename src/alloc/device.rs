@@ -284,6 +284,8 @@ enum BlockOp {
     Free,
     /// `record_stream` with this stream key.
     UsedOn(u64),
+    /// `set_discard_on_sleep` with this value.
+    DiscardOnSleep(bool),
 }
 
 impl BlockOp {
@@ -293,6 +295,7 @@ impl BlockOp {
         match self {
             BlockOp::Free => allocator.try_free(ptr),
             BlockOp::UsedOn(stream) => allocator.try_record_stream(ptr, stream),
+            BlockOp::DiscardOnSleep(discard) => allocator.try_set_discard_on_sleep(ptr, discard),
         }
     }
 }
@@ -438,6 +441,15 @@ fn record_stream_in_pools(ptr: u64, native_stream: u64) -> Result<()> {
     match on_owner(ptr, BlockOp::UsedOn(stream_key(native_stream))) {
         Err(missed) => super::capture::record_stream_private(ptr, stream_key(native_stream)).unwrap_or(Err(missed)),
         recorded => recorded,
+    }
+}
+
+/// Marks whether an offloading sleep of its pool drops the contents of the live block
+/// at `ptr` (any device, any pool, graph pools included) instead of copying them.
+pub fn set_discard_on_sleep(ptr: u64, discard: bool) -> Result<()> {
+    match on_owner(ptr, BlockOp::DiscardOnSleep(discard)) {
+        Err(missed) => super::capture::on_private_block(ptr, |a| a.try_set_discard_on_sleep(ptr, discard)).unwrap_or(Err(missed)),
+        marked => marked,
     }
 }
 

@@ -109,6 +109,22 @@ pub extern "C" fn gpurt_record_stream(ptr: *mut c_void, stream: gpurt_stream_t) 
     boundary::call("gpurt_record_stream", || super::device::record_stream(ptr as u64, native_stream(stream)?))
 }
 
+/// Marks what a sleep with GPURT_SLEEP_OFFLOAD does with a live block's contents:
+/// with `discard` non-zero they are dropped, not copied (a KV cache or scratch buffer
+/// its owner rebuilds), as with GPURT_SLEEP_DISCARD; with 0 (how every allocation
+/// starts) they are kept. The block keeps its address either way. vLLM's sleep tags
+/// ("weights" kept, "kv_cache" dropped), per allocation.
+///
+/// @param ptr a live block from gpurt's allocator (any device; a default, user or graph pool)
+/// @param discard non-zero: drop its contents in an offloading sleep; 0: keep them
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a pointer that is not a live block of gpurt's pools (the driver's pool of backend:cudaMallocAsync included; nothing changes); or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side bookkeeping, read when the block's pool next falls asleep; does not block. The mark ends with the allocation.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_discard_on_sleep(ptr: *const c_void, discard: c_int) -> gpurt_status_t {
+    boundary::call("gpurt_mem_discard_on_sleep", || super::device::set_discard_on_sleep(ptr as u64, discard != 0))
+}
+
 /// Releases every wholly free cached segment to the driver (`torch.cuda.empty_cache`).
 ///
 /// @return GPURT_SUCCESS; GPURT_ERROR_NO_DRIVER / GPURT_ERROR_NO_DEVICE where there is no device; or a status every call may give (@ref statuses).

@@ -111,6 +111,19 @@ static void sleep_and_wake(gpurt_mem_pool_t pool, gpurt_stream_t stream, int use
     CHECK(stats.asleep_bytes == 0 && stats.offloaded_bytes == 0, "bytes counted asleep after wake");
     check_blocks(blocks, 1, BLOCKS, 46);
     EXPECT(gpurt_mem_pool_wake(pool), GPURT_ERROR_INVALID_ARGUMENT);
+    /* A block marked discard is not copied by an offload; the others come back whole. */
+    EXPECT(gpurt_mem_discard_on_sleep(blocks[2], 1), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_discard_on_sleep((char *)blocks[2] + 512, 1), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_discard_on_sleep(blocks[0], 1), GPURT_ERROR_INVALID_ARGUMENT); /* freed */
+    EXPECT(gpurt_mem_discard_on_sleep(NULL, 1), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD), GPURT_SUCCESS);
+    stats = stats_of(pool);
+    CHECK(stats.offloaded_bytes < live - (int64_t)sizes[0] - (int64_t)sizes[2] + (1 << 20), "offloaded %lld bytes with the 40 MiB block marked discard",
+          (long long)stats.offloaded_bytes);
+    EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);
+    check_blocks(blocks, 1, 2, 46);
+    check_blocks(blocks, 3, BLOCKS, 46);
+    EXPECT(gpurt_mem_discard_on_sleep(blocks[2], 0), GPURT_SUCCESS);
     /* Discard: the addresses stay and take new data. */
     EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_DISCARD), GPURT_SUCCESS);
     stats = stats_of(pool);

@@ -553,6 +553,27 @@ def test_the_device_sleeps_whole_and_wakes_what_it_put_to_sleep(device):
         s.synchronize()
 
 
+def test_a_buffer_marked_discard_is_not_offloaded(device):
+    from conftest import DRIVER
+    s = gpurt.Stream()
+    payload = random.randbytes(1 << 20)
+    with gpurt.MemPool(config="expandable_segments:True") as pool:
+        kept = gpurt.DeviceBuffer(len(payload), stream=s, pool=pool)
+        cache = gpurt.DeviceBuffer(8 << 20, stream=s, pool=pool)
+        kept.copy_from_host(payload)
+        cache.discard_on_sleep()
+        pool.sleep(offload=True)
+        assert pool.stats()["offloaded_bytes"] < 2 << 20, "the 8 MiB cache is not copied"
+        pool.wake()
+        if DRIVER == "gpu":
+            assert bytes(kept.copy_to_host()) == payload
+        cache.free()
+        with pytest.raises(gpurt.InvalidHandleError, match="freed"):
+            cache.discard_on_sleep()
+        kept.free()
+        s.synchronize()
+
+
 def test_batched_copies_move_every_byte_and_refuse_overlaps(device):
     from conftest import DRIVER
     s = gpurt.Stream()

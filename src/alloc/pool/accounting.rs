@@ -11,6 +11,7 @@ use crate::alloc::stats::{gpurt_memory_stats_t, PoolKind};
 pub(super) fn count_handed_out(stats: &mut gpurt_memory_stats_t, block: &mut Block, requested: u64) {
     block.state = State::Allocated;
     block.requested = requested;
+    block.discard_on_sleep = false;
     let (pool, size) = (block.pool, block.size as i64);
     stats.allocation.add(pool, 1);
     stats.allocated_bytes.add(pool, size);

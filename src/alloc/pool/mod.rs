@@ -451,6 +451,13 @@ impl<S: SegmentSource> Pool<S> {
         }))
     }
 
+    /// Marks whether an offloading sleep drops the contents of the live block at
+    /// `addr` (`true`: a cache its owner rebuilds) or copies them (`false`, as every
+    /// allocation starts). `None`: `addr` is not a block of this pool.
+    pub fn set_discard_on_sleep(&mut self, addr: u64, discard: bool) -> Option<Result<()>> {
+        Some(self.allocated_block(addr)?.map(|id| self.blocks[id].discard_on_sleep = discard))
+    }
+
     /// Where the live block at `addr` lies. `None`: `addr` is not a block of this pool.
     pub fn place(&self, addr: u64) -> Option<Result<BlockPlace>> {
         Some(self.allocated_block(addr)?.map(|id| {

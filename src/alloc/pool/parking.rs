@@ -56,6 +56,7 @@ impl<S: SegmentSource> Pool<S> {
         // Still counted as allocated and active (see `stats`): only the request is new.
         block.state = State::Allocated;
         block.requested = requested;
+        block.discard_on_sleep = false;
         self.stats.requested_bytes.add(block.pool, requested as i64);
         let reuses = &mut self.parked_reuses[pool_index(block.pool)];
         *reuses = (reuses.0 + 1, reuses.1 + block.size as i64);

@@ -275,8 +275,8 @@ impl<S: SegmentSource> Pool<S> {
     }
 
     /// The bytes an offload keeps: every block not free (allocated, or freed but still
-    /// in use on other streams), blocks closer than `COPY_GAP_MAX` in one range
-    /// where no hole lies between them; in address order.
+    /// in use on other streams) and not marked `discard_on_sleep`, blocks closer than
+    /// `COPY_GAP_MAX` in one range where no hole lies between them; in address order.
     fn live_ranges(&self) -> Vec<(u64, u64)> {
         let mut ranges: Vec<(u64, u64)> = Vec::new();
         for seg in self.expandable.values() {
@@ -285,8 +285,9 @@ impl<S: SegmentSource> Pool<S> {
             while id != NO_BLOCK {
                 let b = &self.blocks[id];
                 match b.state {
-                    State::Free => {}
+                    State::Free | State::Parked => {}
                     State::Unmapped => joinable = false,
+                    _ if b.discard_on_sleep => {}
                     _ => match ranges.last_mut() {
                         Some((start, len)) if joinable && b.addr - (*start + *len) <= COPY_GAP_MAX => *len = b.addr + b.size - *start,
                         _ => {

@@ -270,6 +270,36 @@ fn an_offload_copies_only_the_live_bytes() {
     check(&p);
 }
 
+#[test]
+fn an_offload_drops_the_blocks_marked_discard_and_the_mark_ends_with_the_allocation() {
+    let p = expandable(64 * GIB);
+    let blocks: Vec<u64> = (0..8).map(|_| p.malloc(16 * MIB, 1).unwrap()).collect();
+    for (i, &addr) in blocks.iter().enumerate() {
+        p.source().write(addr, &[i as u8 + 1; 8]);
+        if i % 4 == 3 {
+            p.try_set_discard_on_sleep(addr, true).unwrap().unwrap(); // a cache, rebuilt after wake
+        }
+    }
+    p.try_set_discard_on_sleep(blocks[0], true).unwrap().unwrap();
+    p.try_set_discard_on_sleep(blocks[0], false).unwrap().unwrap(); // taken back: kept
+    assert!(p.try_set_discard_on_sleep(blocks[0] + 8, true).is_none(), "not a block's start");
+    sleep(&p, true).unwrap();
+    assert_eq!(p.stats().offloaded_bytes, 6 * 16 * MIB as i64, "the two marked blocks are not copied");
+    p.wake().unwrap();
+    check(&p);
+    for (i, &addr) in blocks.iter().enumerate().filter(|(i, _)| i % 4 != 3) {
+        assert_eq!(p.source().read(addr), Some(vec![i as u8 + 1; 8]), "kept block {i}");
+    }
+    // The mark ends with the allocation: the same address allocated again is kept.
+    p.free(blocks[3]).unwrap();
+    let again = p.malloc(16 * MIB, 1).unwrap();
+    assert_eq!(again, blocks[3]);
+    sleep(&p, true).unwrap();
+    assert_eq!(p.stats().offloaded_bytes, 7 * 16 * MIB as i64);
+    p.wake().unwrap();
+    check(&p);
+}
+
 /// #60's loop: a block growing by 2 MiB a round, the last one freed, an offload and a
 /// wake each round. The host memory kept never exceeds one offload's need per shard,
 /// and the statistics count it to the byte.
