@@ -33,6 +33,14 @@ mkdir -p "$out/integrations" "$out/ggml"
 cp -r integrations/ggml "$out/integrations/"
 cp ../shared/third_party/ggml-d99724f.tar.gz "$out/ggml/"
 cp gpu/ggml_compare.py gpu/ggml_gpt2.py tests/nvtx/record_injection.c "$out/src/"
+# llama.cpp on gpurt (integrations/llama.cpp): its patch, build script and model maker, and
+# llama.cpp's source without what a build does not read (12 MB, as xz).
+cp -r integrations/llama.cpp "$out/integrations/"
+cp gpu/llama.py "$out/src/"
+mkdir -p "$out/llama"
+tar xzf ../shared/third_party/llama.cpp-5de25a74.tar.gz -C target --exclude=llama.cpp/docs --exclude=llama.cpp/media --exclude=llama.cpp/.github
+tar cJf "$out/llama/llama.cpp.tar.xz" -C target llama.cpp
+rm -rf target/llama.cpp
 cp -r third_party/nvtx3 "$out/include/"   # the recording NVTX tool's headers
 cp -r /usr/include/nlohmann "$out/json/"
 cmake -S . -B target/bundle-cmake -DGPURT_CARGO_TARGET_DIR="$PWD/target" >/dev/null   # configuring writes the package files

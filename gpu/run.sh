@@ -23,6 +23,7 @@ step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matc
     [[ -n ${SKIP:-} && $name =~ $SKIP ]] && return 0
     [[ ${PART:-} == figures && ! $name =~ $figures && ! $name =~ $setup ]] && return 0
     [[ ${PART:-} == checks && $name =~ $figures ]] && return 0
+    [[ -n ${PART:-} && ($name =~ ^llama- && $PART != llama || ! $name =~ ^llama- && $PART == llama) ]] && return 0
     # LIST=1: names the steps, runs none; LIST=commands: each name and its command, quoted
     [[ -n ${LIST:-} ]] && { if [[ $LIST == commands ]]; then printf '%s\t%s\n' "$name" "${*@Q}"; else echo "$name"; fi; return 0; }
     echo "=== $name"
@@ -174,6 +175,31 @@ step ggml-gpt2-run python3 src/ggml_gpt2.py run "$ggml_work/gpt2" "${GGML_GPT2_R
     gpurt="$ggml_work/gpurt/build/bin"
 step build-nvtx-record-tool cc -O2 -shared -fPIC -Iinclude src/record_injection.c -o bin/librecord_nvtx.so
 step ggml-gpt2-extras python3 src/ggml_gpt2.py extras "$ggml_work/gpt2" "$ggml_work/gpurt/build/bin" "$PWD/bin/librecord_nvtx.so" "$logs"
+
+# llama.cpp unpatched and on gpurt (integrations/llama.cpp, README "llama.cpp on gpurt"),
+# PART=llama: both builds, then greedy tokens, the server's idle sleep, llama-bench.
+llama_work=${LLAMA_WORK:-/tmp/gpurt-llama-work}   # outside the bundle: kept between calls while the machine is warm
+llama_targets="llama-server llama-completion llama-bench test-backend-ops test-llama-archs"
+llama_build() {  # llama_build MODE
+    TARGETS=$llama_targets integrations/llama.cpp/build.sh llama/llama.cpp.tar.xz "$llama_work/$1" "$1" \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PWD"
+}
+llama_archs() {  # llama_archs MODE: every architecture llama.cpp knows, CUDA against the CPU
+    "$llama_work/$1/build/bin/test-llama-archs" -s 42 > "$llama_work/$1-archs.txt" 2>&1
+    local rc=$?
+    tail -n 5 "$llama_work/$1-archs.txt"
+    return $rc
+}
+llama_bins() { echo unpatched="$llama_work/unpatched/build/bin" gpurt="$llama_work/gpurt/build/bin"; }
+for mode in unpatched gpurt; do
+    step "llama-build-$mode" llama_build $mode
+    step "llama-archs-$mode" llama_archs $mode
+done
+step llama-archs-compare diff <(grep '^|' "$llama_work/unpatched-archs.txt") <(grep '^|' "$llama_work/gpurt-archs.txt")
+step llama-models python3 src/llama.py models "$llama_work/models" "$llama_work/unpatched/llama.cpp"
+step llama-completion python3 src/llama.py completion "$llama_work/models" $(llama_bins)
+step llama-server-sleep python3 src/llama.py server "$llama_work/models" "${LLAMA_SLEEP_CYCLES:-100}" $(llama_bins)
+step llama-bench python3 src/llama.py bench "$llama_work/models" "${LLAMA_BENCH_ROUNDS:-5}" $(llama_bins)
 
 # The Go package on the GPU (built by bundle.sh with go test -c): exact round trips, then its call cost beside C's.
 step go-tests go/gpurt-go.test -test.v

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU machine's scripts, checked where there is no GPU: they parse, and the two
-# plans of gpu/plans/ (the suite in two leases) together run every step of run.sh, each
+# plans of gpu/plans/ (the suite in two leases, and llama.cpp's) together run every step of run.sh, each
 # once but the builds and installs that both need; with CUDA_INCLUDE (CUDA's headers,
 # as tests/ggml.sh takes them from PyPI), the programs that call the driver or cuBLAS
 # directly compile as run.sh builds them (PyTorch's and RMM's parts left out).
@@ -21,7 +21,7 @@ LIST=1 bash "$(dirname "$0")/real-run.sh" 2>/dev/null >> "$STEPS"
 WRAPPER
 export BASELINE_LIB=baseline/libgpurt.so.0
 (cd "$bundle" && OUT="$bundle/out" STEPS="$bundle/all" bash run.sh)
-for plan in checks figures; do
+for plan in checks figures llama; do
     (cd "$bundle" && OUT="$bundle/out" STEPS="$bundle/planned" bash "$OLDPWD/gpu/plans/$plan.sh")
 done
 all=$(sort "$bundle/all")

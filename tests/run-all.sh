@@ -16,7 +16,9 @@
 #      removed, the .tar.gz, a Conan 2 recipe); the reference manual (tests/docs.sh:
 #      Doxygen with every warning an error, and its self-test); ggml on gpurt's CPU
 #      parts (tests/ggml.sh: the patch applies, ggml's CPU build, the changed CUDA
-#      files compiled with nvcc from PyPI); the GPU machine's scripts (tests/gpu_scripts.sh:
+#      files compiled with nvcc from PyPI); llama.cpp on gpurt's (tests/llama.sh: both
+#      patches apply, the CPU build of llama-server, its idle sleep in both modes on a
+#      small model written offline); the GPU machine's scripts (tests/gpu_scripts.sh:
 #      they parse, and gpu/plans/ together run every step of gpu/run.sh);
 #   5. the C ABI test, the fault-injection sweep, the C++ header's tests, the
 #      process-event tests (fork, exit, dlclose), IPC memory between two processes,
@@ -118,6 +120,7 @@ grep -q "$relocated/include" "$work/consumer-relocated/CMakeFiles/abi_c_gpurt.di
 bash tests/packages.sh "$work" "$cargo_dir"
 bash tests/docs.sh "$work" "$cargo_dir"
 bash tests/ggml.sh "$work"
+bash tests/llama.sh "$work"
 cuda_include=$work/ggml/cuda/nvidia/cu13/include   # CUDA's headers, which tests/ggml.sh took from PyPI
 echo "== the GPU machine's scripts (parse; the two plans run every step of gpu/run.sh; its driver programs compile)"
 bash tests/gpu_scripts.sh "$cuda_include"

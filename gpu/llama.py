@@ -1,0 +1,268 @@
+"""llama.cpp unpatched and on gpurt, side by side, as a user measures them (gpu/run.sh's
+llama-* steps; README "llama.cpp on gpurt").
+
+    llama.py models WORK LLAMA_SRC            the models, written offline (make_model.py)
+    llama.py completion WORK unpatched=BIN gpurt=BIN
+                                              greedy tokens of every model, both builds alike;
+                                              each run's peak device memory (NVML, sampled)
+    llama.py server WORK CYCLES unpatched=BIN gpurt=BIN
+                                              llama-server's idle sleep: device memory awake and
+                                              asleep, the first request after sleep, tokens
+                                              before and after, CYCLES sleeps flat
+    llama.py bench WORK ROUNDS unpatched=BIN gpurt=BIN
+                                              llama-bench pp512 / tg128, the builds alternated
+    llama.py server-check BIN MODEL           the server's sleep without a GPU (tests/llama.sh):
+                                              both modes sleep, say so, and give the same tokens
+
+Every figure is the process's own device memory as NVML reports it (MiB), and the
+process's resident host memory (MiB) where said.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+MODELS = {  # name: make_model.py arguments
+    "dense": [],  # dim 2048, 14 layers: 1.6 GiB f16
+    "gqa": ["--dim", "1024", "--layers", "8", "--ff", "2816", "--heads", "16", "--kv-heads", "4", "--seed", "7"],
+    "moe": ["--dim", "1024", "--layers", "6", "--ff", "1408", "--heads", "8", "--kv-heads", "8", "--experts", "8",
+            "--experts-used", "2", "--seed", "11"],
+}
+PROMPT = "Once upon a time, in a land far away, there lived"
+
+
+def nvml_handle():
+    import pynvml
+    pynvml.nvmlInit()
+    return pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+
+
+def device_mib(pid):
+    """`pid`'s device memory on GPU 0 (MiB; 0 when it holds none)."""
+    pynvml, handle = nvml_handle()
+    used = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == pid]
+    return sum(used) / 2**20 if used else 0.0
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class PeakSampler:
+    """The largest device memory a process held, sampled every 20 ms."""
+
+    def __init__(self, pid):
+        self.pid, self.peak, self.running = pid, 0.0, True
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while self.running:
+            self.peak = max(self.peak, device_mib(self.pid))
+            time.sleep(0.02)
+
+    def stop(self):
+        self.running = False
+        self.thread.join()
+        return self.peak
+
+
+def builds(args):
+    return dict(a.split("=", 1) for a in args)
+
+
+def models(work, src):
+    os.makedirs(work, exist_ok=True)
+    here = os.path.dirname(os.path.abspath(__file__))
+    maker = os.path.join(here, "..", "integrations", "llama.cpp", "make_model.py")
+    for name, extra in MODELS.items():
+        path = os.path.join(work, f"{name}.gguf")
+        if not os.path.exists(path):
+            subprocess.run([sys.executable, maker, src, path, *extra], check=True)
+        print(f"{name}: {os.path.getsize(path) / 2**30:.2f} GiB")
+
+
+def completion(work, bins):
+    ok = True
+    for name in MODELS:
+        outputs = {}
+        for build, bindir in bins.items():
+            cmd = [os.path.join(bindir, "llama-completion"), "-m", os.path.join(work, f"{name}.gguf"), "-p", PROMPT,
+                   "-n", "64", "--temp", "0", "--ignore-eos", "-ngl", "99", "-no-cnv", "--no-display-prompt", "--seed", "1"]
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            sampler = PeakSampler(proc.pid)
+            out, err = proc.communicate()
+            peak = sampler.stop()
+            if proc.returncode != 0:
+                print(err[-3000:])
+                ok = False
+            outputs[build] = out
+            print(f"{name} {build}: peak {peak:.0f} MiB, {len(out)} characters: {out[:60]!r}")
+        same = len(set(outputs.values())) == 1 and next(iter(outputs.values()))
+        print(f"{name}: tokens {'identical' if same else 'DIFFER'}")
+        ok &= bool(same)
+    return ok
+
+
+def http(port, path, body=None, timeout=600):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def complete(port):
+    t = time.perf_counter()
+    r = http(port, "/completion", {"prompt": PROMPT, "n_predict": 32, "temperature": 0, "seed": 1, "cache_prompt": False})
+    return r["content"], (time.perf_counter() - t) * 1000
+
+
+def wait_until(cond, timeout, what):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            if cond():
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(what)
+
+
+def bare_context_mib():
+    """A process that only made its CUDA context (the driver's primary one)."""
+    code = ("import ctypes,time,sys; c=ctypes.CDLL('libcuda.so.1'); c.cuInit(0); ctx=ctypes.c_void_p(); "
+            "c.cuDevicePrimaryCtxRetain(ctypes.byref(ctx),0); c.cuCtxSetCurrent(ctx); print('ready',flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    time.sleep(0.5)
+    mib = device_mib(proc.pid)
+    proc.stdin.close()
+    proc.wait()
+    return mib
+
+
+def server_run(bindir, model, mode, cycles, port, measure=True):
+    """One server: its figures awake, asleep and after each wake (device memory only
+    with `measure`)."""
+    memory = device_mib if measure else (lambda pid: 0.0)
+    cmd = [os.path.join(bindir, "llama-server"), "-m", model, "-ngl", "99", "--port", str(port), "-c", "4096", "-np", "1",
+           "--sleep-idle-seconds", "1", "--no-ui"]
+    if mode == "offload":
+        cmd += ["--sleep-mode", "offload"]
+    log = open(f"/tmp/llama-server-{port}.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: http(port, "/health").get("status") == "ok", 300, "the server to load")
+        tokens, _ = complete(port)
+        awake = memory(proc.pid)
+        assert http(port, "/props").get("sleep_mode") == mode, "/props says how it sleeps"
+        result = {"awake_mib": awake, "tokens": tokens, "asleep_mib": [], "wake_ms": [], "rss_mib": [], "awake_after_mib": [],
+                  "same_tokens": True}
+        for _ in range(cycles):
+            wait_until(lambda: http(port, "/props").get("is_sleeping"), 60, "the server to sleep")
+            assert http(port, "/health").get("is_sleeping") is True, "/health says it sleeps"
+            time.sleep(0.3)
+            result["asleep_mib"].append(memory(proc.pid))
+            result["rss_mib"].append(rss_mib(proc.pid))
+            again, ms = complete(port)
+            result["wake_ms"].append(ms)
+            result["awake_after_mib"].append(memory(proc.pid))
+            result["same_tokens"] &= again == tokens
+        result["steady_ms"] = complete(port)[1]
+        return result
+    finally:
+        proc.terminate()
+        proc.wait()
+        log.close()
+
+
+def server(work, cycles, bins):
+    model = os.path.join(work, "dense.gguf")
+    bare = bare_context_mib()
+    print(f"a process with only its CUDA context: {bare:.0f} MiB")
+    runs = [("unpatched", "unload"), ("gpurt", "unload"), ("gpurt", "offload")]
+    results, ok = {}, True
+    for i, (build, mode) in enumerate(runs):
+        n = cycles if mode == "offload" else max(3, cycles // 10)
+        r = server_run(bins[build], model, mode, n, 8100 + i)
+        results[(build, mode)] = r
+        med = statistics.median
+        print(f"{build} --sleep-mode {mode}: awake {r['awake_mib']:.0f} MiB; asleep median {med(r['asleep_mib']):.0f} "
+              f"(max {max(r['asleep_mib']):.0f}) MiB; first request after sleep median {med(r['wake_ms']):.0f} ms "
+              f"(min {min(r['wake_ms']):.0f}, max {max(r['wake_ms']):.0f}) against {r['steady_ms']:.0f} ms awake; "
+              f"tokens after every wake {'identical' if r['same_tokens'] else 'DIFFER'}; {n} cycles: "
+              f"asleep {r['asleep_mib'][0]:.0f} -> {r['asleep_mib'][-1]:.0f} MiB, awake {r['awake_after_mib'][0]:.0f} -> "
+              f"{r['awake_after_mib'][-1]:.0f} MiB, RSS {r['rss_mib'][0]:.0f} -> {r['rss_mib'][-1]:.0f} MiB")
+        ok &= r["same_tokens"]
+    base = results[("unpatched", "unload")]
+    ok &= len({r["tokens"] for r in results.values()}) == 1
+    for key in [("gpurt", "unload"), ("gpurt", "offload")]:
+        r = results[key]
+        holds = max(r["asleep_mib"]) <= max(base["asleep_mib"])
+        print(f"{key[0]} {key[1]} asleep {max(r['asleep_mib']):.0f} MiB <= unpatched's {max(base['asleep_mib']):.0f}: {holds}")
+        ok &= holds
+    fast = statistics.median(results[("gpurt", "offload")]["wake_ms"]) <= statistics.median(base["wake_ms"]) / 2
+    print(f"offload's first request after sleep at most half of unpatched's reload: {fast}")
+    return ok
+
+
+def server_check(bindir, model):
+    """Both sleep modes on a build without a GPU: each sleeps (offload falls back to
+    unloading where no backend can sleep), says so, and gives the same tokens after."""
+    tokens = set()
+    for i, mode in enumerate(["unload", "offload"]):
+        r = server_run(bindir, model, mode, 2, 8180 + i, measure=False)
+        print(f"{mode}: slept and woke twice, tokens after each wake {'identical' if r['same_tokens'] else 'DIFFER'}: {r['tokens'][:50]!r}")
+        if not r["same_tokens"]:
+            return False
+        tokens.add(r["tokens"])
+    print(f"both modes give the same tokens: {len(tokens) == 1}")
+    return len(tokens) == 1
+
+
+def bench(work, rounds, bins):
+    model = os.path.join(work, "dense.gguf")
+    figures = {b: {"pp512": [], "tg128": []} for b in bins}
+    for _ in range(rounds):
+        for build, bindir in bins.items():
+            out = subprocess.run([os.path.join(bindir, "llama-bench"), "-m", model, "-ngl", "99", "-p", "512", "-n", "128",
+                                  "-r", "3", "-o", "json"], capture_output=True, text=True, check=True).stdout
+            for row in json.loads(out):
+                test = "pp512" if row["n_prompt"] == 512 else "tg128"
+                figures[build][test].append(row["avg_ts"])
+    ok = True
+    for test in ["pp512", "tg128"]:
+        u, g = statistics.median(figures["unpatched"][test]), statistics.median(figures["gpurt"][test])
+        within = abs(g / u - 1) <= 0.02
+        print(f"{test}: unpatched {u:.1f} t/s, gpurt {g:.1f} t/s ({g / u:.3f} x): {'within' if within else 'OUTSIDE'} 2 %")
+        ok &= within
+    return ok
+
+
+def main():
+    what, work = sys.argv[1], sys.argv[2]
+    if what == "models":
+        models(work, sys.argv[3])
+        return 0
+    if what == "completion":
+        return 0 if completion(work, builds(sys.argv[3:])) else 1
+    if what == "server":
+        return 0 if server(work, int(sys.argv[3]), builds(sys.argv[4:])) else 1
+    if what == "server-check":
+        return 0 if server_check(work, sys.argv[3]) else 1
+    if what == "bench":
+        return 0 if bench(work, int(sys.argv[3]), builds(sys.argv[4:])) else 1
+    raise SystemExit(__doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
