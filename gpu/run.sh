@@ -179,7 +179,7 @@ step ggml-gpt2-extras python3 src/ggml_gpt2.py extras "$ggml_work/gpt2" "$ggml_w
 # llama.cpp unpatched and on gpurt (integrations/llama.cpp, README "llama.cpp on gpurt"),
 # PART=llama: both builds, then greedy tokens, the server's idle sleep, llama-bench.
 llama_work=${LLAMA_WORK:-/tmp/gpurt-llama-work}   # outside the bundle: kept between calls while the machine is warm
-llama_targets="llama-server llama-completion llama-bench test-backend-ops test-llama-archs"
+llama_targets=${LLAMA_TARGETS:-"llama-server llama-completion llama-bench test-backend-ops test-llama-archs"}
 llama_build() {  # llama_build MODE
     TARGETS=$llama_targets integrations/llama.cpp/build.sh llama/llama.cpp.tar.xz "$llama_work/$1" "$1" \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PWD"
@@ -200,6 +200,7 @@ step llama-models python3 src/llama.py models "$llama_work/models" "$llama_work/
 step llama-completion python3 src/llama.py completion "$llama_work/models" $(llama_bins)
 step llama-server-sleep python3 src/llama.py server "$llama_work/models" "${LLAMA_SLEEP_CYCLES:-100}" $(llama_bins)
 step llama-bench python3 src/llama.py bench "$llama_work/models" "${LLAMA_BENCH_ROUNDS:-5}" $(llama_bins)
+step llama-server-sleep-big python3 src/llama.py big "$llama_work/models" "$llama_work/unpatched/llama.cpp" "$llama_work/gpurt/build/bin"
 
 # The Go package on the GPU (built by bundle.sh with go test -c): exact round trips, then its call cost beside C's.
 step go-tests go/gpurt-go.test -test.v
