@@ -1,5 +1,5 @@
 """llama.cpp unpatched and on gpurt, side by side, as a user measures them (gpu/run.sh's
-llama-* steps; README "llama.cpp on gpurt").
+llama-* steps; docs/integrations.md "llama.cpp on gpurt").
 
     llama.py models WORK LLAMA_SRC            the models, written offline (make_model.py)
     llama.py completion WORK unpatched=BIN gpurt=BIN

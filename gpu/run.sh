@@ -110,7 +110,7 @@ step blas-test bin/blas_test
 step blas-gpu-test bin/blas_gpu_test
 step blas-bench bin/blas_bench
 # An engine on gpurt: GPT-2 built by its own CMake project with find_package(gpurt) on
-# this bundle, against weights and PyTorch's outputs made here (docs: README, "An engine on gpurt").
+# this bundle, against weights and PyTorch's outputs made here (docs/integrations.md, "An engine on gpurt").
 step build-gpt2 bash -c "cmake -S src/gpt2 -B build-gpt2 -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$PWD -DGPT2_JSON_INCLUDE=$PWD/json && cmake --build build-gpt2 -j 8"
 step gpt2-host-test build-gpt2/gpt2_host_test build-gpt2
 step gpt2-reference python3 src/gpt2_reference.py make gpt2-data
@@ -146,8 +146,8 @@ for batch in 1 16; do
         step "gpt2-speed-b$batch${flags// /}" build-gpt2/gpt2 gpt2-data/gpt2.safetensors "gpt2-data/prompts_b$batch.txt" 256 $flags
     done
 done
-# ggml's CUDA backend unpatched and on gpurt (integrations/ggml, README "ggml and
-# llama.cpp"): ggml's own op tests on CUDA0 against its CPU backend, side by side.
+# ggml's CUDA backend unpatched and on gpurt (integrations/ggml, docs/integrations.md "ggml on
+# gpurt"): ggml's own op tests on CUDA0 against its CPU backend, side by side.
 ggml_work=${GGML_WORK:-/tmp/gpurt-ggml-work}   # outside the bundle: kept between calls while the machine is warm
 ggml_build() {  # ggml_build MODE
     integrations/ggml/build.sh ggml/ggml-d99724f.tar.gz "$ggml_work/$1" "$1" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PWD"
@@ -176,7 +176,7 @@ step ggml-gpt2-run python3 src/ggml_gpt2.py run "$ggml_work/gpt2" "${GGML_GPT2_R
 step build-nvtx-record-tool cc -O2 -shared -fPIC -Iinclude src/record_injection.c -o bin/librecord_nvtx.so
 step ggml-gpt2-extras python3 src/ggml_gpt2.py extras "$ggml_work/gpt2" "$ggml_work/gpurt/build/bin" "$PWD/bin/librecord_nvtx.so" "$logs"
 
-# llama.cpp unpatched and on gpurt (integrations/llama.cpp, README "llama.cpp on gpurt"),
+# llama.cpp unpatched and on gpurt (integrations/llama.cpp, docs/integrations.md "llama.cpp on gpurt"),
 # PART=llama: both builds, then greedy tokens, the server's idle sleep, llama-bench.
 llama_work=${LLAMA_WORK:-/tmp/gpurt-llama-work}   # outside the bundle: kept between calls while the machine is warm
 llama_targets=${LLAMA_TARGETS:-"llama-server llama-completion llama-bench test-backend-ops test-llama-archs"}

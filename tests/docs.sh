@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The reference manual (docs/compatibility.md, README "Reference manual"):
+# The reference manual (docs/compatibility.md, docs/building.md "Reference manual"):
 #   1. CMake with GPURT_BUILD_DOCS=ON builds the `docs` target: Doxygen over gpurt.h,
 #      gpurt.hpp and gpurt_rmm.hpp, every warning an error, and an undocumented
 #      function, parameter or return value a warning;

@@ -25,6 +25,8 @@
 #      the cudaMallocAsync backend, TunableOp
 #      and the benchmarks against
 #      tests/stub-driver (a stand-in libcuda);
+#   5b. the README's code blocks compiled and run, the links of README.md and docs/
+#      checked (tests/readme.sh);
 #   6. Python: `pip install .` into a fresh venv, then pytest without a driver and
 #      on the stand-in driver.
 set -euo pipefail
@@ -131,6 +133,9 @@ mkdir -p "$stub"
 cc -O2 -shared -fPIC tests/stub-driver/stub_cuda.c -o "$stub/libcuda.so.1"
 LD_LIBRARY_PATH=$stub "$work/pkg-config/abi_test"
 LD_LIBRARY_PATH=$stub "$work/gpurt/example-allocator-stats" >/dev/null   # the stub moves no data: the others check bytes
+
+echo "== README: its code blocks compiled and run, the links of README.md and docs/ checked"
+bash tests/readme.sh "$work/prefix" "$stub" "$work"
 
 echo "== run-time compilation on the stand-in NVRTC (tests/stub-driver/stub_nvrtc.c): the C ABI test again, and an elementwise call's cost"
 nvrtc=$stub/nvrtc   # a directory of its own: the other tests run without NVRTC
