@@ -809,7 +809,10 @@ typedef struct {
   int upstream;
   /**
    * Options with GPURT_ALLOC_CONF's syntax for this pool alone, over the process's
-   * configuration as it is at creation (NULL: that configuration).
+   * configuration as it is at creation (NULL: that configuration). A pool's own key:
+   * `use_on_oom:True` (torch.cuda.MemPool's): an allocation elsewhere on the device
+   * (the default pool, another pool) that runs out of memory is served from this
+   * pool as a last resort, outside captures; the block is this pool's.
    */
   const char *config;
   /**

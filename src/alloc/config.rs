@@ -29,6 +29,9 @@ pub struct AllocConfig {
     /// Where a device's default pool takes its memory (`backend`): the process
     /// chooses once, at its first allocation.
     pub backend: Backend,
+    /// A pool's own key (`use_on_oom`, torch.cuda.MemPool's): an allocation elsewhere
+    /// on its device that runs out of memory is served from this pool as a last resort.
+    pub use_on_oom: bool,
 }
 
 /// The allocator behind each device's default pool.
@@ -59,6 +62,7 @@ impl Default for AllocConfig {
             expandable_segments: true,
             exact_segments: false,
             backend: Backend::Native,
+            use_on_oom: false,
         }
     }
 }
@@ -92,9 +96,16 @@ fn divisions(key: &str, text: &str) -> Result<u32> {
 }
 
 impl AllocConfig {
-    /// Parses a configuration string; the empty string is the default.
+    /// Parses the process's configuration string; the empty string is the default.
+    /// A pool's own keys are refused here.
     pub fn parse(text: &str) -> Result<AllocConfig> {
-        AllocConfig::default().with(text)
+        let config = AllocConfig::default().with(text)?;
+        if config.use_on_oom {
+            return Err(Error::invalid_argument(
+                "GPURT_ALLOC_CONF: `use_on_oom` is a pool's own option (gpurt_mem_pool_options_t.config), not the process's",
+            ));
+        }
+        Ok(config)
     }
 
     /// This configuration with the options of `text` applied over it (a pool's own
@@ -128,6 +139,7 @@ impl AllocConfig {
             }
             "expandable_segments" => self.expandable_segments = flag(key, value)?,
             "exact_segments" => self.exact_segments = flag(key, value)?,
+            "use_on_oom" => self.use_on_oom = flag(key, value)?,
             "backend" => match value {
                 "native" => self.backend = Backend::Native,
                 "cudaMallocAsync" => self.backend = Backend::CudaMallocAsync,
@@ -136,7 +148,7 @@ impl AllocConfig {
             _ => {
                 return Err(Error::invalid_argument(format!(
                     "GPURT_ALLOC_CONF: unknown key `{key}` (known: max_split_size_mb, roundup_power2_divisions, \
-                     garbage_collection_threshold, expandable_segments, exact_segments, backend)"
+                     garbage_collection_threshold, expandable_segments, exact_segments, backend, use_on_oom)"
                 )))
             }
         }
@@ -257,6 +269,7 @@ mod tests {
             ("exact_segments:1", "True or False"),
             ("max_split_size_mb:,", "empty key or value"),
             ("backend:cudaMalloc", "native or cudaMallocAsync"),
+            ("use_on_oom:True", "a pool's own option"),
         ];
         for (text, needle) in cases {
             let err = AllocConfig::parse(text).unwrap_err();
@@ -269,8 +282,8 @@ mod tests {
     #[test]
     fn options_apply_over_a_base() {
         let process = AllocConfig::parse("expandable_segments:True,max_split_size_mb:64").unwrap();
-        let pool = process.with("exact_segments:True,max_split_size_mb:128").unwrap();
-        assert!(pool.expandable_segments && pool.exact_segments);
+        let pool = process.with("exact_segments:True,max_split_size_mb:128,use_on_oom:True").unwrap();
+        assert!(pool.expandable_segments && pool.exact_segments && pool.use_on_oom);
         assert_eq!(pool.max_split_size, 128 * MIB);
         assert_eq!(process.with("").unwrap(), process);
         assert!(!process.exact_segments);

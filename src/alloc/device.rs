@@ -204,7 +204,10 @@ fn top_pool(device: Option<i32>) -> Option<&'static MemPool<PoolSource>> {
 /// memory nodes instead), else from the pool this thread has pushed for the device,
 /// else from the device's default pool.
 pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
-    let ptr = malloc_routed(ordinal, size, native_stream)?;
+    let ptr = match malloc_routed(ordinal, size, native_stream) {
+        Ok(ptr) => ptr,
+        Err(error) => last_resort(ordinal, size, native_stream, None, error)?,
+    };
     if sanitizer::enabled() {
         tell_sanitizer(ordinal, ptr, size, native_stream);
     }
@@ -270,12 +273,36 @@ pub fn malloc_from<S: SegmentSource>(device: i32, pool: &CachingAllocator<S>, si
     let key = stream_key(native_stream);
     let ptr = match super::capture::capture_allocator(native_stream)? {
         Some(private) => private.malloc(size, key)?,
-        None => pool.malloc(size, key)?,
+        None => match pool.malloc(size, key) {
+            Ok(ptr) => ptr,
+            Err(error) => last_resort(device, size, native_stream, Some(pool.id()), error)?,
+        },
     };
     if sanitizer::enabled() {
         tell_sanitizer(device, ptr, size, native_stream);
     }
     Ok(ptr)
+}
+
+/// An allocation that ran out of memory, served from a pool of its device made with
+/// `use_on_oom` (but `failed`, the allocator that refused) that has room:
+/// torch.cuda.MemPool's last resort. Any other error, or no such pool with room, is
+/// `error` as it was. Not during a capture: its allocations belong to the graph.
+#[cold]
+#[inline(never)]
+fn last_resort(ordinal: i32, size: u64, native_stream: u64, failed: Option<u64>, error: Error) -> Result<u64> {
+    let capturing = || !matches!(super::capture::capture_allocator(native_stream), Ok(None));
+    if !super::caching::is_oom(&error) || MEM_POOLS.is_empty() || capturing() {
+        return Err(error);
+    }
+    let device = crate::device::resolve(ordinal)?;
+    let key = stream_key(native_stream);
+    MEM_POOLS
+        .on_device(device)
+        .iter()
+        .filter(|pool| pool.use_on_oom() && failed != Some(pool.allocator().id()))
+        .find_map(|pool| pool.allocator().malloc(size, key).ok())
+        .ok_or(error)
 }
 
 /// What a pointer-only call does to its block, in whichever allocator holds it.

@@ -509,6 +509,37 @@ static void user_free(void *p, size_t size, int device, void *stream, void *cont
     free(p);
 }
 
+/* torch.cuda.MemPool's use_on_oom: an allocation elsewhere that runs out of memory is
+   served from such a pool's cache; a pool without the option is not asked. `failing`
+   describes a pool whose upstream refuses every allocation. */
+static void check_use_on_oom(gpurt_stream_t stream, gpurt_mem_pool_options_t *failing) {
+    gpurt_mem_pool_options_t spare_options = GPURT_MEM_POOL_OPTIONS_INIT;
+    gpurt_mem_pool_t spare = NULL, plain = NULL, refusing = NULL;
+    void *cached = NULL, *p = NULL;
+    failing->user_context = NULL;
+    EXPECT(gpurt_mem_pool_create(0, failing, &refusing), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_create(0, NULL, &plain), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(plain, 3u << 20, stream, &cached), GPURT_SUCCESS);
+    EXPECT(gpurt_free(cached), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(refusing, 3u << 20, stream, &p), GPURT_ERROR_OUT_OF_MEMORY); /* plain is not asked */
+    spare_options.config = "use_on_oom:True";
+    EXPECT(gpurt_mem_pool_create(0, &spare_options, &spare), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(spare, 3u << 20, stream, &cached), GPURT_SUCCESS);
+    EXPECT(gpurt_free(cached), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(refusing, 3u << 20, stream, &p), GPURT_SUCCESS);
+    EXPECT_TRUE(p == cached); /* the spare pool's cached block */
+    EXPECT(gpurt_mem_pool_destroy(spare), GPURT_ERROR_INVALID_ARGUMENT); /* it holds the block */
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);                              /* found in its pool */
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(spare), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(plain), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(refusing), GPURT_SUCCESS);
+    spare_options.config = "use_on_oom:maybe";
+    EXPECT(gpurt_mem_pool_create(0, &spare_options, &spare), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_alloc_set_config("use_on_oom:True"), GPURT_ERROR_INVALID_ARGUMENT); /* a pool's own option */
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "pool's own") != NULL);
+}
+
 static void check_user_upstream(gpurt_stream_t stream) {
     gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
     gpurt_mem_pool_t pool = NULL;
@@ -534,6 +565,7 @@ static void check_user_upstream(gpurt_stream_t stream) {
     EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
     EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
     EXPECT_TRUE(segments == 0);
+    check_use_on_oom(stream, &options);
 }
 
 /* A pushed pool with a filter serves what the filter accepts; the rest falls through. */

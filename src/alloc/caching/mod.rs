@@ -92,7 +92,7 @@ pub struct CachingAllocator<S: SegmentSource> {
 /// (stream, 0) -> the stream's shared shard; (stream, thread number) -> a thread's own.
 type StreamMap = HashMap<(u64, u32), u32>;
 
-fn is_oom(e: &Error) -> bool {
+pub(crate) fn is_oom(e: &Error) -> bool {
     e.status == Status::GPURT_ERROR_OUT_OF_MEMORY
 }
 

@@ -40,7 +40,10 @@ pub struct gpurt_mem_pool_options_t {
     /// Where the pool's segments come from: GPURT_UPSTREAM_DRIVER, _ASYNC, _MANAGED or _USER.
     pub upstream: c_int,
     /// Options with GPURT_ALLOC_CONF's syntax for this pool alone, over the process's
-    /// configuration as it is at creation (NULL: that configuration).
+    /// configuration as it is at creation (NULL: that configuration). A pool's own key:
+    /// `use_on_oom:True` (torch.cuda.MemPool's): an allocation elsewhere on the device
+    /// (the default pool, another pool) that runs out of memory is served from this
+    /// pool as a last resort, outside captures; the block is this pool's.
     pub config: *const c_char,
     /// The most bytes the pool may reserve (cupy's set_limit); 0: no limit.
     pub limit_bytes: u64,

@@ -45,6 +45,9 @@ pub struct MemPool<S: SegmentSource> {
     allocator: CachingAllocator<S>,
     /// Entries for it on threads' pool stacks: it is not destroyed while any remain.
     pushed: AtomicUsize,
+    /// Whether allocations elsewhere on its device that run out of memory may be
+    /// served from it (`use_on_oom`).
+    use_on_oom: bool,
 }
 
 impl<S: SegmentSource> MemPool<S> {
@@ -54,6 +57,10 @@ impl<S: SegmentSource> MemPool<S> {
 
     pub fn device(&self) -> i32 {
         self.device
+    }
+
+    pub fn use_on_oom(&self) -> bool {
+        self.use_on_oom
     }
 
     pub fn allocator(&self) -> &CachingAllocator<S> {
@@ -98,11 +105,12 @@ impl<S: SegmentSource> MemPools<S> {
     /// A new pool on `device` over `source`, its reserved bytes capped at `limit`
     /// (0: no cap beyond the source's memory).
     pub fn create(&self, device: i32, source: S, config: AllocConfig, limit: u64) -> Arc<MemPool<S>> {
+        let use_on_oom = config.use_on_oom;
         let allocator = CachingAllocator::new(source, config);
         if limit > 0 {
             allocator.set_limit(limit);
         }
-        let pool = Arc::new(MemPool { id: self.next_id.fetch_add(1, Ordering::Relaxed), device, allocator, pushed: AtomicUsize::new(0) });
+        let pool = Arc::new(MemPool { id: self.next_id.fetch_add(1, Ordering::Relaxed), device, allocator, pushed: AtomicUsize::new(0), use_on_oom });
         let _guard = lock(&self.update);
         let mut live = Vec::clone(&self.live.load());
         live.push(pool.clone());
