@@ -32,6 +32,11 @@ pub struct AllocConfig {
     /// A pool's own key (`use_on_oom`, torch.cuda.MemPool's): an allocation elsewhere
     /// on its device that runs out of memory is served from this pool as a last resort.
     pub use_on_oom: bool,
+    /// A pool's own key (`no_split`, torch.cuda.MemPool's): no block is split, so each
+    /// allocation has a segment of its own, mapped in the size it needs (rounded to
+    /// 2 MiB), and a freed one serves a later request whole (one at most 20 MiB
+    /// smaller). Sets `max_split_size` to 0, whole and exact segments.
+    pub no_split: bool,
 }
 
 /// The allocator behind each device's default pool.
@@ -63,6 +68,7 @@ impl Default for AllocConfig {
             exact_segments: false,
             backend: Backend::Native,
             use_on_oom: false,
+            no_split: false,
         }
     }
 }
@@ -100,10 +106,12 @@ impl AllocConfig {
     /// A pool's own keys are refused here.
     pub fn parse(text: &str) -> Result<AllocConfig> {
         let config = AllocConfig::default().with(text)?;
-        if config.use_on_oom {
-            return Err(Error::invalid_argument(
-                "GPURT_ALLOC_CONF: `use_on_oom` is a pool's own option (gpurt_mem_pool_options_t.config), not the process's",
-            ));
+        for (key, set) in [("use_on_oom", config.use_on_oom), ("no_split", config.no_split)] {
+            if set {
+                return Err(Error::invalid_argument(format!(
+                    "GPURT_ALLOC_CONF: `{key}` is a pool's own option (gpurt_mem_pool_options_t.config), not the process's"
+                )));
+            }
         }
         Ok(config)
     }
@@ -114,6 +122,14 @@ impl AllocConfig {
         let mut config = self.clone();
         for (key, value) in split_options(text)? {
             config.apply(key, value)?;
+        }
+        if config.no_split {
+            // A split needs a request below max_split_size (small ones are, under any
+            // size the key accepts), so 0 splits nothing, and every block found must
+            // be at most 20 MiB larger than the request: PyTorch's oversize rule.
+            config.max_split_size = 0;
+            config.expandable_segments = false;
+            config.exact_segments = true;
         }
         Ok(config)
     }
@@ -140,6 +156,7 @@ impl AllocConfig {
             "expandable_segments" => self.expandable_segments = flag(key, value)?,
             "exact_segments" => self.exact_segments = flag(key, value)?,
             "use_on_oom" => self.use_on_oom = flag(key, value)?,
+            "no_split" => self.no_split = flag(key, value)?,
             "backend" => match value {
                 "native" => self.backend = Backend::Native,
                 "cudaMallocAsync" => self.backend = Backend::CudaMallocAsync,
@@ -148,7 +165,7 @@ impl AllocConfig {
             _ => {
                 return Err(Error::invalid_argument(format!(
                     "GPURT_ALLOC_CONF: unknown key `{key}` (known: max_split_size_mb, roundup_power2_divisions, \
-                     garbage_collection_threshold, expandable_segments, exact_segments, backend, use_on_oom)"
+                     garbage_collection_threshold, expandable_segments, exact_segments, backend, use_on_oom, no_split)"
                 )))
             }
         }
@@ -270,6 +287,7 @@ mod tests {
             ("max_split_size_mb:,", "empty key or value"),
             ("backend:cudaMalloc", "native or cudaMallocAsync"),
             ("use_on_oom:True", "a pool's own option"),
+            ("no_split:True", "`no_split` is a pool's own option"),
         ];
         for (text, needle) in cases {
             let err = AllocConfig::parse(text).unwrap_err();

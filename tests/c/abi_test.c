@@ -540,6 +540,25 @@ static void check_use_on_oom(gpurt_stream_t stream, gpurt_mem_pool_options_t *fa
     EXPECT_TRUE(strstr(gpurt_last_error_message(), "pool's own") != NULL);
 }
 
+/* torch.cuda.MemPool's no_split: each allocation a segment of its own, never split. */
+static void check_no_split(gpurt_stream_t stream) {
+    gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
+    gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
+    gpurt_mem_pool_t pool = NULL;
+    void *a = NULL, *b = NULL;
+    options.config = "no_split:True";
+    EXPECT(gpurt_mem_pool_create(0, &options, &pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(pool, 512, stream, &a), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(pool, 512, stream, &b), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_stats(pool, &stats), GPURT_SUCCESS);
+    EXPECT_TRUE(stats.segment.all.current == 2 && stats.inactive_split.all.current == 0);
+    EXPECT(gpurt_free(a), GPURT_SUCCESS);
+    EXPECT(gpurt_free(b), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_alloc_set_config("no_split:True"), GPURT_ERROR_INVALID_ARGUMENT); /* a pool's own option */
+}
+
 static void check_user_upstream(gpurt_stream_t stream) {
     gpurt_mem_pool_options_t options = GPURT_MEM_POOL_OPTIONS_INIT;
     gpurt_mem_pool_t pool = NULL;
@@ -566,6 +585,7 @@ static void check_user_upstream(gpurt_stream_t stream) {
     EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
     EXPECT_TRUE(segments == 0);
     check_use_on_oom(stream, &options);
+    check_no_split(stream);
 }
 
 /* A pushed pool with a filter serves what the filter accepts; the rest falls through. */

@@ -44,6 +44,10 @@ pub struct gpurt_mem_pool_options_t {
     /// `use_on_oom:True` (torch.cuda.MemPool's): an allocation elsewhere on the device
     /// (the default pool, another pool) that runs out of memory is served from this
     /// pool as a last resort, outside captures; the block is this pool's.
+    /// `no_split:True` (torch.cuda.MemPool's): no block is ever split, so each
+    /// allocation has a segment of its own (whole segments, mapped in the size the
+    /// request needs rounded to 2 MiB), reused whole by a later request at most 20 MiB
+    /// smaller: for memory registered per allocation (NCCL's symmetric memory).
     pub config: *const c_char,
     /// The most bytes the pool may reserve (cupy's set_limit); 0: no limit.
     pub limit_bytes: u64,

@@ -322,13 +322,13 @@ impl<S: SegmentSource> Pool<S> {
         fit(lists, &self.blocks, size, limit)
     }
 
-    /// Whether to split off the rest of a block: small blocks at any remainder;
-    /// large ones unless they are oversize. (PyTorch keeps large remainders of up to
-    /// 1 MiB unsplit; splitting them too lets them coalesce back, and measured less
-    /// fragmentation: see docs/performance.md.)
-    fn should_split(&self, pool: PoolKind, block_size: u64, size: u64) -> bool {
-        let remaining = block_size - size;
-        remaining >= MIN_BLOCK && (pool == PoolKind::Small || size < self.config.max_split_size)
+    /// Whether to split off the rest of a block: at any remainder for a request under
+    /// `max_split_size` (every small one: the key takes no size under 21 MiB), never
+    /// for an oversize one, nor with `no_split` (`max_split_size` 0). (PyTorch keeps
+    /// large remainders of up to 1 MiB unsplit; splitting them too lets them coalesce
+    /// back, and measured less fragmentation: see docs/performance.md.)
+    fn should_split(&self, block_size: u64, size: u64) -> bool {
+        block_size - size >= MIN_BLOCK && size < self.config.max_split_size
     }
 
     /// Completes deferred frees whose markers are done; with `wait`, waits for all.
@@ -390,7 +390,7 @@ impl<S: SegmentSource> Pool<S> {
         self.remember_request(rounded);
         self.remove_free(id);
         let Block { addr, size: block_size, .. } = self.blocks[id];
-        if self.should_split(pool, block_size, rounded) {
+        if self.should_split(block_size, rounded) {
             let rest = self.split_block(id, rounded);
             self.insert_free(rest);
         }

@@ -88,6 +88,30 @@ fn segment_sizes_follow_pytorch() {
 }
 
 #[test]
+fn no_split_gives_each_allocation_a_segment_of_its_own_and_reuses_blocks_whole() {
+    let p = Allocator::new(HostSource::new(GIB), AllocConfig::default().with("no_split:True,expandable_segments:True").unwrap());
+    let addrs: Vec<u64> = [512, 64 * KIB, 3 * MIB, 30 * MIB].iter().map(|&size| p.malloc(size, 1).unwrap()).collect();
+    check(&p);
+    let place = |addr: u64| p.try_place(addr).unwrap().unwrap();
+    for &addr in &addrs {
+        let at = place(addr);
+        assert_eq!((at.segment, at.size), (addr, at.segment_size), "a whole segment of its own, never split");
+    }
+    assert_eq!(place(addrs[2]).size, 4 * MIB, "mapped in the size it needs, rounded to 2 MiB");
+    p.free(addrs[3]).unwrap();
+    let whole = p.malloc(12 * MIB, 1).unwrap();
+    assert_eq!((whole, place(whole).size), (addrs[3], 30 * MIB), "a freed block serves a smaller request whole");
+    p.free(whole).unwrap();
+    let far_smaller = p.malloc(4 * MIB, 1).unwrap();
+    assert_ne!(far_smaller, addrs[3], "not a block over 20 MiB larger than the request");
+    check(&p);
+    for addr in [addrs[0], addrs[1], addrs[2], far_smaller] {
+        p.free(addr).unwrap();
+    }
+    check(&p);
+}
+
+#[test]
 fn exact_segments_map_what_a_request_needs() {
     // ggml's compute buffer: 9.47 MiB, a 20 MiB segment under PyTorch's rule.
     let p = Allocator::new(HostSource::new(GIB), AllocConfig::parse("exact_segments:True,expandable_segments:False").unwrap());
