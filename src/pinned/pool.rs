@@ -41,6 +41,21 @@ pub struct gpurt_host_memory_stats_t {
     pub host_alloc_time_ns: i64,
     /// Time spent unpinning memory, in nanoseconds.
     pub host_free_time_ns: i64,
+    /// The longest and the shortest single pinning, in nanoseconds (0 before the first):
+    /// with the total and the count, torch's `host_alloc_time` max, min and avg.
+    pub host_alloc_time_max_ns: i64,
+    pub host_alloc_time_min_ns: i64,
+    /// The longest and the shortest single unpinning, in nanoseconds (0 before the first).
+    pub host_free_time_max_ns: i64,
+    pub host_free_time_min_ns: i64,
+}
+
+/// Counts one driver call of `ns` nanoseconds into a count, total, maximum and minimum.
+fn time_call(count: &mut i64, total: &mut i64, max: &mut i64, min: &mut i64, ns: i64) {
+    *count += 1;
+    *total += ns;
+    *max = (*max).max(ns);
+    *min = if *count == 1 { ns } else { (*min).min(ns) };
 }
 
 /// The size class of a request: at least 4 KiB, then four classes per power of two
@@ -127,8 +142,9 @@ impl<S: SegmentSource> PinnedPool<S> {
             None => {
                 let started = Instant::now();
                 let addr = self.source.allocate(class, 0)?;
-                self.stats.host_alloc_time_ns += started.elapsed().as_nanos() as i64;
-                self.stats.num_host_alloc += 1;
+                let st = &mut self.stats;
+                let ns = started.elapsed().as_nanos() as i64;
+                time_call(&mut st.num_host_alloc, &mut st.host_alloc_time_ns, &mut st.host_alloc_time_max_ns, &mut st.host_alloc_time_min_ns, ns);
                 self.stats.segment.add(1);
                 self.stats.reserved_bytes.add(class as i64);
                 self.blocks.insert(addr, Block { size: class, state: State::Free, used_on: Vec::new() });
@@ -191,8 +207,9 @@ impl<S: SegmentSource> PinnedPool<S> {
                 let block = self.blocks.remove(&addr).expect("free block");
                 let started = Instant::now();
                 self.source.release(addr, block.size);
-                self.stats.host_free_time_ns += started.elapsed().as_nanos() as i64;
-                self.stats.num_host_free += 1;
+                let st = &mut self.stats;
+                let ns = started.elapsed().as_nanos() as i64;
+                time_call(&mut st.num_host_free, &mut st.host_free_time_ns, &mut st.host_free_time_max_ns, &mut st.host_free_time_min_ns, ns);
                 self.stats.segment.sub(1);
                 self.stats.reserved_bytes.sub(block.size as i64);
             }
@@ -228,6 +245,7 @@ impl<S: SegmentSource> PinnedPool<S> {
         self.each_stat().into_iter().for_each(gpurt_stat_t::reset_accumulated);
         let st = &mut self.stats;
         (st.num_host_alloc, st.num_host_free, st.host_alloc_time_ns, st.host_free_time_ns) = (0, 0, 0, 0);
+        (st.host_alloc_time_max_ns, st.host_alloc_time_min_ns, st.host_free_time_max_ns, st.host_free_time_min_ns) = (0, 0, 0, 0);
     }
 
     /// CuPy's `PinnedMemoryPool` queries: (used bytes, free bytes, total bytes, free

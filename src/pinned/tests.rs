@@ -75,10 +75,17 @@ fn a_block_used_by_a_stream_waits_for_its_marker() {
     assert_eq!(p.source().live_segments(), 0);
     let s = p.stats();
     assert_eq!((s.num_host_free, s.reserved_bytes.peak), (2, 2 * MIB as i64));
+    for (total, max, min) in [
+        (s.host_alloc_time_ns, s.host_alloc_time_max_ns, s.host_alloc_time_min_ns),
+        (s.host_free_time_ns, s.host_free_time_max_ns, s.host_free_time_min_ns),
+    ] {
+        assert!(min <= max && max <= total && total >= min + max, "two timed calls: {min} <= {max}, total {total}");
+    }
     p.reset_peak();
     p.reset_accumulated();
     let s = p.stats();
     assert_eq!((s.reserved_bytes.peak, s.num_host_alloc, s.allocations.allocated), (0, 0, 0));
+    assert_eq!((s.host_alloc_time_max_ns, s.host_alloc_time_min_ns, s.host_free_time_max_ns, s.host_free_time_min_ns), (0, 0, 0, 0));
 }
 
 /// Random operations: every live block is distinct and disjoint, and the statistics
