@@ -13,6 +13,10 @@ llama-* steps; docs/integrations.md "llama.cpp on gpurt").
                                               llama-bench pp512 / tg128, the builds alternated
     llama.py big WORK LLAMA_SRC BIN           a 9.5 GiB model's offload sleep on gpurt's build against
                                               copying its weights from pinned host memory
+    llama.py split WORK unpatched=BIN gpurt=BIN
+                                              two GPUs: greedy tokens with -sm layer and -sm row,
+                                              both builds alike; gpurt's offload sleep gives both
+                                              devices back
     llama.py server-check BIN MODEL           the server's sleep without a GPU (tests/llama.sh):
                                               both modes sleep, say so, and give the same tokens
 
@@ -37,15 +41,15 @@ MODELS = {  # name: make_model.py arguments
 PROMPT = "Once upon a time, in a land far away, there lived"
 
 
-def nvml_handle():
+def nvml_handle(index=0):
     import pynvml
     pynvml.nvmlInit()
-    return pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+    return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
 
 
-def device_mib(pid):
-    """`pid`'s device memory on GPU 0 (MiB; 0 when it holds none)."""
-    pynvml, handle = nvml_handle()
+def device_mib(pid, index=0):
+    """`pid`'s device memory on GPU `index` (MiB; 0 when it holds none)."""
+    pynvml, handle = nvml_handle(index)
     used = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == pid]
     return sum(used) / 2**20 if used else 0.0
 
@@ -92,13 +96,13 @@ def models(work, src):
         print(f"{name}: {os.path.getsize(path) / 2**30:.2f} GiB")
 
 
-def completion(work, bins):
+def completion(work, bins, models=MODELS, extra=()):
     ok = True
-    for name in MODELS:
+    for name in models:
         outputs = {}
         for build, bindir in bins.items():
             cmd = [os.path.join(bindir, "llama-completion"), "-m", os.path.join(work, f"{name}.gguf"), "-p", PROMPT,
-                   "-n", "64", "--temp", "0", "--ignore-eos", "-ngl", "99", "-no-cnv", "--no-display-prompt", "--seed", "1"]
+                   "-n", "64", "--temp", "0", "--ignore-eos", "-ngl", "99", "-no-cnv", "--no-display-prompt", "--seed", "1", *extra]
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             sampler = PeakSampler(proc.pid)
             out, err = proc.communicate()  # bytes: random weights give any token, whole or part of a character
@@ -152,12 +156,14 @@ def bare_context_mib():
     return mib
 
 
-def server_run(bindir, model, mode, cycles, port, measure=True, patched=True):
-    """One server: its figures awake, asleep and after each wake (device memory only
-    with `measure`; what the patch adds to /health and /props only when `patched`)."""
-    memory = device_mib if measure else (lambda pid: 0.0)
+def server_run(bindir, model, mode, cycles, port, measure=True, patched=True, extra=(), devices=1):
+    """One server: its figures awake, asleep and after each wake (device memory, summed
+    over its `devices` GPUs, only with `measure`; what the patch adds to /health and
+    /props only when `patched`)."""
+    per_device = (lambda pid: [device_mib(pid, i) for i in range(devices)]) if measure else (lambda pid: [0.0])
+    memory = lambda pid: sum(per_device(pid))  # noqa: E731
     cmd = [os.path.join(bindir, "llama-server"), "-m", model, "-ngl", "99", "--port", str(port), "-c", "4096", "-np", "1",
-           "--sleep-idle-seconds", "1", "--no-ui"]
+           "--sleep-idle-seconds", "1", "--no-ui", *extra]
     if mode == "offload":
         cmd += ["--sleep-mode", "offload"]
     log = open(f"/tmp/llama-server-{port}.log", "w")
@@ -165,15 +171,17 @@ def server_run(bindir, model, mode, cycles, port, measure=True, patched=True):
     try:
         wait_until(lambda: http(port, "/health").get("status") == "ok", 300, "the server to load")
         tokens, _ = complete(port)
-        awake = memory(proc.pid)
+        result_awake_per_device = per_device(proc.pid)
+        awake = sum(result_awake_per_device)
         assert not patched or http(port, "/props").get("sleep_mode") == mode, "/props says how it sleeps"
-        result = {"awake_mib": awake, "tokens": tokens, "asleep_mib": [], "wake_ms": [], "rss_mib": [], "awake_after_mib": [],
+        result = {"awake_mib": awake, "awake_per_device_mib": result_awake_per_device, "tokens": tokens, "asleep_mib": [], "wake_ms": [], "rss_mib": [], "awake_after_mib": [],
                   "same_tokens": True}
         for _ in range(cycles):
             wait_until(lambda: http(port, "/props").get("is_sleeping"), 60, "the server to sleep")
             assert not patched or http(port, "/health").get("is_sleeping") is True, "/health says it sleeps"
             time.sleep(0.3)
-            result["asleep_mib"].append(memory(proc.pid))
+            result["asleep_per_device_mib"] = per_device(proc.pid)
+            result["asleep_mib"].append(sum(result["asleep_per_device_mib"]))
             result["rss_mib"].append(rss_mib(proc.pid))
             again, ms = complete(port)
             result["wake_ms"].append(ms)
@@ -229,6 +237,27 @@ def server_check(bindir, model):
         tokens.add(r["tokens"])
     print(f"both modes give the same tokens: {len(tokens) == 1}")
     return len(tokens) == 1
+
+
+def split(work, bins):
+    """Two GPUs: tokens of both builds alike with the model split by layer and by row,
+    and gpurt's offload sleep of a server split by layer: each device's memory asleep
+    within 100 MiB of a process that only made its context (on device 0)."""
+    pynvml, _ = nvml_handle()
+    if pynvml.nvmlDeviceGetCount() < 2:
+        print("llama split: SKIPPED: this machine has one GPU (run PART=llama on nvidia-h100-x2)")
+        return True
+    ok = True
+    bare = bare_context_mib()
+    for mode in ["layer", "row"]:
+        print(f"-sm {mode}:")
+        ok &= completion(work, bins, models=["dense", "moe"], extra=("-sm", mode))
+    r = server_run(bins["gpurt"], os.path.join(work, "dense.gguf"), "offload", 3, 8160, extra=("-sm", "layer"), devices=2)
+    for i, (up, down) in enumerate(zip(r["awake_per_device_mib"], r["asleep_per_device_mib"])):
+        print(f"device {i}: awake {up:.0f} MiB, asleep {down:.0f} MiB (a bare context: {bare:.0f})")
+        ok &= down <= bare + 100
+    print(f"offload over two GPUs: tokens after every wake {'identical' if r['same_tokens'] else 'DIFFER'}")
+    return ok and r["same_tokens"]
 
 
 def bench(work, rounds, bins):
@@ -296,6 +325,8 @@ def main():
         return 0 if completion(work, builds(sys.argv[3:])) else 1
     if what == "server":
         return 0 if server(work, int(sys.argv[3]), builds(sys.argv[4:])) else 1
+    if what == "split":
+        return 0 if split(work, builds(sys.argv[3:])) else 1
     if what == "server-check":
         return 0 if server_check(work, sys.argv[3]) else 1
     if what == "big":

@@ -152,9 +152,9 @@ ggml_work=${GGML_WORK:-/tmp/gpurt-ggml-work}   # outside the bundle: kept betwee
 ggml_build() {  # ggml_build MODE
     integrations/ggml/build.sh ggml/ggml-d99724f.tar.gz "$ggml_work/$1" "$1" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PWD"
 }
-ggml_ops() {  # ggml_ops MODE: test-backend-ops's log kept beside the build; failures are for ggml-compare to judge
-    "$ggml_work/$1/build/bin/test-backend-ops" test -b CUDA0 > "$ggml_work/$1-ops.txt" 2>&1
-    grep -E "tests passed|Backend CUDA0" "$ggml_work/$1-ops.txt"
+backend_ops() {  # backend_ops WORK MODE: test-backend-ops's log kept beside the build; failures are for ggml_compare.py to judge
+    "$1/$2/build/bin/test-backend-ops" test -b CUDA0 > "$1/$2-ops.txt" 2>&1
+    grep -E "tests passed|Backend CUDA0" "$1/$2-ops.txt"
 }
 ggml_ctest() {  # ggml_ctest MODE: ggml's other tests (test-backend-ops runs above, in full)
     (cd "$ggml_work/$1/build" && ctest -E test-backend-ops --output-on-failure > "$ggml_work/$1-ctest.txt" 2>&1)
@@ -162,7 +162,7 @@ ggml_ctest() {  # ggml_ctest MODE: ggml's other tests (test-backend-ops runs abo
 }
 for mode in unpatched gpurt; do
     step "ggml-build-$mode" ggml_build $mode
-    step "ggml-test-backend-ops-$mode" ggml_ops $mode
+    step "ggml-test-backend-ops-$mode" backend_ops "$ggml_work" $mode
     step "ggml-ctest-$mode" ggml_ctest $mode
 done
 step ggml-compare python3 src/ggml_compare.py "$ggml_work/unpatched-ops.txt" "$ggml_work/gpurt-ops.txt"
@@ -194,12 +194,16 @@ llama_bins() { echo unpatched="$llama_work/unpatched/build/bin" gpurt="$llama_wo
 for mode in unpatched gpurt; do
     step "llama-build-$mode" llama_build $mode
     step "llama-archs-$mode" llama_archs $mode
+    step "llama-test-backend-ops-$mode" backend_ops "$llama_work" $mode
 done
+step llama-compare-ops python3 src/ggml_compare.py "$llama_work/unpatched-ops.txt" "$llama_work/gpurt-ops.txt"
 step llama-archs-compare diff <(grep '^|' "$llama_work/unpatched-archs.txt") <(grep '^|' "$llama_work/gpurt-archs.txt")
 step llama-models python3 src/llama.py models "$llama_work/models" "$llama_work/unpatched/llama.cpp"
 step llama-completion python3 src/llama.py completion "$llama_work/models" $(llama_bins)
 step llama-server-sleep python3 src/llama.py server "$llama_work/models" "${LLAMA_SLEEP_CYCLES:-100}" $(llama_bins)
-step llama-bench python3 src/llama.py bench "$llama_work/models" "${LLAMA_BENCH_ROUNDS:-5}" $(llama_bins)
+# Two GPUs (a 2-GPU machine only: nvidia-h100-x2): -sm layer / row, and the sleep of both devices.
+step llama-split python3 src/llama.py split "$llama_work/models" $(llama_bins)
+step llama-bench python3 src/llama.py bench "$llama_work/models" "${LLAMA_BENCH_ROUNDS:-8}" $(llama_bins)
 step llama-server-sleep-big python3 src/llama.py big "$llama_work/models" "$llama_work/unpatched/llama.cpp" "$llama_work/gpurt/build/bin"
 
 # The Go package on the GPU (built by bundle.sh with go test -c): exact round trips, then its call cost beside C's.
