@@ -1204,15 +1204,21 @@ typedef struct {
    */
   int64_t host_free_time_ns;
   /**
-   * The longest and the shortest single pinning, in nanoseconds (0 before the first):
-   * with the total and the count, torch's `host_alloc_time` max, min and avg.
+   * The longest single pinning, in nanoseconds (0 before the first); with the
+   * total and the count, torch's `host_alloc_time` max, min and avg.
    */
   int64_t host_alloc_time_max_ns;
+  /**
+   * The shortest single pinning, in nanoseconds (0 before the first).
+   */
   int64_t host_alloc_time_min_ns;
   /**
-   * The longest and the shortest single unpinning, in nanoseconds (0 before the first).
+   * The longest single unpinning, in nanoseconds (0 before the first).
    */
   int64_t host_free_time_max_ns;
+  /**
+   * The shortest single unpinning, in nanoseconds (0 before the first).
+   */
   int64_t host_free_time_min_ns;
 } gpurt_host_memory_stats_t;
 

@@ -41,12 +41,14 @@ pub struct gpurt_host_memory_stats_t {
     pub host_alloc_time_ns: i64,
     /// Time spent unpinning memory, in nanoseconds.
     pub host_free_time_ns: i64,
-    /// The longest and the shortest single pinning, in nanoseconds (0 before the first):
-    /// with the total and the count, torch's `host_alloc_time` max, min and avg.
+    /// The longest single pinning, in nanoseconds (0 before the first); with the
+    /// total and the count, torch's `host_alloc_time` max, min and avg.
     pub host_alloc_time_max_ns: i64,
+    /// The shortest single pinning, in nanoseconds (0 before the first).
     pub host_alloc_time_min_ns: i64,
-    /// The longest and the shortest single unpinning, in nanoseconds (0 before the first).
+    /// The longest single unpinning, in nanoseconds (0 before the first).
     pub host_free_time_max_ns: i64,
+    /// The shortest single unpinning, in nanoseconds (0 before the first).
     pub host_free_time_min_ns: i64,
 }
 
