@@ -465,18 +465,20 @@ fn record_stream_in_pools(ptr: u64, native_stream: u64) -> Result<()> {
             return recorded;
         }
     }
-    match on_owner(ptr, BlockOp::UsedOn(stream_key(native_stream))) {
-        Err(missed) => super::capture::record_stream_private(ptr, stream_key(native_stream)).unwrap_or(Err(missed)),
-        recorded => recorded,
-    }
+    on_owner_or_graph_pool(ptr, BlockOp::UsedOn(stream_key(native_stream)))
 }
 
 /// Marks whether an offloading sleep of its pool drops the contents of the live block
 /// at `ptr` (any device, any pool, graph pools included) instead of copying them.
 pub fn set_discard_on_sleep(ptr: u64, discard: bool) -> Result<()> {
-    match on_owner(ptr, BlockOp::DiscardOnSleep(discard)) {
-        Err(missed) => super::capture::on_private_block(ptr, |a| a.try_set_discard_on_sleep(ptr, discard)).unwrap_or(Err(missed)),
-        marked => marked,
+    on_owner_or_graph_pool(ptr, BlockOp::DiscardOnSleep(discard))
+}
+
+/// `op` on the block at `ptr` in whichever default, user or graph pool holds it.
+fn on_owner_or_graph_pool(ptr: u64, op: BlockOp) -> Result<()> {
+    match on_owner(ptr, op) {
+        Err(missed) => super::capture::on_private_block(ptr, |allocator| op.apply(allocator, ptr)).unwrap_or(Err(missed)),
+        done => done,
     }
 }
 

@@ -376,11 +376,6 @@ pub fn free_private(ptr: u64) -> Option<Result<()>> {
     Some(result)
 }
 
-/// Records `native` on a private pool's block, if one holds `ptr`.
-pub fn record_stream_private(ptr: u64, native: u64) -> Option<Result<()>> {
-    on_private_block(ptr, |allocator| Some(allocator.record_stream(ptr, native)))
-}
-
 /// `op` on the private pool that holds `ptr`, if one does.
 pub fn on_private_block<T>(ptr: u64, op: impl FnOnce(&CachingAllocator<CaptureSource>) -> Option<T>) -> Option<T> {
     if LIVE_POOLS.load(Ordering::Acquire) == 0 {
