@@ -23,6 +23,7 @@ llama-* steps; docs/integrations.md "llama.cpp on gpurt").
 Every figure is the process's own device memory as NVML reports it (MiB), and the
 process's resident host memory (MiB) where said.
 """
+import functools
 import json
 import os
 import statistics
@@ -41,7 +42,9 @@ MODELS = {  # name: make_model.py arguments
 PROMPT = "Once upon a time, in a land far away, there lived"
 
 
+@functools.cache
 def nvml_handle(index=0):
+    """NVML, initialised once, and GPU `index`'s handle (the peak sampler asks every 20 ms)."""
     import pynvml
     pynvml.nvmlInit()
     return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
