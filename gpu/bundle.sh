@@ -30,7 +30,7 @@ cp examples-cpp/gpt2/*.cpp examples-cpp/gpt2/*.hpp examples-cpp/gpt2/CMakeLists.
 cp gpu/gpt2_reference.py "$out/src/"
 # ggml on gpurt (integrations/ggml): the patch, its build script, ggml's source and the comparison.
 mkdir -p "$out/integrations" "$out/ggml"
-cp -r integrations/ggml "$out/integrations/"
+cp -r integrations/ggml integrations/cmake_build.sh "$out/integrations/"
 cp ../shared/third_party/ggml-d99724f.tar.gz "$out/ggml/"
 cp gpu/ggml_compare.py gpu/ggml_gpt2.py tests/nvtx/record_injection.c "$out/src/"
 # llama.cpp on gpurt (integrations/llama.cpp): its patch, build script and model maker, and

@@ -7,7 +7,7 @@
 # usage: tests/gpu_scripts.sh [CUDA_INCLUDE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for script in gpu/*.sh gpu/plans/*.sh; do bash -n "$script"; done
+for script in gpu/*.sh gpu/plans/*.sh integrations/*.sh integrations/*/*.sh; do bash -n "$script"; done
 
 # A copy laid out as the bundle is (one Rust test binary and two benchmarks stand for
 # theirs), where run.sh only names the steps it would run (LIST=1), into $STEPS.

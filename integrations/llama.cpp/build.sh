@@ -14,14 +14,10 @@
 # space-separated list) builds only those targets.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../cmake_build.sh"
 tarball=$1 dir=$2 mode=$3
 shift 3
-case "$mode" in
-  gpurt) options=(-DGGML_CUDA=ON -DGGML_CUDA_GPURT=ON) ;;
-  off) options=(-DGGML_CUDA=ON -DGGML_CUDA_GPURT=OFF) ;;
-  unpatched) options=(-DGGML_CUDA=ON) ;;
-  *) echo "usage: $0 TARBALL DIR gpurt|off|unpatched [CMAKE_ARGS...]"; exit 2 ;;
-esac
+mode_options "$mode" || { echo "usage: $0 TARBALL DIR gpurt|off|unpatched [CMAKE_ARGS...]"; exit 2; }
 if [ ! -f "$dir/llama.cpp/CMakeLists.txt" ]; then
   mkdir -p "$dir"
   tar xf "$tarball" -C "$dir"
@@ -30,10 +26,6 @@ if [ ! -f "$dir/llama.cpp/CMakeLists.txt" ]; then
     (cd "$dir/llama.cpp" && patch -p1 --quiet < "$here/llama-gpurt.patch")
   fi
 fi
-cmake -S "$dir/llama.cpp" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=ON \
-      -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
-      "${options[@]}" "$@" >"$dir/configure.log" || { cat "$dir/configure.log"; exit 1; }
-targets=()
-for t in ${TARGETS:-}; do targets+=(--target "$t"); done
-cmake --build "$dir/build" -j "$(nproc)" "${targets[@]}" >"$dir/build.log" 2>&1 || { tail -n 60 "$dir/build.log"; exit 1; }
+configure_and_build "$dir/llama.cpp" "$dir" -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+    -DLLAMA_OPENSSL=OFF "${options[@]}" "$@"
 echo "llama.cpp ($mode) built in $dir/build"
