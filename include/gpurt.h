@@ -247,6 +247,11 @@
 #define GPURT_GRAPH_INSTANTIATE_USE_NODE_PRIORITY 8
 
 /**
+ * The most green contexts one `gpurt_green_context_split` makes.
+ */
+#define GPURT_GREEN_CONTEXT_SPLIT_MAX 64
+
+/**
  * The bytes of a `gpurt_ipc_mem_handle_t`.
  */
 #define GPURT_IPC_HANDLE_SIZE 256
@@ -608,6 +613,11 @@ typedef struct gpurt_graph_exec_s gpurt_graph_exec_s;
  * A captured graph.
  */
 typedef struct gpurt_graph_s gpurt_graph_s;
+
+/**
+ * A green context: a share of a device's SMs with streams of its own.
+ */
+typedef struct gpurt_green_context_s gpurt_green_context_s;
 
 /**
  * A kernel of a loaded module; invalid once the module is unloaded.
@@ -1079,6 +1089,11 @@ typedef gpurt_graph_s *gpurt_graph_t;
  * The handle of an instantiated graph: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
  */
 typedef gpurt_graph_exec_s *gpurt_graph_exec_t;
+
+/**
+ * The handle of a green context: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
+typedef gpurt_green_context_s *gpurt_green_context_t;
 
 /**
  * A block of device memory exported to other processes of this machine: plain
@@ -3393,6 +3408,85 @@ gpurt_status_t gpurt_graph_destroy(gpurt_graph_t graph);
  * The last graph or exec of a private pool waits for the device before the pool's memory goes back to the driver; otherwise host-side.
  */
 gpurt_status_t gpurt_graph_exec_destroy(gpurt_graph_exec_t exec);
+
+/**
+ * Creates a green context of `device` with at least `sm_count` SMs: the driver rounds
+ * a share up to its granularity (8 SMs on Hopper), and a count whose rounded share
+ * does not fit gets the whole device; `gpurt_green_context_sm_count` says how many.
+ * Work on its streams runs on those SMs only (CUDA 12.4+ green contexts, as
+ * `torch.cuda.green_contexts.GreenContext`). Memory stays the device's: allocations,
+ * events, graphs and math-library handles take its streams as any other.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param sm_count the fewest SMs wanted, 1 to the device's SM count
+ * @param[out] ctx receives the new green context; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist, or an `sm_count` of 0 or more than the device has; GPURT_ERROR_NOT_SUPPORTED where the driver predates green contexts (CUDA 12.4); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_green_context_create(int device,
+                                          unsigned int sm_count,
+                                          gpurt_green_context_t *ctx);
+
+/**
+ * How many SMs a green context has (its request rounded up; see `gpurt_green_context_create`).
+ *
+ * @param ctx a green context
+ * @param[out] sm_count receives its SM count; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `ctx`; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_green_context_sm_count(gpurt_green_context_t ctx,
+                                            unsigned int *sm_count);
+
+/**
+ * Creates a stream whose work runs on the green context's SMs only. Its handle is a
+ * stream as any other (its device is the green context's); `gpurt_stream_destroy`
+ * ends it. The driver makes such streams non-blocking only.
+ *
+ * @param ctx a green context
+ * @param flags GPURT_STREAM_NON_BLOCKING (required)
+ * @param priority in the device's range (gpurt_stream_priority_range)
+ * @param[out] stream receives the new stream; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `ctx`; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL, for flags without GPURT_STREAM_NON_BLOCKING or unknown, or a priority out of range; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_green_context_stream_create(gpurt_green_context_t ctx,
+                                                 unsigned int flags,
+                                                 int priority,
+                                                 gpurt_stream_t *stream);
+
+/**
+ * Destroys a green context. Refused while any stream of it lives (destroy them
+ * first): nothing changes then.
+ *
+ * @param ctx a green context
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `ctx`; GPURT_ERROR_INVALID_ARGUMENT while a stream of it lives; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Waits for the work queued on its destroyed streams, which it then releases.
+ */
+gpurt_status_t gpurt_green_context_destroy(gpurt_green_context_t ctx);
+
+/**
+ * Creates `count` green contexts of `device` on disjoint SMs, one per count of
+ * `sm_counts` (each rounded up to the driver's granularity, 8 SMs on Hopper; of
+ * several, the last may be 0: every SM left). Prefill and decode, say, each on SMs
+ * of its own: `{16, 0}` gives decode 16 and prefill the rest. All or none are made.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param sm_counts `count` SM counts
+ * @param count 1 to GPURT_GREEN_CONTEXT_SPLIT_MAX
+ * @param[out] ctxs receives `count` green contexts, in the order of `sm_counts`; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an argument is NULL, for a device that does not exist, a `count` out of range, a count of 0 but the last, or counts whose groups do not fit in the device's SMs (nothing made); GPURT_ERROR_NOT_SUPPORTED where the driver predates green contexts (CUDA 12.4); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_green_context_split(int device,
+                                         const unsigned int *sm_counts,
+                                         size_t count,
+                                         gpurt_green_context_t *ctxs);
 
 /**
  * Exports the live gpurt allocation at `ptr` (of a device's default pool, or of a

@@ -484,6 +484,34 @@ public:
     ~StreamGuard() { (void)gpurt_stream_pop(); }
 };
 
+/** A share of a device's SMs with streams of its own (gpurt_green_context_create;
+ *  torch.cuda.green_contexts.GreenContext). Destroy its streams before it. */
+class GreenContext : public detail::Owner<gpurt_green_context_t, gpurt_green_context_destroy> {
+public:
+    /** Takes ownership of a C handle. */
+    using Owner::Owner;
+    /** gpurt_green_context_create. @param sm_count the fewest SMs wanted @param device the device @return the green context */
+    static Ret<GreenContext> create(unsigned sm_count, int device = GPURT_CURRENT_DEVICE) {
+        return detail::make<GreenContext>(gpurt_green_context_create, device, sm_count);
+    }
+    /** Green contexts on disjoint SMs, one per count; of several, the last may be 0 for every SM left
+     *  (gpurt_green_context_split). @param sm_counts the counts @param device the device @return the green contexts, in order */
+    static Ret<std::vector<GreenContext>> split(const std::vector<unsigned> &sm_counts, int device = GPURT_CURRENT_DEVICE) {
+        std::vector<gpurt_green_context_t> raw(sm_counts.size(), nullptr);
+        gpurt_status_t s = gpurt_green_context_split(device, sm_counts.data(), sm_counts.size(), raw.data());
+        std::vector<GreenContext> made;
+        if (s == GPURT_SUCCESS)
+            for (gpurt_green_context_t h : raw) made.emplace_back(h);
+        return detail::finish(s, std::move(made));
+    }
+    /** @return its SM count (gpurt_green_context_sm_count). */
+    Ret<unsigned> sm_count() const { return detail::out<unsigned>(gpurt_green_context_sm_count, handle_); }
+    /** A stream on its SMs (gpurt_green_context_stream_create; non-blocking). @param priority in the device's range @return the stream */
+    Ret<Stream> stream(int priority = 0) const {
+        return detail::make<Stream>(gpurt_green_context_stream_create, handle_, unsigned(GPURT_STREAM_NON_BLOCKING), priority);
+    }
+};
+
 /** A gpurt event. */
 class Event : public detail::Owner<gpurt_event_t, gpurt_event_destroy> {
 public:

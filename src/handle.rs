@@ -40,6 +40,7 @@ pub enum Kind {
     GdsFile = 14,
     Comm = 15,
     NvtxDomain = 16,
+    GreenContext = 17,
 }
 
 impl Kind {
@@ -60,6 +61,7 @@ impl Kind {
             Kind::GdsFile => "GDS file",
             Kind::Comm => "communicator",
             Kind::NvtxDomain => "NVTX domain",
+            Kind::GreenContext => "green context",
         }
     }
     fn from_bits(bits: u8) -> Option<Kind> {
@@ -79,6 +81,7 @@ impl Kind {
             Kind::GdsFile,
             Kind::Comm,
             Kind::NvtxDomain,
+            Kind::GreenContext,
         ].into_iter().find(|k| *k as u8 == bits)
     }
 }

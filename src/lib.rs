@@ -1,6 +1,7 @@
 //! gpurt: the CUDA runtime layer that `torch.cuda` and `cupy.cuda` give Python, for
 //! C, C++ and any language with a C FFI: devices and their properties and telemetry
-//! (`device`, `telemetry`); streams, events and graphs (`stream`, `event`, `graph`);
+//! (`device`, `telemetry`); streams, green contexts, events and graphs (`stream`,
+//! `green`, `event`, `graph`);
 //! the caching device allocator with its pools, backends, statistics, history and
 //! snapshots (`alloc`), pinned and managed memory (`pinned`, `managed`), copies
 //! (`copy`) and IPC (`ipc`); run-time compiled kernels (`kernel`), random numbers
@@ -38,6 +39,7 @@ pub mod event;
 pub mod files;
 pub mod gds;
 pub mod graph;
+pub mod green;
 pub mod handle;
 pub mod ipc;
 pub mod kernel;

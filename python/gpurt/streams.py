@@ -87,6 +87,36 @@ class Stream(Handle):
         check(lib.gpurt_stream_pop())
 
 
+class GreenContext(Handle):
+    """A share of a device's SMs with streams of its own (torch.cuda.green_contexts):
+    work on `ctx.stream()` runs on those SMs only. `GreenContext(num_sms, device)` has
+    at least `num_sms` (rounded up to the driver's granularity, 8 on Hopper);
+    `GreenContext.split([16, 0], device)` makes disjoint ones (a last 0: every SM
+    left). Close its streams before it."""
+
+    _destroy = "gpurt_green_context_destroy"
+
+    def __init__(self, num_sms, device=None):
+        super().__init__(fetch("gpurt_green_context_t", lib.gpurt_green_context_create, ordinal(device), int(num_sms)))
+
+    @classmethod
+    def split(cls, sm_counts, device=None):
+        counts = ffi.new("unsigned int[]", [int(c) for c in sm_counts])
+        out = ffi.new("gpurt_green_context_t[]", max(len(counts), 1))
+        check(lib.gpurt_green_context_split(ordinal(device), counts, len(counts), out))
+        return [cls._adopt(out[i], owned=True) for i in range(len(counts))]
+
+    @property
+    def sm_count(self):
+        return fetch("unsigned int", lib.gpurt_green_context_sm_count, self._handle)
+
+    def stream(self, priority=0):
+        """A new (non-blocking) stream on the green context's SMs."""
+        handle = fetch("gpurt_stream_t", lib.gpurt_green_context_stream_create, self._handle, lib.GPURT_STREAM_NON_BLOCKING,
+                       int(priority))
+        return Stream._adopt(handle, owned=True)
+
+
 def ExternalStream(native, device=None):
     """Wraps a stream made elsewhere (a cudaStream_t as an int, or an object with
     `__cuda_stream__`); gpurt never destroys it."""

@@ -40,6 +40,9 @@ pub enum Origin {
     LegacyDefault = 3,
     /// The per-thread default stream of a device (`CU_STREAM_PER_THREAD`).
     PerThreadDefault = 4,
+    /// Made by `create_in_green_context` on a green context's SMs; kept, as owned
+    /// ones, for a later stream of the same green context (see `RETIRED`).
+    Green = 5,
 }
 
 /// A stream as its handle slot stores it: the native handle and packed metadata,
@@ -82,7 +85,8 @@ impl Stream {
             1 => Origin::Pooled,
             2 => Origin::External,
             3 => Origin::LegacyDefault,
-            _ => Origin::PerThreadDefault,
+            4 => Origin::PerThreadDefault,
+            _ => Origin::Green,
         }
     }
     pub fn cu(self) -> CUstream {
@@ -174,19 +178,32 @@ fn create_raw(d: i32, flags: u32, priority: i32) -> Result<Stream> {
     })
 }
 
-/// Owned streams that callers destroyed, kept for the next `create` with the same
-/// device, flags and priority rather than destroyed. The driver hands a destroyed
-/// stream's value to the next new stream at once, and anything keyed by stream, the
-/// caching allocator first, would then give the new stream memory that the old
-/// stream's queued work still uses (a GPU test saw the data change). A kept stream
-/// runs its queued work before anything its next owner queues, so stream order
-/// protects that memory. At most as many as were ever alive at once are kept.
-static RETIRED: Mutex<Vec<Stream>> = Mutex::new(Vec::new());
+/// Owned and green-context streams that callers destroyed, kept for the next `create`
+/// with the same device (or green context), flags and priority rather than destroyed.
+/// The driver hands a destroyed stream's value to the next new stream at once, and
+/// anything keyed by stream, the caching allocator first, would then give the new
+/// stream memory that the old stream's queued work still uses (a GPU test saw the data
+/// change). A kept stream runs its queued work before anything its next owner queues,
+/// so stream order protects that memory. At most as many as were ever alive at once
+/// are kept; a green context's go when it is destroyed (`release_green_context`).
+static RETIRED: Mutex<Vec<Retired>> = Mutex::new(Vec::new());
 
-fn take_retired(d: i32, flags: u32, priority: i32) -> Option<Stream> {
+/// Green-context streams alive and retired: (stream value, its `CUgreenCtx`).
+static GREEN_OWNERS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+#[derive(Clone, Copy)]
+struct Retired {
+    stream: Stream,
+    /// The `CUgreenCtx` that made it; 0 for a stream of the device's primary context.
+    green: usize,
+}
+
+fn take_retired(d: i32, flags: u32, priority: i32, green: usize) -> Option<Stream> {
     let mut retired = lock(&RETIRED);
-    let i = retired.iter().position(|s| (s.device(), s.flags(), s.priority()) == (d, flags, priority))?;
-    Some(retired.swap_remove(i))
+    let i = retired
+        .iter()
+        .position(|r| (r.stream.device(), r.stream.flags(), r.stream.priority(), r.green) == (d, flags, priority, green))?;
+    Some(retired.swap_remove(i).stream)
 }
 
 /// A new stream on `ordinal` with `flags` (0 or `GPURT_STREAM_NON_BLOCKING`) and
@@ -194,33 +211,86 @@ fn take_retired(d: i32, flags: u32, priority: i32) -> Option<Stream> {
 pub fn create(ordinal: i32, flags: u32, priority: i32) -> Result<Handle> {
     let d = device::resolve(ordinal)?;
     validate(flags, priority, priority_range(d)?)?;
-    let stream = match take_retired(d, flags, priority) {
+    let stream = match take_retired(d, flags, priority, 0) {
         Some(kept) => kept,
         None => create_raw(d, flags, priority)?,
     };
     STREAMS.insert(stream).inspect_err(|_| drop(retire(stream)))
 }
 
-/// Keeps an owned stream for reuse (see `RETIRED`). One that is capturing a graph
-/// is destroyed instead, with the driver's answer, as before there was reuse.
+/// A new stream of green context `green` (a `CUgreenCtx` of device `d`), limited to its
+/// SMs: non-blocking, as the driver requires of them; a retired one if there is one.
+pub fn create_in_green_context(green: usize, d: i32, flags: u32, priority: i32) -> Result<Handle> {
+    validate(flags, priority, priority_range(d)?)?;
+    if flags & GPURT_STREAM_NON_BLOCKING == 0 {
+        return Err(Error::invalid_argument(
+            "a green context's streams do not synchronise with the default stream: pass GPURT_STREAM_NON_BLOCKING",
+        ));
+    }
+    let stream = match take_retired(d, flags, priority, green) {
+        Some(kept) => kept,
+        None => {
+            let mut raw = std::ptr::null_mut();
+            let code = unsafe { sys::cuGreenCtxStreamCreate(&mut raw, green as sys::CUgreenCtx, flags, priority) };
+            check(code, "cuGreenCtxStreamCreate")?;
+            lock(&GREEN_OWNERS).push((raw as usize, green));
+            Stream::new(raw as usize, d, priority, flags, Origin::Green)
+        }
+    };
+    STREAMS.insert(stream).inspect_err(|_| drop(retire(stream)))
+}
+
+/// How many streams of green context `green` have live handles.
+pub fn green_context_streams(green: usize) -> usize {
+    let retired: Vec<usize> = lock(&RETIRED).iter().filter(|r| r.green == green).map(|r| r.stream.raw).collect();
+    lock(&GREEN_OWNERS).iter().filter(|&&(raw, owner)| owner == green && !retired.contains(&raw)).count()
+}
+
+/// Destroys the retired streams of green context `green`, once their queued work is
+/// done (the allocator may hand their cached memory to a stream that reuses a value).
+pub fn release_green_context(green: usize) -> Result<()> {
+    let mine: Vec<Stream> = {
+        let mut retired = lock(&RETIRED);
+        let (mine, others) = retired.drain(..).partition(|r| r.green == green);
+        *retired = others;
+        mine.into_iter().map(|r: Retired| r.stream).collect()
+    };
+    lock(&GREEN_OWNERS).retain(|&(_, owner)| owner != green);
+    let mut result = Ok(());
+    for stream in mine {
+        let synced = check(unsafe { sys::cuStreamSynchronize(stream.cu()) }, "cuStreamSynchronize");
+        let destroyed = check(unsafe { sys::cuStreamDestroy_v2(stream.cu()) }, "cuStreamDestroy");
+        result = result.and(synced).and(destroyed);
+    }
+    result
+}
+
+/// Keeps an owned or green-context stream for reuse (see `RETIRED`). One that is
+/// capturing a graph is destroyed instead, with the driver's answer, as before there
+/// was reuse.
 fn retire(stream: Stream) -> Result<()> {
     if stream.run(native_capture_status)? == CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-        lock(&RETIRED).push(stream);
+        let green = match stream.origin() {
+            Origin::Green => lock(&GREEN_OWNERS).iter().find(|&&(raw, _)| raw == stream.raw).map_or(0, |&(_, g)| g),
+            _ => 0,
+        };
+        lock(&RETIRED).push(Retired { stream, green });
         return Ok(());
     }
+    lock(&GREEN_OWNERS).retain(|&(raw, _)| raw != stream.raw);
     check(unsafe { sys::cuStreamDestroy_v2(stream.cu()) }, "cuStreamDestroy")
 }
 
 /// Destroys a stream's handle. Work already queued on it still runs to completion,
-/// and the call does not wait. An owned stream is kept for a later `create` (see
-/// `RETIRED`); pooled and default streams are not destroyed (a no-op); for a wrapped
-/// external stream only the handle is released.
+/// and the call does not wait. An owned or green-context stream is kept for a later
+/// stream of its kind (see `RETIRED`); pooled and default streams are not destroyed (a
+/// no-op); for a wrapped external stream only the handle is released.
 pub fn destroy(handle: Handle) -> Result<()> {
     let stream = get(handle)?;
     match stream.origin() {
         Origin::Pooled | Origin::LegacyDefault | Origin::PerThreadDefault => Ok(()),
         Origin::External => STREAMS.remove(handle).map(sanitizer::stream_forgotten),
-        Origin::Owned => {
+        Origin::Owned | Origin::Green => {
             let stream = STREAMS.remove(handle)?;
             sanitizer::stream_forgotten(stream);
             retire(stream)
@@ -493,7 +563,7 @@ mod tests {
 
     #[test]
     fn stream_metadata_packs_losslessly() {
-        for origin in [Origin::Owned, Origin::Pooled, Origin::External, Origin::LegacyDefault, Origin::PerThreadDefault] {
+        for origin in [Origin::Owned, Origin::Pooled, Origin::External, Origin::LegacyDefault, Origin::PerThreadDefault, Origin::Green] {
             let s = Stream::new(0x7f00_dead_beef, 7, -5, GPURT_STREAM_NON_BLOCKING, origin);
             assert_eq!(Stream::unpack(s.pack()), s);
             assert_eq!((s.raw, s.device(), s.priority(), s.flags(), s.origin()), (0x7f00_dead_beef, 7, -5, 1, origin));

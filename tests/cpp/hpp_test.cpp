@@ -352,6 +352,19 @@ static void with_device(bool real_gpu) {
         }
         expect_error(GPURT_ERROR_INVALID_ARGUMENT, "add up", [&] { (void)gpurt::comm::scatter(src, 0, {0, 0}, {1, 1}); });
     }
+    {
+        // Green contexts: RAII in the right order (streams first), a split's shares disjoint.
+        expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_green_context_create", [&] { (void)gpurt::GreenContext::create(0, 0); });
+        std::vector<gpurt::GreenContext> shares = gpurt::GreenContext::split({16, 0}, 0);
+        CHECK(shares.size() == 2 && shares[0].sm_count() == 16 && shares[1].sm_count() >= 16);
+        gpurt::Stream green = shares[0].stream();
+        std::vector<float> values(4096);
+        for (std::size_t i = 0; i < values.size(); i++) values[i] = float(std::rand() % 1000) / 7.0f;
+        gpurt::DeviceBuffer<float> on_green(values.size(), green);
+        on_green.copy_from(values, green);
+        CHECK(!real_gpu || on_green.to_vector(green) == values);
+        expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_green_context_destroy", [&] { gpurt::detail::finish(gpurt_green_context_destroy(shares[0].get())); });
+    }
     gpurt::empty_cache();
     dev.synchronize();
 }

@@ -595,3 +595,29 @@ def test_batched_copies_move_every_byte_and_refuse_overlaps(device):
     a.free()
     b.free()
     s.synchronize()
+
+
+def test_green_contexts_share_sms_and_their_streams_work(device):
+    with pytest.raises(gpurt.InvalidArgumentError):
+        gpurt.GreenContext(0)
+    with pytest.raises(gpurt.InvalidArgumentError):
+        gpurt.GreenContext.split([0, 16])  # only the last may take the rest
+    ctx = gpurt.GreenContext(20)
+    assert 20 <= ctx.sm_count <= 32  # rounded up to the granularity
+    stream = ctx.stream()
+    assert stream.non_blocking and stream.device == 0
+    with pytest.raises(gpurt.InvalidArgumentError):
+        ctx.close()  # refused while its stream lives: nothing changes
+    assert ctx.sm_count >= 20
+    data = bytes(range(256)) * 4096
+    with gpurt.DeviceBuffer(len(data), stream=stream) as buf:
+        buf.copy_from_host(data)
+        back = bytes(buf.copy_to_host())
+        if gpurt.get_device_name() != "Fake GPU":
+            assert back == data
+    stream.close()
+    ctx.close()
+    decode, prefill = gpurt.GreenContext.split([16, 0])
+    assert decode.sm_count == 16 and prefill.sm_count >= 16
+    for c in (decode, prefill):
+        c.close()

@@ -374,3 +374,40 @@ CUresult cuMemImportFromShareableHandle(unsigned long long *h, void *os_handle, 
     *h = 2;
     return 0;
 }
+/* Green contexts: 132 SMs split in groups of 8 (as an H100 SXM); a green context's
+ * streams count as streams. A resource is the driver's 144-byte struct: its type,
+ * then the SM count at byte 96. */
+typedef struct { int type; unsigned char pad[92]; unsigned sm_count; unsigned char rest[44]; } DevResource;
+static long live_green_contexts;
+long stub_green_contexts(void) { return __atomic_load_n(&live_green_contexts, __ATOMIC_RELAXED); }
+CUresult cuDeviceGetDevResource(int d, DevResource *r, int type) {
+    (void)d;
+    if (type != 1) return 1;
+    memset(r, 0, sizeof *r);
+    r->type = 1;
+    r->sm_count = 132;
+    return 0;
+}
+CUresult cuDevSmResourceSplitByCount(DevResource *result, unsigned *groups, const DevResource *in, DevResource *rest, unsigned f, unsigned min) {
+    unsigned size = (min + 7) / 8 * 8, fit = size ? in->sm_count / size : 0;
+    (void)f;
+    if (*groups > fit) *groups = fit;
+    for (unsigned i = 0; i < *groups; i++) { result[i] = *in; result[i].sm_count = size; }
+    if (rest) { *rest = *in; rest->sm_count = in->sm_count - *groups * size; }
+    return 0;
+}
+CUresult cuDevResourceGenerateDesc(P *desc, DevResource *r, unsigned n) { (void)n; *desc = r; return 0; }
+CUresult cuGreenCtxCreate(P *g, P desc, int d, unsigned f) {
+    (void)desc; (void)d;
+    INJECT("cuGreenCtxCreate", UNKNOWN);
+    if (f != 1) return 1; /* CU_GREEN_CTX_DEFAULT_STREAM is required */
+    *g = malloc(16);
+    count(&live_green_contexts, 1);
+    return 0;
+}
+CUresult cuGreenCtxDestroy(P g) { free(g); count(&live_green_contexts, -1); return 0; }
+CUresult cuGreenCtxStreamCreate(P *s, P g, unsigned f, int p) {
+    (void)g; (void)p;
+    if (!(f & 1)) return 1; /* CU_STREAM_NON_BLOCKING is required */
+    return cuStreamCreateWithPriority(s, f, p);
+}
