@@ -1,7 +1,8 @@
 """llama.cpp unpatched and on gpurt, side by side, as a user measures them (gpu/run.sh's
 llama-* steps; docs/integrations.md "llama.cpp on gpurt").
 
-    llama.py models WORK LLAMA_SRC            the models, written offline (make_model.py)
+    llama.py models WORK LLAMA_SRC            the models, written offline (make_model.py, and make_hf_model.py
+                                              through transformers and convert_hf_to_gguf.py)
     llama.py completion WORK unpatched=BIN gpurt=BIN
                                               greedy tokens of every model, both builds alike;
                                               each run's peak device memory (NVML, sampled)
@@ -33,11 +34,13 @@ import threading
 import time
 import urllib.request
 
-MODELS = {  # name: make_model.py arguments
-    "dense": [],  # dim 2048, 14 layers: 1.6 GiB f16
-    "gqa": ["--dim", "1024", "--layers", "8", "--ff", "2816", "--heads", "16", "--kv-heads", "4", "--seed", "7"],
-    "moe": ["--dim", "1024", "--layers", "6", "--ff", "1408", "--heads", "8", "--kv-heads", "8", "--experts", "8",
-            "--experts-used", "2", "--seed", "11"],
+MODELS = {  # name: (the script that writes it, its arguments)
+    "dense": ("make_model.py", []),  # dim 2048, 14 layers: 1.6 GiB f16
+    "gqa": ("make_model.py", ["--dim", "1024", "--layers", "8", "--ff", "2816", "--heads", "16", "--kv-heads", "4", "--seed", "7"]),
+    "moe": ("make_model.py", ["--dim", "1024", "--layers", "6", "--ff", "1408", "--heads", "8", "--kv-heads", "8", "--experts", "8",
+                              "--experts-used", "2", "--seed", "11"]),
+    # transformers' LlamaForCausalLM with an offline SentencePiece tokenizer, through convert_hf_to_gguf.py
+    "hf": ("make_hf_model.py", []),
 }
 PROMPT = "Once upon a time, in a land far away, there lived"
 
@@ -91,11 +94,10 @@ def builds(args):
 def models(work, src):
     os.makedirs(work, exist_ok=True)
     here = os.path.dirname(os.path.abspath(__file__))
-    maker = os.path.join(here, "..", "integrations", "llama.cpp", "make_model.py")
-    for name, extra in MODELS.items():
+    for name, (maker, extra) in MODELS.items():
         path = os.path.join(work, f"{name}.gguf")
         if not os.path.exists(path):
-            subprocess.run([sys.executable, maker, src, path, *extra], check=True)
+            subprocess.run([sys.executable, os.path.join(here, "..", "integrations", "llama.cpp", maker), src, path, *extra], check=True)
         print(f"{name}: {os.path.getsize(path) / 2**30:.2f} GiB")
 
 

@@ -65,6 +65,7 @@ step build-comm-helpers-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Ii
 cublas_flags=(-I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcublasLt -lcublas -Wl,-rpath,/usr/local/cuda/lib64)
 step build-blas-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/blas_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -ldl -o bin/blas_test
 step build-blas-gpu-test cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude src/blas_gpu_test.c -Llib -lgpurt -Wl,-rpath,"$lib" "${cublas_flags[@]}" -lpthread -o bin/blas_gpu_test
+step build-conditional-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/conditional_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/conditional_test
 step build-green-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/green_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/green_test
 step build-green-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude src/green_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" "${cublas_flags[@]}" -o bin/green_bench
 step build-blas-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude src/blas_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" "${cublas_flags[@]}" -o bin/blas_bench
@@ -95,6 +96,7 @@ step sleep-storm bin/sleep_storm "${STORM_SECONDS:-30}" 8
 step build-batch-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/batch_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/batch_test
 step batch-test bin/batch_test
 step green-test bin/green_test
+step conditional-test bin/conditional_test
 step build-batch-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude -I/usr/local/cuda/include src/batch_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" -lcuda -o bin/batch_bench
 step batch-bench bin/batch_bench
 step build-pin-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -I/usr/local/cuda/include src/pin_bench.c -lcuda -lpthread -o bin/pin_bench
@@ -194,12 +196,25 @@ llama_archs() {  # llama_archs MODE: every architecture llama.cpp knows, CUDA ag
     tail -n 5 "$llama_work/$1-archs.txt"
     return $rc
 }
+llama_ctest() {  # llama_ctest MODE: llama.cpp's ctest tests that need no download (the op and architecture tests run in full above)
+    local build="$llama_work/$1/build"
+    if [ -f "$build/tests/Makefile" ]; then make -C "$build/tests" -j "$(nproc)"; else ninja -C "$build" tests/all; fi \
+        > "$llama_work/$1-tests-build.log" 2>&1 || { tail -n 40 "$llama_work/$1-tests-build.log"; return 1; }
+    (cd "$build" && ctest -L main -E '^(test-backend-ops|test-llama-archs|test-thread-safety|test-download-model)$' \
+        --output-on-failure > "$llama_work/$1-ctest.txt" 2>&1)
+    local rc=$?
+    grep -E "tests passed|Failed|Not Run" "$llama_work/$1-ctest.txt" | tail -n 30
+    return $rc
+}
 llama_bins() { echo unpatched="$llama_work/unpatched/build/bin" gpurt="$llama_work/gpurt/build/bin"; }
 for mode in unpatched gpurt; do
     step "llama-build-$mode" llama_build $mode
     step "llama-archs-$mode" llama_archs $mode
     step "llama-test-backend-ops-$mode" backend_ops "$llama_work" $mode
+    step "llama-ctest-$mode" llama_ctest $mode
 done
+step llama-compare-ctest diff <(grep -E "Test +#" "$llama_work/unpatched-ctest.txt" | sed 's/ *[0-9.]* sec$//') \
+                              <(grep -E "Test +#" "$llama_work/gpurt-ctest.txt" | sed 's/ *[0-9.]* sec$//')
 step llama-compare-ops python3 src/ggml_compare.py "$llama_work/unpatched-ops.txt" "$llama_work/gpurt-ops.txt"
 step llama-archs-compare diff <(grep '^|' "$llama_work/unpatched-archs.txt") <(grep '^|' "$llama_work/gpurt-archs.txt")
 step llama-models python3 src/llama.py models "$llama_work/models" "$llama_work/unpatched/llama.cpp"

@@ -247,6 +247,32 @@
 #define GPURT_GRAPH_INSTANTIATE_USE_NODE_PRIORITY 8
 
 /**
+ * A conditional node that runs its body once when its handle's value is non-zero, or
+ * its second body (an else, two bodies) when zero.
+ */
+#define GPURT_GRAPH_CONDITIONAL_IF 0
+
+/**
+ * A conditional node that runs its body again and again while its handle's value is non-zero.
+ */
+#define GPURT_GRAPH_CONDITIONAL_WHILE 1
+
+/**
+ * A conditional node that runs body number `value` of its bodies, or none when past the last.
+ */
+#define GPURT_GRAPH_CONDITIONAL_SWITCH 2
+
+/**
+ * Handle flag: the handle takes its default value at every launch of the graph.
+ */
+#define GPURT_GRAPH_CONDITIONAL_ASSIGN_DEFAULT 1
+
+/**
+ * The most bodies a SWITCH node has.
+ */
+#define GPURT_GRAPH_CONDITIONAL_MAX_BODIES 1024
+
+/**
  * The most green contexts one `gpurt_green_context_split` makes.
  */
 #define GPURT_GREEN_CONTEXT_SPLIT_MAX 64
@@ -3408,6 +3434,90 @@ gpurt_status_t gpurt_graph_destroy(gpurt_graph_t graph);
  * The last graph or exec of a private pool waits for the device before the pool's memory goes back to the driver; otherwise host-side.
  */
 gpurt_status_t gpurt_graph_exec_destroy(gpurt_graph_exec_t exec);
+
+/**
+ * Makes a conditional handle for the graph `stream` is capturing into now: the graph
+ * that will hold the conditional node deciding on it (a body's graph inside another
+ * node's body). A kernel sets it with `cudaGraphSetConditional(handle, value)` (the
+ * handle is a `cudaGraphConditionalHandle`), or `gpurt_graph_conditional_set` from a
+ * value in device memory. CUDA 12.4+.
+ *
+ * @param stream a capturing stream
+ * @param default_value the value at each launch, with GPURT_GRAPH_CONDITIONAL_ASSIGN_DEFAULT
+ * @param flags 0 or GPURT_GRAPH_CONDITIONAL_ASSIGN_DEFAULT
+ * @param[out] handle receives the handle; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL or for unknown flags; GPURT_ERROR_STREAM_CAPTURE when `stream` is not capturing; GPURT_ERROR_NOT_SUPPORTED where the driver predates conditional nodes (CUDA 12.4); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: adds nothing to the graph.
+ */
+gpurt_status_t gpurt_graph_conditional_handle_create(gpurt_stream_t stream,
+                                                     unsigned int default_value,
+                                                     unsigned int flags,
+                                                     unsigned long long *handle);
+
+/**
+ * Captures, on `stream`, gpurt's one-thread kernel that sets `handle` to the unsigned
+ * int at device address `value` when it runs: a loop's condition that the caller's
+ * kernels compute into device memory.
+ *
+ * @param stream a stream capturing the graph `handle` was made for, or a body of it
+ * @param handle a conditional handle (gpurt_graph_conditional_handle_create)
+ * @param value a device address of an unsigned int, read when the kernel runs
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_INVALID_ARGUMENT for a NULL `value`; GPURT_ERROR_STREAM_CAPTURE when `stream` is not capturing; GPURT_ERROR_NOT_SUPPORTED where the driver predates conditional nodes (CUDA 12.4); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Captured: runs in stream order at each replay.
+ */
+gpurt_status_t gpurt_graph_conditional_set(gpurt_stream_t stream,
+                                           unsigned long long handle,
+                                           const unsigned int *value);
+
+/**
+ * Adds a conditional node to the graph `stream` captures, after the work captured on
+ * it so far, and begins capturing the node's first body on `stream`: until
+ * `gpurt_graph_conditional_next` or `_end`, everything queued on `stream` through gpurt
+ * (and on the native stream `gpurt_stream_native` gives meanwhile, for your own
+ * kernels) goes into that body; gpurt allocations come from the capture's private
+ * pool. `type`: GPURT_GRAPH_CONDITIONAL_IF (1 body, or 2: the second runs when the
+ * value is 0; CUDA 12.8+), _WHILE (1 body, run while the value is non-zero, checked
+ * before each run) or _SWITCH (1 to GPURT_GRAPH_CONDITIONAL_MAX_BODIES bodies: body
+ * `value` runs; CUDA 12.8+). Nodes nest. Forked streams must rejoin `stream`
+ * before each begin, next and end.
+ *
+ * @param stream a capturing stream
+ * @param handle a conditional handle made for the graph `stream` captures into
+ * @param type GPURT_GRAPH_CONDITIONAL_IF, _WHILE or _SWITCH
+ * @param bodies how many bodies the node has (see `type`)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_INVALID_ARGUMENT for an unknown type or a number of bodies it cannot have; GPURT_ERROR_STREAM_CAPTURE when `stream` is not capturing; GPURT_ERROR_NOT_SUPPORTED where the driver predates conditional nodes (CUDA 12.4); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Captured: the node runs in stream order at each replay.
+ */
+gpurt_status_t gpurt_graph_conditional_begin(gpurt_stream_t stream,
+                                             unsigned long long handle,
+                                             int type,
+                                             unsigned int bodies);
+
+/**
+ * Ends the body being captured on `stream` and begins its node's next body (an IF's
+ * else, a SWITCH's next case).
+ *
+ * @param stream a stream capturing a conditional node's body
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_INVALID_ARGUMENT when `stream` captures no body, or its node's bodies are all begun; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only.
+ */
+gpurt_status_t gpurt_graph_conditional_next(gpurt_stream_t stream);
+
+/**
+ * Ends the body being captured on `stream`, and with it the node begun by
+ * `gpurt_graph_conditional_begin` (bodies never begun stay empty): `stream` captures
+ * into the graph around the node again, after it.
+ *
+ * @param stream a stream capturing a conditional node's body
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_INVALID_ARGUMENT when `stream` captures no body; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only.
+ */
+gpurt_status_t gpurt_graph_conditional_end(gpurt_stream_t stream);
 
 /**
  * Creates a green context of `device` with at least `sm_count` SMs: the driver rounds

@@ -1342,6 +1342,52 @@ inline Ret<GraphExec> Graph::instantiate(unsigned long long flags) const {
     return detail::make<GraphExec>(gpurt_graph_instantiate, handle_, flags, gpurt_stream_t{});
 }
 
+/** A conditional handle for the graph `stream` captures into now (gpurt_graph_conditional_handle_create).
+ *  @param stream a capturing stream @param default_value its value at each launch, with GPURT_GRAPH_CONDITIONAL_ASSIGN_DEFAULT
+ *  @param flags 0 or GPURT_GRAPH_CONDITIONAL_ASSIGN_DEFAULT @return the handle (a cudaGraphConditionalHandle) */
+inline Ret<unsigned long long> conditional_handle(const Stream &stream, unsigned default_value = 0, unsigned flags = 0) {
+    return detail::out<unsigned long long>(gpurt_graph_conditional_handle_create, stream.get(), default_value, flags);
+}
+
+/** Captures gpurt's kernel setting `handle` from the unsigned int at device address `value` (gpurt_graph_conditional_set).
+ *  @param stream a capturing stream @param handle a conditional handle @param value a device address
+ *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
+inline Ret<void> conditional_set(const Stream &stream, unsigned long long handle, const unsigned *value) {
+    return detail::finish(gpurt_graph_conditional_set(stream.get(), handle, value));
+}
+
+/** A conditional node whose bodies are captured on `stream` (gpurt_graph_conditional_begin): work queued
+ *  on `stream` goes into the current body; next() moves to the next body; end(), or the destructor, ends
+ *  the node. */
+class ConditionalNode {
+public:
+    /** Adds the node and begins its first body. @param stream a capturing stream @param handle its handle
+     *  @param type GPURT_GRAPH_CONDITIONAL_IF, _WHILE or _SWITCH @param bodies how many bodies @return the node */
+    static Ret<ConditionalNode> begin(const Stream &stream, unsigned long long handle, int type, unsigned bodies = 1) {
+        gpurt_status_t s = gpurt_graph_conditional_begin(stream.get(), handle, type, bodies);
+        return detail::finish(s, ConditionalNode(s == GPURT_SUCCESS ? stream.get() : nullptr));
+    }
+    /** Takes over `other`'s open node. @param other a node */
+    ConditionalNode(ConditionalNode &&other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+    ConditionalNode &operator=(ConditionalNode &&) = delete;
+    ConditionalNode(const ConditionalNode &) = delete;
+    ConditionalNode &operator=(const ConditionalNode &) = delete;
+    /** Ends the node if end() was not called. */
+    ~ConditionalNode() {
+        if (stream_ != nullptr) (void)gpurt_graph_conditional_end(stream_);
+    }
+    /** Ends this body and begins the next (gpurt_graph_conditional_next).
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
+    Ret<void> next() const { return detail::finish(gpurt_graph_conditional_next(stream_)); }
+    /** Ends the node (gpurt_graph_conditional_end): the stream captures after it again.
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
+    Ret<void> end() { return detail::finish(gpurt_graph_conditional_end(std::exchange(stream_, nullptr))); }
+
+private:
+    explicit ConditionalNode(gpurt_stream_t stream) noexcept : stream_(stream) {}
+    gpurt_stream_t stream_;
+};
+
 /* ---- modules and kernels ----------------------------------------------------- */
 
 /** A kernel of a Module or of the NVRTC cache (not owned: it lives with them). */

@@ -96,3 +96,44 @@ class graph:
             self.graph.capture_end()
         finally:
             self.stream.__exit__(*exc)
+
+
+_CONDITIONAL_TYPES = {"if": lib.GPURT_GRAPH_CONDITIONAL_IF, "while": lib.GPURT_GRAPH_CONDITIONAL_WHILE,
+                      "switch": lib.GPURT_GRAPH_CONDITIONAL_SWITCH}
+
+
+def conditional_handle(stream=None, default=0, assign_default=False):
+    """A conditional handle for the graph `stream` captures into now (an int: pass it to
+    your kernel's cudaGraphSetConditional, or to `conditional_set`)."""
+    stream = current_stream() if stream is None else stream
+    flags = lib.GPURT_GRAPH_CONDITIONAL_ASSIGN_DEFAULT if assign_default else 0
+    return fetch("unsigned long long", lib.gpurt_graph_conditional_handle_create, stream.handle, int(default), flags)
+
+
+def conditional_set(handle, value, stream=None):
+    """Captures gpurt's kernel that sets `handle` from the unsigned int at `value` (a
+    device buffer or address) when the graph runs."""
+    stream = current_stream() if stream is None else stream
+    address = value.ptr if hasattr(value, "ptr") else int(value)
+    check(lib.gpurt_graph_conditional_set(stream.handle, handle, ffi.cast("unsigned int *", address)))
+
+
+class conditional:
+    """`with gpurt.conditional(handle, "while", stream=s):` captures the block on `s` as
+    the body of a conditional node ("if", "while" or "switch"; `bodies` for an IF's else
+    or a SWITCH's cases, each after `next_body()`), as torch.cond / torch.while_loop
+    are captured."""
+
+    def __init__(self, handle, kind, bodies=1, stream=None):
+        self.handle, self.kind, self.bodies = handle, _CONDITIONAL_TYPES[kind], int(bodies)
+        self.stream = current_stream() if stream is None else stream
+
+    def __enter__(self):
+        check(lib.gpurt_graph_conditional_begin(self.stream.handle, self.handle, self.kind, self.bodies))
+        return self
+
+    def next_body(self):
+        check(lib.gpurt_graph_conditional_next(self.stream.handle))
+
+    def __exit__(self, *exc):
+        check(lib.gpurt_graph_conditional_end(self.stream.handle))

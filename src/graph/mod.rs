@@ -3,6 +3,7 @@
 //! allocations during a capture are the allocator's (`alloc::capture`); a graph or
 //! exec holds the pools whose addresses it bakes in, by its handle's value.
 
+pub mod conditional;
 pub mod ffi;
 mod replay;
 
@@ -72,6 +73,12 @@ pub fn begin_capture(stream: Handle, mode: i32, pool: Option<Handle>) -> Result<
 /// pool. An invalidated capture gives its error and no graph.
 pub fn end_capture(stream: Handle) -> Result<Handle> {
     let s = crate::stream::get(stream)?;
+    if crate::stream::captures_a_body(stream) {
+        return Err(Error::new(
+            Status::GPURT_ERROR_STREAM_CAPTURE,
+            "the stream is capturing a conditional node's body: gpurt_graph_conditional_end first",
+        ));
+    }
     let (status, capture) = crate::stream::native_capture_info(s.raw as u64)?;
     if status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
         return Err(Error::invalid_argument("the stream is not capturing"));

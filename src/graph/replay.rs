@@ -49,6 +49,16 @@ pub(super) fn capture_ended(capture: u64) -> Vec<Arc<dyn ReplayHook>> {
     hooks
 }
 
+/// The hooks of capture `from` (a conditional body's, ended) belong to capture `to`
+/// (the graph the body is part of) from now on.
+pub(super) fn move_hooks(from: u64, to: u64) {
+    with_hooks(|h| {
+        if let Some(hooks) = h.captures.remove(&from) {
+            h.captures.entry(to).or_default().extend(hooks);
+        }
+    });
+}
+
 pub(super) fn give_to(holder: u64, hooks: Vec<Arc<dyn ReplayHook>>) {
     if !hooks.is_empty() {
         with_hooks(|h| h.holders.insert(holder, hooks));

@@ -130,9 +130,55 @@ impl From<Stream> for sanitizer::StreamRef {
 
 static STREAMS: HandleTable<Stream> = HandleTable::new(Kind::Stream);
 
+/// Stream handles that capture a conditional node's body (`graph::conditional`): the
+/// handle's value and the body's native stream, innermost last. While a body is being
+/// captured, every gpurt call on the handle goes to the body's stream.
+static BODIES: Mutex<Vec<(u64, usize)>> = Mutex::new(Vec::new());
+/// How many entries `BODIES` has: while zero, a lookup reads nothing more.
+static BODY_COUNT: AtomicUsize = AtomicUsize::new(0);
+
 #[inline]
 pub fn get(handle: Handle) -> Result<Stream> {
-    STREAMS.get(handle)
+    let stream = STREAMS.get(handle)?;
+    if BODY_COUNT.load(Ordering::Acquire) == 0 {
+        return Ok(stream);
+    }
+    Ok(capturing_body(handle, stream))
+}
+
+#[cold]
+fn capturing_body(handle: Handle, stream: Stream) -> Stream {
+    match lock(&BODIES).iter().rev().find(|&&(h, _)| h == handle.0) {
+        Some(&(_, raw)) => Stream { raw, ..stream },
+        None => stream,
+    }
+}
+
+/// From now on `handle` names native stream `raw` (a conditional body's), until
+/// `end_body_redirect`.
+pub(crate) fn redirect_to_body(handle: Handle, raw: usize) {
+    let mut bodies = lock(&BODIES);
+    bodies.push((handle.0, raw));
+    BODY_COUNT.store(bodies.len(), Ordering::Release);
+}
+
+/// Ends `handle`'s innermost redirection: the native stream it named before.
+pub(crate) fn end_body_redirect(handle: Handle) {
+    let mut bodies = lock(&BODIES);
+    if let Some(i) = bodies.iter().rposition(|&(h, _)| h == handle.0) {
+        bodies.remove(i);
+    }
+    BODY_COUNT.store(bodies.len(), Ordering::Release);
+}
+
+/// Whether `handle` is capturing a conditional body now.
+pub(crate) fn captures_a_body(handle: Handle) -> bool {
+    BODY_COUNT.load(Ordering::Acquire) > 0 && lock(&BODIES).iter().any(|&(h, _)| h == handle.0)
+}
+
+/// A new non-blocking stream of device `d` that gpurt keeps for itself (no handle).
+pub(crate) fn create_internal(d: i32) -> Result<Stream> {
+    create_raw(d, GPURT_STREAM_NON_BLOCKING, 0)
 }
 
 pub fn live_count() -> usize {

@@ -365,6 +365,24 @@ static void with_device(bool real_gpu) {
         CHECK(!real_gpu || on_green.to_vector(green) == values);
         expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_green_context_destroy", [&] { gpurt::detail::finish(gpurt_green_context_destroy(shares[0].get())); });
     }
+    {
+        // A conditional node: its body captured on the same stream, ended by RAII.
+        gpurt::Stream cs = gpurt::Stream::create(0, GPURT_STREAM_NON_BLOCKING);
+        expect_error(GPURT_ERROR_STREAM_CAPTURE, "gpurt_graph_conditional_handle_create", [&] { (void)gpurt::conditional_handle(cs); });
+        gpurt::detail::finish(gpurt_stream_begin_capture(cs.get(), GPURT_CAPTURE_MODE_GLOBAL, nullptr));
+        unsigned long long handle = gpurt::conditional_handle(cs, 1, GPURT_GRAPH_CONDITIONAL_ASSIGN_DEFAULT);
+        void *outer = cs.native();
+        {
+            gpurt::ConditionalNode node = gpurt::ConditionalNode::begin(cs, handle, GPURT_GRAPH_CONDITIONAL_IF, 2);
+            CHECK(cs.native() != outer);
+            node.next();
+            expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_graph_conditional_next", [&] { node.next(); });
+        }
+        CHECK(cs.native() == outer);
+        gpurt_graph_t g = nullptr;
+        gpurt::detail::finish(gpurt_stream_end_capture(cs.get(), &g));
+        gpurt::Graph graph(g);
+    }
     gpurt::empty_cache();
     dev.synchronize();
 }

@@ -621,3 +621,25 @@ def test_green_contexts_share_sms_and_their_streams_work(device):
     assert decode.sm_count == 16 and prefill.sm_count >= 16
     for c in (decode, prefill):
         c.close()
+
+
+def test_conditional_bodies_capture_on_the_same_stream(device):
+    s = gpurt.Stream()
+    flag = gpurt.DeviceBuffer(4, stream=s)
+    with pytest.raises(gpurt.StreamCaptureError):
+        gpurt.conditional_handle(s)  # not capturing
+    g = gpurt.Graph()
+    with gpurt.graph(g, stream=s):
+        handle = gpurt.conditional_handle(s, default=1, assign_default=True)
+        gpurt.conditional_set(handle, flag, stream=s)
+        with gpurt.conditional(handle, "if", bodies=2, stream=s) as node:
+            assert s.native != 0
+            inside = gpurt.DeviceBuffer(256, stream=s)  # from the graph's pool
+            node.next_body()
+            with pytest.raises(gpurt.InvalidArgumentError):
+                node.next_body()  # an IF has two bodies at most
+        with pytest.raises(gpurt.InvalidArgumentError):
+            gpurt.conditional(handle, "while", bodies=2, stream=s).__enter__()
+    g.replay(s)
+    s.synchronize()
+    inside.free()

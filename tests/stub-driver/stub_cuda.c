@@ -411,3 +411,51 @@ CUresult cuGreenCtxStreamCreate(P *s, P g, unsigned f, int p) {
     if (!(f & 1)) return 1; /* CU_STREAM_NON_BLOCKING is required */
     return cuStreamCreateWithPriority(s, f, p);
 }
+/* Conditional nodes: a node's bodies are graphs the stub makes (kept till exit); a
+ * body's capture goes on the stream like any other. CUgraphNodeParams: the type at
+ * byte 0, the conditional parameters from byte 16 (handle, type, size, bodies, ctx). */
+typedef struct { unsigned long long handle; unsigned type, size; P *bodies; P ctx; } StubConditional;
+static P stub_bodies[4096];
+static int stub_body_count;
+static pthread_mutex_t bodies_lock = PTHREAD_MUTEX_INITIALIZER;
+CUresult cuStreamGetCaptureInfo_v3(P s, int *status, unsigned long long *id, P *g, P *deps, P *edges, size_t *n) {
+    static char graph;
+    *status = capturing(s);
+    *id = (unsigned long long)s;
+    if (g) *g = &graph;
+    if (deps) *deps = NULL;
+    if (edges) *edges = NULL;
+    if (n) *n = 0;
+    return 0;
+}
+CUresult cuGraphConditionalHandleCreate(unsigned long long *h, P g, P ctx, unsigned value, unsigned flags) {
+    static unsigned long long next_handle = 1;
+    (void)g; (void)ctx; (void)value;
+    if (flags > 1) return 1;
+    *h = __atomic_fetch_add(&next_handle, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+CUresult cuGraphAddNode_v2(P *node, P g, const P *deps, const P *edges, size_t n, unsigned char *params) {
+    StubConditional *c = (StubConditional *)(params + 16);
+    (void)g; (void)deps; (void)edges; (void)n;
+    INJECT("cuGraphAddNode_v2", UNKNOWN);
+    if (*(int *)params != 13 || c->type > 2 || c->size == 0) return 1; /* conditional nodes only */
+    pthread_mutex_lock(&bodies_lock);
+    if (stub_body_count + (int)c->size > 4096) { pthread_mutex_unlock(&bodies_lock); return 2; }
+    c->bodies = &stub_bodies[stub_body_count];
+    for (unsigned i = 0; i < c->size; i++) stub_bodies[stub_body_count++] = malloc(16);
+    pthread_mutex_unlock(&bodies_lock);
+    *node = malloc(16);
+    return 0;
+}
+CUresult cuStreamUpdateCaptureDependencies_v2(P s, P *deps, const P *edges, size_t n, unsigned f) {
+    (void)deps; (void)edges; (void)n;
+    return capturing(s) && f <= 1 ? 0 : 1;
+}
+CUresult cuStreamBeginCaptureToGraph(P s, P g, const P *deps, const P *edges, size_t n, int mode) {
+    (void)g; (void)deps; (void)edges; (void)n; (void)mode;
+    INJECT("cuStreamBeginCaptureToGraph", UNKNOWN);
+    if ((unsigned long)s <= 4096 || capturing(s)) return 1;
+    *(int *)s = 1;
+    return 0;
+}

@@ -238,6 +238,11 @@ pub fn retain_for(id: u64, device: i32) -> Result<()> {
     })
 }
 
+/// The pool that capture `capture` (begun through gpurt) allocates from.
+pub fn pool_of_capture(capture: u64) -> Option<u64> {
+    with_registry(|r| r.pools.pool_of_capture(capture))
+}
+
 /// Pool `id`'s allocator and device, while it exists.
 pub fn pool(id: u64) -> Option<Arc<CachingAllocator<CaptureSource>>> {
     with_registry(|r| r.pools.allocator(id))

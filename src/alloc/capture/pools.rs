@@ -104,6 +104,11 @@ impl<S: SegmentSource> GraphPools<S> {
         ids
     }
 
+    /// The pool a capture in progress allocates from.
+    pub fn pool_of_capture(&self, capture: u64) -> Option<u64> {
+        self.captures.get(&capture).copied()
+    }
+
     pub fn for_capture(&self, capture: u64) -> Option<Arc<CachingAllocator<S>>> {
         self.pools.get(self.captures.get(&capture)?).map(|e| e.allocator.clone())
     }
