@@ -65,7 +65,7 @@ step build-comm-helpers-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Ii
 cublas_flags=(-I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcublasLt -lcublas -Wl,-rpath,/usr/local/cuda/lib64)
 step build-blas-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/blas_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -ldl -o bin/blas_test
 step build-blas-gpu-test cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude src/blas_gpu_test.c -Llib -lgpurt -Wl,-rpath,"$lib" "${cublas_flags[@]}" -lpthread -o bin/blas_gpu_test
-step build-conditional-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/conditional_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/conditional_test
+step build-graph-nodes-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/graph_nodes_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/graph_nodes_test
 step build-green-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/green_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/green_test
 step build-green-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude src/green_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" "${cublas_flags[@]}" -o bin/green_bench
 step build-blas-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude src/blas_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" "${cublas_flags[@]}" -o bin/blas_bench
@@ -96,7 +96,7 @@ step sleep-storm bin/sleep_storm "${STORM_SECONDS:-30}" 8
 step build-batch-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/batch_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/batch_test
 step batch-test bin/batch_test
 step green-test bin/green_test
-step conditional-test bin/conditional_test
+step graph-nodes-test bin/graph_nodes_test
 step build-batch-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude -I/usr/local/cuda/include src/batch_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" -lcuda -o bin/batch_bench
 step batch-bench bin/batch_bench
 step build-pin-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -I/usr/local/cuda/include src/pin_bench.c -lcuda -lpthread -o bin/pin_bench

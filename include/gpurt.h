@@ -217,6 +217,13 @@
 #define GPURT_EVENT_INTERPROCESS 4
 
 /**
+ * Event flag: recorded or waited on inside a capture, the event becomes an event-record
+ * or event-wait node of the graph (`torch.cuda.Event(external=True)`), so that each
+ * replay records it, or waits for its last record, as a stream outside the graph sees.
+ */
+#define GPURT_EVENT_EXTERNAL 8
+
+/**
  * Capture mode: unsafe calls (allocation, synchronisation) by any thread are illegal while the capture runs (cudaStreamCaptureModeGlobal).
  */
 #define GPURT_CAPTURE_MODE_GLOBAL 0
@@ -240,6 +247,12 @@
  * Instantiation flag: upload the graph on the given stream as part of instantiating it.
  */
 #define GPURT_GRAPH_INSTANTIATE_UPLOAD 2
+
+/**
+ * Instantiation flag: the exec can also be launched from the device (`cudaGraphLaunch` in a kernel,
+ * with `gpurt_graph_exec_native`); the driver refuses graphs that cannot (several devices, host nodes, ...).
+ */
+#define GPURT_GRAPH_INSTANTIATE_DEVICE_LAUNCH 4
 
 /**
  * Instantiation flag: kernel nodes keep the priorities of the streams they were captured from.
@@ -2951,10 +2964,13 @@ int gpurt_version(void);
 /**
  * Creates an event on `device`. `flags`: `GPURT_EVENT_BLOCKING_SYNC` (synchronize
  * sleeps instead of spinning), `GPURT_EVENT_DISABLE_TIMING` (cheaper, no elapsed
- * time), `GPURT_EVENT_INTERPROCESS` (exportable; needs DISABLE_TIMING).
+ * time), `GPURT_EVENT_INTERPROCESS` (exportable; needs DISABLE_TIMING),
+ * `GPURT_EVENT_EXTERNAL` (recorded or waited on in a capture, an event-record or
+ * event-wait node of the graph, which each replay records or waits for: a graph
+ * signals a stream outside it, or waits for one).
  *
  * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
- * @param flags 0, or GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING and GPURT_EVENT_INTERPROCESS or-ed
+ * @param flags 0, or GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING, GPURT_EVENT_INTERPROCESS and GPURT_EVENT_EXTERNAL or-ed
  * @param[out] event receives the new event; must not be NULL
  * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_INVALID_ARGUMENT for unknown flags, or INTERPROCESS without DISABLE_TIMING; or a status every call may give (@ref statuses).
  * @par Ordering

@@ -523,7 +523,7 @@ public:
     /** A new event (gpurt_event_create). @param device the device @param flags GPURT_EVENT_* flags */
     Event(int device, unsigned flags) : Owner(create(device, flags).release()) {}
 #endif
-    /** flags: GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING, GPURT_EVENT_INTERPROCESS.
+    /** flags: GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING, GPURT_EVENT_INTERPROCESS, GPURT_EVENT_EXTERNAL.
      *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
      *  @param flags flags, as the C call takes them
      *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)

@@ -46,6 +46,7 @@ const REQUIRED: &[&str] = &[
     "cuEventCreate",
     "cuEventDestroy_v2",
     "cuEventRecord",
+    "cuEventRecordWithFlags",
     "cuEventQuery",
     "cuEventSynchronize",
     "cuEventElapsedTime",

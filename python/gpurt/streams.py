@@ -177,14 +177,17 @@ def stream(s):
 
 class Event(Handle):
     """A CUDA event. `enable_timing` for `elapsed_time`, `blocking` to sleep rather
-    than spin in `synchronize`, `interprocess` for `ipc_handle`."""
+    than spin in `synchronize`, `interprocess` for `ipc_handle`, `external` to be an
+    event-record or event-wait node when recorded or waited on in a capture
+    (torch.cuda.Event(external=True))."""
 
     _destroy = "gpurt_event_destroy"
 
-    def __init__(self, enable_timing=False, blocking=False, interprocess=False, device=None):
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False, device=None, external=False):
         flags = (0 if enable_timing else lib.GPURT_EVENT_DISABLE_TIMING) \
             | (lib.GPURT_EVENT_BLOCKING_SYNC if blocking else 0) \
-            | (lib.GPURT_EVENT_INTERPROCESS if interprocess else 0)
+            | (lib.GPURT_EVENT_INTERPROCESS if interprocess else 0) \
+            | (lib.GPURT_EVENT_EXTERNAL if external else 0)
         super().__init__(fetch("gpurt_event_t", lib.gpurt_event_create, ordinal(device), flags))
 
     @classmethod

@@ -26,10 +26,13 @@ fn h(event: gpurt_event_t) -> Handle {
 
 /// Creates an event on `device`. `flags`: `GPURT_EVENT_BLOCKING_SYNC` (synchronize
 /// sleeps instead of spinning), `GPURT_EVENT_DISABLE_TIMING` (cheaper, no elapsed
-/// time), `GPURT_EVENT_INTERPROCESS` (exportable; needs DISABLE_TIMING).
+/// time), `GPURT_EVENT_INTERPROCESS` (exportable; needs DISABLE_TIMING),
+/// `GPURT_EVENT_EXTERNAL` (recorded or waited on in a capture, an event-record or
+/// event-wait node of the graph, which each replay records or waits for: a graph
+/// signals a stream outside it, or waits for one).
 ///
 /// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
-/// @param flags 0, or GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING and GPURT_EVENT_INTERPROCESS or-ed
+/// @param flags 0, or GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING, GPURT_EVENT_INTERPROCESS and GPURT_EVENT_EXTERNAL or-ed
 /// @param[out] event receives the new event; must not be NULL
 /// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_INVALID_ARGUMENT for unknown flags, or INTERPROCESS without DISABLE_TIMING; or a status every call may give (@ref statuses).
 /// @par Ordering

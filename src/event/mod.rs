@@ -21,6 +21,12 @@ pub const GPURT_EVENT_BLOCKING_SYNC: u32 = 0x1;
 pub const GPURT_EVENT_DISABLE_TIMING: u32 = 0x2;
 /// Event flag: exportable with gpurt_event_ipc_handle (needs GPURT_EVENT_DISABLE_TIMING).
 pub const GPURT_EVENT_INTERPROCESS: u32 = 0x4;
+/// Event flag: recorded or waited on inside a capture, the event becomes an event-record
+/// or event-wait node of the graph (`torch.cuda.Event(external=True)`), so that each
+/// replay records it, or waits for its last record, as a stream outside the graph sees.
+pub const GPURT_EVENT_EXTERNAL: u32 = 0x8;
+/// The flags the driver takes at creation.
+const DRIVER_FLAGS: u32 = GPURT_EVENT_BLOCKING_SYNC | GPURT_EVENT_DISABLE_TIMING | GPURT_EVENT_INTERPROCESS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -133,9 +139,10 @@ pub fn live_count() -> usize {
 }
 
 pub fn validate_flags(flags: u32) -> Result<()> {
-    if flags & !(GPURT_EVENT_BLOCKING_SYNC | GPURT_EVENT_DISABLE_TIMING | GPURT_EVENT_INTERPROCESS) != 0 {
+    if flags & !(DRIVER_FLAGS | GPURT_EVENT_EXTERNAL) != 0 {
         return Err(Error::invalid_argument(format!(
-            "event flags {flags:#x} have bits other than GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING, GPURT_EVENT_INTERPROCESS"
+            "event flags {flags:#x} have bits other than GPURT_EVENT_BLOCKING_SYNC, GPURT_EVENT_DISABLE_TIMING, GPURT_EVENT_INTERPROCESS, \
+             GPURT_EVENT_EXTERNAL"
         )));
     }
     if flags & GPURT_EVENT_INTERPROCESS != 0 && flags & GPURT_EVENT_DISABLE_TIMING == 0 {
@@ -147,7 +154,7 @@ pub fn validate_flags(flags: u32) -> Result<()> {
 fn create_raw(d: i32, flags: u32) -> Result<usize> {
     device::with_device(d, || {
         let mut raw = std::ptr::null_mut();
-        check(unsafe { sys::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
+        check(unsafe { sys::cuEventCreate(&mut raw, flags & DRIVER_FLAGS) }, "cuEventCreate")?;
         Ok(raw as usize)
     })
 }
@@ -202,7 +209,16 @@ pub fn record(event: Handle, stream: Handle) -> Result<()> {
     // Told before the driver call, so that nothing stays live across it (the hook
     // cost 7 instructions after it); a record that then fails is a rare error path.
     sanitizer::event_recorded(e.raw as u64, s);
+    if e.flags() & GPURT_EVENT_EXTERNAL != 0 && capturing(s)? {
+        let external = sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32;
+        return s.run(|cu| check(unsafe { sys::cuEventRecordWithFlags(e.cu(), cu, external) }, "cuEventRecordWithFlags"));
+    }
     s.run(|cu| check(unsafe { sys::cuEventRecord(e.cu(), cu) }, "cuEventRecord"))
+}
+
+/// Whether `stream` is capturing: the driver takes the external flags only then.
+fn capturing(stream: crate::stream::Stream) -> Result<bool> {
+    Ok(stream.run(crate::stream::native_capture_status)? != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
 /// Records `event` on this thread's current stream of the event's device.
@@ -289,7 +305,11 @@ pub fn stream_wait_event(handle: Handle, event: Handle) -> Result<()> {
     let stream = crate::stream::get(handle)?;
     let event = get(event)?;
     sanitizer::stream_waited(stream, event.raw as u64); // before the call, as in `record`
-    stream.run(|s| check(unsafe { sys::cuStreamWaitEvent(s, event.cu(), 0) }, "cuStreamWaitEvent"))
+    let flags = match event.flags() & GPURT_EVENT_EXTERNAL != 0 && capturing(stream)? {
+        false => 0,
+        true => sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL as u32,
+    };
+    stream.run(|s| check(unsafe { sys::cuStreamWaitEvent(s, event.cu(), flags) }, "cuStreamWaitEvent"))
 }
 
 /// Makes future work on `handle` wait for all work queued on `other` so far, through

@@ -30,6 +30,9 @@ pub const GPURT_CAPTURE_MODE_RELAXED: i32 = 2;
 pub const GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH: u64 = 1;
 /// Instantiation flag: upload the graph on the given stream as part of instantiating it.
 pub const GPURT_GRAPH_INSTANTIATE_UPLOAD: u64 = 2;
+/// Instantiation flag: the exec can also be launched from the device (`cudaGraphLaunch` in a kernel,
+/// with `gpurt_graph_exec_native`); the driver refuses graphs that cannot (several devices, host nodes, ...).
+pub const GPURT_GRAPH_INSTANTIATE_DEVICE_LAUNCH: u64 = 4;
 /// Instantiation flag: kernel nodes keep the priorities of the streams they were captured from.
 pub const GPURT_GRAPH_INSTANTIATE_USE_NODE_PRIORITY: u64 = 8;
 
@@ -123,7 +126,10 @@ pub fn destroy_graph(graph: Handle) -> Result<()> {
 /// `upload_stream` receives the upload. The exec keeps the graph's pool alive.
 pub fn instantiate(graph: Handle, flags: u64, upload_stream: Option<Handle>) -> Result<Handle> {
     let g = GRAPHS.get(graph)?;
-    let known = GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH | GPURT_GRAPH_INSTANTIATE_UPLOAD | GPURT_GRAPH_INSTANTIATE_USE_NODE_PRIORITY;
+    let known = GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH
+        | GPURT_GRAPH_INSTANTIATE_UPLOAD
+        | GPURT_GRAPH_INSTANTIATE_DEVICE_LAUNCH
+        | GPURT_GRAPH_INSTANTIATE_USE_NODE_PRIORITY;
     if flags & !known != 0 {
         return Err(Error::invalid_argument(format!("unknown instantiate flags {:#x}", flags & !known)));
     }

@@ -25,6 +25,8 @@ typedef void *P;
 static const char *fail_name;
 static long fail_at, fail_calls, fail_hits;
 static long live_device, live_host, live_streams, live_events;
+static long external_records, external_waits;
+static int capturing(P s);
 void stub_fail_nth(const char *name, long n) { fail_name = name; fail_at = n; fail_calls = 0; fail_hits = 0; }
 long stub_fail_hits(void) { return fail_hits; }
 void stub_live(long *device, long *host, long *streams, long *events) {
@@ -94,7 +96,7 @@ CUresult cuStreamCreateWithPriority(P *s, unsigned f, int p) { (void)f; (void)p;
 CUresult cuStreamDestroy_v2(P s) { free(s); count(&live_streams, -1); return 0; }
 CUresult cuStreamQuery(P s) { (void)s; return 0; }
 CUresult cuStreamSynchronize(P s) { (void)s; INJECT("cuStreamSynchronize", UNKNOWN); return 0; }
-CUresult cuStreamWaitEvent(P s, P e, unsigned f) { (void)s; (void)e; (void)f; return 0; }
+CUresult cuStreamWaitEvent(P s, P e, unsigned f) { (void)e; if (f > 1 || (f == 1 && !capturing(s))) return 1; /* external: in a capture only */ if (f == 1) __atomic_add_fetch(&external_waits, 1, __ATOMIC_RELAXED); return 0; }
 CUresult cuStreamGetFlags(P s, unsigned *f) { (void)s; *f = 1; return 0; }
 CUresult cuStreamGetPriority(P s, int *p) { (void)s; *p = 0; return 0; }
 /* A created stream's first int is its capture status (1: active), so that gpurt's
@@ -102,9 +104,16 @@ CUresult cuStreamGetPriority(P s, int *p) { (void)s; *p = 0; return 0; }
 static int capturing(P s) { return (unsigned long)s > 4096 ? *(int *)s : 0; }
 CUresult cuStreamIsCapturing(P s, int *c) { *c = capturing(s); return 0; }
 CUresult cuLaunchHostFunc(P s, void (*f)(void *), void *u) { (void)s; INJECT("cuLaunchHostFunc", UNKNOWN); f(u); return 0; }
-CUresult cuEventCreate(P *e, unsigned f) { (void)f; INJECT("cuEventCreate", UNKNOWN); *e = malloc(64); count(&live_events, 1); return 0; }
+CUresult cuEventCreate(P *e, unsigned f) { if (f & ~7u) return 1; /* the driver's flags only */ INJECT("cuEventCreate", UNKNOWN); *e = malloc(64); count(&live_events, 1); return 0; }
 CUresult cuEventDestroy_v2(P e) { free(e); count(&live_events, -1); return 0; }
 CUresult cuEventRecord(P e, P s) { (void)e; (void)s; INJECT("cuEventRecord", UNKNOWN); return 0; }
+/* External records and waits (event nodes in a capture), counted for the tests. */
+void stub_external_events(long *records, long *waits) { *records = external_records; *waits = external_waits; }
+CUresult cuEventRecordWithFlags(P e, P s, unsigned f) {
+    if (f > 1 || (f == 1 && !capturing(s))) return 1; /* external: in a capture only */
+    if (f == 1) __atomic_add_fetch(&external_records, 1, __ATOMIC_RELAXED);
+    return cuEventRecord(e, s);
+}
 CUresult cuEventQuery(P e) { (void)e; return 0; }
 CUresult cuEventSynchronize(P e) { (void)e; return 0; }
 CUresult cuEventElapsedTime(float *m, P a, P b) { (void)a; (void)b; *m = 1; return 0; }

@@ -1,15 +1,19 @@
-/* Conditional nodes in captures: misuse refused (outside a capture, unknown types, too
- * many bodies, next and end without a body, ending the capture inside a body); a body
+/* Conditional and event nodes in captures. Conditional nodes: misuse refused (outside
+ * a capture, unknown types, too many bodies, next and end without a body, ending the
+ * capture inside a body); a body
  * captured on the same stream handle (its native stream is the body's meanwhile, and
  * an allocation there comes from the capture's pool); nested nodes. On a GPU: a WHILE
  * loop that runs until a device counter reaches a limit written after capture, replayed
  * with several limits; an IF with an else whose value a kernel of the caller's sets
- * with cudaGraphSetConditional; a SWITCH; fresh random data checked exact.
+ * with cudaGraphSetConditional; a SWITCH; fresh random data checked exact. Event nodes
+ * (GPURT_EVENT_EXTERNAL): a graph's record node that a stream outside it waits for, and
+ * a graph's wait node for a record made outside it; on a GPU, the data each side sees.
  *
- *   conditional_test */
+ *   graph_nodes_test */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
 
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,7 +81,7 @@ int main(void) {
     int *out = NULL, *in = NULL, *in_host = malloc(N * sizeof(int));
     gpurt_graph_exec_t exec = NULL;
     if (gpurt_device_count(&count) != GPURT_SUCCESS || count == 0) {
-        printf("conditional_test: skipped: no GPU (%s)\n", gpurt_last_error_message());
+        printf("graph_nodes_test: skipped: no GPU (%s)\n", gpurt_last_error_message());
         return getenv("GPURT_REQUIRE_GPU") && strcmp(getenv("GPURT_REQUIRE_GPU"), "1") == 0 ? 1 : 0;
     }
     EXPECT(gpurt_device_get_properties(0, &props), GPURT_SUCCESS);
@@ -205,6 +209,74 @@ int main(void) {
     EXPECT(gpurt_graph_exec_destroy(exec), GPURT_SUCCESS);
     EXPECT(gpurt_graph_conditional_end(s), GPURT_ERROR_INVALID_ARGUMENT);
 
+    /* Event nodes: a graph signals a stream outside it, and waits for one. */
+    {
+        gpurt_event_t ext = NULL, ext2 = NULL, plain = NULL;
+        long records0 = 0, waits0 = 0, records1 = 0, waits1 = 0;
+        void (*external_events)(long *, long *) = NULL;
+        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        *(void **)(&external_events) = lib ? dlsym(lib, "stub_external_events") : NULL; /* POSIX: function pointers from dlsym */
+        EXPECT(gpurt_event_create(0, 0x10, &plain), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_event_create(0, GPURT_EVENT_EXTERNAL | GPURT_EVENT_DISABLE_TIMING, &ext), GPURT_SUCCESS);
+        EXPECT(gpurt_event_create(0, GPURT_EVENT_EXTERNAL | GPURT_EVENT_DISABLE_TIMING, &ext2), GPURT_SUCCESS);
+        EXPECT(gpurt_event_create(0, GPURT_EVENT_DISABLE_TIMING, &plain), GPURT_SUCCESS);
+        if (external_events) external_events(&records0, &waits0);
+        /* Graph 1: 50 slow steps, a record node, then more. */
+        EXPECT(gpurt_stream_begin_capture(s, GPURT_CAPTURE_MODE_GLOBAL, NULL), GPURT_SUCCESS);
+        for (i = 0; real && i < 50; i++) add_on(s, out, 1);
+        EXPECT(gpurt_event_record(ext, s), GPURT_SUCCESS);
+        if (real) add_on(s, out, 1000);
+        exec = instantiate(s);
+        /* Graph 2: a wait node, then one step. */
+        EXPECT(gpurt_stream_begin_capture(s, GPURT_CAPTURE_MODE_GLOBAL, NULL), GPURT_SUCCESS);
+        EXPECT(gpurt_stream_wait_event(s, ext2), GPURT_SUCCESS);
+        if (real) add_on(s, out, 1);
+        {
+            gpurt_graph_exec_t waits = instantiate(s);
+            if (external_events) {
+                external_events(&records1, &waits1);
+                CHECK(records1 == records0 + 1 && waits1 == waits0 + 1, "external records %ld -> %ld, waits %ld -> %ld", records0, records1, waits0,
+                      waits1);
+                /* Outside a capture an external event is recorded and waited for as any other. */
+                EXPECT(gpurt_event_record(ext2, other), GPURT_SUCCESS);
+                EXPECT(gpurt_stream_wait_event(other, ext), GPURT_SUCCESS);
+                external_events(&records0, &waits0);
+                CHECK(records0 == records1 && waits0 == waits1, "outside a capture, external records %ld -> %ld, waits %ld -> %ld", records1,
+                      records0, waits1, waits0);
+            }
+            if (real) {
+                int *back = malloc(N * sizeof(int));
+                size_t wrong = 0;
+                EXPECT(gpurt_memset_async(out, 0, 4, N, s), GPURT_SUCCESS);
+                EXPECT(gpurt_stream_synchronize(s), GPURT_SUCCESS);
+                EXPECT(gpurt_graph_launch(exec, s), GPURT_SUCCESS);
+                EXPECT(gpurt_stream_wait_event(other, ext), GPURT_SUCCESS); /* the replay's record node */
+                EXPECT(gpurt_memcpy_async(back, out, N * sizeof(int), other), GPURT_SUCCESS);
+                EXPECT(gpurt_stream_synchronize(other), GPURT_SUCCESS);
+                for (i = 0; i < N; i++) wrong += back[i] != 50 && back[i] != 1050;
+                CHECK(wrong == 0, "a stream waiting for the graph's record node saw %zu elements before it (first %d)", wrong, back[0]);
+                EXPECT(gpurt_stream_synchronize(s), GPURT_SUCCESS);
+                /* Graph 2 waits for a record made on another stream after 50 slow steps. */
+                EXPECT(gpurt_memset_async(out, 0, 4, N, other), GPURT_SUCCESS);
+                for (i = 0; i < 50; i++) add_on(other, out, 1);
+                EXPECT(gpurt_event_record(ext2, other), GPURT_SUCCESS);
+                EXPECT(gpurt_graph_launch(waits, s), GPURT_SUCCESS);
+                EXPECT(gpurt_memcpy_async(back, out, N * sizeof(int), s), GPURT_SUCCESS);
+                EXPECT(gpurt_stream_synchronize(s), GPURT_SUCCESS);
+                wrong = 0;
+                for (i = 0; i < N; i++) wrong += back[i] != 51;
+                CHECK(wrong == 0, "the graph's wait node let %zu elements through early (first %d)", wrong, back[0]);
+                EXPECT(gpurt_stream_synchronize(other), GPURT_SUCCESS);
+                free(back);
+            }
+            EXPECT(gpurt_graph_exec_destroy(waits), GPURT_SUCCESS);
+        }
+        EXPECT(gpurt_graph_exec_destroy(exec), GPURT_SUCCESS);
+        EXPECT(gpurt_event_destroy(ext), GPURT_SUCCESS);
+        EXPECT(gpurt_event_destroy(ext2), GPURT_SUCCESS);
+        EXPECT(gpurt_event_destroy(plain), GPURT_SUCCESS);
+    }
+
     EXPECT(gpurt_free(counter), GPURT_SUCCESS);
     EXPECT(gpurt_free(limit), GPURT_SUCCESS);
     EXPECT(gpurt_free(flag), GPURT_SUCCESS);
@@ -214,6 +286,6 @@ int main(void) {
     EXPECT(gpurt_stream_destroy(s), GPURT_SUCCESS);
     EXPECT(gpurt_stream_destroy(other), GPURT_SUCCESS);
     free(in_host);
-    printf("conditional_test: %d checks, %d failures%s\n", checks, failures, real ? "" : " (stub driver: statuses only)");
+    printf("graph_nodes_test: %d checks, %d failures%s\n", checks, failures, real ? "" : " (stub driver: statuses only)");
     return failures != 0;
 }
