@@ -14,7 +14,7 @@ results=()
 # want the machine to themselves: PART=figures runs them, with the builds and installs they
 # need; PART=checks runs the rest. Each part fits one lease of a machine held at most 30
 # minutes (gpu/plans/).
-figures='^(build-(batch-bench|green-bench|pin-bench|sleep-bench|blas-bench|gpt2|nvtx-record-tool|trace-replay)|batch-bench|green-bench|pin-bench|sleep-bench|blas-bench|gpt2-.*|memcheck-gpt2.*|go-bench|dropin-.*|sleep-torch-saver|sleep-torch-live|bench-.*|record-traces|trace-replay.*|record-dropin-sequence|keep-dropin-sequence|ggml-gpt2-.*)$'
+figures='^(build-(batch-bench|green-bench|vbuffer-bench|pin-bench|sleep-bench|blas-bench|gpt2|nvtx-record-tool|trace-replay)|batch-bench|green-bench|vbuffer-bench|pin-bench|sleep-bench|blas-bench|gpt2-.*|memcheck-gpt2.*|go-bench|dropin-.*|sleep-torch-saver|sleep-torch-live|bench-.*|record-traces|trace-replay.*|record-dropin-sequence|keep-dropin-sequence|ggml-gpt2-.*)$'
 setup='^(python-install|tms-install)$'
 
 step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matching $ONLY and not $SKIP, if set, and in $PART)
@@ -66,6 +66,8 @@ cublas_flags=(-I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcublasLt -lcub
 step build-blas-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/blas_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -ldl -o bin/blas_test
 step build-blas-gpu-test cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude src/blas_gpu_test.c -Llib -lgpurt -Wl,-rpath,"$lib" "${cublas_flags[@]}" -lpthread -o bin/blas_gpu_test
 step build-graph-nodes-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/graph_nodes_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/graph_nodes_test
+step build-vbuffer-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/vbuffer_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/vbuffer_test
+step build-vbuffer-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude -I/usr/local/cuda/include src/vbuffer_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" -lcuda -o bin/vbuffer_bench
 step build-green-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/green_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/green_test
 step build-green-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude src/green_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" "${cublas_flags[@]}" -o bin/green_bench
 step build-blas-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude src/blas_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" "${cublas_flags[@]}" -o bin/blas_bench
@@ -96,6 +98,7 @@ step sleep-storm bin/sleep_storm "${STORM_SECONDS:-30}" 8
 step build-batch-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/batch_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/batch_test
 step batch-test bin/batch_test
 step green-test bin/green_test
+step vbuffer-test bin/vbuffer_test
 step graph-nodes-test bin/graph_nodes_test
 step build-batch-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude -I/usr/local/cuda/include src/batch_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" -lcuda -o bin/batch_bench
 step batch-bench bin/batch_bench
@@ -115,6 +118,7 @@ step blas-test bin/blas_test
 step blas-gpu-test bin/blas_gpu_test
 step blas-bench bin/blas_bench
 step green-bench bin/green_bench
+step vbuffer-bench bin/vbuffer_bench
 # An engine on gpurt: GPT-2 built by its own CMake project with find_package(gpurt) on
 # this bundle, against weights and PyTorch's outputs made here (docs/integrations.md, "An engine on gpurt").
 step build-gpt2 bash -c "cmake -S src/gpt2 -B build-gpt2 -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$PWD -DGPT2_JSON_INCLUDE=$PWD/json && cmake --build build-gpt2 -j 8"

@@ -701,6 +701,11 @@ typedef struct gpurt_stream_s gpurt_stream_s;
 typedef struct gpurt_tunable_op_s gpurt_tunable_op_s;
 
 /**
+ * A growable virtual buffer: an address range reserved once, memory mapped into it on demand.
+ */
+typedef struct gpurt_vbuffer_s gpurt_vbuffer_s;
+
+/**
  * The handle of a stream: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
  */
 typedef gpurt_stream_s *gpurt_stream_t;
@@ -1389,6 +1394,11 @@ typedef int (*gpurt_tunable_candidate_fn)(void *args, gpurt_stream_t stream, voi
  * (the stream synchronised): nonzero accepts it.
  */
 typedef int (*gpurt_tunable_validator_fn)(void *args, int candidate, void *context);
+
+/**
+ * The handle of a vbuffer: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
+ */
+typedef gpurt_vbuffer_s *gpurt_vbuffer_t;
 
 /**
  * Sleep mode: the pool's contents are copied to pinned host memory and copied back
@@ -5279,6 +5289,105 @@ gpurt_status_t gpurt_tunable_op_choice(gpurt_tunable_op_t op,
                                        char *name,
                                        size_t capacity,
                                        uint64_t *tunings);
+
+/**
+ * Reserves `max_bytes` of addresses on `device` (rounded up to its mapping
+ * granularity), with nothing mapped: `gpurt_vbuffer_map` backs parts of it with
+ * memory as it grows, at the same addresses (a KV cache that follows its context).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param max_bytes the most bytes it may ever map
+ * @param[out] vb receives the vbuffer; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL, for a device that does not exist or a `max_bytes` of 0; GPURT_ERROR_OUT_OF_MEMORY when the addresses cannot be reserved; GPURT_ERROR_NOT_SUPPORTED on a device without virtual memory management; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_vbuffer_create(int device,
+                                    size_t max_bytes,
+                                    gpurt_vbuffer_t *vb);
+
+/**
+ * The vbuffer's base address: byte `offset` of it is at `base + offset`, always.
+ *
+ * @param vb a vbuffer
+ * @param[out] base receives the base address; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `vb`; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_vbuffer_address(gpurt_vbuffer_t vb,
+                                     void **base);
+
+/**
+ * The unit of mapping: offsets and sizes given to `gpurt_vbuffer_map` and `_unmap`
+ * are multiples of it (2 MiB on current GPUs).
+ *
+ * @param vb a vbuffer
+ * @param[out] bytes receives the granularity in bytes; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `vb`; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_vbuffer_granularity(gpurt_vbuffer_t vb,
+                                         size_t *bytes);
+
+/**
+ * Backs `[offset, offset + bytes)` with new device memory (contents undefined), usable
+ * at once by any stream. The bytes count in the device's statistics (one segment and
+ * one allocation each map) and under its per-process memory fraction. Refused, with
+ * nothing changed, for a range not aligned to the granularity, past the reserved size,
+ * or overlapping one already mapped.
+ *
+ * @param vb a vbuffer
+ * @param offset where the range starts; a multiple of the granularity
+ * @param bytes how many bytes; a non-zero multiple of the granularity
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `vb`; GPURT_ERROR_INVALID_ARGUMENT for a range not aligned, past the end or overlapping a mapped one; GPURT_ERROR_OUT_OF_MEMORY when the device or the memory fraction has no room; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side: maps at once; enqueues no work.
+ */
+gpurt_status_t gpurt_vbuffer_map(gpurt_vbuffer_t vb,
+                                 size_t offset,
+                                 size_t bytes);
+
+/**
+ * Gives back the memory of `[offset, offset + bytes)`, after the work queued on
+ * `stream` before this call (the call waits for it). The range must be made of whole
+ * mappings as `gpurt_vbuffer_map` made them; its addresses stay reserved.
+ *
+ * @param vb a vbuffer
+ * @param offset where the range starts; a multiple of the granularity
+ * @param bytes how many bytes; a non-zero multiple of the granularity
+ * @param stream the stream whose queued work may still use the range
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `vb` or `stream`; GPURT_ERROR_INVALID_ARGUMENT for a range not aligned, past the end, not mapped, or cutting a mapping (nothing changes); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Waits for `stream`'s work queued before it, then unmaps.
+ */
+gpurt_status_t gpurt_vbuffer_unmap(gpurt_vbuffer_t vb,
+                                   size_t offset,
+                                   size_t bytes,
+                                   gpurt_stream_t stream);
+
+/**
+ * How many bytes of the vbuffer are mapped now.
+ *
+ * @param vb a vbuffer
+ * @param[out] bytes receives the mapped bytes; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `vb`; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_vbuffer_mapped_bytes(gpurt_vbuffer_t vb,
+                                          size_t *bytes);
+
+/**
+ * Waits for the device, unmaps everything mapped and gives the addresses back.
+ *
+ * @param vb a vbuffer
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `vb`; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Waits for the whole device (its work may still use the memory).
+ */
+gpurt_status_t gpurt_vbuffer_destroy(gpurt_vbuffer_t vb);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -839,6 +839,32 @@ inline Ret<gpurt_ipc_mem_handle_t> ipc_mem_handle(void *ptr) { return detail::ou
  */
 inline Ret<void> ipc_collect() { return detail::finish(gpurt_ipc_collect()); }
 
+/** A growable virtual buffer (gpurt_vbuffer_create): addresses reserved once, memory mapped into them on
+ *  demand; data() never moves. */
+class VBuffer : public detail::Owner<gpurt_vbuffer_t, gpurt_vbuffer_destroy> {
+public:
+    /** Takes ownership of a C handle. */
+    using Owner::Owner;
+    /** Reserves `max_bytes` of addresses. @param max_bytes the most it may map @param device the device @return the vbuffer */
+    static Ret<VBuffer> create(std::size_t max_bytes, int device = GPURT_CURRENT_DEVICE) {
+        return detail::make<VBuffer>(gpurt_vbuffer_create, device, max_bytes);
+    }
+    /** @return the base address (gpurt_vbuffer_address). */
+    Ret<void *> data() const { return detail::out<void *>(gpurt_vbuffer_address, handle_); }
+    /** @return the unit of mapping in bytes (gpurt_vbuffer_granularity). */
+    Ret<std::size_t> granularity() const { return detail::out<std::size_t>(gpurt_vbuffer_granularity, handle_); }
+    /** @return the bytes mapped now (gpurt_vbuffer_mapped_bytes). */
+    Ret<std::size_t> mapped_bytes() const { return detail::out<std::size_t>(gpurt_vbuffer_mapped_bytes, handle_); }
+    /** Backs [offset, offset + bytes) with memory (gpurt_vbuffer_map). @param offset a multiple of the granularity @param bytes a multiple of it
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
+    Ret<void> map(std::size_t offset, std::size_t bytes) const { return detail::finish(gpurt_vbuffer_map(handle_, offset, bytes)); }
+    /** Gives whole mappings back after `stream`'s queued work (gpurt_vbuffer_unmap). @param offset where @param bytes how many @param stream the stream
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
+    Ret<void> unmap(std::size_t offset, std::size_t bytes, const Stream &stream) const {
+        return detail::finish(gpurt_vbuffer_unmap(handle_, offset, bytes, stream.get()));
+    }
+};
+
 /** A block another process exported, open in this one; closed once, when destroyed. */
 class IpcMemory : public detail::Owner<void *, gpurt_ipc_close_mem_handle> {
 public:

@@ -41,6 +41,7 @@ pub enum Kind {
     Comm = 15,
     NvtxDomain = 16,
     GreenContext = 17,
+    VBuffer = 18,
 }
 
 impl Kind {
@@ -62,6 +63,7 @@ impl Kind {
             Kind::Comm => "communicator",
             Kind::NvtxDomain => "NVTX domain",
             Kind::GreenContext => "green context",
+            Kind::VBuffer => "vbuffer",
         }
     }
     fn from_bits(bits: u8) -> Option<Kind> {
@@ -82,6 +84,7 @@ impl Kind {
             Kind::Comm,
             Kind::NvtxDomain,
             Kind::GreenContext,
+            Kind::VBuffer,
         ].into_iter().find(|k| *k as u8 == bits)
     }
 }

@@ -55,6 +55,7 @@ pub mod stream;
 pub mod sync_debug;
 pub mod telemetry;
 pub mod tunable;
+pub mod vbuffer;
 
 pub use error::{Error, Result, Status};
 

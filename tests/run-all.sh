@@ -208,6 +208,7 @@ stub_c_test sleep_storm "sleep under a storm: 8 threads allocating and freeing i
 stub_c_test batch_test "batched copies: misuse refused with nothing queued, 10 000 copies both ways on a stream (the driver's batch call) and the legacy stream (the loop) (stub driver; bytes in the GPU suite)"
 stub_c_test green_test "green contexts: misuse refused with nothing made, SM counts rounded, disjoint splits, a green stream through the allocator, copies, events and a graph, every driver object given back (stub driver; bytes and SM shares in the GPU suite)"
 stub_c_test graph_nodes_test "conditional and event nodes: misuse refused, bodies captured on the same stream handle (its native stream the body's meanwhile, allocations from the capture's pool), nesting, IF/else, WHILE, SWITCH (stub driver: statuses; loops and data in the GPU suite)"
+stub_c_test vbuffer_test "growable virtual buffers: misuse refused with nothing changed, growth at the same address, mapped bytes in the statistics and under the memory fraction, whole mappings unmapped, every byte given back (stub driver; bytes in the GPU suite)"
 stub_c_test backend_test "backend:cudaMallocAsync: the driver's pool behind the default pools (stub driver)"
 stub_c_test foreign_capture_test "a capture begun outside gpurt: cached blocks, no new memory (whole and expandable segments), the capture survives (stub driver)"
 stub_c_test no_vmm_test "expandable segments on a device without virtual memory management: whole segments, a pool's own request refused (stub driver)"

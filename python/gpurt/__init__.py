@@ -25,6 +25,7 @@ from .memory import (DeviceBuffer, allocator_backend, empty, empty_cache, ipc_ha
 from .managed import ManagedBuffer
 from .mempool import MemPool, device_is_asleep, device_sleep, device_sleeping, device_wake, use_mem_pool
 from .pinned import PinnedBuffer, PinnedPool
+from .vbuffer import VBuffer
 from .streams import (Event, ExternalStream, GreenContext, Stream, current_stream, default_stream, per_thread_default_stream,
                       priority_range, set_stream, stream, stream_from_pool)
 

@@ -383,6 +383,19 @@ static void with_device(bool real_gpu) {
         gpurt::detail::finish(gpurt_stream_end_capture(cs.get(), &g));
         gpurt::Graph graph(g);
     }
+    {
+        // A vbuffer grows at its address; unmapping cuts no mapping.
+        gpurt::VBuffer vb = gpurt::VBuffer::create(16u << 20, 0);
+        std::size_t g = vb.granularity();
+        void *base = vb.data();
+        vb.map(0, g);
+        vb.map(g, 2 * g);
+        CHECK(vb.data() == base && vb.mapped_bytes() == 3 * g);
+        gpurt::Stream vs = gpurt::Stream::create(0, GPURT_STREAM_NON_BLOCKING);
+        expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_vbuffer_unmap", [&] { vb.unmap(g, g, vs); });
+        vb.unmap(g, 2 * g, vs);
+        CHECK(vb.mapped_bytes() == g);
+    }
     gpurt::empty_cache();
     dev.synchronize();
 }

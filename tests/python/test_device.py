@@ -643,3 +643,23 @@ def test_conditional_bodies_capture_on_the_same_stream(device):
     g.replay(s)
     s.synchronize()
     inside.free()
+
+
+def test_a_vbuffer_grows_at_its_address_and_counts_its_bytes(device):
+    vb = gpurt.VBuffer(32 << 20)
+    g, base = vb.granularity, vb.ptr
+    before = gpurt.memory_allocated()
+    with pytest.raises(gpurt.InvalidArgumentError):
+        vb.map(1, g)  # not aligned
+    vb.map(0, 2 * g)
+    with pytest.raises(gpurt.InvalidArgumentError):
+        vb.map(g, g)  # overlaps
+    vb.map(2 * g, g)
+    assert vb.ptr == base and vb.mapped_bytes == 3 * g
+    assert gpurt.memory_allocated() == before + 3 * g
+    with pytest.raises(gpurt.InvalidArgumentError):
+        vb.unmap(0, g)  # cuts the first mapping
+    vb.unmap(2 * g, g)
+    assert vb.mapped_bytes == 2 * g
+    vb.close()
+    assert gpurt.memory_allocated() == before

@@ -288,6 +288,49 @@ impl<S: SegmentSource> CachingAllocator<S> {
     }
 
     /// The statistics, every shard flushed first.
+    /// Maps `size` bytes at `addr`, in addresses its caller reserved outside the pools
+    /// (a growable buffer's), within this allocator's cap (its per-process memory
+    /// fraction), counted as one segment and one allocation of the large pool.
+    pub(crate) fn map_outside(&self, addr: u64, size: u64) -> Result<()> {
+        self.shared.grow(addr, size)?;
+        self.count_outside(size as i64, 1);
+        Ok(())
+    }
+
+    /// Unmaps what `map_outside` mapped (one whole mapping).
+    pub(crate) fn unmap_outside(&self, addr: u64, size: u64) -> Result<()> {
+        self.shared.shrink(addr, size)?;
+        self.count_outside(-(size as i64), -1);
+        Ok(())
+    }
+
+    fn count_outside(&self, bytes: i64, count: i64) {
+        use crate::alloc::stats::PoolKind::Large;
+        let mut totals = lock(&self.totals);
+        let t = &mut *totals;
+        if count > 0 {
+            t.num_device_alloc += count;
+        } else {
+            t.num_device_free -= count;
+        }
+        let rows = [
+            (&mut t.segment, count),
+            (&mut t.allocation, count),
+            (&mut t.active, count),
+            (&mut t.reserved_bytes, bytes),
+            (&mut t.allocated_bytes, bytes),
+            (&mut t.active_bytes, bytes),
+            (&mut t.requested_bytes, bytes),
+        ];
+        for (row, amount) in rows {
+            if amount >= 0 {
+                row.add(Large, amount);
+            } else {
+                row.sub(Large, -amount);
+            }
+        }
+    }
+
     pub fn stats(&self) -> gpurt_memory_stats_t {
         self.for_each_shard(|_| ());
         *lock(&self.totals)

@@ -230,7 +230,7 @@ impl<S: SegmentSource> Segments<S> {
     }
 
     /// Backs `size` more bytes of an expandable segment at `addr`, within the cap.
-    pub(super) fn grow(&self, addr: u64, size: u64) -> Result<()> {
+    pub(crate) fn grow(&self, addr: u64, size: u64) -> Result<()> {
         self.within_cap(size)?;
         self.source.map(addr, size).inspect_err(|_| {
             self.reserved.fetch_sub(size, Ordering::Relaxed);
@@ -239,7 +239,7 @@ impl<S: SegmentSource> Segments<S> {
 
     /// Unmaps one whole mapping of an expandable segment; counted as given back only
     /// when the driver unmapped it.
-    pub(super) fn shrink(&self, addr: u64, size: u64) -> Result<()> {
+    pub(crate) fn shrink(&self, addr: u64, size: u64) -> Result<()> {
         self.source.unmap(addr, size)?;
         self.reserved.fetch_sub(size, Ordering::Relaxed);
         Ok(())
