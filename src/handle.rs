@@ -349,6 +349,11 @@ impl<T> Registry<T> {
         lock(&self.objects).as_ref().and_then(|o| o.get(&id).cloned()).ok_or_else(|| Error::invalid_handle("the object was destroyed"))
     }
 
+    /// Every live object.
+    pub fn all(&self) -> Vec<std::sync::Arc<T>> {
+        lock(&self.objects).as_ref().map(|o| o.values().cloned().collect()).unwrap_or_default()
+    }
+
     pub fn remove(&self, handle: Handle) -> Result<()> {
         let id = self.handles.remove(handle)?;
         lock(&self.objects).as_mut().map(|o| o.remove(&id));

@@ -2,8 +2,9 @@
  * sizes, ranges past the end, overlapping maps, unmapping what is not mapped or only
  * part of a mapping, NULL and wrong-kind handles); a buffer that grows at the same
  * address keeps its bytes; mapped bytes count in the device's statistics and under the
- * per-process memory fraction (a map past it is refused, nothing changes); every
- * byte given back. On a GPU, fresh random bytes checked exact across growth.
+ * per-process memory fraction (a map past it is refused, nothing changes); a device
+ * sleep gives its memory back and a wake maps it again at the same address (its bytes
+ * kept with an offload); a vbuffer destroyed asleep; every byte given back. On a GPU, fresh random bytes checked exact across growth.
  *
  *   vbuffer_test */
 #define _POSIX_C_SOURCE 200809L
@@ -119,7 +120,34 @@ int main(void) {
     CHECK(allocated_now() == before + (int64_t)(2 * g), "statistics count %lld bytes after the unmap", (long long)(allocated_now() - before));
     EXPECT(gpurt_vbuffer_map(vb, 4 * g, g), GPURT_SUCCESS); /* a hole between mappings is fine */
     EXPECT(gpurt_vbuffer_unmap(vb, 0, 5 * g, s), GPURT_ERROR_INVALID_ARGUMENT); /* [2g, 4g) is not mapped */
-    EXPECT(gpurt_vbuffer_destroy(vb), GPURT_SUCCESS);
+
+    /* A device sleep takes the vbuffer: memory given back, bytes kept with an offload. */
+    fill_and_check(base, 2 * g, 21, s, host, back);
+    memcpy(first, host, 2 * g);
+    EXPECT(gpurt_device_sleep(0, GPURT_SLEEP_OFFLOAD), GPURT_SUCCESS);
+    EXPECT(gpurt_vbuffer_mapped_bytes(vb, &mapped), GPURT_SUCCESS);
+    CHECK(mapped == 0 && allocated_now() == before, "asleep: %zu mapped, %lld counted", mapped, (long long)(allocated_now() - before));
+    EXPECT(gpurt_vbuffer_map(vb, 6 * g, g), GPURT_ERROR_INVALID_ARGUMENT); /* asleep */
+    EXPECT(gpurt_vbuffer_unmap(vb, 0, 2 * g, s), GPURT_ERROR_INVALID_ARGUMENT);
+    if (stub_live) {
+        stub_live(&device1, &host0, &streams0, &events0);
+        CHECK(device1 == device0, "asleep, the stub driver holds %ld device bytes, %ld before", device1, device0);
+    }
+    EXPECT(gpurt_device_wake(0), GPURT_SUCCESS);
+    EXPECT(gpurt_vbuffer_address(vb, (void **)&again), GPURT_SUCCESS);
+    EXPECT(gpurt_vbuffer_mapped_bytes(vb, &mapped), GPURT_SUCCESS);
+    CHECK(again == base && mapped == 3 * g && allocated_now() == before + (int64_t)(3 * g), "awake again: base %p, %zu mapped", (void *)again, mapped);
+    EXPECT(gpurt_memcpy_async(back, base, 2 * g, s), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(s), GPURT_SUCCESS);
+    for (i = 0, wrong = 0; real && i < 2 * g; i++) wrong += back[i] != first[i];
+    CHECK(wrong == 0, "%zu bytes changed across the offloading sleep", wrong);
+    EXPECT(gpurt_device_sleep(0, GPURT_SLEEP_DISCARD), GPURT_SUCCESS);
+    EXPECT(gpurt_device_wake(0), GPURT_SUCCESS);
+    EXPECT(gpurt_vbuffer_mapped_bytes(vb, &mapped), GPURT_SUCCESS);
+    CHECK(mapped == 3 * g, "after a discarding sleep, %zu mapped", mapped);
+    EXPECT(gpurt_device_sleep(0, GPURT_SLEEP_OFFLOAD), GPURT_SUCCESS);
+    EXPECT(gpurt_vbuffer_destroy(vb), GPURT_SUCCESS); /* asleep: its bytes are dropped */
+    EXPECT(gpurt_device_wake(0), GPURT_SUCCESS);
     EXPECT(gpurt_vbuffer_destroy(vb), GPURT_ERROR_INVALID_HANDLE);
     CHECK(allocated_now() == before, "destroy left %lld bytes counted", (long long)(allocated_now() - before));
     if (stub_live) {

@@ -3,7 +3,9 @@
 //! workspaces, which come from it), every pool made with `gpurt_mem_pool_create` and
 //! every graph pool of the device. A device sleep remembers the pools it put to
 //! sleep, and its wake wakes those: a pool the caller put to sleep before keeps its
-//! own sleep, and one the caller woke meanwhile is left as it is.
+//! own sleep, and one the caller woke meanwhile is left as it is. Modules above the
+//! allocator add what they hold on a device (growable buffers) with
+//! `add_device_sleepers`.
 
 use std::sync::{Arc, Mutex};
 
@@ -19,8 +21,9 @@ use crate::device;
 use crate::error::{Error, Result, Status};
 use crate::handle::Handle;
 
-/// Sleep and wake over an allocator of any source.
-trait Sleeper {
+/// Sleep and wake over an allocator of any source, or anything else a device sleep
+/// takes (`add_device_sleepers`).
+pub(crate) trait Sleeper: Send + Sync {
     fn holds(&self, addr: u64) -> bool;
     fn sleep(&self, offload: bool, admit: &dyn Fn() -> Result<()>) -> Result<()>;
     fn wake(&self) -> Result<()>;
@@ -52,6 +55,22 @@ enum Sleeping {
     Pool(Arc<MemPool<PoolSource>>),
     /// A graph pool and its id.
     Graph(Arc<CachingAllocator<CaptureSource>>, u64),
+    /// What a module above the allocator holds, and its name.
+    Other(Arc<dyn Sleeper>, String),
+}
+
+/// Makes what modules above the allocator hold on a device, each with its name.
+pub(crate) type DeviceSleepers = fn(i32) -> Vec<(Arc<dyn Sleeper>, String)>;
+
+static OTHER_SLEEPERS: Mutex<Vec<DeviceSleepers>> = Mutex::new(Vec::new());
+
+/// From now on a device sleep also puts to sleep what `sleepers` names on the device,
+/// after its pools (once per function).
+pub(crate) fn add_device_sleepers(sleepers: DeviceSleepers) {
+    let mut all = lock(&OTHER_SLEEPERS);
+    if !all.iter().any(|&f| f as usize == sleepers as usize) {
+        all.push(sleepers);
+    }
 }
 
 impl Sleeping {
@@ -60,6 +79,7 @@ impl Sleeping {
             Sleeping::Default(a) => *a,
             Sleeping::Pool(p) => p.allocator(),
             Sleeping::Graph(a, _) => &**a,
+            Sleeping::Other(s, _) => &**s,
         }
     }
 
@@ -69,6 +89,7 @@ impl Sleeping {
             Sleeping::Default(_) => "the default pool".into(),
             Sleeping::Pool(p) => format!("memory pool {}", p.id()),
             Sleeping::Graph(_, id) => format!("graph pool {id}"),
+            Sleeping::Other(_, name) => name.clone(),
         }
     }
 }
@@ -132,11 +153,13 @@ struct DeviceSleep {
 static DEVICE_SLEEPS: Mutex<Vec<DeviceSleep>> = Mutex::new(Vec::new());
 
 /// Every pool of `device` that can sleep: the default pool, the pools users made, the
-/// graph pools.
+/// graph pools; then what modules above hold there.
 fn device_pools(device: i32) -> Result<Vec<Sleeping>> {
     let mut all = vec![default_sleeping(device)?];
     all.extend(MEM_POOLS.on_device(device).into_iter().map(Sleeping::Pool));
     all.extend(capture::private_pools(device).into_iter().map(|(id, a)| Sleeping::Graph(a, id)));
+    let others: Vec<DeviceSleepers> = lock(&OTHER_SLEEPERS).clone();
+    all.extend(others.into_iter().flat_map(|f| f(device)).map(|(s, name)| Sleeping::Other(s, name)));
     Ok(all)
 }
 
