@@ -1,6 +1,7 @@
 /* Sleep and wake against the raw driver, in one run (issue #44's targets):
  *   - offload: gpurt_mem_pool_sleep(GPURT_SLEEP_OFFLOAD) of a pool holding BYTES,
- *     the first sleep (which takes its pinned memory) and repeated ones, against a raw
+ *     the first sleep (which takes its pinned memory), a first sleep whose memory
+ *     gpurt_mem_pool_sleep_prepare made ahead, and repeated ones, against a raw
  *     cuMemcpyDtoH of the same bytes into pinned memory made beforehand;
  *   - restore: gpurt_mem_pool_wake after an offload, against a raw cuMemcpyHtoD, and
  *     against a raw wake: the memory made and mapped afresh, then the copy into it
@@ -226,6 +227,21 @@ int main(int argc, char **argv) {
     GP(gpurt_memcpy(back, block, bytes, stream));
     if (memcmp(back, pattern, bytes) != 0) { printf("FAIL: the pool's bytes changed across the paused sleeps\n"); failures++; }
     GP(gpurt_mem_pool_empty_cache(pool)); /* the offload's pinned memory back */
+    /* A first sleep prepared ahead (gpurt_mem_pool_sleep_prepare), against a later one. */
+    double prepare_ms, prepared_sleep_ms;
+    size_t prepared = 0;
+    {
+        double t0 = now_ms();
+        GP(gpurt_mem_pool_sleep_prepare(pool, &prepared));
+        prepare_ms = now_ms() - t0;
+        t0 = now_ms();
+        GP(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD));
+        prepared_sleep_ms = now_ms() - t0;
+        GP(gpurt_mem_pool_wake(pool));
+        GP(gpurt_memcpy(back, block, bytes, stream));
+        if (memcmp(back, pattern, bytes) != 0) { printf("FAIL: the pool's bytes changed across the prepared sleep\n"); failures++; }
+        GP(gpurt_mem_pool_empty_cache(pool));
+    }
     /* A discarded wake against its floor, each a loop of sleeps and wakes (raw: the
      * mapping unmapped and freed, then made, mapped and made accessible), the two
      * loops in turns, 2 x REPS rounds of REPS: a create's cost depends on what the driver
@@ -254,6 +270,9 @@ int main(int argc, char **argv) {
     printf("  raw H2D from pinned     %8.1f ms  %6.1f GB/s\n", raw_h2d, bytes / raw_h2d / 1e6);
     printf("  first sleep (offload)   %8.1f ms  %6.1f GB/s (takes its pinned memory)\n", first_sleep, bytes / first_sleep / 1e6);
     printf("  first wake (restore)    %8.1f ms  %6.1f GB/s\n", first_wake, bytes / first_wake / 1e6);
+    printf("  prepare (host memory)   %8.1f ms  for %zu bytes, ahead of the sleep (gpurt_mem_pool_sleep_prepare)\n", prepare_ms, prepared);
+    printf("  first sleep, prepared   %8.1f ms  %6.1f GB/s  %.2f x a later sleep (target <= 2; unprepared: %.2f x)\n", prepared_sleep_ms,
+           bytes / prepared_sleep_ms / 1e6, prepared_sleep_ms / sleep_ms, first_sleep / sleep_ms);
     printf("  sleep (offload)         %8.1f ms  %6.1f GB/s  %.3f of raw D2H (target >= 0.9)\n", sleep_ms, bytes / sleep_ms / 1e6, raw_d2h / sleep_ms);
     printf("  wake (restore)          %8.1f ms  %6.1f GB/s  %.3f of raw H2D (target >= 0.9)\n", wake_ms, bytes / wake_ms / 1e6, raw_h2d / wake_ms);
     for (c = 0; c < PAUSES; c++)

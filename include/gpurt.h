@@ -1929,6 +1929,36 @@ gpurt_status_t gpurt_mem_pool_is_asleep(gpurt_mem_pool_t pool,
                                         int *asleep);
 
 /**
+ * Makes now, ahead of a sleep, the pinned host memory the pool's next
+ * GPURT_SLEEP_OFFLOAD needs for what it holds (an eighth more, for growth), kept for
+ * that sleep as an earlier offload's memory is (`offload_host_bytes`). A first offload
+ * otherwise spends most of its time making it (docs/sleep.md); call this where a
+ * stall costs nothing, after loading a model. Memory kept already that is large
+ * enough stays; gpurt_mem_pool_empty_cache gives it back.
+ *
+ * @param pool a pool that can sleep (a default pool, one from gpurt_mem_pool_create, a graph pool)
+ * @param[out] host_bytes receives the bytes of host memory made; may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a pool asleep; GPURT_ERROR_NOT_SUPPORTED for a pool that cannot sleep; GPURT_ERROR_OUT_OF_MEMORY where the host memory cannot be had (what was made for other shards is kept); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side: does not wait for the device.
+ */
+gpurt_status_t gpurt_mem_pool_sleep_prepare(gpurt_mem_pool_t pool,
+                                            size_t *host_bytes);
+
+/**
+ * gpurt_mem_pool_sleep_prepare for every pool of `device` that is awake: the next
+ * gpurt_device_sleep with GPURT_SLEEP_OFFLOAD copies at once.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param[out] host_bytes receives the bytes of host memory made; may be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_NOT_SUPPORTED under backend:cudaMallocAsync; GPURT_ERROR_OUT_OF_MEMORY where the host memory cannot be had (what was made is kept); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side: does not wait for the device.
+ */
+gpurt_status_t gpurt_device_sleep_prepare(int device,
+                                          size_t *host_bytes);
+
+/**
  * Puts to sleep everything gpurt holds on `device` that is awake: its default pool
  * (with the cuBLAS and cuBLASLt workspaces, which come from it), every pool made with
  * gpurt_mem_pool_create on it and every graph pool of it (graphs captured into them

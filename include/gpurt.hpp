@@ -718,6 +718,9 @@ public:
      *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
      */
     Ret<void> sleep(gpurt_sleep_mode_t mode = GPURT_SLEEP_OFFLOAD) const { return detail::finish(gpurt_mem_pool_sleep(handle_, mode)); }
+    /** Makes the pinned host memory the next offload needs now (gpurt_mem_pool_sleep_prepare).
+     *  @return the bytes made; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
+    Ret<std::size_t> sleep_prepare() const { return detail::out<std::size_t>(gpurt_mem_pool_sleep_prepare, handle_); }
     /** Maps the pool's memory back at the same addresses (gpurt_mem_pool_wake).
      *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
      */
@@ -764,6 +767,9 @@ inline Ret<void> memcpy_batch_async(void *const *dsts, const void *const *srcs, 
 
 /** Puts everything gpurt holds on `device` to sleep (gpurt_device_sleep). @param device a device ordinal @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
 inline Ret<void> device_sleep(int device, gpurt_sleep_mode_t mode = GPURT_SLEEP_OFFLOAD) { return detail::finish(gpurt_device_sleep(device, mode)); }
+/** Makes the host memory the device's next offloading sleep needs now (gpurt_device_sleep_prepare).
+ *  @param device a device ordinal @return the bytes made; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
+inline Ret<std::size_t> device_sleep_prepare(int device) { return detail::out<std::size_t>(gpurt_device_sleep_prepare, device); }
 /** Wakes what device_sleep put to sleep (gpurt_device_wake). @param device a device ordinal @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
 inline Ret<void> device_wake(int device) { return detail::finish(gpurt_device_wake(device)); }
 /** @return whether gpurt_device_sleep put `device` to sleep (gpurt_device_is_asleep). @param device a device ordinal */

@@ -23,7 +23,7 @@ from .memory import (DeviceBuffer, allocator_backend, empty, empty_cache, ipc_ha
                      reset_accumulated_memory_stats, reset_peak_memory_stats, set_allocator_config,
                      set_per_process_memory_fraction)
 from .managed import ManagedBuffer
-from .mempool import MemPool, device_is_asleep, device_sleep, device_sleeping, device_wake, use_mem_pool
+from .mempool import MemPool, device_is_asleep, device_sleep, device_sleep_prepare, device_sleeping, device_wake, use_mem_pool
 from .pinned import PinnedBuffer, PinnedPool
 from .vbuffer import VBuffer
 from .streams import (Event, ExternalStream, GreenContext, Stream, current_stream, default_stream, per_thread_default_stream,

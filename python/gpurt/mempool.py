@@ -68,6 +68,11 @@ class MemPool(Handle):
         mode = lib.GPURT_SLEEP_OFFLOAD if offload else lib.GPURT_SLEEP_DISCARD
         check(lib.gpurt_mem_pool_sleep(self._handle, mode))
 
+    def sleep_prepare(self):
+        """Makes now the pinned host memory the next offloading sleep needs (so that it
+        copies at once); returns its bytes (gpurt_mem_pool_sleep_prepare)."""
+        return fetch("size_t", lib.gpurt_mem_pool_sleep_prepare, self._handle)
+
     def wake(self):
         """Maps the pool's memory back at the same addresses, with its contents if it
         slept with offload (gpurt_mem_pool_wake)."""
@@ -94,6 +99,12 @@ def device_sleep(device=None, offload=True):
     Pools already asleep keep their own sleep."""
     mode = lib.GPURT_SLEEP_OFFLOAD if offload else lib.GPURT_SLEEP_DISCARD
     check(lib.gpurt_device_sleep(ordinal(device), mode))
+
+
+def device_sleep_prepare(device=None):
+    """device_sleep's host memory made now, for every pool of `device`; its bytes
+    (gpurt_device_sleep_prepare)."""
+    return fetch("size_t", lib.gpurt_device_sleep_prepare, ordinal(device))
 
 
 def device_wake(device=None):

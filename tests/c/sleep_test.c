@@ -477,6 +477,35 @@ int main(void) {
         EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
     }
 
+    /* Host memory made ahead: counted, used by the next sleep, refused while asleep. */
+    {
+        gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
+        void *blocks[2] = {NULL, NULL};
+        size_t made = 0, again = 1;
+        EXPECT(gpurt_mem_pool_sleep_prepare(NULL, &made), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_mem_pool_empty_cache(pool), GPURT_SUCCESS); /* no host memory kept from earlier sleeps */
+        EXPECT(gpurt_mem_pool_malloc(pool, 8 << 20, stream, &blocks[0]), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_malloc(pool, 8 << 20, stream, &blocks[1]), GPURT_SUCCESS);
+        write_blocks(blocks, 0, 2, 77);
+        EXPECT(gpurt_mem_pool_sleep_prepare(pool, &made), GPURT_SUCCESS);
+        CHECK(made >= (16u << 20), "prepared %zu bytes for 16 MiB live", made);
+        EXPECT(gpurt_mem_pool_sleep_prepare(pool, &again), GPURT_SUCCESS);
+        CHECK(again == 0, "a second preparation made %zu bytes", again);
+        EXPECT(gpurt_mem_pool_stats(pool, &stats), GPURT_SUCCESS);
+        CHECK(stats.offload_host_bytes == (int64_t)made, "offload_host_bytes %lld, prepared %zu", (long long)stats.offload_host_bytes, made);
+        EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_sleep_prepare(pool, NULL), GPURT_ERROR_INVALID_ARGUMENT); /* asleep */
+        EXPECT(gpurt_mem_pool_stats(pool, &stats), GPURT_SUCCESS);
+        CHECK(stats.offload_host_bytes == (int64_t)made, "the sleep made host memory of its own: %lld, prepared %zu", (long long)stats.offload_host_bytes, made);
+        EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);
+        check_blocks(blocks, 0, 2, 77);
+        EXPECT(gpurt_device_sleep_prepare(0, NULL), GPURT_SUCCESS);
+        EXPECT(gpurt_device_sleep_prepare(99, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_free(blocks[0]), GPURT_SUCCESS);
+        EXPECT(gpurt_free(blocks[1]), GPURT_SUCCESS);
+        EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+    }
+
     /* Whole segments cannot keep their addresses: refused while a block lives, naming it. */
     options.config = "expandable_segments:False";
     EXPECT(gpurt_mem_pool_create(0, &options, &plain), GPURT_SUCCESS);

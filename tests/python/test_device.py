@@ -663,3 +663,22 @@ def test_a_vbuffer_grows_at_its_address_and_counts_its_bytes(device):
     assert vb.mapped_bytes == 2 * g
     vb.close()
     assert gpurt.memory_allocated() == before
+
+
+def test_a_sleep_prepared_ahead_uses_that_host_memory(device):
+    s = gpurt.Stream()
+    payload = random.randbytes(4 << 20)
+    with gpurt.MemPool(config="expandable_segments:True") as pool:
+        buf = gpurt.DeviceBuffer(len(payload), stream=s, pool=pool)
+        buf.copy_from_host(payload)
+        made = pool.sleep_prepare()
+        assert made >= len(payload) and pool.stats()["offload_host_bytes"] == made
+        assert pool.sleep_prepare() == 0  # enough kept already
+        with pool.sleeping(offload=True):
+            assert pool.stats()["offload_host_bytes"] == made  # the sleep made none of its own
+            with pytest.raises(gpurt.InvalidArgumentError):
+                pool.sleep_prepare()
+        if gpurt.get_device_name() != "Fake GPU":
+            assert bytes(buf.copy_to_host()) == payload
+        buf.free()
+    assert gpurt.device_sleep_prepare() >= 0

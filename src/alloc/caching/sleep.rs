@@ -221,6 +221,42 @@ impl<S: SegmentSource> CachingAllocator<S> {
     }
 
     /// The stream map and every shard locked, in index order.
+    /// Makes, ahead of a sleep, the host memory each shard's offload would need for
+    /// what it holds now (and an eighth more, for growth), so that the next sleep copies
+    /// at once: a first offload otherwise spends most of its time making that memory.
+    /// Shards keeping enough already are left alone. The bytes made, in all.
+    pub fn prepare_sleep(&self) -> Result<u64> {
+        let _one = lock(&self.transition);
+        if self.sleep_mode().is_some() {
+            return Err(Error::invalid_argument("the memory pool is asleep: it prepares for a sleep while awake"));
+        }
+        let needs: Vec<(u32, u64)> = {
+            let (_streams, shards) = self.lock_all();
+            shards
+                .iter()
+                .filter_map(|(i, state)| state.pool.offload_needs().map(|need| (*i, need)))
+                .filter(|&(_, (live, kept))| live > kept)
+                .map(|(i, (live, _))| (i, (live + live / 8).next_multiple_of(2 << 20)))
+                .collect()
+        };
+        let mut made = 0;
+        for (index, bytes) in needs {
+            let staging = Staged { bytes, memory: self.shared.source.host_staging(bytes)? };
+            let (kept, to_free) = {
+                let (_streams, mut shards) = self.lock_all();
+                let offered = match shards.iter_mut().find(|(i, _)| *i == index) {
+                    Some((_, state)) => state.pool.offer_host_copy(staging),
+                    None => (false, Some(staging)),
+                };
+                self.flush(&mut shards);
+                offered
+            };
+            drop(to_free);
+            made += if kept { bytes } else { 0 };
+        }
+        Ok(made)
+    }
+
     fn lock_all(&self) -> Locked<'_, S> {
         let streams = lock(&self.streams);
         let shards = self.shards.iter().enumerate().filter_map(|(i, shard)| Some((i as u32, lock(&shard.get()?.state)))).collect();

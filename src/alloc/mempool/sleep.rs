@@ -29,6 +29,10 @@ pub(crate) trait Sleeper: Send + Sync {
     fn wake(&self) -> Result<()>;
     fn sleep_mode(&self) -> Option<bool>;
     fn refuses_allocations(&self) -> bool;
+    /// Makes the host memory the next offload needs now; the bytes made.
+    fn prepare_sleep(&self) -> Result<u64> {
+        Ok(0)
+    }
 }
 
 impl<S: SegmentSource> Sleeper for CachingAllocator<S> {
@@ -46,6 +50,9 @@ impl<S: SegmentSource> Sleeper for CachingAllocator<S> {
     }
     fn refuses_allocations(&self) -> bool {
         CachingAllocator::refuses_allocations(self)
+    }
+    fn prepare_sleep(&self) -> Result<u64> {
+        CachingAllocator::prepare_sleep(self)
     }
 }
 
@@ -133,6 +140,23 @@ pub fn sleep(handle: Handle, offload: bool) -> Result<()> {
 pub fn wake(handle: Handle) -> Result<()> {
     let pool = sleeping(handle)?;
     capture::outside_captures("a wake", || pool.sleeper().wake())
+}
+
+/// `gpurt_mem_pool_sleep_prepare`: the host memory the pool's next offload needs, made now.
+pub fn prepare(handle: Handle) -> Result<u64> {
+    sleeping(handle)?.sleeper().prepare_sleep()
+}
+
+/// `gpurt_device_sleep_prepare`: `prepare` of every pool of the device that is awake.
+pub fn prepare_device(ordinal: i32) -> Result<u64> {
+    let d = device::resolve(ordinal)?;
+    let mut made = 0;
+    for pool in device_pools(d)? {
+        if pool.sleeper().sleep_mode().is_none() {
+            made += pool.sleeper().prepare_sleep().map_err(|e| e.context(&format!("preparing {}", pool.name())))?;
+        }
+    }
+    Ok(made)
 }
 
 /// Whether the pool sleeps (a pool that cannot sleep never does).

@@ -245,6 +245,29 @@ impl<S: SegmentSource> Pool<S> {
         }
     }
 
+    /// The host memory an offload of this pool would need now and what it keeps: (live
+    /// bytes, kept bytes); none while it sleeps.
+    pub fn offload_needs(&self) -> Option<(u64, u64)> {
+        if self.asleep.is_some() {
+            return None;
+        }
+        let live = self.live_ranges().iter().map(|r| r.1).sum();
+        Some((live, self.host_copy.as_ref().map_or(0, |k| k.bytes)))
+    }
+
+    /// Keeps `staging` for the next offload in place of smaller kept memory: whether it
+    /// was kept, and what to free without the pool's lock (the memory it replaced, or,
+    /// for a sleeping pool or one keeping as much already, `staging` itself).
+    pub fn offer_host_copy(&mut self, staging: Staged) -> (bool, Option<Staged>) {
+        let kept = self.host_copy.as_ref().map_or(0, |k| k.bytes);
+        if self.asleep.is_some() || kept >= staging.bytes {
+            return (false, Some(staging));
+        }
+        let old = self.take_host_copy();
+        self.keep_host_copy(Some(staging));
+        (true, old)
+    }
+
     /// The host memory kept from the last offload, out of the pool and its count.
     pub(super) fn take_host_copy(&mut self) -> Option<Staged> {
         let kept = self.host_copy.take()?;

@@ -453,3 +453,27 @@ fn sleep_and_wake_under_threads_keep_every_block_and_figure() {
     assert_eq!(p.source().mapped_bytes(), 0);
     assert_eq!(p.source().staged_bytes(), 0);
 }
+
+/// A sleep prepared ahead makes no host memory of its own: the prepared memory (the
+/// live bytes and an eighth more) serves it, counted from the preparation on, and a
+/// second preparation with enough kept makes none.
+#[test]
+fn a_prepared_sleep_uses_the_host_memory_made_ahead() {
+    let p = expandable(64 * GIB);
+    let blocks: Vec<u64> = (0..4).map(|_| p.malloc(32 * MIB, 1).unwrap()).collect();
+    for (i, &addr) in blocks.iter().enumerate() {
+        p.source().write(addr, &[i as u8 + 7; 8]);
+    }
+    let made = p.prepare_sleep().unwrap();
+    assert_eq!(made, (128 * MIB + 16 * MIB).next_multiple_of(2 * MIB), "the live bytes and an eighth more");
+    assert_eq!((p.source().staged_bytes(), p.stats().offload_host_bytes as u64), (made, made), "made and counted");
+    assert_eq!(p.prepare_sleep().unwrap(), 0, "enough is kept already");
+    sleep(&p, true).unwrap();
+    assert_eq!(p.source().staged_bytes(), made, "the sleep made none of its own");
+    assert!(p.prepare_sleep().unwrap_err().message.contains("asleep"));
+    p.wake().unwrap();
+    for (i, &addr) in blocks.iter().enumerate() {
+        assert_eq!(p.source().read(addr), Some(vec![i as u8 + 7; 8]));
+    }
+    check(&p);
+}
