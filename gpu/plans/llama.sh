@@ -1,8 +1,9 @@
 # llama.cpp unpatched and on gpurt (run.sh's PART=llama), a lease of its own: both
-# builds at once (host cores), then each one's architecture tests, the greedy tokens of
-# every model, the server's idle sleep, two GPUs where the machine has them and
-# llama-bench, with the machine to itself; last, both builds' op tests side by side, then
-# their ctest tests that need no download.
+# builds at once (host cores); then, with the machine to itself, each one's
+# architecture tests, the greedy tokens of every model, two GPUs where the machine has
+# them and the server's idle sleep; both builds' op tests and their ctest tests that
+# need no download, side by side; last llama-bench and the 9.5 GiB model's sleep, the
+# first to go when a lease runs short.
 #   bash gpu-bundle/detached.sh gpu-bundle/plans/llama.sh
 set -u
 side_by_side() {  # side_by_side STEP-PREFIX: that step of both builds at once
@@ -12,8 +13,8 @@ side_by_side() {  # side_by_side STEP-PREFIX: that step of both builds at once
     wait
 }
 side_by_side llama-build
-PART=llama SKIP='^llama-(build-.*|test-backend-ops-.*|compare-ops|ctest-.*|compare-ctest)$' bash run.sh
+PART=llama ONLY='^llama-(archs-.*|models|completion|split|server-sleep)$' bash run.sh
 side_by_side llama-test-backend-ops
 PART=llama ONLY='^llama-compare-ops$' bash run.sh
 side_by_side llama-ctest
-PART=llama ONLY='^llama-compare-ctest$' bash run.sh
+PART=llama ONLY='^llama-(compare-ctest|bench|server-sleep-big)$' bash run.sh
