@@ -255,6 +255,10 @@ def split(work, bins):
     ok = True
     bare = bare_context_mib()
     for mode in ["layer", "row"]:
+        refusal = upstream_refuses(bins["unpatched"], os.path.join(work, "dense.gguf"), ("-sm", mode))
+        if refusal:
+            print(f"-sm {mode}: not compared: unpatched llama.cpp refuses it itself ({refusal})")
+            continue
         print(f"-sm {mode}:")
         ok &= completion(work, bins, models=["dense", "moe"], extra=("-sm", mode))
     r = server_run(bins["gpurt"], os.path.join(work, "dense.gguf"), "offload", 3, 8160, extra=("-sm", "layer"), devices=2)
@@ -263,6 +267,15 @@ def split(work, bins):
         ok &= down <= bare + 100
     print(f"offload over two GPUs: tokens after every wake {'identical' if r['same_tokens'] else 'DIFFER'}")
     return ok and r["same_tokens"]
+
+
+def upstream_refuses(bindir, model, extra):
+    """The error line with which unpatched llama-completion refuses `extra` on `model`
+    (llama.cpp 5de25a74's CUDA backend has no split buffers for -sm row), or None."""
+    cmd = [os.path.join(bindir, "llama-completion"), "-m", model, "-p", PROMPT, "-n", "1", "-ngl", "99", "-no-cnv", *extra]
+    err = subprocess.run(cmd, capture_output=True, text=True, errors="replace").stderr
+    lines = [line for line in err.splitlines() if "does not support" in line]
+    return lines[0].split(": ", 1)[-1].strip() if lines else None
 
 
 def bench(work, rounds, bins):

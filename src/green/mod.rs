@@ -97,6 +97,11 @@ fn carve(d: i32, counts: &[u32], whole_if_alone: bool) -> Result<Vec<(CUdevResou
             groups.push((left, count));
             break;
         }
+        // The driver splits only resources it hands out (a device's, a green context's),
+        // not what a split left: that becomes a temporary green context's first.
+        if i > 0 {
+            left = splittable(d, left)?;
+        }
         match split_off(&left, wanted) {
             Some((group, count, rest)) => {
                 groups.push((group, count));
@@ -116,13 +121,32 @@ fn carve(d: i32, counts: &[u32], whole_if_alone: bool) -> Result<Vec<(CUdevResou
     Ok(groups)
 }
 
-/// A green context of device `d` on one group of SMs.
-fn make(d: i32, (mut group, count): (CUdevResource, u32)) -> Result<Handle> {
+/// The driver's green context of device `d` on `group`.
+fn green_context_on(d: i32, mut group: CUdevResource) -> Result<sys::CUgreenCtx> {
     let mut desc = std::ptr::null_mut();
     check(unsafe { sys::cuDevResourceGenerateDesc(&mut desc, &mut group, 1) }, "cuDevResourceGenerateDesc")?;
     let mut raw = std::ptr::null_mut();
     let flags = sys::CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM as u32;
     check(unsafe { sys::cuGreenCtxCreate(&mut raw, desc, d, flags) }, "cuGreenCtxCreate")?;
+    Ok(raw)
+}
+
+/// What a split left, as a resource the driver splits again: a temporary green
+/// context's SMs (the driver refuses to split a split's output).
+fn splittable(d: i32, left: CUdevResource) -> Result<CUdevResource> {
+    let temporary = green_context_on(d, left)?;
+    let mut resource = MaybeUninit::<CUdevResource>::zeroed();
+    let sm = CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM;
+    let got = check(unsafe { sys::cuGreenCtxGetDevResource(temporary, resource.as_mut_ptr(), sm) }, "cuGreenCtxGetDevResource");
+    unsafe { sys::cuGreenCtxDestroy(temporary) };
+    got?;
+    // SAFETY: written by the driver.
+    Ok(unsafe { resource.assume_init() })
+}
+
+/// A green context of device `d` on one group of SMs.
+fn make(d: i32, (group, count): (CUdevResource, u32)) -> Result<Handle> {
+    let raw = green_context_on(d, group)?;
     CONTEXTS.insert(GreenContext { raw: raw as usize, device: d, sm_count: count }).inspect_err(|_| unsafe {
         sys::cuGreenCtxDestroy(raw);
     })

@@ -385,7 +385,8 @@ CUresult cuMemImportFromShareableHandle(unsigned long long *h, void *os_handle, 
 }
 /* Green contexts: 132 SMs split in groups of 8 (as an H100 SXM); a green context's
  * streams count as streams. A resource is the driver's 144-byte struct: its type,
- * then the SM count at byte 96. */
+ * then the SM count at byte 96; the stub marks a split's outputs (first padding byte),
+ * which the driver refuses to split again (a green context's resource it splits). */
 typedef struct { int type; unsigned char pad[92]; unsigned sm_count; unsigned char rest[44]; } DevResource;
 static long live_green_contexts;
 long stub_green_contexts(void) { return __atomic_load_n(&live_green_contexts, __ATOMIC_RELAXED); }
@@ -400,9 +401,10 @@ CUresult cuDeviceGetDevResource(int d, DevResource *r, int type) {
 CUresult cuDevSmResourceSplitByCount(DevResource *result, unsigned *groups, const DevResource *in, DevResource *rest, unsigned f, unsigned min) {
     unsigned size = (min + 7) / 8 * 8, fit = size ? in->sm_count / size : 0;
     (void)f;
+    if (in->pad[0]) return 1; /* a split's output: CUDA_ERROR_INVALID_VALUE */
     if (*groups > fit) *groups = fit;
-    for (unsigned i = 0; i < *groups; i++) { result[i] = *in; result[i].sm_count = size; }
-    if (rest) { *rest = *in; rest->sm_count = in->sm_count - *groups * size; }
+    for (unsigned i = 0; i < *groups; i++) { result[i] = *in; result[i].sm_count = size; result[i].pad[0] = 1; }
+    if (rest) { *rest = *in; rest->sm_count = in->sm_count - *groups * size; rest->pad[0] = 1; }
     return 0;
 }
 CUresult cuDevResourceGenerateDesc(P *desc, DevResource *r, unsigned n) { (void)n; *desc = r; return 0; }
@@ -410,8 +412,15 @@ CUresult cuGreenCtxCreate(P *g, P desc, int d, unsigned f) {
     (void)desc; (void)d;
     INJECT("cuGreenCtxCreate", UNKNOWN);
     if (f != 1) return 1; /* CU_GREEN_CTX_DEFAULT_STREAM is required */
-    *g = malloc(16);
+    *g = malloc(sizeof(DevResource));
+    memcpy(*g, desc, sizeof(DevResource)); /* the stub's descriptor is the resource */
     count(&live_green_contexts, 1);
+    return 0;
+}
+CUresult cuGreenCtxGetDevResource(P g, DevResource *r, int type) {
+    if (type != 1) return 1;
+    *r = *(DevResource *)g;
+    r->pad[0] = 0; /* a context's resource splits */
     return 0;
 }
 CUresult cuGreenCtxDestroy(P g) { free(g); count(&live_green_contexts, -1); return 0; }
