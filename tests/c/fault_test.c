@@ -1,7 +1,8 @@
 /* Fault injection through the stub driver: a mixed workload (two streams, the
  * caching allocator with cross-stream use and record_stream, events, the pinned pool
  * with copies, a staged copy, a graph capture that allocates from its private pool,
- * a module load, a user memory pool routed to by push, managed memory, a file
+ * a conditional node whose body allocates, a module load, a green context's stream, a
+ * growable buffer mapped and unmapped, a user memory pool routed to by push, managed memory, a file
  * written and read back through the GDS calls, synchronous and queued) runs once
  * for every driver call it makes, with that one call made to fail. After each run,
  * with the fault disarmed:
@@ -89,9 +90,15 @@ static void workload(void) {
     }
     free(pageable);
     if (s[0] != NULL && TRY(gpurt_stream_begin_capture(s[0], GPURT_CAPTURE_MODE_THREAD_LOCAL, NULL))) {
+        unsigned long long cond = 0;
         if (TRY(gpurt_malloc(3 << 20, s[0], &scratch))) {
             TRY(gpurt_memset_async(scratch, 1, 1, 3 << 20, s[0]));
             TRY(gpurt_free(scratch));
+        }
+        /* A conditional node whose body allocates from the capture's pool. */
+        if (TRY(gpurt_graph_conditional_handle_create(s[0], 1, 0, &cond)) && TRY(gpurt_graph_conditional_begin(s[0], cond, GPURT_GRAPH_CONDITIONAL_IF, 1))) {
+            if (TRY(gpurt_malloc(1 << 20, s[0], &scratch))) TRY(gpurt_free(scratch));
+            TRY(gpurt_graph_conditional_end(s[0]));
         }
         if (TRY(gpurt_stream_end_capture(s[0], &graph)) && TRY(gpurt_graph_instantiate(graph, 0, NULL, &exec))) {
             TRY(gpurt_graph_launch(exec, s[0]));
@@ -100,6 +107,27 @@ static void workload(void) {
         if (graph != NULL) TRY(gpurt_graph_destroy(graph));
     }
     if (TRY(gpurt_module_load_data(ptx, sizeof ptx - 1, &module))) TRY(gpurt_module_unload(module));
+    /* A green context's stream through the allocator; a growable buffer mapped, unmapped,
+     * mapped again and destroyed. A destroy that failed is retried: the fault is gone. */
+    {
+        gpurt_green_context_t green = NULL;
+        gpurt_stream_t on_sms = NULL;
+        gpurt_vbuffer_t vb = NULL;
+        void *on_green = NULL;
+        if (TRY(gpurt_green_context_create(0, 16, &green))) {
+            if (TRY(gpurt_green_context_stream_create(green, GPURT_STREAM_NON_BLOCKING, 0, &on_sms))) {
+                if (TRY(gpurt_malloc(1 << 20, on_sms, &on_green))) TRY(gpurt_free(on_green));
+                TRY(gpurt_stream_synchronize(on_sms));
+                if (!TRY(gpurt_stream_destroy(on_sms))) TRY(gpurt_stream_destroy(on_sms));
+            }
+            if (!TRY(gpurt_green_context_destroy(green))) TRY(gpurt_green_context_destroy(green));
+        }
+        if (s[1] != NULL && TRY(gpurt_vbuffer_create(0, 8 << 20, &vb))) {
+            if (TRY(gpurt_vbuffer_map(vb, 0, 4 << 20))) TRY(gpurt_vbuffer_unmap(vb, 0, 4 << 20, s[1]));
+            TRY(gpurt_vbuffer_map(vb, 4 << 20, 2 << 20));
+            if (!TRY(gpurt_vbuffer_destroy(vb))) TRY(gpurt_vbuffer_destroy(vb));
+        }
+    }
     /* A user pool (with the process's options) routed to by push, and managed memory. */
     if (s[1] != NULL && TRY(gpurt_mem_pool_create(0, NULL, &user_pool))) {
         if (TRY(gpurt_mem_pool_push(user_pool))) {
@@ -214,7 +242,8 @@ int main(void) {
                                    "cuStreamCreateWithPriority", "cuMemcpyAsync", "cuModuleLoadDataEx",
                                    "cuStreamBeginCapture_v2", "cuGraphInstantiateWithFlags", "cuGraphLaunch",
                                    "cuMemAddressReserve", "cuMemCreate", "cuMemMap", "cuLaunchHostFunc",
-                                   "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2"};
+                                   "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuGreenCtxCreate", "cuGraphAddNode_v2",
+                                   "cuStreamBeginCaptureToGraph"};
     static const char *configs[] = {"expandable_segments:False", "expandable_segments:True"};
     void *driver;
     size_t c;
