@@ -3,7 +3,8 @@
  *
  *  - each share's GEMM throughput against the whole device's: a green context of
  *    S SMs runs fp16 8192^3 GEMMs at S / total of the full rate (target: within 10 %);
- *  - two contexts split from one device ({16, rest}) each at its share, run at once;
+ *  - two contexts split from one device ({16, rest}), run at once: each one's rate at
+ *    its share of SMs (target: within 10 %), and against its rate alone;
  *  - a 16-SM context's GEMMs running beside a full-device stream's: the full-device
  *    GEMM slows by at most the 16 SMs' share (+5 points), where a second full-device
  *    stream beside it (no green context) takes about half.
@@ -107,10 +108,13 @@ int main(void) {
         }
         double small_alone = tflops(s[0], 2, NULL, 0), rest_alone = tflops(s[1], 8, NULL, 0);
         double small_beside = tflops(s[0], 2, s[1], 16), rest_beside = tflops(s[1], 8, s[0], 2);
-        int holds = small_beside >= small_alone * 0.9 && rest_beside >= rest_alone * 0.9;
+        double small_follows = small_beside / whole / ((double)got[0] / total), rest_follows = rest_beside / whole / ((double)got[1] / total);
+        int holds = small_follows >= 0.9 && small_follows <= 1.1 && rest_follows >= 0.9 && rest_follows <= 1.1;
         failures += !holds;
-        printf("split {16, rest} = {%u, %u} SMs: alone %.0f / %.0f TFLOP/s, at once %.0f / %.0f: each keeps its rate (within 10 %%): %s\n",
-               got[0], got[1], small_alone, rest_alone, small_beside, rest_beside, holds ? "holds" : "DOES NOT hold");
+        printf("split {16, rest} = {%u, %u} SMs: alone %.0f / %.0f TFLOP/s, at once %.0f / %.0f (%.2f / %.2f of alone): at once, each one's "
+               "rate is %.2f / %.2f x its share of the device's (within 10 %%: %s)\n",
+               got[0], got[1], small_alone, rest_alone, small_beside, rest_beside, small_beside / small_alone, rest_beside / rest_alone,
+               small_follows, rest_follows, holds ? "holds" : "DOES NOT hold");
         /* A full-device stream beside the 16-SM context, then beside another full-device stream. */
         double beside_green = tflops(full, 10, s[0], 6), beside_full = tflops(full, 10, other, 10);
         double slowdown = 1 - beside_green / whole, share = (double)got[0] / total;
