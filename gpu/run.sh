@@ -341,7 +341,8 @@ done
 # pool, PyTorch's allocator and RMM's pool (docs/performance.md, "Trace replay").
 torch_dir=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
 step record-traces python3 src/record_traces.py recorded-traces
-mkdir -p plain-traces && for t in traces/*.trace.gz; do gunzip -c "$t" > "plain-traces/$(basename "$t" .gz)"; done
+# Unpacked only when steps run: LIST=1 (tests/gpu_scripts.sh, in the source tree) writes nothing.
+[[ -n ${LIST:-} ]] || { mkdir -p plain-traces && for t in traces/*.trace.gz; do gunzip -c "$t" > "plain-traces/$(basename "$t" .gz)"; done; }
 step build-trace-replay c++ -std=c++20 -O2 -Wall -Werror -DWITH_TORCH -DWITH_RMM -Iinclude -isystem "$torch_dir/include" \
     src/trace_replay.cpp -Llib -lgpurt -Wl,-rpath,"$lib" -L"$torch_dir/lib" -lc10_cuda -lc10 -Wl,-rpath,"$torch_dir/lib" \
     "${rmm_flags[@]}" -lcuda -o bin/trace_replay
