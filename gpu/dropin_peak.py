@@ -17,7 +17,8 @@ only): GPT-2 (124 M parameters, fp16) generating 256 tokens for 16
 prompts of 128 with a KV cache grown by concatenation; ResNet-50 training (SGD with
 momentum, batch 64 at 224 x 224, 6 steps). Peak reserved memory is the allocator's own
 figure (torch.cuda.max_memory_reserved; gpurt_memory_usage's max_reserved). Results
-must be identical: the generated tokens and the trained weights' bytes.
+must be identical: the generated tokens and the trained weights' bytes. dropin_orders.py
+runs it in every order, with NVML's figure of the process.
 """
 import ctypes
 import hashlib
@@ -61,7 +62,7 @@ on_gpurt = mode == "gpurt"
 if on_gpurt:
     alloc = torch.cuda.memory.CUDAPluggableAllocator(lib_path, "gpurt_torch_alloc", "gpurt_torch_free")
     torch.cuda.memory.change_current_allocator(alloc)
-    expandable = "expandable_segments:True" in os.environ.get("GPURT_ALLOC_CONF", "")
+    expandable = "expandable_segments:False" not in os.environ.get("GPURT_ALLOC_CONF", "")  # gpurt's default
 else:
     expandable = "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
 torch.use_deterministic_algorithms(True, warn_only=True)
@@ -94,17 +95,22 @@ def peak_reserved():
     return torch.cuda.max_memory_reserved()
 
 
+# DROPIN_GPT2=BATCH,PROMPT,NEW and DROPIN_RESNET_BATCH vary the workloads' sizes.
+GPT2_SIZES = [int(x) for x in os.environ.get("DROPIN_GPT2", "16,128,256").split(",")]
+RESNET_BATCH = int(os.environ.get("DROPIN_RESNET_BATCH", "64"))
+
+
 def gpt2_generate():
     torch.manual_seed(0)
-    return llm_generate(batch=16, prompt=128, new_tokens=256).cpu().numpy().tobytes()
+    batch, prompt, new_tokens = GPT2_SIZES
+    return llm_generate(batch=batch, prompt=prompt, new_tokens=new_tokens).cpu().numpy().tobytes()
 
 
-# DROPIN_WORKLOADS (comma-separated names) runs some of them only, each then in a
-# process of its own.
+# DROPIN_WORKLOADS (comma-separated names) runs some of them only, in its order.
 chosen = os.environ.get("DROPIN_WORKLOADS", "gpt2_generate,resnet50_train").split(",")
 os.makedirs(out_dir, exist_ok=True)
-workloads = [(name, workload) for name, workload in (("gpt2_generate", gpt2_generate), ("resnet50_train", resnet50_train))
-             if name in chosen]
+known = {"gpt2_generate": gpt2_generate, "resnet50_train": lambda: resnet50_train(batch=RESNET_BATCH)}
+workloads = [(name, known[name]) for name in chosen]
 if mode == "record":
     record("dropin_sequence", lambda: [workload() for _, workload in workloads], out_dir)
     sys.exit(0)

@@ -1,11 +1,13 @@
 // Interop with the CUDA runtime, built with nvcc on the GPU machine: the device that
 // gpurt makes current is the one cudart sees (and back), and a kernel of the
 // caller's own, sized from properties read through gpurt, runs on it and its
-// result is exact.
+// result is exact. With two devices: gpurt's copies of one device's memory run
+// with the other device current (what the runtime refuses for mapped memory).
 #include <cuda_runtime.h>
 #include <gpurt.h>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 #include <random>
 
@@ -29,6 +31,43 @@
 __global__ void axpb(const unsigned *in, unsigned *out, unsigned a, unsigned b, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         out[i] = in[i] * a + b;
+}
+
+// Device `owner`'s gpurt memory (expandable segments: mapped for `owner` only),
+// copied by gpurt on `owner`'s stream with `current` the current device: 1D and 2D,
+// both ways, fresh random bytes. Also says what the runtime's copy answers there.
+static int copy_from_other_device(int owner, int current) {
+    const size_t width = 384, pitch = 4096, height = 6000; // 23 MiB: rows across two 20 MiB pages
+    std::vector<unsigned char> host(pitch * height), rows(width * height), back(pitch * height);
+    std::mt19937 rng(std::random_device{}());
+    for (auto &c : host) c = (unsigned char)rng();
+    gpurt_stream_t stream;
+    void *dev;
+    CHECK_GPURT(gpurt_stream_create(owner, GPURT_STREAM_NON_BLOCKING, 0, &stream));
+    CHECK_GPURT(gpurt_malloc(pitch * height, stream, &dev));
+    CHECK_GPURT(gpurt_set_device(current));
+    CHECK_GPURT(gpurt_memcpy_async(dev, host.data(), pitch * height, stream));
+    CHECK_GPURT(gpurt_memcpy_2d_async(rows.data(), width, dev, pitch, width, height, stream));
+    CHECK_GPURT(gpurt_stream_synchronize(stream));
+    size_t wrong = 0;
+    for (size_t r = 0; r < height; r++) wrong += std::memcmp(&rows[r * width], &host[r * pitch], width) != 0;
+    for (auto &c : rows) c = (unsigned char)rng();
+    CHECK_GPURT(gpurt_memcpy_2d_async(dev, pitch, rows.data(), width, width, height, stream));
+    CHECK_GPURT(gpurt_memcpy_async(back.data(), dev, pitch * height, stream));
+    CHECK_GPURT(gpurt_stream_synchronize(stream));
+    for (size_t r = 0; r < height; r++)
+        wrong += std::memcmp(&back[r * pitch], &rows[r * width], width) != 0 ||
+                 std::memcmp(&back[r * pitch + width], &host[r * pitch + width], pitch - width) != 0;
+    void *native;
+    CHECK_GPURT(gpurt_stream_native(stream, &native));
+    cudaError_t runtime = cudaMemcpy2DAsync(rows.data(), width, dev, pitch, width, height, cudaMemcpyDeviceToHost, (cudaStream_t)native);
+    if (runtime == cudaSuccess) runtime = cudaStreamSynchronize((cudaStream_t)native);
+    cudaGetLastError();
+    std::printf("device %d's memory, device %d current: gpurt 1D + 2D copies both ways, %zu of %zu rows wrong "
+                "(the runtime's cudaMemcpy2DAsync there: %s)\n", owner, current, wrong, 2 * height, cudaGetErrorString(runtime));
+    CHECK_GPURT(gpurt_free(dev));
+    CHECK_GPURT(gpurt_stream_destroy(stream));
+    return wrong != 0;
 }
 
 int main() {
@@ -80,6 +119,10 @@ int main() {
     if (wrong) failures++;
     cudaFree(din);
     cudaFree(dout);
+    if (count > 1) {
+        failures += copy_from_other_device(1, 0);
+        failures += copy_from_other_device(0, 1);
+    }
     std::printf("interop: %s\n", failures ? "FAILED" : "ok");
     return failures ? 1 : 0;
 }

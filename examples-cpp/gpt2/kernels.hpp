@@ -116,6 +116,7 @@ __device__ void bias_gelu(T *h, const T *bias, int rows, int cols) {
 // plus a layer norm, bias, GELU, attention's combining or greedy pick kernel.
 #define GEMV_WARPS 4
 #define SPLITS 8 // attention's slices per head (attend)
+#define KV_BLOCK 32 // the KV cache's positions per block (model.hpp)
 
 // The warp-wide largest (value, index) pair, ties to the lower index (torch.argmax's
 // rule), in every lane.
@@ -308,10 +309,12 @@ __device__ void fused_gemv(const T *w, const float *x, const T *g, const T *beta
 // weighted sum splits the slice's positions over the block's 2 groups of 64 threads.
 // Row b attends to positions starts[b]..pos (its left padding is masked; a padding
 // position attends to itself alone, so that its output stays finite).
-// qkv: [rows][3 E] in T, before its bias; out: [rows][E] in T; caches: [rows][HEADS]
-// [max_len][HEAD_DIM] floats; partial: [rows][HEADS][SPLITS][HEAD_DIM + 2] floats.
+// qkv: [rows][3 E] in T, before its bias; out: [rows][E] in T; caches: blocks of
+// KV_BLOCK positions, [rows][HEADS][KV_BLOCK][HEAD_DIM] floats each, blocks
+// block_stride floats apart (the cache grows by blocks); partial: [rows][HEADS]
+// [SPLITS][HEAD_DIM + 2] floats.
 template <class T>
-__device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cache, const int *position, const int *starts, int max_len, T *out,
+__device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cache, const int *position, const int *starts, long long block_stride, T *out,
                        float *partial, unsigned *done) {
     __shared__ __align__(16) float q[HEAD_DIM], k_new[HEAD_DIM], v_new[HEAD_DIM];
     __shared__ float scores[(1024 + SPLITS - 1) / SPLITS];
@@ -320,15 +323,17 @@ __device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cac
     __shared__ bool last;
     int b = blockIdx.x, h = blockIdx.y, split = blockIdx.z, pos = *position;
     const T *row = qkv + (size_t)b * 3 * E;
-    size_t base = ((size_t)b * HEADS + h) * max_len * HEAD_DIM;
+    size_t base = ((size_t)b * HEADS + h) * KV_BLOCK * HEAD_DIM;
+    // Where position t's HEAD_DIM floats start, from base.
+    auto at = [&](int t) { return (size_t)(t / KV_BLOCK) * block_stride + (size_t)(t % KV_BLOCK) * HEAD_DIM; };
     for (int d = threadIdx.x; d < HEAD_DIM; d += blockDim.x) {
         int qi = h * HEAD_DIM + d, ki = E + qi, vi = 2 * E + qi;
         q[d] = to_f(row[qi]) + to_f(bias[qi]);
         k_new[d] = to_f(row[ki]) + to_f(bias[ki]);
         v_new[d] = to_f(row[vi]) + to_f(bias[vi]);
         if (split == 0) {
-            k_cache[base + (size_t)pos * HEAD_DIM + d] = k_new[d];
-            v_cache[base + (size_t)pos * HEAD_DIM + d] = v_new[d];
+            k_cache[base + at(pos) + d] = k_new[d];
+            v_cache[base + at(pos) + d] = v_new[d];
         }
     }
     __syncthreads();
@@ -336,7 +341,7 @@ __device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cac
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     float local_max = NEG_INF;
     for (int t = first + (int)threadIdx.x; t < end; t += blockDim.x) {
-        const float4 *k = reinterpret_cast<const float4 *>(t == pos ? k_new : k_cache + base + (size_t)t * HEAD_DIM);
+        const float4 *k = reinterpret_cast<const float4 *>(t == pos ? k_new : k_cache + base + at(t));
         float4 kv[HEAD_DIM / 4];
 #pragma unroll
         for (int i = 0; i < HEAD_DIM / 4; i++) kv[i] = k[i]; // all in flight at once
@@ -362,7 +367,7 @@ __device__ void attend(const T *qkv, const T *bias, float *k_cache, float *v_cac
     int d = threadIdx.x % HEAD_DIM, group = threadIdx.x / HEAD_DIM, groups = blockDim.x / HEAD_DIM;
     float acc = 0;
 #pragma unroll 8
-    for (int t = first + group; t < end; t += groups) acc += scores[t - first] * (t == pos ? v_new[d] : v_cache[base + (size_t)t * HEAD_DIM + d]);
+    for (int t = first + group; t < end; t += groups) acc += scores[t - first] * (t == pos ? v_new[d] : v_cache[base + at(t) + d]);
     sums[threadIdx.x] = acc;
     __syncthreads();
     float *mine = partial + (((size_t)b * HEADS + h) * SPLITS + split) * (HEAD_DIM + 2);
@@ -402,7 +407,7 @@ extern "C" __global__ void prepare_##S(const float *src, T *dst, int rows, int c
 extern "C" __global__ void bias_gelu_##S(T *h, const T *bias, int rows, int cols) { after_previous(); bias_gelu<T>(h, bias, rows, cols); } \
 extern "C" __global__ void fused_gemv_##S(const T *w, const float *x, const T *g, const T *beta, const float *attention, const T *in, const T *bias, int gelu, int residual, float *y_f32, T *y_t, int out, int n_in, float *pick, int *position, int *history) { fused_gemv<T, false>(w, x, g, beta, attention, in, bias, gelu, residual, y_f32, y_t, out, n_in, pick, position, history); } \
 extern "C" __global__ void fused_gemv_attention_##S(const T *w, const float *x, const T *g, const T *beta, const float *attention, const T *in, const T *bias, int gelu, int residual, float *y_f32, T *y_t, int out, int n_in, float *pick, int *position, int *history) { fused_gemv<T, true>(w, x, g, beta, attention, in, bias, gelu, residual, y_f32, y_t, out, n_in, pick, position, history); } \
-extern "C" __global__ void attend_##S(const T *qkv, const T *bias, float *k, float *v, const int *pos, const int *starts, int max_len, T *out, float *partial, unsigned *done) { after_previous(); attend<T>(qkv, bias, k, v, pos, starts, max_len, out, partial, done); }
+extern "C" __global__ void attend_##S(const T *qkv, const T *bias, float *k, float *v, const int *pos, const int *starts, long long block_stride, T *out, float *partial, unsigned *done) { after_previous(); attend<T>(qkv, bias, k, v, pos, starts, block_stride, out, partial, done); }
 FOR_TYPE(float, f32)
 FOR_TYPE(__half, f16)
 extern "C" __global__ void advance(int *pos) { after_previous(); *pos += 1; }

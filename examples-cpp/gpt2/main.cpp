@@ -53,21 +53,25 @@ int main(int argc, char **argv) try {
             (pick ? decode_step : prompt_step) = graph.instantiate();
         }
     }
-    auto step = [&](bool pick) {
-        if (opt.graphs) (pick ? decode_step : prompt_step).launch(stream);
-        else model.step(pick);
+    auto step = [&](int p, bool pick) {
+        if (opt.graphs) {
+            model.make_room(p); // the cache grows between replays, at the addresses captured
+            (pick ? decode_step : prompt_step).launch(stream);
+        } else {
+            model.step(pick);
+        }
     };
     std::ofstream logits_out;
     if (!opt.logits_out.empty()) logits_out.open(opt.logits_out, std::ios::binary);
     std::vector<float> logits(static_cast<size_t>(rows) * gpt2::kVocab);
 
     model.set_position(0);
-    for (int p = 0; p < prompt_len - 1; p++) step(false);
+    for (int p = 0; p < prompt_len - 1; p++) step(p, false);
     gpurt::Event start, stop;
     double first_token_ms = 0;
     start.record(stream);
     for (int p = prompt_len - 1; p < total - 1; p++) {
-        step(true);
+        step(p, true);
         if (logits_out.is_open()) {
             gpurt_status_t s = gpurt_memcpy(logits.data(), model.logits(), logits.size() * sizeof(float), stream.get());
             if (s != GPURT_SUCCESS) throw gpurt::Error(s, gpurt_last_error_message());
@@ -93,9 +97,9 @@ int main(int argc, char **argv) try {
     const double floor_ms = model.weights_read_ms();
     const double mib = 1048576.0;
     std::printf("gpt2 %s%s: %d prompt(s) x %d tokens, %d new: %.1f tokens/s (%.3f ms a step), first token after %.0f ms, "
-                "peak reserved %.1f MiB (the KV cache's pool %.1f MiB of it); floor %.3f ms a step (the weights, %.0f MiB, read at %.2f TB/s): %.2fx it\n",
+                "peak reserved %.1f MiB, KV cache mapped %.1f MiB of %.1f MiB at %d positions; floor %.3f ms a step (the weights, %.0f MiB, read at %.2f TB/s): %.2fx it\n",
                 opt.fp16 ? "fp16" : "fp32", opt.graphs ? ", graphs" : "", rows, prompt_len, opt.new_tokens, rows * opt.new_tokens / (ms / 1e3), ms / opt.new_tokens,
-                first_token_ms, st.reserved_bytes.all.peak / mib, model.cache_reserved_peak() / mib, // the device's figures count every pool
+                first_token_ms, st.reserved_bytes.all.peak / mib, model.cache_mapped_bytes() / mib, model.cache_max_bytes() / mib, gpt2::kPositions,
                 floor_ms, model.weights_bytes() / mib, model.weights_bytes() / floor_ms / 1e9, ms / opt.new_tokens / floor_ms);
     return 0;
 } catch (const std::exception &e) {

@@ -58,7 +58,7 @@ gpurt::Kernel Model::kernel(const std::string &name) const {
 }
 
 Model::Model(const std::string &path, Precision precision, const gpurt::Stream &stream)
-    : precision_(precision), stream_(stream), elem_(precision == Precision::F32 ? 4 : 2), cache_pool_(gpurt::MemPool::create()) {
+    : precision_(precision), stream_(stream), elem_(precision == Precision::F32 ? 4 : 2) {
     SafeTensors st = SafeTensors::open(path);
     struct Wanted {
         const TensorInfo *info;
@@ -194,17 +194,12 @@ void Model::reserve(int rows, int max_len, int *history, const std::vector<int> 
     rows_ = rows;
     max_len_ = max_len;
     history_ = history;
-    size_t cache = static_cast<size_t>(kLayers) * rows * kHeads * max_len * (kEmbed / kHeads);
-    auto from_pool = [&](size_t n) {
-        void *p = nullptr;
-        gpurt_status_t s = gpurt_mem_pool_malloc(cache_pool_.get(), n * sizeof(float), stream_.get(), &p);
-        if (s != GPURT_SUCCESS) throw gpurt::Error(s, gpurt_last_error_message());
-        return gpurt::DeviceBuffer<float>::adopt(static_cast<float *>(p), n);
-    };
-    k_cache_ = gpurt::DeviceBuffer<float>();
-    v_cache_ = gpurt::DeviceBuffer<float>();
-    k_cache_ = from_pool(cache);
-    v_cache_ = from_pool(cache);
+    // A new cache: the old one's work is done first (its destroy waits for the device).
+    cache_ = gpurt::VBuffer();
+    cache_block_bytes_ = static_cast<size_t>(kLayers) * 2 * rows * kEmbed * kCacheBlock * sizeof(float);
+    cache_ = gpurt::VBuffer::create(cache_max_bytes(), stream_.device().ordinal()); // rounded up to the granularity
+    cache_base_ = static_cast<float *>(cache_.data());
+    cache_mapped_ = 0;
     x_ = gpurt::DeviceBuffer<float>(static_cast<size_t>(rows) * kEmbed, stream_);
     logits_ = gpurt::DeviceBuffer<float>(static_cast<size_t>(rows) * kVocab, stream_);
     xn_ = gpurt::DeviceBuffer<char>(static_cast<size_t>(rows) * kEmbed * elem_, stream_);
@@ -225,6 +220,16 @@ void Model::reserve(int rows, int max_len, int *history, const std::vector<int> 
         if (zeroed != GPURT_SUCCESS) throw gpurt::Error(zeroed, gpurt_last_error_message());
     }
     set_position(0);
+    make_room(0); // before a capture of the first step, where mapping is not allowed
+}
+
+void Model::make_room(int pos) {
+    const size_t needed = (static_cast<size_t>(pos) / kCacheBlock + 1) * cache_block_bytes_;
+    if (needed <= cache_mapped_) return;
+    const size_t granularity = cache_.granularity();
+    const size_t mapped = (needed + granularity - 1) / granularity * granularity;
+    cache_.map(cache_mapped_, mapped - cache_mapped_);
+    cache_mapped_ = mapped;
 }
 
 void Model::set_position(int pos) {
@@ -327,6 +332,7 @@ double Model::weights_read_ms() {
 
 void Model::step(bool pick) {
     if (position_now_ + (pick ? 1 : 0) >= max_len_) throw std::invalid_argument("gpt2::Model::step: past the reserved length");
+    make_room(position_now_);
     position_now_++;
     const gpurt::Stream &s = stream_;
     float *x = x_.data();
@@ -334,8 +340,8 @@ void Model::step(bool pick) {
     int *pos = position_.data(), *history = history_, *starts = starts_.data();
     float *partial = attention_partial_.data();
     unsigned *done = attention_done_.data();
-    int rows = rows_, e = kEmbed, e3 = 3 * kEmbed, e4 = 4 * kEmbed, max_len = max_len_;
-    size_t per_layer = static_cast<size_t>(rows) * kHeads * max_len * (kEmbed / kHeads);
+    int rows = rows_, e = kEmbed, e3 = 3 * kEmbed, e4 = 4 * kEmbed;
+    long long block_stride = static_cast<long long>(cache_block_bytes_ / sizeof(float)); // the cache's floats from one block to the next
     launch_step(embed_, dim3(rows), 256, {&history, &pos, &starts, &wte_, &wpe_, &x});
     // The residual stream's biases wait in x's next layer norm (`pending`), which adds
     // them before normalising: one kernel fewer per GEMM that accumulates into x.
@@ -351,7 +357,7 @@ void Model::step(bool pick) {
     for (int l = 0; l < kLayers; l++) {
         gpurt::nvtx::Range range(layer_names[l].c_str()); // seen by Nsight when the step runs eagerly or is captured
         const Layer &L = layers_[l];
-        float *kc = k_cache_.data() + l * per_layer, *vc = v_cache_.data() + l * per_layer;
+        float *kc = cache_base_ + static_cast<size_t>(l) * 2 * rows * e * kCacheBlock, *vc = kc + static_cast<size_t>(rows) * e * kCacheBlock;
         const void *ln1_g = L.ln1_g, *ln1_b = L.ln1_b, *ln2_g = L.ln2_g, *ln2_b = L.ln2_b, *attn_b = L.attn_b, *fc_b = L.fc_b;
         if (fused) {
             Gemv to_qkv, proj, fc, fc_proj;
@@ -359,7 +365,7 @@ void Model::step(bool pick) {
             fused_gemv(to_qkv);
             // No counter: the projection combines attention's slices itself.
             unsigned *no_done = nullptr;
-            launch_step(attend_, dim3(rows, kHeads, kAttentionSplits), 128, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &max_len, &att, &partial, &no_done});
+            launch_step(attend_, dim3(rows, kHeads, kAttentionSplits), 128, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &block_stride, &att, &partial, &no_done});
             proj.w = L.proj_w, proj.out = e, proj.attention = true, proj.bias = L.proj_b, proj.residual = true;
             fused_gemv(proj);
             fc.w = L.fc_w, fc.out = e4, fc.g = L.ln2_g, fc.beta = L.ln2_b, fc.bias = L.fc_b, fc.gelu = true, fc.y_t = h;
@@ -370,7 +376,7 @@ void Model::step(bool pick) {
         }
         launch_step(layer_norm_, dim3(rows), 256, {&x, &pending, &ln1_g, &ln1_b, &xn});
         gemm(L.attn_w, xn, qkv, e3, e, 0.0f, false);
-        launch_step(attend_, dim3(rows, kHeads, kAttentionSplits), 128, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &max_len, &att, &partial, &done});
+        launch_step(attend_, dim3(rows, kHeads, kAttentionSplits), 128, {&qkv, &attn_b, &kc, &vc, &pos, &starts, &block_stride, &att, &partial, &done});
         gemm(L.proj_w, att, x, e, e, 1.0f, true);
         pending = L.proj_b;
         launch_step(layer_norm_, dim3(rows), 256, {&x, &pending, &ln2_g, &ln2_b, &xn});

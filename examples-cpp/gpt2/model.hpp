@@ -1,5 +1,5 @@
 // GPT-2 (the 124M configuration) on gpurt: weights read from safetensors straight
-// into device memory, a KV cache from a memory pool of its own, GEMMs through
+// into device memory, a KV cache in a growable virtual buffer, GEMMs through
 // gpurt's cuBLAS handle, the other kernels from kernels.hpp.
 #pragma once
 
@@ -20,6 +20,7 @@ namespace gpt2 {
 
 constexpr int kLayers = 12, kEmbed = 768, kHeads = 12, kVocab = 50257, kPositions = 1024;
 constexpr int kAttentionSplits = 8; // SPLITS in kernels.hpp
+constexpr int kCacheBlock = 32;     // KV_BLOCK in kernels.hpp: the KV cache's positions per block
 constexpr int kPickParts = 32;      // PICK_PARTS in kernels.hpp: blocks per row of the greedy pick
 constexpr int kGemvBlocks = 2048;   // the fused GEMV's most blocks
 
@@ -57,6 +58,10 @@ public:
     std::string tunable_choices() const;
     /** Sets the position the next step reads (queued on the stream). */
     void set_position(int pos);
+    /** Maps the KV cache's memory through position `pos` (at least), at the addresses
+     *  it was reserved at: call before replaying a captured step at `pos` (an eager
+     *  step calls it itself). */
+    void make_room(int pos);
     /** One position for every row: the history's tokens at the current position go
      *  through the model, leaving the logits (device, rows x kVocab floats) in
      *  logits(); with `pick`, each row's pick (greedy, or sampled) goes into the
@@ -72,8 +77,10 @@ public:
      *  bandwidth floor, since a step reads every weight once. */
     double weights_read_ms();
     size_t weights_bytes() const { return weights_.size(); }
-    /** The KV cache pool's peak reserved bytes. */
-    int64_t cache_reserved_peak() const { return cache_pool_.stats().reserved_bytes.all.peak; }
+    /** The KV cache's mapped bytes: they grow with the context, never shrink. */
+    size_t cache_mapped_bytes() const { return cache_mapped_; }
+    /** The KV cache's bytes at the model's longest context (kPositions): its reserved addresses. */
+    size_t cache_max_bytes() const { return cache_block_bytes_ * ((kPositions + kCacheBlock - 1) / kCacheBlock); }
 
 private:
     struct Layer {
@@ -128,8 +135,13 @@ private:
     gpurt::DeviceBuffer<char> weights_;
     const void *wte_ = nullptr, *wpe_ = nullptr, *lnf_g_ = nullptr, *lnf_b_ = nullptr;
     std::vector<Layer> layers_;
-    gpurt::MemPool cache_pool_;       // the KV cache's own pool: its peak and reuse apart
-    gpurt::DeviceBuffer<float> k_cache_, v_cache_;
+    // The KV cache in blocks of kCacheBlock positions, [block][layer][k, v][rows][HEADS]
+    // [kCacheBlock][HEAD_DIM] floats, so that it grows at its end while a head's
+    // positions stay together (a layout by position alone was 10 % slower at 16 rows):
+    // addresses for kPositions positions, mapped block by block as the context grows.
+    gpurt::VBuffer cache_;
+    float *cache_base_ = nullptr;
+    size_t cache_block_bytes_ = 0, cache_mapped_ = 0;
     gpurt::DeviceBuffer<float> x_, logits_;
     gpurt::DeviceBuffer<int> position_;
     gpurt::DeviceBuffer<int> starts_; // each row's first real position

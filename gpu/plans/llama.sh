@@ -5,6 +5,7 @@
 # need no download, side by side; last llama-bench and the 9.5 GiB model's sleep, the
 # first to go when a lease runs short.
 #   bash gpu-bundle/detached.sh gpu-bundle/plans/llama.sh
+# (LLAMA_SLEEP_CYCLES, LLAMA_BENCH_ROUNDS: run.sh's; LLAMA_OPS=0: without the op tests)
 set -u
 side_by_side() {  # side_by_side STEP-PREFIX: that step of both builds at once
     for mode in unpatched gpurt; do
@@ -14,7 +15,9 @@ side_by_side() {  # side_by_side STEP-PREFIX: that step of both builds at once
 }
 side_by_side llama-build
 PART=llama ONLY='^llama-(archs-.*|models|completion|split|server-sleep)$' bash run.sh
-side_by_side llama-test-backend-ops
-PART=llama ONLY='^llama-compare-ops$' bash run.sh
+if [[ ${LLAMA_OPS:-1} == 1 ]]; then  # LLAMA_OPS=0 leaves the op tests out (13 min side by side)
+    side_by_side llama-test-backend-ops
+    PART=llama ONLY='^llama-compare-ops$' bash run.sh
+fi
 side_by_side llama-ctest
 PART=llama ONLY='^llama-(compare-ctest|bench|server-sleep-big)$' bash run.sh

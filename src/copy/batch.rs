@@ -1,5 +1,6 @@
 //! Many copies in one call (`gpurt_memcpy_batch_async`; vLLM's swap of KV-cache blocks
-//! between device and pinned host memory): the driver's `cuMemcpyBatchAsync` where it
+//! between device and pinned host memory): gpurt's copy kernel when the stream's device
+//! reaches every byte (`batch_kernel`), else the driver's `cuMemcpyBatchAsync` where it
 //! has one (CUDA 12.8 and later drivers), else one `cuMemcpyAsync` a copy. The legacy
 //! stream, which the batch call refuses, takes the loop too. Every copy is checked
 //! before any is queued, so that a refused batch queues nothing.
@@ -15,7 +16,7 @@ use crate::handle::Handle;
 pub const GPURT_MEMCPY_BATCH_MAX: usize = 1 << 20;
 
 /// One copy of a batch: destination, source, bytes.
-type Copy3 = (u64, u64, u64);
+pub(super) type Copy3 = (u64, u64, u64);
 
 /// Queues every copy of `copies` on `stream`, in order as the stream sees them.
 pub fn copy_batch_async(copies: &[Copy3], stream: Handle) -> Result<()> {
@@ -32,7 +33,15 @@ pub fn copy_batch_async(copies: &[Copy3], stream: Handle) -> Result<()> {
         return Ok(());
     }
     let batched = s.cu() as u64 != crate::stream::NATIVE_LEGACY && has_symbol("cuMemcpyBatchAsync");
-    s.run_in_context(|cu| if batched { batch(&queued, cu) } else { one_by_one(&queued, cu) })?;
+    s.run_in_context(|cu| {
+        if super::batch_kernel::try_launch(&queued, s.device(), cu)? {
+            Ok(())
+        } else if batched {
+            batch(&queued, cu)
+        } else {
+            one_by_one(&queued, cu)
+        }
+    })?;
     for &(dst, src, bytes) in &queued {
         note_uses(s, &[dst, src]);
         declare(s, (dst, bytes), Some((src, bytes)), "gpurt_memcpy_batch_async");

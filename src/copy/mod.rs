@@ -4,6 +4,7 @@
 //! recorded on that block, so that the block is not reused while the copy runs.
 
 pub mod batch;
+mod batch_kernel;
 pub mod ffi;
 pub mod staged;
 

@@ -1,13 +1,17 @@
 /* gpurt_memcpy_batch_async: misuse refused with nothing queued (NULL arrays, too
  * many copies, NULL pointers, overlapping destinations, a copy over its own source, a
  * bad stream); 10 000 copies of 16 KiB from device to pinned memory and back, fresh
- * random bytes checked exact on a GPU; on the legacy stream (the loop) too. The
+ * random bytes checked exact on a GPU; on the legacy stream too. gpurt's copy kernel
+ * takes batches the device reaches (device and pinned memory), the driver's batch
+ * call the others (pageable memory): the stand-in driver counts which ran; on a GPU,
+ * unaligned copies across a mapping's end and into pageable memory, bytes exact. The
  * timings, beside a loop and the driver's own call, are gpu/batch_bench.c's.
  *
  *   batch_test */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
 
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +90,61 @@ int main(void) {
         CHECK(!real || memcmp(got, staged, COPIES * BYTES) == 0, "%s: the device's bytes after the copies back differ", r == 0 ? "a stream" : "the legacy stream");
         free(staged);
         free(got);
+    }
+
+    /* Which path ran: the stand-in driver counts the kernel's launches and its batch calls. */
+    {
+        void (*counts)(long *, long *) = NULL;
+        void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        long launches0, batches0, launches1, batches1;
+        *(void **)(&counts) = driver ? dlsym(driver, "stub_batch_counts") : NULL; /* POSIX: function pointers from dlsym */
+        if (counts) {
+            void **paged = malloc(COPIES * sizeof(void *));
+            unsigned char *pageable = malloc(COPIES * BYTES);
+            for (i = 0; i < COPIES; i++) paged[i] = pageable + (size_t)i * BYTES;
+            counts(&launches0, &batches0);
+            EXPECT(gpurt_memcpy_batch_async(dsts, srcs, sizes, COPIES, stream), GPURT_SUCCESS);
+            counts(&launches1, &batches1);
+            CHECK(launches1 - launches0 == (COPIES + 1359) / 1360 && batches1 == batches0,
+                  "device to pinned: %ld kernel launches (want %d), %ld driver batches (want 0)", launches1 - launches0, (COPIES + 1359) / 1360,
+                  batches1 - batches0);
+            EXPECT(gpurt_memcpy_batch_async(paged, srcs, sizes, COPIES, stream), GPURT_SUCCESS);
+            counts(&launches0, &batches0);
+            CHECK(launches0 == launches1 && batches0 - batches1 == 1, "device to pageable: %ld kernel launches (want 0), %ld driver batches (want 1)",
+                  launches0 - launches1, batches0 - batches1);
+            EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+            free(paged);
+            free(pageable);
+        }
+    }
+
+    /* Unaligned copies (the kernel's byte loop), some across the end of a 20 MiB mapping,
+     * into pinned memory (the kernel) and pageable memory (the driver's call). */
+    if (real) {
+        enum { ODD = 30000, ODD_BYTES = 1001 };
+        unsigned char *staged = malloc((size_t)ODD * ODD_BYTES + 7), *pageable = malloc((size_t)ODD * ODD_BYTES + 7);
+        void **to_pinned = malloc(ODD * sizeof(void *)), **to_pageable = malloc(ODD * sizeof(void *));
+        const void **odd_srcs = malloc(ODD * sizeof(void *));
+        size_t *odd_sizes = malloc(ODD * sizeof(size_t));
+        fill_pattern(staged, (size_t)ODD * ODD_BYTES + 7, 77);
+        EXPECT(gpurt_memcpy(device, staged, (size_t)ODD * ODD_BYTES + 7, stream), GPURT_SUCCESS);
+        for (i = 0; i < ODD; i++) {
+            odd_srcs[i] = device + 3 + (size_t)i * ODD_BYTES;
+            to_pinned[i] = host + 5 + (size_t)i * ODD_BYTES;
+            to_pageable[i] = pageable + 5 + (size_t)i * ODD_BYTES;
+            odd_sizes[i] = ODD_BYTES;
+        }
+        EXPECT(gpurt_memcpy_batch_async(to_pinned, odd_srcs, odd_sizes, ODD, stream), GPURT_SUCCESS);
+        EXPECT(gpurt_memcpy_batch_async(to_pageable, odd_srcs, odd_sizes, ODD, stream), GPURT_SUCCESS);
+        EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
+        CHECK(memcmp(host + 5, staged + 3, (size_t)ODD * ODD_BYTES) == 0, "unaligned copies into pinned memory differ");
+        CHECK(memcmp(pageable + 5, staged + 3, (size_t)ODD * ODD_BYTES) == 0, "unaligned copies into pageable memory differ");
+        free(staged);
+        free(pageable);
+        free(to_pinned);
+        free(to_pageable);
+        free(odd_srcs);
+        free(odd_sizes);
     }
 
     EXPECT(gpurt_free(device), GPURT_SUCCESS);

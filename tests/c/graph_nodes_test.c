@@ -8,6 +8,7 @@
  * with cudaGraphSetConditional; a SWITCH; fresh random data checked exact. Event nodes
  * (GPURT_EVENT_EXTERNAL): a graph's record node that a stream outside it waits for, and
  * a graph's wait node for a record made outside it; on a GPU, the data each side sees.
+ * A graph instantiated for device launch replays from the host.
  *
  *   graph_nodes_test */
 #define _POSIX_C_SOURCE 200809L
@@ -275,6 +276,29 @@ int main(void) {
         EXPECT(gpurt_event_destroy(ext), GPURT_SUCCESS);
         EXPECT(gpurt_event_destroy(ext2), GPURT_SUCCESS);
         EXPECT(gpurt_event_destroy(plain), GPURT_SUCCESS);
+    }
+
+    /* A graph instantiated for device launch (kernel nodes only) replays from the host. */
+    if (real) {
+        gpurt_graph_t graph = NULL;
+        gpurt_graph_exec_t exec = NULL;
+        EXPECT(gpurt_memset_async(out, 0, 4, N, s), GPURT_SUCCESS);
+        EXPECT(gpurt_stream_begin_capture(s, GPURT_CAPTURE_MODE_GLOBAL, NULL), GPURT_SUCCESS);
+        add_on(s, out, 3);
+        add_on(s, out, 4);
+        EXPECT(gpurt_stream_end_capture(s, &graph), GPURT_SUCCESS);
+        EXPECT(gpurt_graph_instantiate(graph, GPURT_GRAPH_INSTANTIATE_DEVICE_LAUNCH | GPURT_GRAPH_INSTANTIATE_UPLOAD, s, &exec), GPURT_SUCCESS);
+        EXPECT(gpurt_graph_destroy(graph), GPURT_SUCCESS);
+        EXPECT(gpurt_graph_launch(exec, s), GPURT_SUCCESS);
+        EXPECT(gpurt_graph_launch(exec, s), GPURT_SUCCESS);
+        int *back = malloc(N * sizeof(int));
+        size_t wrong = 0;
+        EXPECT(gpurt_memcpy_async(back, out, N * sizeof(int), s), GPURT_SUCCESS);
+        EXPECT(gpurt_stream_synchronize(s), GPURT_SUCCESS);
+        for (i = 0; i < N; i++) wrong += back[i] != 14;
+        CHECK(wrong == 0, "a device-launch graph replayed twice: %zu elements are not 14 (first %d)", wrong, back[0]);
+        free(back);
+        EXPECT(gpurt_graph_exec_destroy(exec), GPURT_SUCCESS);
     }
 
     EXPECT(gpurt_free(counter), GPURT_SUCCESS);

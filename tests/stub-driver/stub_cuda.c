@@ -47,16 +47,19 @@ static int injected(const char *name) {
 static void count(long *counter, long delta) { __atomic_add_fetch(counter, delta, __ATOMIC_RELAXED); }
 
 /* Sizes of live device allocations and host allocations, by address (few: segments). */
-typedef struct { unsigned long long addr; size_t size; } Range;
+typedef struct { unsigned long long addr; size_t size; int host; } Range;
 static Range ranges[4096];
 static pthread_mutex_t ranges_lock = PTHREAD_MUTEX_INITIALIZER;
-static void remember(unsigned long long addr, size_t size) {
+static void remember_kind(unsigned long long addr, size_t size, int host) {
     int i;
     pthread_mutex_lock(&ranges_lock);
     for (i = 0; i < 4096 && ranges[i].addr != 0; i++) {}
-    if (i < 4096) { ranges[i].addr = addr; ranges[i].size = size; }
+    if (i < 4096) { ranges[i].addr = addr; ranges[i].size = size; ranges[i].host = host; }
     pthread_mutex_unlock(&ranges_lock);
 }
+static void remember(unsigned long long addr, size_t size) { remember_kind(addr, size, 0); }
+static P batch_kernel; /* gpurt's batch copy kernel, whose launches the tests count */
+static long batch_kernel_launches, batch_calls;
 static size_t forget(unsigned long long addr) {
     size_t size = 0;
     int i;
@@ -217,7 +220,7 @@ CUresult cuMemHostAlloc(void **p, size_t size, unsigned flags) {
     INJECT("cuMemHostAlloc", OOM);
     *p = malloc(size);
     if (*p == NULL) return OOM;
-    remember((unsigned long long)*p, size);
+    remember_kind((unsigned long long)*p, size, 1);
     count(&live_host, (long)size);
     return 0;
 }
@@ -228,12 +231,13 @@ CUresult cuMemcpyBatchAsync(unsigned long long *dsts, unsigned long long *srcs, 
     (void)dsts; (void)srcs; (void)sizes; (void)attrs; (void)attr_idxs; (void)n_attrs; (void)stream;
     if (count == 0 || (uintptr_t)stream <= 2) return 1; /* CUDA_ERROR_INVALID_VALUE: the legacy and per-thread handles are refused */
     if (injected("cuMemcpyBatchAsync")) { *fail_idx = 0; return UNKNOWN; }
+    __atomic_add_fetch(&batch_calls, 1, __ATOMIC_RELAXED);
     return 0;
 }
 CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags) {
     (void)flags;
     INJECT("cuMemHostRegister_v2", OOM);
-    remember((unsigned long long)(uintptr_t)p, size);
+    remember_kind((unsigned long long)(uintptr_t)p, size, 1);
     count(&live_host, (long)size);
     return 0;
 }
@@ -259,6 +263,27 @@ static int in_device_block(unsigned long long p) {
 }
 static int is_mapped(unsigned long long p);
 /* Device memory is a cuMemAlloc block or a cuMemMap mapping (expandable segments). */
+/* Several attributes at once (memory type 2, device pointer 3, managed 8, ordinal 9,
+ * range start 11, range size 12): cuMemAlloc blocks and mappings are device 0's, pinned
+ * host memory is mapped at its own address, other memory gets zeros, as the driver answers. */
+static int find_range(unsigned long long p, Range *out);
+CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsigned long long p) {
+    Range r = {0, 0, 0};
+    int found = find_range(p, &r);
+    unsigned i;
+    for (i = 0; i < n; i++) {
+        switch (attrs[i]) {
+        case 2: *(unsigned *)data[i] = found ? (r.host ? 1u : 2u) : 0u; break;
+        case 3: *(unsigned long long *)data[i] = found ? p : 0; break;
+        case 8: *(unsigned *)data[i] = 0; break;
+        case 9: *(int *)data[i] = found && !r.host ? 0 : -2; break;
+        case 11: *(unsigned long long *)data[i] = r.addr; break;
+        case 12: *(size_t *)data[i] = r.size; break;
+        default: return 1;
+        }
+    }
+    return 0;
+}
 CUresult cuPointerGetAttribute(void *v, int a, unsigned long long p) {
     if (!in_device_block(p) && !is_mapped(p)) return 1;
     if (a == 2) *(unsigned *)v = 2;      /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE: device */
@@ -270,10 +295,19 @@ CUresult cuPointerGetAttribute(void *v, int a, unsigned long long p) {
 CUresult cuModuleLoadDataEx(P *m, const void *image, unsigned n, int *o, void **v) { (void)image; (void)n; (void)o; (void)v; INJECT("cuModuleLoadDataEx", UNKNOWN); *m = malloc(16); return 0; }
 CUresult cuModuleUnload(P m) { free(m); return 0; }
 /* Any kernel name but "missing" exists. */
-CUresult cuModuleGetFunction(P *f, P m, const char *name) { *f = (char *)m + 1; return strcmp(name, "missing") == 0 ? 500 : 0; }
+void stub_batch_counts(long *kernel_launches, long *driver_batches) {
+    *kernel_launches = __atomic_load_n(&batch_kernel_launches, __ATOMIC_RELAXED);
+    *driver_batches = __atomic_load_n(&batch_calls, __ATOMIC_RELAXED);
+}
+CUresult cuModuleGetFunction(P *f, P m, const char *name) {
+    *f = (char *)m + 1;
+    if (strcmp(name, "gpurt_copy_batch") == 0) batch_kernel = *f;
+    return strcmp(name, "missing") == 0 ? 500 : 0;
+}
 CUresult cuFuncGetAttribute(int *v, int a, P f) { (void)a; (void)f; *v = 32; return 0; }
 CUresult cuFuncSetAttribute(P f, int a, int v) { (void)f; (void)a; (void)v; return 0; }
 CUresult cuLaunchKernel(P f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sh, P s, void **args, void **extra) {
+    if (f != NULL && f == batch_kernel) __atomic_add_fetch(&batch_kernel_launches, 1, __ATOMIC_RELAXED);
     (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)args; (void)extra; return 0;
 }
 /* cuLaunchKernelEx: the config's attributes must be ones gpurt sets, with valid
@@ -341,6 +375,18 @@ CUresult cuMemUnmap(unsigned long long p, size_t size) {
     }
     pthread_mutex_unlock(&maps_lock);
     return r;
+}
+static int find_range(unsigned long long p, Range *out) {
+    int i, found = 0;
+    pthread_mutex_lock(&ranges_lock);
+    for (i = 0; i < 4096 && !found; i++)
+        if (ranges[i].addr && p >= ranges[i].addr && p - ranges[i].addr < ranges[i].size) { *out = ranges[i]; found = 1; }
+    pthread_mutex_unlock(&ranges_lock);
+    pthread_mutex_lock(&maps_lock);
+    for (i = 0; i < 16384 && !found; i++)
+        if (maps[i].size && p >= maps[i].addr && p - maps[i].addr < maps[i].size) { *out = maps[i]; out->host = 0; found = 1; }
+    pthread_mutex_unlock(&maps_lock);
+    return found;
 }
 CUresult cuMemSetAccess(unsigned long long p, size_t size, const void *desc, size_t n) { (void)p; (void)size; (void)desc; (void)n; INJECT("cuMemSetAccess", OOM); return 0; }
 CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) { (void)prop; (void)option; *g = 2u << 20; return 0; }
