@@ -117,6 +117,7 @@ DONE:
 
 /// The kernel on device `d` and the grid that fills it; None where the driver cannot
 /// load it (parameters past 4 KiB need a CUDA 12.1 driver): the driver's batch call then.
+/// Another failure (memory, say) is not kept: the next batch tries again.
 fn kernel(d: i32) -> Result<Option<(sys::CUfunction, u32)>> {
     static KERNELS: device::PerDeviceOnce<Option<(usize, u32)>> = std::sync::OnceLock::new();
     static LOADING: Mutex<()> = Mutex::new(());
@@ -125,8 +126,13 @@ fn kernel(d: i32) -> Result<Option<(sys::CUfunction, u32)>> {
             let (mut module, mut function) = (std::ptr::null_mut(), std::ptr::null_mut());
             let image = KERNEL_PTX.as_ptr().cast();
             // SAFETY: a NUL-terminated PTX image, no options.
-            if unsafe { sys::cuModuleLoadDataEx(&mut module, image, 0, std::ptr::null_mut(), std::ptr::null_mut()) } != sys::CUresult::CUDA_SUCCESS {
-                return Ok(None);
+            use sys::CUresult as R;
+            match unsafe { sys::cuModuleLoadDataEx(&mut module, image, 0, std::ptr::null_mut(), std::ptr::null_mut()) } {
+                R::CUDA_SUCCESS => {}
+                R::CUDA_ERROR_UNSUPPORTED_PTX_VERSION | R::CUDA_ERROR_INVALID_PTX | R::CUDA_ERROR_NO_BINARY_FOR_GPU | R::CUDA_ERROR_JIT_COMPILER_NOT_FOUND => {
+                    return Ok(None)
+                }
+                code => check(code, "cuModuleLoadDataEx (gpurt's batch copy kernel)")?,
             }
             check(unsafe { sys::cuModuleGetFunction(&mut function, module, c"gpurt_copy_batch".as_ptr()) }, "cuModuleGetFunction")?;
             let sms = device::attribute(d, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
@@ -196,7 +202,8 @@ pub(super) fn try_launch(copies: &[Copy3], d: i32, stream: sys::CUstream) -> Res
     if !copies.iter().all(|&(dst, src, bytes)| reachable(dst, bytes, d, &mut known) && reachable(src, bytes, d, &mut known)) {
         return Ok(false);
     }
-    let Some((function, grid)) = kernel(d)? else { return Ok(false) };
+    // A kernel that cannot load now leaves the batch to the driver's call.
+    let Ok(Some((function, grid))) = kernel(d) else { return Ok(false) };
     let mut descriptors = vec![0u64; 3 * PER_LAUNCH];
     for chunk in copies.chunks(PER_LAUNCH) {
         for (slot, &(dst, src, bytes)) in descriptors.chunks_exact_mut(3).zip(chunk) {
