@@ -72,6 +72,7 @@ const REQUIRED: &[&str] = &[
     "cuMemcpyHtoDAsync_v2",
     "cuMemcpyDtoHAsync_v2",
     "cuPointerGetAttribute",
+    "cuPointerGetAttributes",
     "cuModuleLoadDataEx",
     "cuModuleUnload",
     "cuModuleGetFunction",
@@ -170,6 +171,17 @@ pub fn driver_version() -> Result<i32> {
     // SAFETY: symbol checked by init's REQUIRED list; only called after the library loaded.
     check(unsafe { sys::cuDriverGetVersion(&mut version) }, "cuDriverGetVersion")?;
     Ok(version)
+}
+
+/// Function `entry` of a PTX image gpurt carries (NUL-terminated), loaded into the
+/// current context; the module stays loaded for the process.
+pub fn load_embedded(image: &str, entry: &std::ffi::CStr) -> Result<sys::CUfunction> {
+    debug_assert!(image.ends_with('\0'), "a PTX image is NUL-terminated");
+    let (mut module, mut function) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: a NUL-terminated image, no JIT options; the module outlives the function.
+    check(unsafe { sys::cuModuleLoadDataEx(&mut module, image.as_ptr().cast(), 0, std::ptr::null_mut(), std::ptr::null_mut()) }, "cuModuleLoadDataEx")?;
+    check(unsafe { sys::cuModuleGetFunction(&mut function, module, entry.as_ptr()) }, "cuModuleGetFunction")?;
+    Ok(function)
 }
 
 /// `Ok` for `CUDA_SUCCESS`, otherwise an error naming `call`.

@@ -10,7 +10,7 @@ use cudarc::driver::sys;
 
 use super::batch::Copy3;
 use crate::device;
-use crate::driver::check;
+use crate::driver::{check, load_embedded};
 use crate::error::Result;
 
 /// Copies one launch carries: 1 360 descriptors of 24 bytes fill 32 640 of the 32 764
@@ -121,20 +121,15 @@ DONE:
 fn kernel(d: i32) -> Result<Option<(sys::CUfunction, u32)>> {
     static KERNELS: device::PerDeviceOnce<Option<(usize, u32)>> = std::sync::OnceLock::new();
     static LOADING: Mutex<()> = Mutex::new(());
+    use sys::CUresult as R;
+    let unloadable = [R::CUDA_ERROR_UNSUPPORTED_PTX_VERSION, R::CUDA_ERROR_INVALID_PTX, R::CUDA_ERROR_NO_BINARY_FOR_GPU, R::CUDA_ERROR_JIT_COMPILER_NOT_FOUND];
     let loaded = device::per_device_try_init(&KERNELS, &LOADING, d, || {
         device::with_device(d, || {
-            let (mut module, mut function) = (std::ptr::null_mut(), std::ptr::null_mut());
-            let image = KERNEL_PTX.as_ptr().cast();
-            // SAFETY: a NUL-terminated PTX image, no options.
-            use sys::CUresult as R;
-            match unsafe { sys::cuModuleLoadDataEx(&mut module, image, 0, std::ptr::null_mut(), std::ptr::null_mut()) } {
-                R::CUDA_SUCCESS => {}
-                R::CUDA_ERROR_UNSUPPORTED_PTX_VERSION | R::CUDA_ERROR_INVALID_PTX | R::CUDA_ERROR_NO_BINARY_FOR_GPU | R::CUDA_ERROR_JIT_COMPILER_NOT_FOUND => {
-                    return Ok(None)
-                }
-                code => check(code, "cuModuleLoadDataEx (gpurt's batch copy kernel)")?,
-            }
-            check(unsafe { sys::cuModuleGetFunction(&mut function, module, c"gpurt_copy_batch".as_ptr()) }, "cuModuleGetFunction")?;
+            let function = match load_embedded(KERNEL_PTX, c"gpurt_copy_batch") {
+                Ok(function) => function,
+                Err(e) if unloadable.iter().any(|&code| e.cuda_code == Some(code as i32)) => return Ok(None),
+                Err(e) => return Err(e),
+            };
             let sms = device::attribute(d, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
             Ok(Some((function as usize, sms.max(1) as u32 * BLOCKS_PER_SM)))
         })
@@ -194,7 +189,8 @@ fn reachable(address: u64, bytes: u64, d: i32, known: &mut Vec<(u64, u64, bool)>
 /// Queues `copies` as gpurt's kernel on `stream` (device `d`, its context current) when
 /// they are small and the kernel can reach every byte; false (nothing queued) when not.
 pub(super) fn try_launch(copies: &[Copy3], d: i32, stream: sys::CUstream) -> Result<bool> {
-    let total: u64 = copies.iter().map(|c| c.2).sum();
+    // Saturating: a caller's sizes may sum past u64 (each one is only bounded by the address space).
+    let total = copies.iter().fold(0u64, |sum, c| sum.saturating_add(c.2));
     if total > MAX_MEAN_BYTES * copies.len() as u64 {
         return Ok(false);
     }

@@ -17,7 +17,7 @@ use super::replay;
 use crate::alloc::capture;
 use crate::boundary::lock;
 use crate::device;
-use crate::driver::{check, require_symbol};
+use crate::driver::{check, load_embedded, require_symbol};
 use crate::error::{Error, Result, Status};
 use crate::handle::Handle;
 use crate::stream::{self, Stream};
@@ -116,14 +116,7 @@ fn set_kernel(d: i32) -> Result<sys::CUfunction> {
     static KERNELS: device::PerDeviceOnce<usize> = std::sync::OnceLock::new();
     static LOADING: Mutex<()> = Mutex::new(());
     let function = device::per_device_try_init(&KERNELS, &LOADING, d, || {
-        device::with_device(d, || {
-            let (mut module, mut function) = (std::ptr::null_mut(), std::ptr::null_mut());
-            let image = SET_KERNEL_PTX.as_ptr().cast();
-            let code = unsafe { sys::cuModuleLoadDataEx(&mut module, image, 0, std::ptr::null_mut(), std::ptr::null_mut()) };
-            check(code, "cuModuleLoadDataEx")?;
-            check(unsafe { sys::cuModuleGetFunction(&mut function, module, c"gpurt_set_conditional".as_ptr()) }, "cuModuleGetFunction")?;
-            Ok(function as usize)
-        })
+        device::with_device(d, || Ok(load_embedded(SET_KERNEL_PTX, c"gpurt_set_conditional")? as usize))
     })?;
     Ok(*function as sys::CUfunction)
 }
