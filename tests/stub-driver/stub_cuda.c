@@ -58,6 +58,17 @@ static void remember_kind(unsigned long long addr, size_t size, int host) {
     pthread_mutex_unlock(&ranges_lock);
 }
 static void remember(unsigned long long addr, size_t size) { remember_kind(addr, size, 0); }
+/* The entry of `table` (n entries, under `lock`) holding p, copied to *out when asked; 0 when none. */
+static int lookup(const Range *table, int n, pthread_mutex_t *lock, unsigned long long p, Range *out) {
+    int i, found = 0;
+    pthread_mutex_lock(lock);
+    for (i = 0; i < n && !found; i++) {
+        found = table[i].addr != 0 && table[i].size != 0 && p >= table[i].addr && p - table[i].addr < table[i].size;
+        if (found && out) *out = table[i];
+    }
+    pthread_mutex_unlock(lock);
+    return found;
+}
 static P batch_kernel; /* gpurt's batch copy kernel, whose launches the tests count */
 static long batch_kernel_launches, batch_calls;
 static size_t forget(unsigned long long addr) {
@@ -190,15 +201,11 @@ CUresult cuIpcCloseMemHandle(unsigned long long p) {
 }
 /* The allocation (a segment of this process, or one opened from another) holding p. */
 CUresult cuMemGetAddressRange_v2(unsigned long long *base, size_t *size, unsigned long long p) {
-    int i;
-    CUresult found = 1; /* CUDA_ERROR_INVALID_VALUE */
-    pthread_mutex_lock(&ranges_lock);
-    for (i = 0; i < 4096 && found; i++)
-        if (ranges[i].addr && p >= ranges[i].addr && p - ranges[i].addr < ranges[i].size) { *base = ranges[i].addr; *size = ranges[i].size; found = 0; }
-    for (i = 0; i < 256 && found; i++)
-        if (opened[i].addr && p >= opened[i].addr && p - opened[i].addr < opened[i].size) { *base = opened[i].addr; *size = opened[i].size; found = 0; }
-    pthread_mutex_unlock(&ranges_lock);
-    return found;
+    Range r;
+    if (!lookup(ranges, 4096, &ranges_lock, p, &r) && !lookup(opened, 256, &ranges_lock, p, &r)) return 1; /* CUDA_ERROR_INVALID_VALUE */
+    *base = r.addr;
+    *size = r.size;
+    return 0;
 }
 CUresult cuMemAllocManaged(unsigned long long *p, size_t size, unsigned flags) {
     if (flags != 1 && flags != 2) return 1; /* CUDA_ERROR_INVALID_VALUE */
@@ -254,15 +261,8 @@ CUresult cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, P st) { (
 /* Every pointer is unknown to the fake driver: host memory, as for pageable memory. */
 /* Memory type (2: device) and device ordinal (0) of a live cuMemAlloc block; for
  * any other address, an error (not memory the driver knows). */
-static int in_device_block(unsigned long long p) {
-    int i, found = 0;
-    pthread_mutex_lock(&ranges_lock);
-    for (i = 0; i < 4096 && !found; i++) found = ranges[i].addr != 0 && p >= ranges[i].addr && p < ranges[i].addr + ranges[i].size;
-    pthread_mutex_unlock(&ranges_lock);
-    return found;
-}
+static int in_device_block(unsigned long long p) { return lookup(ranges, 4096, &ranges_lock, p, NULL); }
 static int is_mapped(unsigned long long p);
-/* Device memory is a cuMemAlloc block or a cuMemMap mapping (expandable segments). */
 /* Several attributes at once (memory type 2, device pointer 3, managed 8, ordinal 9,
  * range start 11, range size 12): cuMemAlloc blocks and mappings are device 0's, pinned
  * host memory is mapped at its own address, other memory gets zeros, as the driver answers. */
@@ -284,6 +284,7 @@ CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsigned lo
     }
     return 0;
 }
+/* Device memory is a cuMemAlloc block or a cuMemMap mapping (expandable segments). */
 CUresult cuPointerGetAttribute(void *v, int a, unsigned long long p) {
     if (!in_device_block(p) && !is_mapped(p)) return 1;
     if (a == 2) *(unsigned *)v = 2;      /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE: device */
@@ -376,17 +377,9 @@ CUresult cuMemUnmap(unsigned long long p, size_t size) {
     pthread_mutex_unlock(&maps_lock);
     return r;
 }
+/* A cuMemAlloc block or host allocation, else a mapping (never host), holding p. */
 static int find_range(unsigned long long p, Range *out) {
-    int i, found = 0;
-    pthread_mutex_lock(&ranges_lock);
-    for (i = 0; i < 4096 && !found; i++)
-        if (ranges[i].addr && p >= ranges[i].addr && p - ranges[i].addr < ranges[i].size) { *out = ranges[i]; found = 1; }
-    pthread_mutex_unlock(&ranges_lock);
-    pthread_mutex_lock(&maps_lock);
-    for (i = 0; i < 16384 && !found; i++)
-        if (maps[i].size && p >= maps[i].addr && p - maps[i].addr < maps[i].size) { *out = maps[i]; out->host = 0; found = 1; }
-    pthread_mutex_unlock(&maps_lock);
-    return found;
+    return lookup(ranges, 4096, &ranges_lock, p, out) || lookup(maps, 16384, &maps_lock, p, out);
 }
 CUresult cuMemSetAccess(unsigned long long p, size_t size, const void *desc, size_t n) { (void)p; (void)size; (void)desc; (void)n; INJECT("cuMemSetAccess", OOM); return 0; }
 CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) { (void)prop; (void)option; *g = 2u << 20; return 0; }
@@ -394,13 +387,7 @@ CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) 
  * descriptor (of /dev/null), so that the consumer's pidfd_getfd runs for real; an
  * import checks that it was given an open descriptor. Only the POSIX-descriptor
  * handle type (1) is offered. */
-static int is_mapped(unsigned long long p) {
-    int i, found = 0;
-    pthread_mutex_lock(&maps_lock);
-    for (i = 0; i < 16384 && !found; i++) found = maps[i].size != 0 && maps[i].addr <= p && p < maps[i].addr + maps[i].size;
-    pthread_mutex_unlock(&maps_lock);
-    return found;
-}
+static int is_mapped(unsigned long long p) { return lookup(maps, 16384, &maps_lock, p, NULL); }
 CUresult cuMemRetainAllocationHandle(unsigned long long *h, void *addr) {
     if (!is_mapped((unsigned long long)(uintptr_t)addr)) return 1; /* CUDA_ERROR_INVALID_VALUE */
     *h = 1;
