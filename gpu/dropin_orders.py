@@ -1,7 +1,8 @@
 """PyTorch's peak device memory on gpurt's defaults against PyTorch's own allocator
 with expandable_segments:True, in every order of GPT-2 generation and ResNet-50
 training in one process, with and without empty_cache between them, at two sizes of
-each: NVML's figure of the process (its used memory, sampled every 5 ms), and the
+each: NVML's figure of the process (its used memory on every GPU, sampled every 5 ms
+by llama.py's PeakSampler), and the
 allocators' own peak reserved. The two allocators alternate, scenario by scenario;
 each run is a process of its own (dropin_peak.py, which also checks that both give
 identical results: PyTorch's allocator runs twice, the second run saying which
@@ -15,10 +16,8 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import time
 
-import pynvml
+from llama import PeakSampler, nvml_handle
 
 lib_path, out_dir = sys.argv[1], sys.argv[2]
 here = os.path.dirname(os.path.abspath(__file__))
@@ -31,34 +30,20 @@ PYTORCH = ("native", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "GP
 # reproduces them itself), then gpurt's defaults.
 ALLOCATORS = [("PyTorch", PYTORCH), ("PyTorch", PYTORCH), ("gpurt", ("gpurt", {"PYTORCH_CUDA_ALLOC_CONF": "", "GPURT_ALLOC_CONF": ""}))]
 
-pynvml.nvmlInit()
-handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-
-
-def process_mib(pid):
-    """`pid`'s device memory on every GPU (NVML numbers them regardless of CUDA_VISIBLE_DEVICES)."""
-    return sum(p.usedGpuMemory or 0 for h in handles for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid == pid) / 2**20
+pynvml = nvml_handle()[0]
+EVERY_GPU = range(pynvml.nvmlDeviceGetCount())
 
 
 def run(mode, env, scenario_dir):
-    """dropin_peak.py in a process of its own: (NVML peak MiB, its output)."""
+    """dropin_peak.py in a process of its own: (NVML peak MiB over every GPU, its output)."""
     proc = subprocess.Popen([sys.executable, os.path.join(here, "dropin_peak.py"), lib_path, mode, scenario_dir],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak, done = [0.0], threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], process_mib(proc.pid))
-            time.sleep(0.005)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
+    sampler = PeakSampler(proc.pid, interval=0.005, devices=EVERY_GPU)
     output = proc.communicate()[0]
-    done.set()
-    sampler.join()
+    peak = sampler.stop()
     if proc.returncode != 0 and "DIFFERENT" not in output:  # a difference is reported, not fatal
         sys.exit(f"dropin_peak.py {mode} failed ({proc.returncode}):\n{output[-3000:]}")
-    return peak[0], output
+    return peak, output
 
 
 rows, failures = [], 0
@@ -86,6 +71,7 @@ print("| --- | ---: | ---: | ---: | ---: |")
 for r in rows:
     print(f"| {r['scenario']} | {r['PyTorch nvml_mib']:.0f} | {r['gpurt nvml_mib']:.0f} | {r['ratio']:.3f} | "
           f"{r['PyTorch reserved_mib']:.0f} / {r['gpurt reserved_mib']:.0f} |")
+os.makedirs(out_dir, exist_ok=True)
 with open(os.path.join(out_dir, "dropin_orders.json"), "w") as f:
     json.dump(rows, f, indent=1)
 print(f"dropin orders: gpurt at or below PyTorch's peak in {len(rows) - failures} of {len(rows)} scenarios")

@@ -69,17 +69,18 @@ def rss_mib(pid):
 
 
 class PeakSampler:
-    """The largest device memory a process held, sampled every 20 ms."""
+    """The largest device memory a process held on `devices` together (NVML's GPU
+    numbers, which CUDA_VISIBLE_DEVICES does not change), sampled every `interval` s."""
 
-    def __init__(self, pid):
-        self.pid, self.peak, self.running = pid, 0.0, True
+    def __init__(self, pid, interval=0.02, devices=(0,)):
+        self.pid, self.interval, self.devices, self.peak, self.running = pid, interval, devices, 0.0, True
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
     def run(self):
         while self.running:
-            self.peak = max(self.peak, device_mib(self.pid))
-            time.sleep(0.02)
+            self.peak = max(self.peak, sum(device_mib(self.pid, i) for i in self.devices))
+            time.sleep(self.interval)
 
     def stop(self):
         self.running = False
