@@ -66,6 +66,7 @@ cublas_flags=(-I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcublasLt -lcub
 step build-blas-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/blas_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -ldl -o bin/blas_test
 step build-blas-gpu-test cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude src/blas_gpu_test.c -Llib -lgpurt -Wl,-rpath,"$lib" "${cublas_flags[@]}" -lpthread -o bin/blas_gpu_test
 step build-graph-nodes-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/graph_nodes_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/graph_nodes_test
+step build-shared-capture-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/shared_capture_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/shared_capture_test
 step build-vbuffer-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/vbuffer_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/vbuffer_test
 step build-vbuffer-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude -I/usr/local/cuda/include src/vbuffer_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" -lcuda -o bin/vbuffer_bench
 step build-green-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/green_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/green_test
@@ -100,6 +101,7 @@ step batch-test bin/batch_test
 step green-test bin/green_test
 step vbuffer-test bin/vbuffer_test
 step graph-nodes-test bin/graph_nodes_test
+step shared-capture-test bin/shared_capture_test
 step build-batch-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude -I/usr/local/cuda/include src/batch_bench.c -Llib -lgpurt -Wl,-rpath,"$lib" -lcuda -o bin/batch_bench
 step batch-bench bin/batch_bench
 step build-pin-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -I/usr/local/cuda/include src/pin_bench.c -lcuda -lpthread -o bin/pin_bench

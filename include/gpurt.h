@@ -1735,11 +1735,12 @@ gpurt_status_t gpurt_mem_pool_create(int device,
 /**
  * Destroys a pool made with gpurt_mem_pool_create. Refused, changing nothing,
  * while it holds live allocations (the message says how many), a thread has it
- * pushed, or it sleeps or is falling asleep (wake it first); its cached memory and
+ * pushed, a graph or exec captured into it (gpurt_stream_begin_capture_shared)
+ * lives, or it sleeps or is falling asleep (wake it first); its cached memory and
  * the host memory kept for its offloads go back.
  *
  * @param pool a pool from gpurt_mem_pool_create
- * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a default pool, or while the pool holds live allocations, is pushed on a thread, or sleeps (nothing changes); or a status every call may give (@ref statuses).
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a default pool, or while the pool holds live allocations, is pushed on a thread, keeps memory for graphs, or sleeps (nothing changes); or a status every call may give (@ref statuses).
  * @par Ordering
  * Returns wholly free cached memory to the driver, which waits for the device where that memory may still be in use (cuMemFree, cuMemUnmap); blocks whose freeing streams have not passed their recorded events stay cached. Not allowed while a stream is being captured in global mode.
  */
@@ -3336,6 +3337,30 @@ gpurt_status_t gpurt_gds_mode(gpurt_gds_mode_t *mode);
 gpurt_status_t gpurt_stream_begin_capture(gpurt_stream_t stream,
                                           int mode,
                                           gpurt_graph_pool_t pool);
+
+/**
+ * Begins capturing `stream` into a graph whose gpurt allocations (gpurt_malloc and
+ * the pools' allocations on `stream` and on streams joined to the capture) come from
+ * `pool` in stream order, as outside a capture: a block freed during the capture
+ * serves the stream's next allocation, inside the capture or after it, so the graph's
+ * temporary memory is shared with the stream's other work (the way RMM's pools and
+ * ggml's own pool serve captures). Its replays must therefore be ordered with that
+ * work: replay it on the capturing stream (or after the stream's earlier work and
+ * before its later). Until the graph and every exec made from it are destroyed, the
+ * pool keeps its memory mapped (its empty_cache, collection and out-of-memory release
+ * give none back; a sleep maps it all back at the same addresses) and cannot be
+ * destroyed. gpurt_stream_begin_capture gives a graph memory of its own instead.
+ *
+ * @param stream the stream to capture (not the legacy default stream)
+ * @param mode GPURT_CAPTURE_MODE_GLOBAL, _THREAD_LOCAL or _RELAXED
+ * @param pool a pool from gpurt_mem_pool_create, or a device's default pool (gpurt_mem_pool_default), on the stream's device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream` or `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown mode, a pool on another device, or a graph pool (pass it to gpurt_stream_begin_capture); GPURT_ERROR_NOT_SUPPORTED for the default pool under backend:cudaMallocAsync; GPURT_ERROR_STREAM_CAPTURE for a stream already capturing or the legacy stream; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side: work queued on `stream` from now on is recorded, not run.
+ */
+gpurt_status_t gpurt_stream_begin_capture_shared(gpurt_stream_t stream,
+                                                 int mode,
+                                                 gpurt_mem_pool_t pool);
 
 /**
  * Ends the capture on `stream` and gives the graph.

@@ -1336,6 +1336,17 @@ public:
     static Ret<void> begin_capture(const Stream &stream, int mode = GPURT_CAPTURE_MODE_THREAD_LOCAL, gpurt_graph_pool_t pool = nullptr) {
         return detail::finish(gpurt_stream_begin_capture(stream.get(), mode, pool));
     }
+    /** Starts capturing `stream` with allocations from `pool` in stream order, shared
+     *  with the stream's other work (gpurt_stream_begin_capture_shared: replay on the
+     *  capturing stream; the pool keeps its memory mapped while the graph lives).
+      *  @param stream the stream the work is ordered on
+      *  @param pool a pool made with gpurt_mem_pool_create, or a default pool
+      *  @param mode GPURT_CAPTURE_MODE_GLOBAL, _THREAD_LOCAL or _RELAXED
+      *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+      */
+    static Ret<void> begin_capture_shared(const Stream &stream, gpurt_mem_pool_t pool, int mode = GPURT_CAPTURE_MODE_THREAD_LOCAL) {
+        return detail::finish(gpurt_stream_begin_capture_shared(stream.get(), mode, pool));
+    }
     /** gpurt_stream_end_capture. @param stream the capturing stream @return the graph */
     static Ret<Graph> end_capture(const Stream &stream) {
         return detail::make<Graph>(gpurt_stream_end_capture, stream.get());

@@ -2,6 +2,7 @@
 from ._handle import Handle, ordinal
 from ._native import check, fetch, ffi, lib
 from .device import synchronize
+from .mempool import MemPool
 from .streams import Stream, current_stream
 
 _CAPTURE_MODES = {"global": lib.GPURT_CAPTURE_MODE_GLOBAL, "thread_local": lib.GPURT_CAPTURE_MODE_THREAD_LOCAL,
@@ -40,10 +41,16 @@ class Graph:
         self.pool = None
 
     def capture_begin(self, stream=None, pool=None, capture_error_mode="global"):
+        """`pool`: a GraphPool (or None: the graph's own pool), or a MemPool, whose
+        memory the graph then shares in stream order with the stream's other work
+        (gpurt_stream_begin_capture_shared: replay on the capture stream)."""
         self._stream = current_stream() if stream is None else stream
         self.pool = pool
-        check(lib.gpurt_stream_begin_capture(self._stream.handle, _CAPTURE_MODES[capture_error_mode],
-                                             ffi.NULL if pool is None else pool.handle))
+        mode = _CAPTURE_MODES[capture_error_mode]
+        if isinstance(pool, MemPool):
+            check(lib.gpurt_stream_begin_capture_shared(self._stream.handle, mode, pool.handle))
+        else:
+            check(lib.gpurt_stream_begin_capture(self._stream.handle, mode, ffi.NULL if pool is None else pool.handle))
 
     def capture_end(self):
         """Ends the capture and instantiates the graph (uploaded on the capture stream)."""
@@ -79,7 +86,8 @@ class Graph:
 class graph:
     """`with gpurt.graph(g):` captures the block into `g` on a side stream (made
     current for the block), as torch.cuda.graph: `pool` shares memory with other
-    graphs, `stream` chooses the capture stream."""
+    graphs (a GraphPool) or, a MemPool, with the stream's other work (see
+    Graph.capture_begin); `stream` chooses the capture stream."""
 
     def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode="global"):
         self.graph, self.pool, self.mode = cuda_graph, pool, capture_error_mode

@@ -10,6 +10,7 @@ use once_cell::sync::Lazy;
 
 
 use super::caching::{not_live, CachingAllocator};
+use super::capture::CaptureRoute;
 use super::config::{AllocConfig, Backend};
 use super::driver_pool;
 use super::mempool::{MemPool, MemPools, PoolStack, Route};
@@ -225,8 +226,8 @@ fn tell_sanitizer(ordinal: i32, ptr: u64, size: u64, native_stream: u64) {
 #[inline(always)]
 fn malloc_routed(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
     let key = stream_key(native_stream);
-    if let Some(private) = super::capture::capture_allocator(native_stream)? {
-        return private.malloc(size, key);
+    if let Some(route) = super::capture::capture_allocator(native_stream)? {
+        return malloc_in_capture(route, size, key);
     }
     let default = allocator(ordinal)?;
     if ROUTED.load(Ordering::Relaxed) > 0 {
@@ -244,6 +245,18 @@ fn malloc_routed(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
         return malloc_from_driver_pool(default.source().device(), size, native_stream, key);
     }
     default.malloc(size, key)
+}
+
+/// An allocation on a stream that captures through gpurt: from the capture's private
+/// pool, or from the pool a shared capture shares, with the capture mode relaxed
+/// around it (a growth maps memory, which a global capture forbids).
+#[cold]
+#[inline(never)]
+fn malloc_in_capture(route: CaptureRoute, size: u64, key: u64) -> Result<u64> {
+    match route {
+        CaptureRoute::Private(pool) => pool.malloc(size, key),
+        CaptureRoute::Shared(malloc) => super::capture::with_relaxed_capture(|| malloc(size, key)),
+    }
 }
 
 #[cold]
@@ -272,7 +285,7 @@ pub fn malloc_from_default(ordinal: i32, size: u64, native_stream: u64) -> Resul
 pub fn malloc_from<S: SegmentSource>(device: i32, pool: &CachingAllocator<S>, size: u64, native_stream: u64) -> Result<u64> {
     let key = stream_key(native_stream);
     let ptr = match super::capture::capture_allocator(native_stream)? {
-        Some(private) => private.malloc(size, key)?,
+        Some(route) => malloc_in_capture(route, size, key)?,
         None => match pool.malloc(size, key) {
             Ok(ptr) => ptr,
             Err(error) => last_resort(device, size, native_stream, Some(pool.id()), error)?,

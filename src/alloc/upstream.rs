@@ -11,6 +11,7 @@
 use libc::{c_int, c_void};
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::Cell;
 use std::sync::OnceLock;
 
 use cudarc::driver::sys;
@@ -81,6 +82,30 @@ impl DriverSource {
     }
 }
 
+fn exchange_capture_mode(mode: sys::CUstreamCaptureMode) -> Result<sys::CUstreamCaptureMode> {
+    let mut m = mode;
+    check(unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut m) }, "cuThreadExchangeStreamCaptureMode")?;
+    Ok(m)
+}
+
+thread_local! {
+    /// How deep this thread is in `with_relaxed_capture`: a segment allocated meanwhile
+    /// cannot invalidate a capture.
+    static RELAXED_CAPTURE: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Runs `body` with this thread's capture mode relaxed, so that calls a capture
+/// forbids (allocating, creating a library's handle) neither fail nor invalidate a
+/// capture under way; the mode is restored after.
+pub(crate) fn with_relaxed_capture<R>(body: impl FnOnce() -> Result<R>) -> Result<R> {
+    let previous = exchange_capture_mode(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+    RELAXED_CAPTURE.with(|depth| depth.set(depth.get() + 1));
+    let result = body();
+    RELAXED_CAPTURE.with(|depth| depth.set(depth.get() - 1));
+    exchange_capture_mode(previous)?;
+    result
+}
+
 impl SegmentSource for DriverSource {
     fn history_device(&self) -> Option<i32> {
         Some(self.device)
@@ -90,8 +115,12 @@ impl SegmentSource for DriverSource {
         self.alloc_segment(size)
     }
     /// Only on the slow path: a capture begun outside gpurt has no private pool, and
-    /// allocating a segment during it would invalidate it.
+    /// allocating a segment during it would invalidate it, unless the capture mode is
+    /// relaxed around the allocation (a shared capture's, a library's workspace).
     fn may_allocate(&self, stream: u64) -> Result<()> {
+        if RELAXED_CAPTURE.with(Cell::get) > 0 {
+            return Ok(());
+        }
         let native = native_stream_of(stream) as sys::CUstream;
         let capture = device::with_device(self.device, || crate::stream::native_capture_status(native))?;
         if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {

@@ -157,8 +157,8 @@ struct Node {
 struct Body {
     native: Stream,
     capture: u64,
-    /// The enclosing capture's private pool, which the body's capture allocates from.
-    pool: Option<u64>,
+    /// Whether the body's capture allocates as the enclosing gpurt capture does.
+    registered: bool,
 }
 
 /// Nodes whose bodies are being captured, innermost last.
@@ -243,18 +243,17 @@ fn begin_body(stream: Handle, node: &mut Node) -> Result<()> {
             return Err(e);
         }
     };
-    let pool = capture::pool_of_capture(node.outer_capture);
-    if let Some(id) = pool {
-        let registered = capture::retain_for(id, node.device).and_then(|()| capture::begin(id, || Ok(body_capture)));
-        if let Err(e) = registered {
+    let registered = match capture::begin_body(node.outer_capture, node.device, body_capture) {
+        Ok(registered) => registered,
+        Err(e) => {
             let mut graph = std::ptr::null_mut();
             unsafe { sys::cuStreamEndCapture(native.cu(), &mut graph) };
             lock(&IDLE).push(native);
             return Err(e);
         }
-    }
+    };
     stream::redirect_to_body(stream, native.raw);
-    node.body = Some(Body { native, capture: body_capture, pool });
+    node.body = Some(Body { native, capture: body_capture, registered });
     node.begun += 1;
     Ok(())
 }
@@ -264,8 +263,8 @@ fn end_body(stream: Handle, node: &mut Node) -> Result<()> {
     stream::end_body_redirect(stream);
     let mut graph = std::ptr::null_mut();
     let ended = check(unsafe { sys::cuStreamEndCapture(body.native.cu(), &mut graph) }, "cuStreamEndCapture");
-    if body.pool.is_some() {
-        capture::end(body.capture).into_iter().for_each(capture::release_pool);
+    if body.registered {
+        capture::end(body.capture).into_iter().for_each(capture::Held::release);
     }
     // What the body's capture asked to run before each replay runs before the graph's.
     replay::move_hooks(body.capture, node.outer_capture);

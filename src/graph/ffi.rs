@@ -49,6 +49,29 @@ pub extern "C" fn gpurt_stream_begin_capture(stream: gpurt_stream_t, mode: c_int
     })
 }
 
+/// Begins capturing `stream` into a graph whose gpurt allocations (gpurt_malloc and
+/// the pools' allocations on `stream` and on streams joined to the capture) come from
+/// `pool` in stream order, as outside a capture: a block freed during the capture
+/// serves the stream's next allocation, inside the capture or after it, so the graph's
+/// temporary memory is shared with the stream's other work (the way RMM's pools and
+/// ggml's own pool serve captures). Its replays must therefore be ordered with that
+/// work: replay it on the capturing stream (or after the stream's earlier work and
+/// before its later). Until the graph and every exec made from it are destroyed, the
+/// pool keeps its memory mapped (its empty_cache, collection and out-of-memory release
+/// give none back; a sleep maps it all back at the same addresses) and cannot be
+/// destroyed. gpurt_stream_begin_capture gives a graph memory of its own instead.
+///
+/// @param stream the stream to capture (not the legacy default stream)
+/// @param mode GPURT_CAPTURE_MODE_GLOBAL, _THREAD_LOCAL or _RELAXED
+/// @param pool a pool from gpurt_mem_pool_create, or a device's default pool (gpurt_mem_pool_default), on the stream's device
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream` or `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown mode, a pool on another device, or a graph pool (pass it to gpurt_stream_begin_capture); GPURT_ERROR_NOT_SUPPORTED for the default pool under backend:cudaMallocAsync; GPURT_ERROR_STREAM_CAPTURE for a stream already capturing or the legacy stream; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side: work queued on `stream` from now on is recorded, not run.
+#[no_mangle]
+pub extern "C" fn gpurt_stream_begin_capture_shared(stream: gpurt_stream_t, mode: c_int, pool: gpurt_mem_pool_t) -> gpurt_status_t {
+    boundary::call("gpurt_stream_begin_capture_shared", || super::begin_capture_shared(h(stream), mode, h(pool)))
+}
+
 /// Ends the capture on `stream` and gives the graph.
 ///
 /// @param stream the capturing stream

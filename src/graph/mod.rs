@@ -53,11 +53,8 @@ fn capture_mode(mode: i32) -> Result<sys::CUstreamCaptureMode> {
 /// that join the capture) come from `pool` (a handle from
 /// `create_pool_handle`), or from a new private pool when `pool` is NULL.
 pub fn begin_capture(stream: Handle, mode: i32, pool: Option<Handle>) -> Result<()> {
-    let s = crate::stream::get(stream)?;
+    let s = capturable(stream)?;
     let mode = capture_mode(mode)?;
-    if s.raw == 0 {
-        return Err(Error::invalid_argument("the legacy default stream cannot be captured; use a created stream"));
-    }
     let id = match pool {
         Some(handle) => {
             let id = crate::alloc::mempool::device::graph_pool_id(handle)?;
@@ -66,10 +63,35 @@ pub fn begin_capture(stream: Handle, mode: i32, pool: Option<Handle>) -> Result<
         }
         None => capture::new_pool(s.device(), crate::alloc::device::config()?),
     };
-    capture::begin(id, || {
-        s.run(|cu| check(unsafe { sys::cuStreamBeginCapture_v2(cu, mode) }, "cuStreamBeginCapture"))?;
-        Ok(crate::stream::native_capture_info(s.raw as u64)?.1)
-    })
+    capture::begin(id, || start_capture(&s, mode))
+}
+
+/// Starts capturing `stream` into a graph whose gpurt allocations (on it and on
+/// streams that join the capture) come from `pool` (a user's pool or a default pool)
+/// in stream order: blocks freed during the capture serve the stream's later work
+/// too, as they do outside one. The graph holds the pool, keeping its memory mapped.
+pub fn begin_capture_shared(stream: Handle, mode: i32, pool: Handle) -> Result<()> {
+    let s = capturable(stream)?;
+    let mode = capture_mode(mode)?;
+    let (malloc, keep) = crate::alloc::mempool::device::shared_capture_target(pool, s.device())?;
+    capture::begin_shared(malloc, keep, || start_capture(&s, mode))
+}
+
+/// The stream a capture may begin on: not the legacy default stream, not one that
+/// captures already.
+fn capturable(stream: Handle) -> Result<crate::stream::Stream> {
+    let s = crate::stream::get(stream)?;
+    if s.raw == 0 {
+        return Err(Error::invalid_argument("the legacy default stream cannot be captured; use a created stream"));
+    }
+    crate::stream::ensure_not_capturing(stream, "beginning a capture")?;
+    Ok(s)
+}
+
+/// Begins the driver's capture of `s`; its capture id.
+fn start_capture(s: &crate::stream::Stream, mode: sys::CUstreamCaptureMode) -> Result<u64> {
+    s.run(|cu| check(unsafe { sys::cuStreamBeginCapture_v2(cu, mode) }, "cuStreamBeginCapture"))?;
+    Ok(crate::stream::native_capture_info(s.raw as u64)?.1)
 }
 
 /// Ends the capture on `stream`, giving the graph. The graph holds the capture's
@@ -98,8 +120,8 @@ pub fn end_capture(stream: Handle) -> Result<Handle> {
         sys::cuGraphDestroy(graph);
     }));
     match (graph, pool) {
-        (Ok(g), Some(id)) => {
-            capture::give_to(g.0, id);
+        (Ok(g), Some(held)) => {
+            capture::give_to(g.0, held);
             replay::give_to(g.0, hooks);
             Ok(g)
         }
@@ -108,7 +130,7 @@ pub fn end_capture(stream: Handle) -> Result<Handle> {
             Ok(g)
         }
         (Err(e), pool) => {
-            pool.into_iter().for_each(capture::release_pool);
+            pool.into_iter().for_each(capture::Held::release);
             Err(e)
         }
     }
@@ -152,7 +174,7 @@ pub fn instantiate(graph: Handle, flags: u64, upload_stream: Option<Handle>) -> 
     let handle = EXECS.insert(DeviceObject { raw: exec as usize, device: g.device }).inspect_err(|_| unsafe {
         sys::cuGraphExecDestroy(exec);
     })?;
-    capture::hold(handle.0, &capture::pools_of(graph.0))?;
+    capture::hold_as(handle.0, graph.0)?;
     replay::copy(graph.0, handle.0);
     Ok(handle)
 }
@@ -221,7 +243,7 @@ pub fn update(exec: Handle, graph: Handle) -> Result<()> {
     check(code, "cuGraphExecUpdate")?;
     // The exec now holds the new graph's addresses too.
     replay::copy(graph.0, exec.0);
-    capture::hold(exec.0, &capture::pools_of(graph.0))
+    capture::hold_as(exec.0, graph.0)
 }
 
 /// Writes the graph as a DOT file (`verbose`: every node's parameters).

@@ -287,6 +287,22 @@ static void with_device(bool real_gpu) {
     s.synchronize();
     expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_stream_end_capture", [&] { (void)gpurt::Graph::end_capture(s); });
 
+    // A shared capture: the graph's temporary is the block the stream's next allocation gets.
+    {
+        gpurt::MemPool shared = gpurt::MemPool::create(0);
+        gpurt::Graph::begin_capture_shared(s, shared.get(), GPURT_CAPTURE_MODE_RELAXED);
+        void *temporary = nullptr;
+        gpurt::detail::finish(gpurt_mem_pool_malloc(shared.get(), 4096, s.get(), &temporary));
+        gpurt::detail::finish(gpurt_free(temporary));
+        gpurt::Graph captured = gpurt::Graph::end_capture(s);
+        void *after = nullptr;
+        gpurt::detail::finish(gpurt_mem_pool_malloc(shared.get(), 4096, s.get(), &after));
+        CHECK(after == temporary);
+        gpurt::detail::finish(gpurt_free(after));
+        expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_stream_begin_capture_shared",
+                     [&] { gpurt::Graph::begin_capture_shared(s, gpool.get()); });
+    }
+
     // Kernels: NVRTC where it is (a real GPU), a PTX module otherwise.
     static const char ptx[] = ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry noop()\n{\n\tret;\n}\n";
     gpurt::Module module = gpurt::Module::load_data(ptx, sizeof ptx - 1);

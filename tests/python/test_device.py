@@ -189,6 +189,28 @@ def test_graph_capture_allocates_from_its_pool(device):
     inside.free()
 
 
+def test_graph_captured_into_a_mem_pool_shares_its_memory(device):
+    s = gpurt.Stream()
+    pool = gpurt.MemPool()
+    g = gpurt.Graph()
+    with gpurt.graph(g, pool=pool, stream=s):
+        inside = gpurt.DeviceBuffer(4096, stream=s, pool=pool)
+        ptr = inside.ptr
+        inside.free()
+    after = gpurt.DeviceBuffer(4096, stream=s, pool=pool)
+    assert after.ptr == ptr  # the block freed during the capture serves the stream next
+    after.free()
+    total = pool.usage()["total_bytes"]
+    pool.empty_cache()
+    assert pool.usage()["total_bytes"] == total  # kept mapped for the graph's replays
+    g.replay(s)
+    s.synchronize()
+    g.reset()
+    pool.empty_cache()
+    assert pool.usage()["total_bytes"] == 0
+    pool.close()
+
+
 def test_streams_from_many_threads(device):
     errors = []
 

@@ -32,7 +32,7 @@ use rustc_hash::FxHashMap as HashMap;
 use super::config::AllocConfig;
 use super::history::{self, Action};
 use super::owners::SegmentOwner;
-use super::pool::{asleep_error, BlockPlace, Pool, SegmentSource, SegmentView, Segments};
+use super::pool::{asleep_error, BlockPlace, KeepMapped, Pool, SegmentSource, SegmentView, Segments};
 use super::stats::{format_bytes, gpurt_memory_stats_t};
 use crate::boundary::lock;
 use crate::error::{Error, Result, Status};
@@ -270,6 +270,17 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// `record_stream` if this allocator holds `addr`.
     pub fn try_record_stream(&self, addr: u64, stream: u64) -> Option<Result<()>> {
         self.on_owner(addr, |pool| pool.record_stream(addr, stream))
+    }
+
+    /// A claim of a graph captured into this allocator in stream order: its free
+    /// memory stays mapped while the claim lives (see `KeepMapped`).
+    pub fn keep_mapped(&self) -> KeepMapped {
+        self.shared.keep_mapped()
+    }
+
+    /// The graphs that keep this allocator's free memory mapped.
+    pub fn graph_holds(&self) -> usize {
+        self.shared.graph_holds()
     }
 
     /// Releases every wholly free cached segment of every shard, waiting for deferred

@@ -1,7 +1,10 @@
 //! Private memory pools of captured graphs (`torch.cuda.graph_pool_handle()`):
 //! gpurt allocations made while a stream captures through gpurt come from the
 //! capture's pool, so that the addresses baked into a graph stay valid for every
-//! replay and nobody else gets them meanwhile. `pools` keeps the bookkeeping
+//! replay and nobody else gets them meanwhile. A shared capture
+//! (`gpurt_stream_begin_capture_shared`) instead allocates from a pool the stream
+//! uses anyway, in stream order (RMM's and ggml's own pools' way): its graph holds a
+//! `KeepMapped` claim on that pool rather than memory of its own. `pools` keeps the bookkeeping
 //! (which capture allocates from which pool, references), tested on host memory;
 //! this file runs it over the driver: the capture-mode dance around `cuMemAlloc`,
 //! the device synchronisation a pool's last release needs, and the holders (graphs
@@ -17,9 +20,10 @@ use cudarc::driver::sys;
 
 use super::caching::CachingAllocator;
 use super::config::AllocConfig;
-use super::pool::{HostStaging, SegmentSource};
+use super::pool::{HostStaging, KeepMapped, SegmentSource};
 use super::stats::{gpurt_memory_stats_t, RetiredStats};
 use crate::stream::key::native_stream_of;
+pub(crate) use super::upstream::with_relaxed_capture;
 use super::upstream::DriverSource;
 use crate::boundary::lock;
 use crate::device;
@@ -47,11 +51,6 @@ impl CaptureSource {
 /// cannot be queried inside a capture, so such a block waits for the pool's release.
 const AFTER_RELEASE: u64 = u64::MAX;
 
-fn exchange_capture_mode(mode: sys::CUstreamCaptureMode) -> Result<sys::CUstreamCaptureMode> {
-    let mut m = mode;
-    check(unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut m) }, "cuThreadExchangeStreamCaptureMode")?;
-    Ok(m)
-}
 
 /// `size` bytes from `driver`'s `cuMemAlloc`, legal while this thread's stream
 /// captures: the capture mode is relaxed around the call (the allocation is not part
@@ -60,15 +59,6 @@ pub(crate) fn alloc_beside_capture(driver: &DriverSource, size: u64) -> Result<u
     with_relaxed_capture(|| driver.alloc_segment(size))
 }
 
-/// Runs `body` with this thread's capture mode relaxed, so that calls a capture
-/// forbids (allocating, creating a library's handle) neither fail nor invalidate a
-/// capture under way; the mode is restored after.
-pub(crate) fn with_relaxed_capture<R>(body: impl FnOnce() -> Result<R>) -> Result<R> {
-    let previous = exchange_capture_mode(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
-    let result = body();
-    exchange_capture_mode(previous)?;
-    result
-}
 
 impl SegmentSource for CaptureSource {
     fn allocate(&self, size: u64, _stream: u64) -> Result<u64> {
@@ -153,11 +143,43 @@ impl SegmentSource for CaptureSource {
     }
 }
 
+/// Allocates `size` bytes for a stream key from the pool a shared capture shares.
+pub type SharedMalloc = Arc<dyn Fn(u64, u64) -> Result<u64> + Send + Sync>;
+
+/// Where gpurt allocations on a stream that captures through gpurt come from.
+pub enum CaptureRoute {
+    /// The capture's private pool.
+    Private(Arc<CachingAllocator<CaptureSource>>),
+    /// The pool a shared capture allocates from in stream order; the caller relaxes
+    /// the capture mode around the call (the pool may map memory).
+    Shared(SharedMalloc),
+}
+
+/// What a capture's graph, and each exec made from it, holds.
+pub enum Held {
+    /// A reference to private pool (id).
+    Private(u64),
+    /// A claim on a shared capture's pool.
+    Shared(KeepMapped),
+}
+
+impl Held {
+    /// Gives it up: a private pool's last reference collects the pool.
+    pub fn release(self) {
+        if let Held::Private(id) = self {
+            release_pool(id);
+        }
+    }
+}
+
 /// The pools, and which graph or exec holds which pool.
 struct Registry {
     pools: GraphPools<CaptureSource>,
-    /// Graph or exec handle value to the pools whose addresses it holds.
-    holders: HashMap<u64, Vec<u64>>,
+    /// Shared captures in progress (the driver's capture id): the pool's allocation
+    /// and the claim their graph will hold.
+    shared: HashMap<u64, (SharedMalloc, KeepMapped)>,
+    /// Graph or exec handle value to what it holds.
+    holders: HashMap<u64, Vec<Held>>,
     /// Per device, the statistics of pools that are gone.
     retired: RetiredStats,
 }
@@ -215,7 +237,12 @@ static LIVE_POOLS: AtomicUsize = AtomicUsize::new(0);
 
 fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
     let mut guard = lock(&REGISTRY);
-    let registry = guard.get_or_insert_with(|| Registry { pools: GraphPools::default(), holders: HashMap::new(), retired: RetiredStats::default() });
+    let registry = guard.get_or_insert_with(|| Registry {
+        pools: GraphPools::default(),
+        shared: HashMap::new(),
+        holders: HashMap::new(),
+        retired: RetiredStats::default(),
+    });
     let result = f(registry);
     LIVE_POOLS.store(registry.pools.len(), Ordering::Release);
     result
@@ -238,9 +265,18 @@ pub fn retain_for(id: u64, device: i32) -> Result<()> {
     })
 }
 
-/// The pool that capture `capture` (begun through gpurt) allocates from.
-pub fn pool_of_capture(capture: u64) -> Option<u64> {
-    with_registry(|r| r.pools.pool_of_capture(capture))
+/// Starts capture `body` (a conditional node's body, which the driver already
+/// captures) allocating as capture `outer` does: from its private pool or its shared
+/// pool. Whether `outer` is gpurt's (if not, nothing is registered).
+pub fn begin_body(outer: u64, device: i32, body: u64) -> Result<bool> {
+    if let Some(id) = with_registry(|r| r.pools.pool_of_capture(outer)) {
+        retain_for(id, device)?;
+        return begin(id, || Ok(body)).map(|()| true);
+    }
+    match with_registry(|r| r.shared.get(&outer).map(|(malloc, keep)| (malloc.clone(), keep.clone()))) {
+        Some((malloc, keep)) => begin_shared(malloc, keep, || Ok(body)).map(|()| true),
+        None => Ok(false),
+    }
 }
 
 /// Pool `id`'s allocator and device, while it exists.
@@ -256,6 +292,20 @@ pub fn begin(id: u64, start: impl FnOnce() -> Result<u64>) -> Result<()> {
     let registered = start().and_then(|capture| with_registry(|r| r.pools.begin_capture(capture, id)));
     // The capture holds its own reference from here; drop the caller's.
     release_pool(id);
+    count_capture(registered)
+}
+
+/// Starts a shared capture: `start` begins the driver's capture and gives its id.
+/// Until the capture ends, gpurt allocations on its streams come from `malloc`'s
+/// pool, whose `keep` claim the graph will hold.
+pub fn begin_shared(malloc: SharedMalloc, keep: KeepMapped, start: impl FnOnce() -> Result<u64>) -> Result<()> {
+    capture_starting();
+    let registered = start().map(|capture| with_registry(|r| drop(r.shared.insert(capture, (malloc, keep)))));
+    count_capture(registered)
+}
+
+/// Counts a capture that began, or ends the gate's count of one that did not.
+fn count_capture(registered: Result<()>) -> Result<()> {
     if registered.is_ok() {
         ACTIVE_CAPTURES.fetch_add(1, Ordering::AcqRel);
     } else {
@@ -264,15 +314,15 @@ pub fn begin(id: u64, start: impl FnOnce() -> Result<u64>) -> Result<()> {
     registered
 }
 
-/// Ends capture `capture`: the pool it allocated from, whose reference passes to
-/// the caller (`give_to` a graph, or `release_pool`).
-pub fn end(capture: u64) -> Option<u64> {
-    let pool = with_registry(|r| r.pools.end_capture(capture));
-    if pool.is_some() {
+/// Ends capture `capture`: what its graph holds (the private pool's reference or the
+/// shared pool's claim), which passes to the caller (`give_to` a graph, or `release`).
+pub fn end(capture: u64) -> Option<Held> {
+    let held = with_registry(|r| r.pools.end_capture(capture).map(Held::Private).or_else(|| r.shared.remove(&capture).map(|(_, keep)| Held::Shared(keep))));
+    if held.is_some() {
         ACTIVE_CAPTURES.fetch_sub(1, Ordering::AcqRel);
         capture_finished();
     }
-    pool
+    held
 }
 
 /// Orders gpurt's captures against the device-wide synchronisation that a pool's
@@ -309,7 +359,12 @@ fn capture_finished() {
 pub fn outside_captures<R>(what: &str, body: impl FnOnce() -> Result<R>) -> Result<R> {
     let gate = lock(&CAPTURE_GATE);
     if gate.active > 0 {
-        let ids = with_registry(|r| r.pools.capture_ids());
+        let ids = with_registry(|r| {
+            let mut ids = r.pools.capture_ids();
+            ids.extend(r.shared.keys());
+            ids.sort_unstable();
+            ids
+        });
         return Err(Error::new(
             Status::GPURT_ERROR_STREAM_CAPTURE,
             format!("stream capture {ids:?} (gpurt_stream_begin_capture) is in progress: {what} waits for the device, which would invalidate it; end the capture first"),
@@ -339,10 +394,10 @@ pub fn release_pool(id: u64) {
     }
 }
 
-/// The private pool serving a gpurt allocation on a native stream, when that stream
-/// is capturing through gpurt. Costs one atomic load while nothing captures.
+/// Where a gpurt allocation on a native stream comes from when that stream is
+/// capturing through gpurt. Costs one atomic load while nothing captures.
 #[inline]
-pub fn capture_allocator(native: u64) -> Result<Option<Arc<CachingAllocator<CaptureSource>>>> {
+pub fn capture_allocator(native: u64) -> Result<Option<CaptureRoute>> {
     if ACTIVE_CAPTURES.load(Ordering::Acquire) == 0 {
         return Ok(None);
     }
@@ -350,15 +405,17 @@ pub fn capture_allocator(native: u64) -> Result<Option<Arc<CachingAllocator<Capt
 }
 
 #[cold]
-fn capture_allocator_slow(native: u64) -> Result<Option<Arc<CachingAllocator<CaptureSource>>>> {
+fn capture_allocator_slow(native: u64) -> Result<Option<CaptureRoute>> {
     if super::driver_pool::is_active() {
         return Ok(None); // the driver's pool records memory nodes in the graph
     }
     let (status, capture) = crate::stream::native_capture_info(native)?;
     match status {
         sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(None),
-        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => with_registry(|r| r.pools.for_capture(capture))
-            .map(Some)
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => with_registry(|r| {
+            r.pools.for_capture(capture).map(CaptureRoute::Private).or_else(|| r.shared.get(&capture).map(|(malloc, _)| CaptureRoute::Shared(malloc.clone())))
+        })
+        .map(Some)
             .ok_or_else(|| {
                 Error::new(
                     Status::GPURT_ERROR_STREAM_CAPTURE,
@@ -390,30 +447,32 @@ pub fn on_private_block<T>(ptr: u64, op: impl FnOnce(&CachingAllocator<CaptureSo
     op(&allocator)
 }
 
-/// Drops every reference `holder` (a graph's or exec's handle value) holds.
+/// Drops everything `holder` (a graph's or exec's handle value) holds.
 pub fn release_holder(holder: u64) {
-    let pools = with_registry(|r| r.holders.remove(&holder)).unwrap_or_default();
-    pools.into_iter().for_each(release_pool);
+    let held = with_registry(|r| r.holders.remove(&holder)).unwrap_or_default();
+    held.into_iter().for_each(Held::release);
 }
 
-/// `holder` takes a reference to each of `pools`.
-pub fn hold(holder: u64, pools: &[u64]) -> Result<()> {
+/// `holder` (an exec) takes a reference to everything `from` (its graph) holds.
+pub fn hold_as(holder: u64, from: u64) -> Result<()> {
     with_registry(|r| {
-        for &id in pools {
-            r.pools.retain(id)?;
-            r.holders.entry(holder).or_default().push(id);
+        let mut copies = Vec::new();
+        for held in r.holders.get(&from).map_or(&[][..], Vec::as_slice) {
+            copies.push(match held {
+                Held::Private(id) => {
+                    r.pools.retain(*id)?;
+                    Held::Private(*id)
+                }
+                Held::Shared(keep) => Held::Shared(keep.clone()),
+            });
         }
+        r.holders.entry(holder).or_default().extend(copies);
         Ok(())
     })
 }
 
-/// `holder` takes over a reference to `pool` its caller had (a capture's, at its end).
-pub fn give_to(holder: u64, pool: u64) {
-    with_registry(|r| r.holders.entry(holder).or_default().push(pool));
-}
-
-/// The pools `holder` holds.
-pub fn pools_of(holder: u64) -> Vec<u64> {
-    with_registry(|r| r.holders.get(&holder).cloned().unwrap_or_default())
+/// `holder` takes over what its caller held (a capture's, at its end).
+pub fn give_to(holder: u64, held: Held) {
+    with_registry(|r| r.holders.entry(holder).or_default().push(held));
 }
 

@@ -3,11 +3,11 @@
 //! that a caller can push the default pool back over an outer one), or a graph
 //! pool's id (`alloc::capture`: the private pool captures share).
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::{Filter, MemPool, PoolUsage, Route};
 use crate::alloc::caching::CachingAllocator;
-use crate::alloc::pool::SegmentSource;
+use crate::alloc::pool::{KeepMapped, SegmentSource};
 use crate::alloc::capture::CaptureSource;
 use crate::alloc::config::AllocConfig;
 use crate::alloc::capture;
@@ -29,8 +29,8 @@ const GRAPH_POOL: u64 = 1 << 62;
 /// What a pool handle names.
 pub(super) enum Named {
     Default(i32),
-    Pool(std::sync::Arc<MemPool<PoolSource>>),
-    Graph(std::sync::Arc<CachingAllocator<CaptureSource>>, u64),
+    Pool(Arc<MemPool<PoolSource>>),
+    Graph(Arc<CachingAllocator<CaptureSource>>, u64),
 }
 
 pub(super) fn named(handle: Handle) -> Result<Named> {
@@ -100,6 +100,32 @@ pub fn graph_pool_id(handle: Handle) -> Result<u64> {
     match named(handle)? {
         Named::Graph(_, id) => Ok(id),
         _ => Err(Error::invalid_argument("a capture allocates from a pool made with gpurt_graph_pool_create, not from this memory pool")),
+    }
+}
+
+/// What a shared capture (`gpurt_stream_begin_capture_shared`) on a stream of
+/// `stream_device` needs of the pool a handle names: its allocation, and the claim that
+/// keeps its free memory mapped while the graph lives.
+pub fn shared_capture_target(handle: Handle, stream_device: i32) -> Result<(capture::SharedMalloc, KeepMapped)> {
+    let wrong_device = |pool_device: i32| {
+        Error::invalid_argument(format!("the stream is on device {stream_device}, the memory pool on device {pool_device}"))
+    };
+    match named(handle)? {
+        Named::Default(d) if d != stream_device => Err(wrong_device(d)),
+        Named::Default(d) => match pools::default_pool(d)? {
+            pools::DefaultPool::Caching(a) => Ok((Arc::new(move |size, key| a.malloc(size, key)), a.keep_mapped())),
+            pools::DefaultPool::Driver(_) => Err(Error::not_supported(
+                "the default pool is the driver's (backend:cudaMallocAsync), whose allocations a capture records as memory nodes: use gpurt_stream_begin_capture",
+            )),
+        },
+        Named::Pool(pool) if pool.device() != stream_device => Err(wrong_device(pool.device())),
+        Named::Pool(pool) => {
+            let keep = pool.allocator().keep_mapped();
+            Ok((Arc::new(move |size, key| pool.allocator().malloc(size, key)), keep))
+        }
+        Named::Graph(..) => Err(Error::invalid_argument(
+            "a graph pool keeps its memory to its captures: pass it to gpurt_stream_begin_capture; a shared capture takes a pool made with gpurt_mem_pool_create or a default pool",
+        )),
     }
 }
 

@@ -144,6 +144,12 @@ impl<S: SegmentSource> MemPools<S> {
         if pushed > 0 {
             return Err(Error::invalid_argument(format!("the memory pool is pushed {pushed} time(s) on some thread: pop it first")));
         }
+        let graphs = pool.allocator.graph_holds();
+        if graphs > 0 {
+            return Err(Error::invalid_argument(format!(
+                "{graphs} graph(s) or exec(s) captured into the memory pool (gpurt_stream_begin_capture_shared) still replay into its memory: destroy them first"
+            )));
+        }
         if pool.allocator.refuses_allocations() {
             return Err(Error::invalid_argument("the memory pool is asleep or falling asleep: wake it (gpurt_mem_pool_wake) before destroying it"));
         }

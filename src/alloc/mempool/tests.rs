@@ -133,7 +133,7 @@ fn a_pools_limit_refuses_past_it_and_changes_nothing() {
 }
 
 #[test]
-fn a_pool_with_live_allocations_or_pushed_is_not_destroyed() {
+fn a_pool_with_live_allocations_pushed_or_kept_by_graphs_is_not_destroyed() {
     static ROUTED: AtomicUsize = AtomicUsize::new(0);
     let pools = MemPools::<HostSource>::default();
     let pool = pools.create(0, HostSource::new(1 << 40), AllocConfig::default(), 0);
@@ -145,6 +145,10 @@ fn a_pool_with_live_allocations_or_pushed_is_not_destroyed() {
         assert!(pools.find_map(b, |p| p.allocator().holds(b).then_some(())).is_some(), "a refused destroy leaves every block findable");
     }
     blocks.into_iter().for_each(|b| pool.allocator().free(b).unwrap());
+    let claim = pool.allocator().keep_mapped(); // a graph captured into it in stream order
+    let err = pools.destroy(pool.id()).unwrap_err();
+    assert!(err.message.contains("1 graph(s) or exec(s)"), "{}", err.message);
+    drop(claim);
     let mut stack = PoolStack::new(&ROUTED);
     stack.push(Route::Pool(pool.clone()));
     assert!(pools.destroy(pool.id()).unwrap_err().message.contains("pushed"));

@@ -32,7 +32,7 @@ pub use sleep::{asleep_error, Sleep, SleepCopy, Staged, WakeWork};
 use accounting::{count_handed_out, count_inactive_split, uncount_use};
 use expandable::Expandable;
 use parking::{park_max, Parked, RECENT_SIZES};
-pub use segments::{HostStaging, SegmentSource, Segments};
+pub use segments::{HostStaging, KeepMapped, SegmentSource, Segments};
 pub use view::{BlockState, BlockView, SegmentView};
 
 const MIB: u64 = 1 << 20;
@@ -588,8 +588,9 @@ impl<S: SegmentSource> Pool<S> {
     pub fn release_free_segments(&mut self) {
         self.flush_parked();
         // Asleep, its memory went back when it fell asleep (what is free now is
-        // unmapped); a graph pool's free memory is its graphs'.
-        if self.asleep.is_some() || self.shared.source.keeps_free_memory() {
+        // unmapped); a graph pool's free memory is its graphs', as is that of a pool
+        // graphs were captured into in stream order.
+        if self.asleep.is_some() || self.shared.keeps_free_memory() {
             return;
         }
         self.release_expandable_free_ranges();

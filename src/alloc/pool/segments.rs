@@ -3,7 +3,7 @@
 //! reserve together, and which shard owns each segment.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::super::owners::{SegmentOwner, SegmentOwners};
@@ -147,6 +147,34 @@ pub struct Segments<S> {
     /// The lowest start and highest end of any segment so far (never narrowed): lets
     /// a pointer-only free pass over other devices' allocators without a lock.
     span: (AtomicU64, AtomicU64),
+    /// Graphs captured into the allocator's memory in stream order
+    /// (`gpurt_stream_begin_capture_shared`): while any lives, free memory stays mapped.
+    graph_holds: Arc<AtomicUsize>,
+}
+
+/// A graph's claim on the memory of an allocator it was captured into in stream order:
+/// its replays use blocks that were freed during the capture, so while any claim lives
+/// the allocator unmaps none of its free memory (no `empty_cache`, collection or
+/// out-of-memory release; a sleep maps it all back). Cloned for each exec of the graph.
+pub struct KeepMapped(Arc<AtomicUsize>);
+
+impl KeepMapped {
+    fn new(count: &Arc<AtomicUsize>) -> KeepMapped {
+        count.fetch_add(1, Ordering::AcqRel);
+        KeepMapped(count.clone())
+    }
+}
+
+impl Clone for KeepMapped {
+    fn clone(&self) -> KeepMapped {
+        KeepMapped::new(&self.0)
+    }
+}
+
+impl Drop for KeepMapped {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl<S: SegmentSource> Segments<S> {
@@ -157,7 +185,24 @@ impl<S: SegmentSource> Segments<S> {
             limit: AtomicU64::new(u64::MAX),
             owners: SegmentOwners::default(),
             span: (AtomicU64::new(u64::MAX), AtomicU64::new(0)),
+            graph_holds: Arc::default(),
         })
+    }
+
+    /// A claim that keeps the free memory mapped (see `KeepMapped`).
+    pub fn keep_mapped(&self) -> KeepMapped {
+        KeepMapped::new(&self.graph_holds)
+    }
+
+    /// The graphs that keep the free memory mapped.
+    pub fn graph_holds(&self) -> usize {
+        self.graph_holds.load(Ordering::Acquire)
+    }
+
+    /// Whether free memory must stay mapped: the source's own rule (a graph pool's) or
+    /// a graph captured in stream order.
+    pub fn keeps_free_memory(&self) -> bool {
+        self.source.keeps_free_memory() || self.graph_holds() > 0
     }
 
     pub fn reserved(&self) -> u64 {

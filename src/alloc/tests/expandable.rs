@@ -270,3 +270,43 @@ fn expandable_segments_fragment_less_on_random_sizes() {
     // seeds at the benchmark's 200 000, 1.157 (1.118 with steps of at most 32 MiB).
     assert!(expandable < segments - 0.05 && expandable < 1.25, "mean fragmentation: expandable {expandable:.3}, segments {segments:.3}");
 }
+
+/// A graph captured into the pool in stream order replays into blocks freed during
+/// its capture: while a claim (`keep_mapped`) lives, no empty_cache, garbage collection
+/// or out-of-memory release unmaps free memory, and a discarding sleep maps it all back
+/// at the same addresses; the last claim gone, the cache goes back as usual.
+#[test]
+fn a_kept_pool_unmaps_no_free_memory_until_its_last_claim_goes() {
+    let p = Allocator::new(HostSource::new(64 * MIB), AllocConfig::parse("expandable_segments:True,garbage_collection_threshold:0.5").unwrap());
+    let temporary = p.malloc(24 * MIB, 1).unwrap();
+    let live = p.malloc(4 * MIB, 1).unwrap();
+    p.free(temporary).unwrap(); // freed during the capture: the graph's replays use it
+    let mapped = p.source().mapped_bytes();
+    let claim = p.keep_mapped();
+    let exec_claim = claim.clone();
+    assert_eq!(p.graph_holds(), 2);
+    p.empty_cache();
+    assert_eq!(p.source().mapped_bytes(), mapped, "empty_cache keeps a kept pool's free memory mapped");
+    // Past the collection threshold, and then out of memory on another stream: neither
+    // the collection nor the retry's release may unmap the kept free block.
+    let err = p.malloc(48 * MIB, 2).unwrap_err();
+    assert_eq!(err.status, Status::GPURT_ERROR_OUT_OF_MEMORY);
+    assert_eq!(p.source().mapped_bytes(), mapped, "the out-of-memory release keeps it too");
+    assert_eq!(p.malloc(24 * MIB, 1).unwrap(), temporary, "the stream's next allocation shares the freed block");
+    p.free(temporary).unwrap();
+    p.sleep(false, || Ok(())).unwrap();
+    p.wake().unwrap();
+    assert_eq!(p.source().mapped_bytes(), mapped, "a discarding sleep maps the free memory back at its addresses");
+    check(&p);
+    drop(claim);
+    p.empty_cache();
+    assert_eq!(p.source().mapped_bytes(), mapped, "an exec's claim still keeps it");
+    drop(exec_claim);
+    assert_eq!(p.graph_holds(), 0);
+    p.empty_cache();
+    assert!(p.source().mapped_bytes() < mapped, "the last claim gone, empty_cache gives the free memory back");
+    p.free(live).unwrap();
+    p.empty_cache();
+    assert_eq!(p.source().mapped_bytes(), 0);
+    check(&p);
+}
