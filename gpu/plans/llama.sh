@@ -7,9 +7,14 @@
 #   bash gpu-bundle/detached.sh gpu-bundle/plans/llama.sh
 # (LLAMA_SLEEP_CYCLES, LLAMA_BENCH_ROUNDS: run.sh's; LLAMA_OPS=0: without the op tests)
 set -u
-side_by_side() {  # side_by_side STEP-PREFIX: that step of both builds at once
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+side_by_side() {  # side_by_side STEP-PREFIX: that step of both builds at once, each on a GPU of its own where there are two
+    local gpu=0 visible
     for mode in unpatched gpurt; do
-        PART=llama ONLY="^$1-$mode\$" bash run.sh > "$OUT/$1-$mode.txt" 2>&1 &
+        visible=()
+        [ "$gpus" -ge 2 ] && visible=(CUDA_VISIBLE_DEVICES=$gpu)
+        env "${visible[@]}" PART=llama ONLY="^$1-$mode\$" bash run.sh > "$OUT/$1-$mode.txt" 2>&1 &
+        gpu=$((gpu + 1))
     done
     wait
 }
