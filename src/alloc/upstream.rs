@@ -10,8 +10,8 @@
 
 use libc::{c_int, c_void};
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use cudarc::driver::sys;
@@ -99,11 +99,28 @@ thread_local! {
 /// capture under way; the mode is restored after.
 pub(crate) fn with_relaxed_capture<R>(body: impl FnOnce() -> Result<R>) -> Result<R> {
     let previous = exchange_capture_mode(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
-    RELAXED_CAPTURE.with(|depth| depth.set(depth.get() + 1));
-    let result = body();
-    RELAXED_CAPTURE.with(|depth| depth.set(depth.get() - 1));
+    let result = {
+        let _relaxed = RelaxedDepth::enter();
+        body()
+    };
     exchange_capture_mode(previous)?;
     result
+}
+
+/// One level of `RELAXED_CAPTURE`, left when dropped (a panic in the body included).
+struct RelaxedDepth;
+
+impl RelaxedDepth {
+    fn enter() -> RelaxedDepth {
+        RELAXED_CAPTURE.with(|depth| depth.set(depth.get() + 1));
+        RelaxedDepth
+    }
+}
+
+impl Drop for RelaxedDepth {
+    fn drop(&mut self) {
+        RELAXED_CAPTURE.with(|depth| depth.set(depth.get() - 1));
+    }
 }
 
 impl SegmentSource for DriverSource {

@@ -7,13 +7,16 @@
  * or an exec lives the pool keeps its memory mapped (empty_cache gives nothing back)
  * and refuses to be destroyed; with both gone it gives everything back. A conditional
  * node's body allocates from the same pool; the default pool serves a shared capture
- * too. On a GPU: the exec replays after eager work reused its memory and after
- * empty_cache, and gives the bytes it captured, fresh random values, exactly.
+ * too. Faults (stand-in driver): a begin the driver refuses leaves no capture and no
+ * claim; a growth it refuses once is retried without unmapping kept memory. On a GPU:
+ * the exec replays after eager work reused its memory and after empty_cache, and gives
+ * the bytes it captured, fresh random values, exactly.
  *
  *   shared_capture_test */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +53,52 @@ static void replay_and_check(gpurt_graph_exec_t exec, unsigned char *out, unsign
         snprintf(what, sizeof what, "a replay %s: the second block's (grown during the capture)", when);
         check_bytes(out + SIZE, b, s, what);
     }
+}
+
+/* On the stand-in driver: a shared capture the driver refuses to begin leaves nothing
+ * behind (the stream not capturing, no capture counted: the pool sleeps; no claim:
+ * empty_cache gives the pool's free memory back); a growth the driver refuses once
+ * during a shared capture is retried after the out-of-memory release, which unmaps
+ * none of the memory the capture keeps. */
+static void check_failures(gpurt_stream_t s, gpurt_mem_pool_t pool) {
+    void (*fail_nth)(const char *, long);
+    long (*fail_hits)(void);
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), *p = NULL, *q = NULL;
+    gpurt_graph_t graph = NULL;
+    uint64_t kept;
+    int capturing = -1;
+    *(void **)(&fail_nth) = driver ? dlsym(driver, "stub_fail_nth") : NULL; /* POSIX: function pointers from dlsym */
+    *(void **)(&fail_hits) = driver ? dlsym(driver, "stub_fail_hits") : NULL;
+    if (fail_nth == NULL || fail_hits == NULL) return; /* a real driver: nothing to inject */
+    EXPECT(gpurt_mem_pool_malloc(pool, SIZE, s, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    CHECK(pool_total(pool) > 0, "the pool caches a free block");
+    fail_nth("cuStreamBeginCapture_v2", 1);
+    CHECK(gpurt_stream_begin_capture_shared(s, GPURT_CAPTURE_MODE_RELAXED, pool) != GPURT_SUCCESS, "the driver's refusal is reported");
+    fail_nth(NULL, 0);
+    EXPECT(gpurt_stream_is_capturing(s, &capturing), GPURT_SUCCESS);
+    CHECK(capturing == 0, "a begin the driver refused leaves the stream not capturing");
+    EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_DISCARD), GPURT_SUCCESS); /* refused while a capture counts */
+    EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_empty_cache(pool), GPURT_SUCCESS);
+    CHECK(pool_total(pool) == 0, "no claim was left: empty_cache gives the free block back (%llu bytes left)", (unsigned long long)pool_total(pool));
+
+    EXPECT(gpurt_stream_begin_capture_shared(s, GPURT_CAPTURE_MODE_GLOBAL, pool), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc(SIZE, s, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    kept = pool_total(pool);
+    fail_nth("cuMemCreate", 1);
+    EXPECT(gpurt_malloc(2 * SIZE, s, &q), GPURT_SUCCESS); /* on another block than p's: the pool grows */
+    CHECK(fail_hits() == 1, "the growth's first cuMemCreate was refused (%ld refusals)", fail_hits());
+    fail_nth(NULL, 0);
+    CHECK(pool_total(pool) > kept, "the retried growth mapped the new block (%llu bytes, %llu before)", (unsigned long long)pool_total(pool),
+          (unsigned long long)kept);
+    EXPECT(gpurt_free(q), GPURT_SUCCESS);
+    kept = pool_total(pool);
+    EXPECT(gpurt_stream_end_capture(s, &graph), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_empty_cache(pool), GPURT_SUCCESS);
+    CHECK(pool_total(pool) == kept, "the graph keeps both blocks mapped");
+    EXPECT(gpurt_graph_destroy(graph), GPURT_SUCCESS);
 }
 
 int main(void) {
@@ -156,6 +205,7 @@ int main(void) {
     EXPECT(gpurt_stream_end_capture(s, &graph), GPURT_SUCCESS);
     EXPECT(gpurt_graph_destroy(graph), GPURT_SUCCESS);
 
+    check_failures(s, pool);
     EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
     EXPECT(gpurt_graph_pool_destroy(graph_pool), GPURT_SUCCESS);
     EXPECT(gpurt_free(out), GPURT_SUCCESS);

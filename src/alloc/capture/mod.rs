@@ -4,8 +4,8 @@
 //! replay and nobody else gets them meanwhile. A shared capture
 //! (`gpurt_stream_begin_capture_shared`) instead allocates from a pool the stream
 //! uses anyway, in stream order (RMM's and ggml's own pools' way): its graph holds a
-//! `KeepMapped` claim on that pool rather than memory of its own. `pools` keeps the bookkeeping
-//! (which capture allocates from which pool, references), tested on host memory;
+//! `KeepMapped` claim on that pool rather than memory of its own. `pools` keeps the
+//! bookkeeping (which capture allocates from which pool, references), tested on host memory;
 //! this file runs it over the driver: the capture-mode dance around `cuMemAlloc`,
 //! the device synchronisation a pool's last release needs, and the holders (graphs
 //! and execs, by handle value) that keep a pool's addresses alive.
@@ -51,14 +51,12 @@ impl CaptureSource {
 /// cannot be queried inside a capture, so such a block waits for the pool's release.
 const AFTER_RELEASE: u64 = u64::MAX;
 
-
 /// `size` bytes from `driver`'s `cuMemAlloc`, legal while this thread's stream
 /// captures: the capture mode is relaxed around the call (the allocation is not part
 /// of the graph; a plain `cuMemAlloc` would invalidate a global or thread-local capture).
 pub(crate) fn alloc_beside_capture(driver: &DriverSource, size: u64) -> Result<u64> {
     with_relaxed_capture(|| driver.alloc_segment(size))
 }
-
 
 impl SegmentSource for CaptureSource {
     fn allocate(&self, size: u64, _stream: u64) -> Result<u64> {
@@ -185,6 +183,14 @@ struct Registry {
 }
 
 impl Registry {
+    /// Where capture `capture`'s allocations come from, if it is gpurt's.
+    fn route(&self, capture: u64) -> Option<CaptureRoute> {
+        if let Some(private) = self.pools.for_capture(capture) {
+            return Some(CaptureRoute::Private(private));
+        }
+        self.shared.get(&capture).map(|(malloc, _)| CaptureRoute::Shared(malloc.clone()))
+    }
+
     /// Collects pool `id`; a pool that goes leaves its statistics to its device.
     fn collect(&mut self, id: u64) {
         if let Some(gone) = self.pools.collect(id) {
@@ -317,7 +323,10 @@ fn count_capture(registered: Result<()>) -> Result<()> {
 /// Ends capture `capture`: what its graph holds (the private pool's reference or the
 /// shared pool's claim), which passes to the caller (`give_to` a graph, or `release`).
 pub fn end(capture: u64) -> Option<Held> {
-    let held = with_registry(|r| r.pools.end_capture(capture).map(Held::Private).or_else(|| r.shared.remove(&capture).map(|(_, keep)| Held::Shared(keep))));
+    let held = with_registry(|r| {
+        let private = r.pools.end_capture(capture).map(Held::Private);
+        private.or_else(|| r.shared.remove(&capture).map(|(_, keep)| Held::Shared(keep)))
+    });
     if held.is_some() {
         ACTIVE_CAPTURES.fetch_sub(1, Ordering::AcqRel);
         capture_finished();
@@ -412,17 +421,13 @@ fn capture_allocator_slow(native: u64) -> Result<Option<CaptureRoute>> {
     let (status, capture) = crate::stream::native_capture_info(native)?;
     match status {
         sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(None),
-        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => with_registry(|r| {
-            r.pools.for_capture(capture).map(CaptureRoute::Private).or_else(|| r.shared.get(&capture).map(|(malloc, _)| CaptureRoute::Shared(malloc.clone())))
-        })
-        .map(Some)
-            .ok_or_else(|| {
-                Error::new(
-                    Status::GPURT_ERROR_STREAM_CAPTURE,
-                    "the stream is capturing a graph that was not begun with gpurt_stream_begin_capture, so gpurt has no \
-                     private pool for it; allocating from the shared cache would hand the graph's memory to others",
-                )
-            }),
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => with_registry(|r| r.route(capture)).map(Some).ok_or_else(|| {
+            Error::new(
+                Status::GPURT_ERROR_STREAM_CAPTURE,
+                "the stream is capturing a graph that was not begun with gpurt_stream_begin_capture(_shared), so gpurt has \
+                 no pool for it; allocating from the shared cache would hand the graph's memory to others",
+            )
+        }),
         _ => Err(Error::new(Status::GPURT_ERROR_STREAM_CAPTURE, "the stream's capture was invalidated")),
     }
 }
