@@ -14,7 +14,7 @@ results=()
 # want the machine to themselves: PART=figures runs them, with the builds and installs they
 # need; PART=checks runs the rest. Each part fits one lease of a machine held at most 30
 # minutes (gpu/plans/).
-figures='^(build-(batch-bench|green-bench|vbuffer-bench|pin-bench|sleep-bench|blas-bench|gpt2|nvtx-record-tool|trace-replay)|batch-bench|green-bench|vbuffer-bench|pin-bench|sleep-bench|blas-bench|gpt2-.*|memcheck-gpt2.*|go-bench|dropin-.*|sleep-torch-saver|sleep-torch-live|bench-.*|record-traces|trace-replay.*|record-dropin-sequence|keep-dropin-sequence|ggml-gpt2-.*)$'
+figures='^(build-(batch-bench|green-bench|vbuffer-bench|pin-bench|sleep-bench|blas-bench|gpt2|nvtx-record-tool|trace-replay)|batch-bench|green-bench|vbuffer-bench|pin-bench|sleep-bench|blas-bench|gpt2-.*|memcheck-gpt2.*|go-bench|dropin-.*|sleep-torch-saver|sleep-torch-live|bench-.*|record-traces|trace-replay.*|record-dropin-sequence|record-dropin-b-.*|keep-dropin-sequence|ggml-gpt2-.*)$'
 setup='^(python-install|tms-install)$'
 
 step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matching $ONLY and not $SKIP, if set, and in $PART)
@@ -364,6 +364,12 @@ step trace-replay-then env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True LD_L
     bin/trace_replay 1 --then plain-traces/*.trace
 step trace-replay-dropin-sequence env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
     LD_LIBRARY_PATH="$PWD/rmm/rapids_logger/lib64" bin/trace_replay 3 recorded-traces/dropin_sequence.trace
+# Issue #56's one order left (GPT-2 at the second sizes, empty_cache, ResNet-50 at batch 96:
+# gpurt 2 MiB above PyTorch): each workload's trace in the logs, for tests/traces.rs to replay.
+for workload in gpt2_generate resnet50_train; do
+    step "record-dropin-b-$workload" env DROPIN_WORKLOADS=$workload DROPIN_GPT2=32,64,192 DROPIN_RESNET_BATCH=96 \
+        python3 src/dropin_peak.py "$lib/libgpurt.so.0" record "$logs/traces-b/$workload"
+done
 
 [[ -n ${LIST:-} ]] && exit 0
 echo
