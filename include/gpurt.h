@@ -3354,7 +3354,7 @@ gpurt_status_t gpurt_stream_begin_capture(gpurt_stream_t stream,
  * @param stream the stream to capture (not the legacy default stream)
  * @param mode GPURT_CAPTURE_MODE_GLOBAL, _THREAD_LOCAL or _RELAXED
  * @param pool a pool from gpurt_mem_pool_create, or a device's default pool (gpurt_mem_pool_default), on the stream's device
- * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream` or `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown mode, a pool on another device, or a graph pool (pass it to gpurt_stream_begin_capture); GPURT_ERROR_NOT_SUPPORTED for the default pool under backend:cudaMallocAsync; GPURT_ERROR_STREAM_CAPTURE for a stream already capturing or the legacy stream; or a status every call may give (@ref statuses).
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream` or `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown mode, a pool on another device, or a graph pool (pass it to gpurt_stream_begin_capture); GPURT_ERROR_NOT_SUPPORTED under backend:cudaMallocAsync (a capture's allocations are then the driver's memory nodes); GPURT_ERROR_STREAM_CAPTURE for a stream already capturing or the legacy stream; or a status every call may give (@ref statuses).
  * @par Ordering
  * Host-side: work queued on `stream` from now on is recorded, not run.
  */

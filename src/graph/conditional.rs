@@ -157,8 +157,6 @@ struct Node {
 struct Body {
     native: Stream,
     capture: u64,
-    /// Whether the body's capture allocates as the enclosing gpurt capture does.
-    registered: bool,
 }
 
 /// Nodes whose bodies are being captured, innermost last.
@@ -243,17 +241,14 @@ fn begin_body(stream: Handle, node: &mut Node) -> Result<()> {
             return Err(e);
         }
     };
-    let registered = match capture::begin_body(node.outer_capture, node.device, body_capture) {
-        Ok(registered) => registered,
-        Err(e) => {
-            let mut graph = std::ptr::null_mut();
-            unsafe { sys::cuStreamEndCapture(native.cu(), &mut graph) };
-            lock(&IDLE).push(native);
-            return Err(e);
-        }
-    };
+    if let Err(e) = capture::begin_body(node.outer_capture, node.device, body_capture) {
+        let mut graph = std::ptr::null_mut();
+        unsafe { sys::cuStreamEndCapture(native.cu(), &mut graph) };
+        lock(&IDLE).push(native);
+        return Err(e);
+    }
     stream::redirect_to_body(stream, native.raw);
-    node.body = Some(Body { native, capture: body_capture, registered });
+    node.body = Some(Body { native, capture: body_capture });
     node.begun += 1;
     Ok(())
 }
@@ -263,9 +258,8 @@ fn end_body(stream: Handle, node: &mut Node) -> Result<()> {
     stream::end_body_redirect(stream);
     let mut graph = std::ptr::null_mut();
     let ended = check(unsafe { sys::cuStreamEndCapture(body.native.cu(), &mut graph) }, "cuStreamEndCapture");
-    if body.registered {
-        capture::end(body.capture).into_iter().for_each(capture::Held::release);
-    }
+    // What the body's capture held as the enclosing gpurt capture's (nothing if not gpurt's).
+    capture::end(body.capture).into_iter().for_each(capture::Held::release);
     // What the body's capture asked to run before each replay runs before the graph's.
     replay::move_hooks(body.capture, node.outer_capture);
     let accesses = crate::sanitizer::take_captured(body.capture);

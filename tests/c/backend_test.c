@@ -52,7 +52,7 @@ static void check_bytes_across_streams(gpurt_stream_t a, gpurt_stream_t b, uint6
 }
 
 int main(void) {
-    int count = 0, real, i;
+    int count = 0, real, i, capturing = -1;
     const char *name = NULL, *require = getenv("GPURT_REQUIRE_GPU");
     gpurt_device_properties_t props = GPURT_DEVICE_PROPERTIES_INIT;
     gpurt_memory_stats_t before, after;
@@ -125,6 +125,10 @@ int main(void) {
     CHECK(used == 4096, "the pushed pool served it: %llu", (unsigned long long)used);
     EXPECT(gpurt_ipc_mem_handle(routed, &handle), GPURT_SUCCESS);
     EXPECT(gpurt_free(routed), GPURT_SUCCESS);
+    /* A shared capture would take the driver's memory nodes, not the pool's blocks: refused. */
+    EXPECT(gpurt_stream_begin_capture_shared(a, GPURT_CAPTURE_MODE_RELAXED, pool), GPURT_ERROR_NOT_SUPPORTED);
+    EXPECT(gpurt_stream_is_capturing(a, &capturing), GPURT_SUCCESS);
+    CHECK(capturing == 0, "the refused shared capture began nothing");
     EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
 
     if (real) {

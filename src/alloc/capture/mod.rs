@@ -273,15 +273,16 @@ pub fn retain_for(id: u64, device: i32) -> Result<()> {
 
 /// Starts capture `body` (a conditional node's body, which the driver already
 /// captures) allocating as capture `outer` does: from its private pool or its shared
-/// pool. Whether `outer` is gpurt's (if not, nothing is registered).
-pub fn begin_body(outer: u64, device: i32, body: u64) -> Result<bool> {
-    if let Some(id) = with_registry(|r| r.pools.pool_of_capture(outer)) {
-        retain_for(id, device)?;
-        return begin(id, || Ok(body)).map(|()| true);
-    }
-    match with_registry(|r| r.shared.get(&outer).map(|(malloc, keep)| (malloc.clone(), keep.clone()))) {
-        Some((malloc, keep)) => begin_shared(malloc, keep, || Ok(body)).map(|()| true),
-        None => Ok(false),
+/// pool; nothing is registered when `outer` is not gpurt's (`end` then finds nothing).
+pub fn begin_body(outer: u64, device: i32, body: u64) -> Result<()> {
+    let (private, shared) = with_registry(|r| (r.pools.pool_of_capture(outer), r.shared.get(&outer).map(|(m, k)| (m.clone(), k.clone()))));
+    match (private, shared) {
+        (Some(id), _) => {
+            retain_for(id, device)?;
+            begin(id, || Ok(body))
+        }
+        (None, Some((malloc, keep))) => begin_shared(malloc, keep, || Ok(body)),
+        (None, None) => Ok(()),
     }
 }
 

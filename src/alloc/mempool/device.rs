@@ -107,18 +107,20 @@ pub fn graph_pool_id(handle: Handle) -> Result<u64> {
 /// `stream_device` needs of the pool a handle names: its allocation, and the claim that
 /// keeps its free memory mapped while the graph lives.
 pub fn shared_capture_target(handle: Handle, stream_device: i32) -> Result<(capture::SharedMalloc, KeepMapped)> {
-    let wrong_device = |pool_device: i32| {
-        Error::invalid_argument(format!("the stream is on device {stream_device}, the memory pool on device {pool_device}"))
-    };
-    match named(handle)? {
-        Named::Default(d) if d != stream_device => Err(wrong_device(d)),
-        Named::Default(d) => match pools::default_pool(d)? {
-            pools::DefaultPool::Caching(a) => Ok((Arc::new(move |size, key| a.malloc(size, key)), a.keep_mapped())),
-            pools::DefaultPool::Driver(_) => Err(Error::not_supported(
-                "the default pool is the driver's (backend:cudaMallocAsync), whose allocations a capture records as memory nodes: use gpurt_stream_begin_capture",
-            )),
-        },
-        Named::Pool(pool) if pool.device() != stream_device => Err(wrong_device(pool.device())),
+    let named = named(handle)?;
+    if crate::alloc::driver_pool::is_active() {
+        // `alloc::capture` hands every allocation on a capturing stream to the driver's pool then.
+        return Err(Error::not_supported(
+            "under backend:cudaMallocAsync a capture's gpurt allocations are the driver's memory nodes: use gpurt_stream_begin_capture",
+        ));
+    }
+    match named {
+        Named::Default(d) if d != stream_device => Err(wrong_device(stream_device, d)),
+        Named::Default(d) => {
+            let a = pools::allocator(d)?;
+            Ok((Arc::new(move |size, key| a.malloc(size, key)), a.keep_mapped()))
+        }
+        Named::Pool(pool) if pool.device() != stream_device => Err(wrong_device(stream_device, pool.device())),
         Named::Pool(pool) => {
             let keep = pool.allocator().keep_mapped();
             Ok((Arc::new(move |size, key| pool.allocator().malloc(size, key)), keep))
@@ -162,17 +164,18 @@ pub fn destroy(handle: Handle) -> Result<()> {
 /// Allocates from the pool for `native_stream` on `stream_device`, which must be
 /// the pool's device.
 pub fn malloc(handle: Handle, size: u64, stream_device: i32, native_stream: u64) -> Result<u64> {
-    let wrong_device = |pool_device: i32| {
-        Error::invalid_argument(format!("the stream is on device {stream_device}, the memory pool on device {pool_device}"))
-    };
     match named(handle)? {
-        Named::Default(d) if d != stream_device => Err(wrong_device(d)),
+        Named::Default(d) if d != stream_device => Err(wrong_device(stream_device, d)),
         Named::Default(d) => pools::malloc_from_default(d, size, native_stream),
-        Named::Pool(pool) if pool.device() != stream_device => Err(wrong_device(pool.device())),
+        Named::Pool(pool) if pool.device() != stream_device => Err(wrong_device(stream_device, pool.device())),
         Named::Pool(pool) => pools::malloc_from(stream_device, pool.allocator(), size, native_stream),
-        Named::Graph(pool, _) if pool.source().device() != stream_device => Err(wrong_device(pool.source().device())),
+        Named::Graph(pool, _) if pool.source().device() != stream_device => Err(wrong_device(stream_device, pool.source().device())),
         Named::Graph(pool, _) => pools::malloc_from(stream_device, &*pool, size, native_stream),
     }
+}
+
+fn wrong_device(stream_device: i32, pool_device: i32) -> Error {
+    Error::invalid_argument(format!("the stream is on device {stream_device}, the memory pool on device {pool_device}"))
 }
 
 /// Routes this thread's allocations on the pool's device to it until `pop`: all of
