@@ -364,8 +364,9 @@ step trace-replay-then env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True LD_L
     bin/trace_replay 1 --then plain-traces/*.trace
 step trace-replay-dropin-sequence env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
     LD_LIBRARY_PATH="$PWD/rmm/rapids_logger/lib64" bin/trace_replay 3 recorded-traces/dropin_sequence.trace
-# Issue #56's one order left (GPT-2 at the second sizes, empty_cache, ResNet-50 at batch 96:
-# gpurt 2 MiB above PyTorch): each workload's trace in the logs, for tests/traces.rs to replay.
+# The drop-in workloads at dropin_orders.py's second sizes (GPT-2 32 prompts of 64, ResNet-50
+# at batch 96), each recorded alone into the logs: gpu/traces/dropin-b, which tests/traces.rs
+# plays in every order.
 for workload in gpt2_generate resnet50_train; do
     step "record-dropin-b-$workload" env DROPIN_WORKLOADS=$workload DROPIN_GPT2=32,64,192 DROPIN_RESNET_BATCH=96 \
         python3 src/dropin_peak.py "$lib/libgpurt.so.0" record "$logs/traces-b/$workload"

@@ -15,6 +15,7 @@ use gpurt::alloc::host::HostSource;
 
 const GIB: u64 = 1 << 30;
 
+#[derive(Clone, Copy)]
 enum Op {
     Alloc { id: usize, size: u64, stream: u64 },
     Free { id: usize },
@@ -215,10 +216,7 @@ fn after(first: &[Op], second: &[Op]) -> Vec<Op> {
     second
         .iter()
         .filter(|op| !matches!(op, Op::Alloc { id, .. } if reused.contains(id)))
-        .map(|op| match *op {
-            Op::Alloc { id, size, stream } => Op::Alloc { id, size, stream },
-            Op::Free { id } => Op::Free { id },
-        })
+        .copied()
         .collect()
 }
 
