@@ -1428,7 +1428,7 @@ extern "C" {
  * @param[out] ptr receives the block's device address (NULL on failure); must not be NULL
  * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_OUT_OF_MEMORY when the device has no more memory even after the cache is released (or the pool's limit or memory fraction is reached); GPURT_ERROR_FORKED in a fork() child; or a status every call may give (@ref statuses).
  * @par Ordering
- * Host-side: enqueues nothing, and the block may be used at once by work queued on `stream`. While `stream` is being captured, the block comes from the graph's private pool (see gpurt_stream_begin_capture).
+ * Host-side: enqueues nothing, and the block may be used at once by work queued on `stream`. While `stream` is being captured, the block comes from the graph's private pool (see gpurt_stream_begin_capture), also when gpurt did not begin the capture (a framework's or your own cudaStreamBeginCapture): such a capture gets a private pool at its first gpurt allocation (or the pool gpurt_graph_pool_bind_thread bound to this thread), which its driver graph holds until the graph and every executable graph made from it are destroyed and their launches done; nobody else is handed that memory meanwhile.
  */
 gpurt_status_t gpurt_malloc(size_t size,
                             gpurt_stream_t stream,
@@ -3396,6 +3396,34 @@ gpurt_status_t gpurt_graph_pool_create(int device,
  * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
  */
 gpurt_status_t gpurt_graph_pool_destroy(gpurt_graph_pool_t pool);
+
+/**
+ * Makes the captures this thread did not begin through gpurt (a framework's own
+ * `cudaStreamBeginCapture`, as `torch.cuda.graph` and CuPy's graphs make) allocate
+ * from `pool`, so that several graphs share one pool's memory as captures into one
+ * gpurt_graph_pool_t do (vLLM's graphs of many batch sizes). A capture takes the pool
+ * bound to the thread of its first gpurt allocation; without one, each such capture
+ * gets a private pool of its own. Either way its memory stays the graph's until the
+ * driver destroys the graph and every executable graph made from it (after their
+ * launches complete), and nobody else is handed it meanwhile. The binding holds no
+ * reference: a pool destroyed while bound is refused at the next capture's first allocation.
+ *
+ * @param pool a pool from gpurt_graph_pool_create; NULL unbinds (each capture its own pool again)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a memory pool that is not a graph pool; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_graph_pool_bind_thread(gpurt_graph_pool_t pool);
+
+/**
+ * The graph pool bound to this thread by gpurt_graph_pool_bind_thread.
+ *
+ * @param[out] pool receives the bound pool, or NULL when none is bound; must not be NULL
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_graph_pool_bound_thread(gpurt_graph_pool_t *pool);
 
 /**
  * Instantiates `graph`. `flags`: `GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH`,

@@ -1317,6 +1317,15 @@ public:
     static Ret<GraphPool> create(int device = GPURT_CURRENT_DEVICE) {
         return detail::make<GraphPool>(gpurt_graph_pool_create, device);
     }
+    /** Makes the captures this thread did not begin through gpurt (cudaStreamBeginCapture
+     *  of your own, a framework's) allocate from this pool (gpurt_graph_pool_bind_thread).
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
+    Ret<void> bind_thread() const { return detail::finish(gpurt_graph_pool_bind_thread(get())); }
+    /** Unbinds this thread's pool: each foreign capture gets a pool of its own again.
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
+    static Ret<void> unbind_thread() { return detail::finish(gpurt_graph_pool_bind_thread(nullptr)); }
 };
 
 class GraphExec;

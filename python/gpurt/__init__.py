@@ -14,7 +14,7 @@ from .device import (Device, DeviceProperties, can_device_access_peer, clock_rat
 from .blas import current_blas_handle, get_cublas_handle
 from .errors import (CommError, CompilationError, CudaError, Error, FileError, ForkedError, InvalidArgumentError, InvalidHandleError,
                      NoDeviceError, NoDriverError, NotSupportedError, OutOfMemoryError, StreamCaptureError)
-from .graphs import Graph, GraphPool, conditional, conditional_handle, conditional_set, graph, graph_pool_handle
+from .graphs import Graph, GraphPool, capture_pool, conditional, conditional_handle, conditional_set, graph, graph_pool_handle
 from .kernels import elementwise
 from .ipc import IpcBuffer, ipc_collect, ipc_kept
 from .memory_history import annotate, dump_snapshot, memory_snapshot, record_memory_history

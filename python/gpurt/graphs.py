@@ -23,6 +23,26 @@ def graph_pool_handle(device=None):
     return GraphPool(device)
 
 
+class capture_pool:
+    """`with gpurt.capture_pool(pool):` makes the captures that gpurt does not begin
+    (torch.cuda.graph, CuPy's graphs, a library's own cudaStreamBeginCapture) allocate
+    from `pool` (a GraphPool) when their first gpurt allocation is made on this thread
+    inside the block, so that their graphs share its memory; outside one, each such
+    capture gets a pool of its own (gpurt_graph_pool_bind_thread). The binding in
+    force before the block is restored after it."""
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def __enter__(self):
+        self._previous = fetch("gpurt_graph_pool_t", lib.gpurt_graph_pool_bound_thread)
+        check(lib.gpurt_graph_pool_bind_thread(self.pool.handle))
+        return self.pool
+
+    def __exit__(self, *exc):
+        check(lib.gpurt_graph_pool_bind_thread(self._previous))
+
+
 class _Graph(Handle):
     _destroy = "gpurt_graph_destroy"
 

@@ -1,6 +1,20 @@
 """PyTorch on gpurt's allocator: `gpurt.torch.use_as_allocator()` before PyTorch
-allocates any CUDA memory, and every tensor's memory comes from gpurt."""
+allocates any CUDA memory, and every tensor's memory comes from gpurt.
+
+CUDA graphs work as on PyTorch's own allocator: a capture's allocations come from a
+private gpurt pool that its graph holds until the graph and its executable are
+destroyed (gpurt adopts captures it did not begin), and graphs captured with one
+`pool=` token (torch.cuda.graph_pool_handle(), other_graph.pool(), what
+make_graphed_callables passes) share one gpurt graph pool, as PyTorch's graph-private
+pools are shared."""
+import weakref
+
 from ._native import library_path
+from .graphs import GraphPool, capture_pool
+
+#: PyTorch pool token (a tuple) to the gpurt graph pool its graphs share, while a graph
+#: captured with it lives.
+_shared_pools = weakref.WeakValueDictionary()
 
 
 def use_as_allocator():
@@ -10,4 +24,38 @@ def use_as_allocator():
 
     allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path, "gpurt_torch_alloc", "gpurt_torch_free")
     torch.cuda.memory.change_current_allocator(allocator)
+    _share_graph_pools(torch.cuda.CUDAGraph)
     return allocator
+
+
+def _share_graph_pools(cuda_graph):
+    """Routes each torch.cuda.CUDAGraph capture to the gpurt graph pool of its PyTorch
+    pool token: PyTorch does not pass the token to a pluggable allocator, so the capture
+    binds the pool to its thread (gpurt.capture_pool) from capture_begin to capture_end."""
+    if getattr(cuda_graph, "_gpurt_pools_shared", False):
+        return
+    begin, end = cuda_graph.capture_begin, cuda_graph.capture_end
+
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        begin(self, pool=pool, capture_error_mode=capture_error_mode)
+        token = tuple(self.pool())  # pool=None: the graph's own token, which others may pass later
+        shared = _shared_pools.get(token)
+        if shared is None:
+            import torch
+
+            shared = _shared_pools[token] = GraphPool(torch.cuda.current_device())
+        self._gpurt_pool = shared  # lives while a graph of this token may capture again
+        self._gpurt_binding = capture_pool(shared)
+        self._gpurt_binding.__enter__()
+
+    def capture_end(self):
+        try:
+            end(self)
+        finally:
+            binding = self.__dict__.pop("_gpurt_binding", None)
+            if binding is not None:
+                binding.__exit__(None, None, None)
+
+    capture_begin.__doc__, capture_end.__doc__ = begin.__doc__, end.__doc__
+    cuda_graph.capture_begin, cuda_graph.capture_end = capture_begin, capture_end
+    cuda_graph._gpurt_pools_shared = True

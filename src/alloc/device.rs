@@ -226,7 +226,7 @@ fn tell_sanitizer(ordinal: i32, ptr: u64, size: u64, native_stream: u64) {
 #[inline(always)]
 fn malloc_routed(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {
     let key = stream_key(native_stream);
-    if let Some(route) = super::capture::capture_allocator(native_stream)? {
+    if let Some(route) = super::capture::capture_allocator(native_stream, ordinal)? {
         return malloc_in_capture(route, size, key);
     }
     let default = allocator(ordinal)?;
@@ -284,7 +284,7 @@ pub fn malloc_from_default(ordinal: i32, size: u64, native_stream: u64) -> Resul
 /// device (`gpurt_mem_pool_malloc`). A capture through gpurt still takes its private pool.
 pub fn malloc_from<S: SegmentSource>(device: i32, pool: &CachingAllocator<S>, size: u64, native_stream: u64) -> Result<u64> {
     let key = stream_key(native_stream);
-    let ptr = match super::capture::capture_allocator(native_stream)? {
+    let ptr = match super::capture::capture_allocator(native_stream, device)? {
         Some(route) => malloc_in_capture(route, size, key)?,
         None => match pool.malloc(size, key) {
             Ok(ptr) => ptr,
@@ -304,7 +304,7 @@ pub fn malloc_from<S: SegmentSource>(device: i32, pool: &CachingAllocator<S>, si
 #[cold]
 #[inline(never)]
 fn last_resort(ordinal: i32, size: u64, native_stream: u64, failed: Option<u64>, error: Error) -> Result<u64> {
-    let capturing = || !matches!(super::capture::capture_allocator(native_stream), Ok(None));
+    let capturing = || !matches!(super::capture::capture_allocator(native_stream, ordinal), Ok(None));
     if !super::caching::is_oom(&error) || MEM_POOLS.is_empty() || capturing() {
         return Err(error);
     }
@@ -508,6 +508,7 @@ pub fn free_on(ptr: u64, native_stream: u64) -> Result<()> {
 /// Releases every wholly free cached segment on every device, user pools' included.
 pub fn empty_cache() -> Result<()> {
     device::require_device()?;
+    super::capture::foreign::settle();
     created().for_each(CachingAllocator::empty_cache);
     driver_pool::created().for_each(driver_pool::DriverPool::empty_cache);
     MEM_POOLS.empty_cache();

@@ -19,7 +19,7 @@ fn native_stream(stream: gpurt_stream_t) -> crate::Result<u64> {
 /// @param[out] ptr receives the block's device address (NULL on failure); must not be NULL
 /// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `stream`; GPURT_ERROR_OUT_OF_MEMORY when the device has no more memory even after the cache is released (or the pool's limit or memory fraction is reached); GPURT_ERROR_FORKED in a fork() child; or a status every call may give (@ref statuses).
 /// @par Ordering
-/// Host-side: enqueues nothing, and the block may be used at once by work queued on `stream`. While `stream` is being captured, the block comes from the graph's private pool (see gpurt_stream_begin_capture).
+/// Host-side: enqueues nothing, and the block may be used at once by work queued on `stream`. While `stream` is being captured, the block comes from the graph's private pool (see gpurt_stream_begin_capture), also when gpurt did not begin the capture (a framework's or your own cudaStreamBeginCapture): such a capture gets a private pool at its first gpurt allocation (or the pool gpurt_graph_pool_bind_thread bound to this thread), which its driver graph holds until the graph and every executable graph made from it are destroyed and their launches done; nobody else is handed that memory meanwhile.
 #[no_mangle]
 pub extern "C" fn gpurt_malloc(size: usize, stream: gpurt_stream_t, ptr: *mut *mut c_void) -> gpurt_status_t {
     boundary::call("gpurt_malloc", || {

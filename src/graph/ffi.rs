@@ -116,6 +116,40 @@ pub extern "C" fn gpurt_graph_pool_destroy(pool: gpurt_graph_pool_t) -> gpurt_st
     boundary::call("gpurt_graph_pool_destroy", || crate::alloc::mempool::device::destroy_graph_pool(h(pool)))
 }
 
+/// Makes the captures this thread did not begin through gpurt (a framework's own
+/// `cudaStreamBeginCapture`, as `torch.cuda.graph` and CuPy's graphs make) allocate
+/// from `pool`, so that several graphs share one pool's memory as captures into one
+/// gpurt_graph_pool_t do (vLLM's graphs of many batch sizes). A capture takes the pool
+/// bound to the thread of its first gpurt allocation; without one, each such capture
+/// gets a private pool of its own. Either way its memory stays the graph's until the
+/// driver destroys the graph and every executable graph made from it (after their
+/// launches complete), and nobody else is handed it meanwhile. The binding holds no
+/// reference: a pool destroyed while bound is refused at the next capture's first allocation.
+///
+/// @param pool a pool from gpurt_graph_pool_create; NULL unbinds (each capture its own pool again)
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a memory pool that is not a graph pool; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+#[no_mangle]
+pub extern "C" fn gpurt_graph_pool_bind_thread(pool: gpurt_graph_pool_t) -> gpurt_status_t {
+    boundary::call("gpurt_graph_pool_bind_thread", || super::bind_thread_pool((!pool.is_null()).then(|| h(pool))))
+}
+
+/// The graph pool bound to this thread by gpurt_graph_pool_bind_thread.
+///
+/// @param[out] pool receives the bound pool, or NULL when none is bound; must not be NULL
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if an out-parameter is NULL; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+#[no_mangle]
+pub extern "C" fn gpurt_graph_pool_bound_thread(pool: *mut gpurt_graph_pool_t) -> gpurt_status_t {
+    boundary::call("gpurt_graph_pool_bound_thread", || {
+        let out = Out::new(pool, "pool")?;
+        out.write(super::bound_thread_pool().map_or(std::ptr::null_mut(), |h| h.to_ptr()));
+        Ok(())
+    })
+}
+
 /// Instantiates `graph`. `flags`: `GPURT_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH`,
 /// `_UPLOAD` (uploads on `upload_stream`, else ignored and may be NULL),
 /// `_USE_NODE_PRIORITY`.

@@ -77,6 +77,19 @@ pub fn begin_capture_shared(stream: Handle, mode: i32, pool: Handle) -> Result<(
     capture::begin_shared(malloc, keep, || start_capture(&s, mode))
 }
 
+/// Binds graph pool `pool` (None: unbinds) to this thread's foreign captures
+/// (`capture::foreign`).
+pub fn bind_thread_pool(pool: Option<Handle>) -> Result<()> {
+    let id = pool.map(crate::alloc::mempool::device::graph_pool_id).transpose()?;
+    capture::foreign::bind_thread(id.unwrap_or(0), pool.map_or(0, |h| h.0));
+    Ok(())
+}
+
+/// The graph pool bound to this thread, if one is.
+pub fn bound_thread_pool() -> Option<Handle> {
+    capture::foreign::bound_pool().map(Handle)
+}
+
 /// The stream a capture may begin on: not the legacy default stream, not one that
 /// captures already.
 fn capturable(stream: Handle) -> Result<crate::stream::Stream> {

@@ -286,6 +286,14 @@ static void with_device(bool real_gpu) {
     exec.launch(s);
     s.synchronize();
     expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_stream_end_capture", [&] { (void)gpurt::Graph::end_capture(s); });
+    // The pool bound to this thread, as a framework's own captures would take it.
+    gpool.bind_thread();
+    gpurt_graph_pool_t bound = nullptr;
+    gpurt::detail::finish(gpurt_graph_pool_bound_thread(&bound));
+    CHECK(bound == gpool.get());
+    gpurt::GraphPool::unbind_thread();
+    gpurt::detail::finish(gpurt_graph_pool_bound_thread(&bound));
+    CHECK(bound == nullptr);
 
     // A shared capture: the graph's temporary is the block the stream's next allocation gets.
     {

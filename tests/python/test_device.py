@@ -211,6 +211,41 @@ def test_graph_captured_into_a_mem_pool_shares_its_memory(device):
     pool.close()
 
 
+def test_foreign_captures_share_the_bound_pool(device):
+    """Captures begun with the driver's own call (as torch.cuda.graph begins them)
+    allocate from the pool gpurt.capture_pool binds, and keep it until the driver
+    destroys their graphs; outside the block each gets a pool of its own."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    s = gpurt.Stream()
+    native = ctypes.c_void_p(s.native)
+
+    def foreign_capture():
+        graph = ctypes.c_void_p()
+        assert cuda.cuStreamBeginCapture_v2(native, 2) == 0  # relaxed
+        block = gpurt.DeviceBuffer(1 << 20, stream=s)
+        ptr = block.ptr
+        block.free()
+        assert cuda.cuStreamEndCapture(native, ctypes.byref(graph)) == 0
+        return ptr, graph
+
+    before = gpurt.memory_stats(0)["reserved_bytes.all.current"]
+    pool = gpurt.graph_pool_handle()
+    with gpurt.capture_pool(pool) as bound:
+        assert bound is pool
+        first, g1 = foreign_capture()
+        second, g2 = foreign_capture()
+    third, g3 = foreign_capture()
+    assert first == second  # one pool, reused across the captures
+    assert third != first  # a capture of its own outside the block
+    pool.close()
+    for g in (g1, g2, g3):
+        assert cuda.cuGraphDestroy(g) == 0
+    gpurt.empty_cache()
+    assert gpurt.memory_stats(0)["reserved_bytes.all.current"] == before
+
+
 def test_streams_from_many_threads(device):
     errors = []
 

@@ -327,17 +327,101 @@ CUresult cuLaunchKernelEx(const StubLaunchConfig *c, P f, void **args, void **ex
     }
     return 0;
 }
-CUresult cuStreamBeginCapture_v2(P s, int mode) { (void)mode; INJECT("cuStreamBeginCapture_v2", UNKNOWN); if ((unsigned long)s <= 4096) return 1; *(int *)s = 1; return 0; }
-CUresult cuStreamEndCapture(P s, P *g) { if (!capturing(s)) return 1; *(int *)s = 0; *g = malloc(16); return 0; }
+/* Graphs and user objects: a graph (or exec) holds references to user objects, as
+ * the driver's do; an exec takes its graph's at instantiation, and the last reference
+ * gone runs the object's destructor (here at once, on the releasing thread). */
+typedef struct { void (*destroy)(void *); void *payload; long refs; } StubUserObject;
+#define GRAPH_OBJECTS 16
+typedef struct { StubUserObject *objects[GRAPH_OBJECTS]; unsigned counts[GRAPH_OBJECTS]; } StubGraph;
+static long live_user_objects;
+long stub_user_objects(void) { return __atomic_load_n(&live_user_objects, __ATOMIC_RELAXED); }
+static P new_graph(void) { return calloc(1, sizeof(StubGraph)); }
+static void user_object_release(StubUserObject *o, unsigned n) {
+    if (__atomic_sub_fetch(&o->refs, (long)n, __ATOMIC_ACQ_REL) != 0) return;
+    o->destroy(o->payload);
+    free(o);
+    count(&live_user_objects, -1);
+}
+static void graph_free(P g) {
+    StubGraph *graph = g;
+    for (int i = 0; graph && i < GRAPH_OBJECTS; i++)
+        if (graph->objects[i]) user_object_release(graph->objects[i], graph->counts[i]);
+    free(g);
+}
+CUresult cuUserObjectCreate(P *out, P payload, void (*destroy)(void *), unsigned refs, unsigned flags) {
+    INJECT("cuUserObjectCreate", UNKNOWN);
+    if (!out || !destroy || refs == 0 || flags != 1 /* CU_USER_OBJECT_NO_DESTRUCTOR_SYNC */) return 1;
+    StubUserObject *o = malloc(sizeof *o);
+    o->destroy = destroy; o->payload = payload; o->refs = refs;
+    count(&live_user_objects, 1);
+    *out = o;
+    return 0;
+}
+CUresult cuUserObjectRelease(P o, unsigned n) { if (!o || n == 0) return 1; user_object_release(o, n); return 0; }
+CUresult cuGraphRetainUserObject(P g, P o, unsigned n, unsigned flags) {
+    StubGraph *graph = g;
+    INJECT("cuGraphRetainUserObject", UNKNOWN);
+    if (!graph || !o || n == 0 || flags > 1) return 1;
+    for (int i = 0; i < GRAPH_OBJECTS; i++) {
+        if (graph->objects[i] && graph->objects[i] != o) continue;
+        graph->objects[i] = o;
+        graph->counts[i] += n;
+        if (flags == 0) __atomic_add_fetch(&((StubUserObject *)o)->refs, (long)n, __ATOMIC_RELAXED); /* else the caller's move */
+        return 0;
+    }
+    return 2;
+}
+/* A stream's first bytes: whether it captures, the capture's id and its graph. */
+typedef struct { int capturing; unsigned long long id; P graph; } StubCapture;
+static unsigned long long next_capture_id = 1;
+static void start_capture(P s, P graph) {
+    StubCapture *c = s;
+    c->capturing = 1;
+    c->id = __atomic_fetch_add(&next_capture_id, 1, __ATOMIC_RELAXED);
+    c->graph = graph;
+}
+CUresult cuStreamBeginCapture_v2(P s, int mode) {
+    (void)mode; INJECT("cuStreamBeginCapture_v2", UNKNOWN);
+    if ((unsigned long)s <= 4096 || capturing(s)) return 1;
+    start_capture(s, new_graph());
+    return 0;
+}
+CUresult cuStreamEndCapture(P s, P *g) {
+    if (!capturing(s)) return 1;
+    StubCapture *c = s;
+    c->capturing = 0;
+    *g = c->graph;
+    return 0;
+}
+static void capture_info(P s, int *status, unsigned long long *id, P *g) {
+    *status = capturing(s);
+    if (id) *id = *status ? ((StubCapture *)s)->id : 0;
+    if (g) *g = *status ? ((StubCapture *)s)->graph : NULL;
+}
 CUresult cuStreamGetCaptureInfo_v2(P s, int *status, unsigned long long *id, P *g, P *deps, size_t *n) {
-    (void)g; (void)deps; (void)n; *status = capturing(s); *id = (unsigned long long)s; return 0;
+    if (deps) *deps = NULL;
+    if (n) *n = 0;
+    capture_info(s, status, id, g);
+    return 0;
 }
 CUresult cuThreadExchangeStreamCaptureMode(int *mode) { (void)mode; return 0; }
-CUresult cuGraphInstantiateWithFlags(P *e, P g, unsigned long long f) { (void)g; (void)f; INJECT("cuGraphInstantiateWithFlags", UNKNOWN); *e = malloc(16); return 0; }
+CUresult cuGraphInstantiateWithFlags(P *e, P g, unsigned long long f) {
+    StubGraph *graph = g, *exec;
+    (void)f; INJECT("cuGraphInstantiateWithFlags", UNKNOWN);
+    exec = new_graph();
+    for (int i = 0; i < GRAPH_OBJECTS; i++) {
+        if (!graph->objects[i]) continue;
+        exec->objects[i] = graph->objects[i];
+        exec->counts[i] = graph->counts[i];
+        __atomic_add_fetch(&graph->objects[i]->refs, (long)graph->counts[i], __ATOMIC_RELAXED);
+    }
+    *e = exec;
+    return 0;
+}
 CUresult cuGraphUpload(P e, P s) { (void)e; (void)s; return 0; }
 CUresult cuGraphLaunch(P e, P s) { (void)e; (void)s; INJECT("cuGraphLaunch", UNKNOWN); return 0; }
-CUresult cuGraphDestroy(P g) { free(g); return 0; }
-CUresult cuGraphExecDestroy(P e) { free(e); return 0; }
+CUresult cuGraphDestroy(P g) { graph_free(g); return 0; }
+CUresult cuGraphExecDestroy(P e) { graph_free(e); return 0; }
 CUresult cuGraphDebugDotPrint(P g, const char *path, unsigned f) { (void)g; (void)path; (void)f; return 0; }
 /* Virtual memory: reservations are fake address ranges (the stub's copies touch no device memory). */
 static unsigned long long next_reservation = 1ull << 45;
@@ -470,10 +554,7 @@ static P stub_bodies[4096];
 static int stub_body_count;
 static pthread_mutex_t bodies_lock = PTHREAD_MUTEX_INITIALIZER;
 CUresult cuStreamGetCaptureInfo_v3(P s, int *status, unsigned long long *id, P *g, P *deps, P *edges, size_t *n) {
-    static char graph;
-    *status = capturing(s);
-    *id = (unsigned long long)s;
-    if (g) *g = &graph;
+    capture_info(s, status, id, g);
     if (deps) *deps = NULL;
     if (edges) *edges = NULL;
     if (n) *n = 0;
@@ -494,7 +575,7 @@ CUresult cuGraphAddNode_v2(P *node, P g, const P *deps, const P *edges, size_t n
     pthread_mutex_lock(&bodies_lock);
     if (stub_body_count + (int)c->size > 4096) { pthread_mutex_unlock(&bodies_lock); return 2; }
     c->bodies = &stub_bodies[stub_body_count];
-    for (unsigned i = 0; i < c->size; i++) stub_bodies[stub_body_count++] = malloc(16);
+    for (unsigned i = 0; i < c->size; i++) stub_bodies[stub_body_count++] = new_graph();
     pthread_mutex_unlock(&bodies_lock);
     *node = malloc(16);
     return 0;
@@ -507,6 +588,6 @@ CUresult cuStreamBeginCaptureToGraph(P s, P g, const P *deps, const P *edges, si
     (void)g; (void)deps; (void)edges; (void)n; (void)mode;
     INJECT("cuStreamBeginCaptureToGraph", UNKNOWN);
     if ((unsigned long)s <= 4096 || capturing(s)) return 1;
-    *(int *)s = 1;
+    start_capture(s, g);
     return 0;
 }

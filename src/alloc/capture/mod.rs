@@ -8,8 +8,11 @@
 //! bookkeeping (which capture allocates from which pool, references), tested on host memory;
 //! this file runs it over the driver: the capture-mode dance around `cuMemAlloc`,
 //! the device synchronisation a pool's last release needs, and the holders (graphs
-//! and execs, by handle value) that keep a pool's addresses alive.
+//! and execs, by handle value) that keep a pool's addresses alive. `foreign` adopts
+//! the captures gpurt did not begin (a framework's own), whose driver graphs hold
+//! their pools instead.
 
+pub mod foreign;
 pub mod pools;
 
 use std::collections::HashMap;
@@ -178,6 +181,9 @@ struct Registry {
     shared: HashMap<u64, (SharedMalloc, KeepMapped)>,
     /// Graph or exec handle value to what it holds.
     holders: HashMap<u64, Vec<Held>>,
+    /// Captures gpurt did not begin (the driver's id) to their private pool, until
+    /// their driver graph is gone (`foreign`).
+    foreign: HashMap<u64, u64>,
     /// Per device, the statistics of pools that are gone.
     retired: RetiredStats,
 }
@@ -186,6 +192,9 @@ impl Registry {
     /// Where capture `capture`'s allocations come from, if it is gpurt's.
     fn route(&self, capture: u64) -> Option<CaptureRoute> {
         if let Some(private) = self.pools.for_capture(capture) {
+            return Some(CaptureRoute::Private(private));
+        }
+        if let Some(private) = self.foreign.get(&capture).and_then(|&id| self.pools.allocator(id)) {
             return Some(CaptureRoute::Private(private));
         }
         self.shared.get(&capture).map(|(malloc, _)| CaptureRoute::Shared(malloc.clone()))
@@ -214,6 +223,7 @@ pub fn holds_asleep(addr: u64) -> bool {
 /// values and totals are exact; a live pool's peak is added to the totals' current
 /// value, an upper bound of the true peak.
 pub fn add_private_stats(device: i32, stats: &mut gpurt_memory_stats_t) {
+    foreign::settle();
     with_registry(|r| {
         r.retired.add_to(device, stats);
         for a in r.pools.allocators().filter(|a| a.source().device() == device) {
@@ -236,8 +246,6 @@ pub fn reset_private_stats(device: i32, accumulated: bool) {
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
-/// Captures running through gpurt: while zero, `gpurt_malloc` asks the driver nothing.
-static ACTIVE_CAPTURES: AtomicUsize = AtomicUsize::new(0);
 /// Pools alive: while zero, a free that misses the device allocator asks no further.
 static LIVE_POOLS: AtomicUsize = AtomicUsize::new(0);
 
@@ -247,6 +255,7 @@ fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
         pools: GraphPools::default(),
         shared: HashMap::new(),
         holders: HashMap::new(),
+        foreign: HashMap::new(),
         retired: RetiredStats::default(),
     });
     let result = f(registry);
@@ -313,9 +322,7 @@ pub fn begin_shared(malloc: SharedMalloc, keep: KeepMapped, start: impl FnOnce()
 
 /// Counts a capture that began, or ends the gate's count of one that did not.
 fn count_capture(registered: Result<()>) -> Result<()> {
-    if registered.is_ok() {
-        ACTIVE_CAPTURES.fetch_add(1, Ordering::AcqRel);
-    } else {
+    if registered.is_err() {
         capture_finished();
     }
     registered
@@ -329,7 +336,6 @@ pub fn end(capture: u64) -> Option<Held> {
         private.or_else(|| r.shared.remove(&capture).map(|(_, keep)| Held::Shared(keep)))
     });
     if held.is_some() {
-        ACTIVE_CAPTURES.fetch_sub(1, Ordering::AcqRel);
         capture_finished();
     }
     held
@@ -404,37 +410,66 @@ pub fn release_pool(id: u64) {
     }
 }
 
-/// Where a gpurt allocation on a native stream comes from when that stream is
-/// capturing through gpurt. Costs one atomic load while nothing captures.
-#[inline]
-pub fn capture_allocator(native: u64) -> Result<Option<CaptureRoute>> {
-    if ACTIVE_CAPTURES.load(Ordering::Acquire) == 0 {
-        return Ok(None);
+/// Drops a reference to a pool whose holder the driver destroyed after the holder's
+/// work completed (a foreign capture's graph): no replay can use the memory, so the
+/// last reference collects at once, with no device-wide wait (which would invalidate
+/// captures under way on other threads).
+fn release_pool_after_work(id: u64) {
+    if let Ok(Some(allocator)) = with_registry(|r| r.pools.release(id)) {
+        allocator.source().released.store(true, Ordering::Release);
+        let _ = with_relaxed_capture(|| {
+            with_registry(|r| r.collect(id));
+            Ok(())
+        });
     }
-    capture_allocator_slow(native)
 }
 
-#[cold]
-fn capture_allocator_slow(native: u64) -> Result<Option<CaptureRoute>> {
+/// Where capture `capture`'s gpurt allocations come from, if anyone's registered it.
+fn route_of(capture: u64) -> Option<CaptureRoute> {
+    with_registry(|r| r.route(capture))
+}
+
+/// The native streams that never capture: the legacy default stream (0 or `CU_STREAM_LEGACY`).
+const LEGACY_STREAMS: u64 = 1;
+
+/// Where a gpurt allocation on a native stream comes from when that stream captures
+/// (`None`: it does not): a capture through gpurt takes its pool, and a capture
+/// anyone else began is adopted (`foreign`). Costs the driver's capture query on every
+/// stream but the legacy one, which cannot capture: the query is what keeps a graph's
+/// memory from being handed to others.
+#[inline]
+pub fn capture_allocator(native: u64, ordinal: i32) -> Result<Option<CaptureRoute>> {
+    if native <= LEGACY_STREAMS {
+        return Ok(None);
+    }
+    foreign::settle();
     if super::driver_pool::is_active() {
         return Ok(None); // the driver's pool records memory nodes in the graph
     }
-    let (status, capture) = crate::stream::native_capture_info(native)?;
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let (mut capture, mut graph) = (0, std::ptr::null_mut());
+    // SAFETY: the out-parameters are valid; the dependencies are not asked for.
+    let code = unsafe { sys::cuStreamGetCaptureInfo_v2(native as sys::CUstream, &mut status, &mut capture, &mut graph, std::ptr::null_mut(), std::ptr::null_mut()) };
+    check(code, "cuStreamGetCaptureInfo")?;
     match status {
         sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(None),
-        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => with_registry(|r| r.route(capture)).map(Some).ok_or_else(|| {
-            Error::new(
-                Status::GPURT_ERROR_STREAM_CAPTURE,
-                "the stream is capturing a graph that was not begun with gpurt_stream_begin_capture(_shared), so gpurt has \
-                 no pool for it; allocating from the shared cache would hand the graph's memory to others",
-            )
-        }),
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => in_capture(ordinal, capture, graph).map(Some),
         _ => Err(Error::new(Status::GPURT_ERROR_STREAM_CAPTURE, "the stream's capture was invalidated")),
     }
 }
 
+#[cold]
+#[inline(never)]
+fn in_capture(ordinal: i32, capture: u64, graph: sys::CUgraph) -> Result<CaptureRoute> {
+    if let Some(route) = route_of(capture) {
+        return Ok(route);
+    }
+    foreign::adopt(capture, graph, device::resolve(ordinal)?)
+}
+
 /// Frees `ptr` if a private pool holds it (`None`: none does).
 pub fn free_private(ptr: u64) -> Option<Result<()>> {
+    foreign::settle();
     if LIVE_POOLS.load(Ordering::Acquire) == 0 {
         return None;
     }
