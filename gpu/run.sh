@@ -295,6 +295,20 @@ step python-tests env PYTHONPATH="$PWD/pydeps" python3 -m pytest -q -rs -p no:ca
 step sleep-torch-proof env PYTHONPATH="$PWD/pydeps" python3 src/sleep_torch.py "$lib/libgpurt.so.0" proof
 step tms-install python3 -m pip install -q --no-deps --target tms-site tms/torch_memory_saver-*.whl
 step sleep-torch-device env PYTHONPATH="$PWD/pydeps" python3 src/sleep_torch.py "$lib/libgpurt.so.0" device
+# PyTorch's own CUDA graphs on gpurt (#68): each run on PyTorch's allocator and on gpurt,
+# the outputs compared bit for bit; torch.compile's reduce-overhead (graph trees off on
+# gpurt; their refusal reported); graphs through a device sleep; the MemPool route.
+torch_graphs=(env PYTHONPATH="$PWD/pydeps" python3 src/torch_graphs.py "$lib/libgpurt.so.0")
+mkdir -p "$logs/torch-graphs"
+for alloc in native native-expandable gpurt; do
+    step "torch-graphs-$alloc" "${torch_graphs[@]}" run $alloc "$logs/torch-graphs"
+done
+step torch-graphs-compile-native "${torch_graphs[@]}" compile native on "$logs/torch-graphs"
+step torch-graphs-compile-gpurt "${torch_graphs[@]}" compile gpurt off "$logs/torch-graphs"
+step torch-graphs-compile-trees-gpurt "${torch_graphs[@]}" compile gpurt on "$logs/torch-graphs"
+step torch-graphs-compare "${torch_graphs[@]}" compare "$logs/torch-graphs"
+step torch-graphs-sleep "${torch_graphs[@]}" sleep
+step torch-graphs-mempool "${torch_graphs[@]}" mempool
 step sleep-torch-live env PYTHONPATH="$PWD/pydeps" python3 src/sleep_torch.py "$lib/libgpurt.so.0" live 5
 step sleep-torch-saver env PYTHONPATH="$PWD/pydeps" python3 src/sleep_torch.py "$lib/libgpurt.so.0" saver "$PWD/tms-site" \
     "${SLEEP_BENCH_GIB:-8}" 4 3

@@ -211,7 +211,7 @@ stub_c_test graph_nodes_test "conditional and event nodes: misuse refused, bodie
 stub_c_test shared_capture_test "shared captures: misuse refused, a graph's temporaries taken from the stream's pool in stream order (reused after the capture, grown in a global-mode capture, a conditional body's too), the pool kept mapped and undestroyable while the graph or an exec lives, everything back after (stub driver; bytes in the GPU suite)"
 stub_c_test vbuffer_test "growable virtual buffers: misuse refused with nothing changed, growth at the same address, mapped bytes in the statistics and under the memory fraction, whole mappings unmapped, every byte given back (stub driver; bytes in the GPU suite)"
 stub_c_test backend_test "backend:cudaMallocAsync: the driver's pool behind the default pools (stub driver)"
-stub_c_test foreign_capture_test "a capture begun outside gpurt: cached blocks, no new memory (whole and expandable segments), the capture survives (stub driver)"
+stub_c_test foreign_capture_test "captures begun outside gpurt: a private pool per capture or the thread's bound pool, never the shared cache; kept until the driver's graph and execs are gone (user objects), then given back; 100 cycles, refused user objects (stub driver; bytes in the GPU suite)"
 stub_c_test no_vmm_test "expandable segments on a device without virtual memory management: whole segments, a pool's own request refused (stub driver)"
 stub_c_test tunable_test "TunableOp: concurrent first runs tune once, the results file, a second process (stub driver)"
 stub_c_test sanitizer_test "stream sanitizer: each happens-before rule, graphs, misuse, 8 ordered threads (stub driver)"

@@ -38,12 +38,14 @@ def _share_graph_pools(cuda_graph):
 
     def capture_begin(self, pool=None, capture_error_mode="global"):
         begin(self, pool=pool, capture_error_mode=capture_error_mode)
-        token = tuple(self.pool())  # pool=None: the graph's own token, which others may pass later
-        shared = _shared_pools.get(token)
+        token = None if pool is None else tuple(pool)
+        shared = None if token is None else _shared_pools.get(token)
         if shared is None:
             import torch
 
-            shared = _shared_pools[token] = GraphPool(torch.cuda.current_device())
+            shared = GraphPool(torch.cuda.current_device())
+            if token is not None:
+                _shared_pools[token] = shared
         self._gpurt_pool = shared  # lives while a graph of this token may capture again
         self._gpurt_binding = capture_pool(shared)
         self._gpurt_binding.__enter__()
@@ -55,6 +57,8 @@ def _share_graph_pools(cuda_graph):
             binding = self.__dict__.pop("_gpurt_binding", None)
             if binding is not None:
                 binding.__exit__(None, None, None)
+        # pool=None: the graph's own token exists now; other_graph.pool() passes it later
+        _shared_pools.setdefault(tuple(self.pool()), self._gpurt_pool)
 
     capture_begin.__doc__, capture_end.__doc__ = begin.__doc__, end.__doc__
     cuda_graph.capture_begin, cuda_graph.capture_end = capture_begin, capture_end

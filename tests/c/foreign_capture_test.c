@@ -258,6 +258,7 @@ int main(void) {
         printf("foreign_capture_test: skipped: no device (%s)\n", gpurt_last_error_message());
         return require && strcmp(require, "1") == 0;
     }
+    EXPECT(gpurt_set_device(0), GPURT_SUCCESS); /* the primary context current, for the driver calls made here */
     void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     /* POSIX: function pointers from dlsym */
     *(void **)(&begin_capture) = sym(cuda, "cuStreamBeginCapture_v2");

@@ -230,6 +230,7 @@ def test_foreign_captures_share_the_bound_pool(device):
         assert cuda.cuStreamEndCapture(native, ctypes.byref(graph)) == 0
         return ptr, graph
 
+    gpurt.empty_cache()
     before = gpurt.memory_stats(0)["reserved_bytes.all.current"]
     pool = gpurt.graph_pool_handle()
     with gpurt.capture_pool(pool) as bound:
