@@ -85,6 +85,16 @@ class Peak:
         return max(self.peak, process_mib())
 
 
+def memory_report(torch, gpurt):
+    """The allocator's reserved and allocated MiB, and NVML's figure."""
+    if gpurt is not None:
+        stats = gpurt.memory_stats(0)
+        reserved, allocated = stats["reserved_bytes.all.current"], stats["allocated_bytes.all.current"]
+    else:
+        reserved, allocated = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
+    return f"reserved {reserved / MIB:.1f} MiB, allocated {allocated / MIB:.1f} MiB, NVML {process_mib():.1f} MiB"
+
+
 def check(ok, what):
     print(("ok    " if ok else "FAIL  ") + what, flush=True)
     return bool(ok)
@@ -112,6 +122,12 @@ def run(lib, alloc, out_dir):
     torch, gpurt = setup(lib, alloc)
     results, ok = {}, True
     model = block(torch)
+    if gpurt is not None:  # torch.cuda.empty_cache() reaches gpurt's cache (torch.cuda.graph calls it)
+        scratch = torch.empty(64 * MIB, dtype=torch.uint8, device="cuda")
+        del scratch
+        cached = gpurt.memory_stats(0)["reserved_bytes.all.current"]
+        torch.cuda.empty_cache()
+        ok &= check(gpurt.memory_stats(0)["reserved_bytes.all.current"] < cached, "torch.cuda.empty_cache() gives gpurt's cached memory back")
 
     # torch.cuda.graph with the graph's own pool, in each capture mode.
     for mode in ("global", "thread_local", "relaxed"):
@@ -145,6 +161,7 @@ def run(lib, alloc, out_dir):
 
     # 20 batch sizes sharing one pool, largest first (vLLM's order), NVML's peak.
     torch.cuda.synchronize()
+    print(f"before the 20 captures: {memory_report(torch, gpurt)}", flush=True)
     peak = Peak()
     pool = torch.cuda.graph_pool_handle()
     graphs, outs, ins = {}, {}, {}
@@ -165,6 +182,11 @@ def run(lib, alloc, out_dir):
     torch.cuda.synchronize()
     peak20 = peak.stop()
     print(f"peak20 {peak20:.1f}", flush=True)
+    print(f"after the 20 captures: {memory_report(torch, gpurt)}", flush=True)
+    if gpurt is not None:  # where gpurt's reserve is: the graphs' shared pool, the rest the default pool's
+        shared = gpurt.MemPool.stats(gpurt.torch._shared_pools[tuple(pool)])
+        print(f"  the graphs' shared gpurt pool: reserved {shared['reserved_bytes.all.current'] / MIB:.1f} MiB, "
+              f"allocated {shared['allocated_bytes.all.current'] / MIB:.1f} MiB, segments {shared.get('segment.all.current')}", flush=True)
     with torch.no_grad():
         for batch in (40, 22, 2):
             ok &= check(torch.equal(outs[batch], model(ins[batch])), f"{alloc}: shared-pool graph at batch {batch} replays exactly")
@@ -256,6 +278,8 @@ def gpt2_graph(torch):
     prompts = torch.randint(0, model.config.vocab_size, (8, 16), generator=torch.Generator().manual_seed(7)).cuda()
     cache = static_cache(model, 8, 1024)
     prefill, decode, out_tokens = decode_steps(model, model.forward, prompts, 48, cache)
+    with torch.no_grad():
+        prefill()  # the cache's positions before the warm-up steps, as sleep_torch.py's decode runs
     step = captured_step(prefill, decode)
 
     def generate():

@@ -1,6 +1,9 @@
 """PyTorch on gpurt's allocator: `gpurt.torch.use_as_allocator()` before PyTorch
 allocates any CUDA memory, and every tensor's memory comes from gpurt.
 
+`torch.cuda.empty_cache()` empties gpurt's cache too (a pluggable allocator is not
+told), as torch.cuda.graph does before each capture.
+
 CUDA graphs work as on PyTorch's own allocator: a capture's allocations come from a
 private gpurt pool that its graph holds until the graph and its executable are
 destroyed (gpurt adopts captures it did not begin), and graphs captured with one
@@ -11,6 +14,7 @@ import weakref
 
 from ._native import library_path
 from .graphs import GraphPool, capture_pool
+from .memory import empty_cache as _empty_gpurt_cache
 
 #: PyTorch pool token (a tuple) to the gpurt graph pool its graphs share, while a graph
 #: captured with it lives.
@@ -24,8 +28,25 @@ def use_as_allocator():
 
     allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path, "gpurt_torch_alloc", "gpurt_torch_free")
     torch.cuda.memory.change_current_allocator(allocator)
+    _empty_gpurt_cache_too(torch.cuda)
     _share_graph_pools(torch.cuda.CUDAGraph)
     return allocator
+
+
+def _empty_gpurt_cache_too(cuda):
+    """Makes torch.cuda.empty_cache() give gpurt's cached memory back too: PyTorch does
+    not pass it on to a pluggable allocator, and torch.cuda.graph empties the cache
+    before each capture, as code that frees memory for another workload does."""
+    original = cuda.memory.empty_cache
+    if getattr(original, "_gpurt", False):
+        return
+
+    def empty_cache():
+        original()
+        _empty_gpurt_cache()
+
+    empty_cache.__doc__, empty_cache._gpurt = original.__doc__, True
+    cuda.memory.empty_cache = cuda.empty_cache = empty_cache
 
 
 def _share_graph_pools(cuda_graph):
