@@ -7,6 +7,7 @@
 
 use cudarc::driver::sys;
 
+use super::batch_kernel::{self, Copy3};
 use super::{declare, note_uses, require_pointers, require_ranges};
 use crate::driver::{check, has_symbol};
 use crate::error::{Error, Result};
@@ -14,9 +15,6 @@ use crate::handle::Handle;
 
 /// The most copies one gpurt_memcpy_batch_async takes (a bound on its checks and the driver's arrays).
 pub const GPURT_MEMCPY_BATCH_MAX: usize = 1 << 20;
-
-/// One copy of a batch: destination, source, bytes.
-pub(super) type Copy3 = (u64, u64, u64);
 
 /// Queues every copy of `copies` on `stream`, in order as the stream sees them.
 pub fn copy_batch_async(copies: &[Copy3], stream: Handle) -> Result<()> {
@@ -34,7 +32,7 @@ pub fn copy_batch_async(copies: &[Copy3], stream: Handle) -> Result<()> {
     }
     let batched = s.cu() as u64 != crate::stream::NATIVE_LEGACY && has_symbol("cuMemcpyBatchAsync");
     s.run_in_context(|cu| {
-        if super::batch_kernel::try_launch(&queued, s.device(), cu)? {
+        if batch_kernel::try_launch(&queued, s.device(), cu)? {
             Ok(())
         } else if batched {
             batch(&queued, cu)

@@ -8,10 +8,12 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys;
 
-use super::batch::Copy3;
 use crate::device;
 use crate::driver::{check, load_embedded};
 use crate::error::Result;
+
+/// One copy of a batch: destination, source, bytes.
+pub(super) type Copy3 = (u64, u64, u64);
 
 /// Copies one launch carries: 1 360 descriptors of 24 bytes fill 32 640 of the 32 764
 /// bytes of parameters a kernel may take (CUDA 12.1 drivers, compute capability 7.0).
