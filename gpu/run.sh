@@ -53,7 +53,7 @@ step build-process-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclud
 step build-ipc-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/ipc_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/ipc_test
 step build-sleep-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sleep_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -lpthread -o bin/sleep_test
 step build-sleep-storm cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sleep_storm.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/sleep_storm
-step build-foreign-capture-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/foreign_capture_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -o bin/foreign_capture_test
+step build-foreign-capture-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/foreign_capture_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -lpthread -o bin/foreign_capture_test
 step build-backend-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/backend_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/backend_test
 step build-tunable-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/tunable_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/tunable_test
 step build-sanitizer-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sanitizer_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/sanitizer_test
@@ -304,6 +304,7 @@ for alloc in native native-expandable gpurt; do
     step "torch-graphs-$alloc" "${torch_graphs[@]}" run $alloc "$logs/torch-graphs"
 done
 step torch-graphs-compile-native "${torch_graphs[@]}" compile native on "$logs/torch-graphs"
+step torch-graphs-compile-native-no-trees "${torch_graphs[@]}" compile native off "$logs/torch-graphs"
 step torch-graphs-compile-gpurt "${torch_graphs[@]}" compile gpurt off "$logs/torch-graphs"
 step torch-graphs-compile-trees-gpurt "${torch_graphs[@]}" compile gpurt on "$logs/torch-graphs"
 step torch-graphs-compare "${torch_graphs[@]}" compare "$logs/torch-graphs"
@@ -336,6 +337,7 @@ step memcheck-abi-test sanitize memcheck bin/abi_test
 step memcheck-sleep-test sanitize memcheck bin/sleep_test
 step memcheck-sleep-storm sanitize memcheck bin/sleep_storm 10 4
 step memcheck-batch-test sanitize memcheck bin/batch_test
+step memcheck-foreign-capture-test sanitize memcheck bin/foreign_capture_test
 step racecheck-abi-test sanitize racecheck bin/abi_test
 step synccheck-abi-test sanitize synccheck bin/abi_test
 step initcheck-abi-test sanitize initcheck bin/abi_test

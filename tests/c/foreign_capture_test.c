@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <gpurt.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,6 +251,74 @@ static void cycles_leak_nothing(gpurt_stream_t stream, void *native) {
     if (stub_user_objects) CHECK(stub_user_objects() == 0, "100 cycles: no user object left");
 }
 
+/* Threads capturing at once on streams of their own, half of them into one shared
+ * bound pool, graphs and execs destroyed in either order, blocks freed inside the
+ * capture or after it: afterwards nothing is held, and no block was handed out twice
+ * while held (each thread checks its live blocks against the one it gets). */
+#define STRESS_THREADS 4
+#define STRESS_CYCLES 150
+static gpurt_graph_pool_t stress_pool;
+static char stress_errors[STRESS_THREADS][256];
+
+static void *stress(void *arg) {
+    int id = (int)(intptr_t)arg, bad = 0;
+    unsigned seed = 1234u + (unsigned)id;
+    gpurt_stream_t stream = NULL;
+    void *native = NULL;
+    /* the primary context current on this thread too, for the driver calls made here */
+    if (gpurt_set_device(0) != GPURT_SUCCESS || gpurt_stream_create(0, GPURT_STREAM_NON_BLOCKING, 0, &stream) != GPURT_SUCCESS ||
+        gpurt_stream_native(stream, &native) != GPURT_SUCCESS)
+        return (void *)1;
+    if (id % 2 == 0 && gpurt_graph_pool_bind_thread(stress_pool) != GPURT_SUCCESS) bad++;
+    for (int cycle = 0; cycle < STRESS_CYCLES; cycle++) {
+        void *blocks[4] = {NULL, NULL, NULL, NULL}, *graph = NULL, *exec = NULL;
+        size_t sizes[4];
+        int freed_inside = rand_r(&seed) % 2;
+        if (begin_capture(native, 1 + rand_r(&seed) % 2 /* thread-local or relaxed */) != 0) { bad++; break; }
+        for (int i = 0; i < 4; i++) {
+            sizes[i] = (size_t)(1 + rand_r(&seed) % 4096) << (8 + rand_r(&seed) % 8);
+            if (gpurt_malloc(sizes[i], stream, &blocks[i]) != GPURT_SUCCESS) bad++;
+            for (int j = 0; j < i; j++)
+                if (!(freed_inside && j % 2 == 0) && overlap(blocks[i], sizes[i], blocks[j], sizes[j])) bad++;
+            if (freed_inside && i % 2 == 0 && gpurt_free(blocks[i]) != GPURT_SUCCESS) bad++;
+        }
+        if (end_capture(native, &graph) != 0 || instantiate(&exec, graph, 0) != 0 || launch(exec, native) != 0) bad++;
+        for (int i = 0; i < 4; i++)
+            if (!(freed_inside && i % 2 == 0) && gpurt_free(blocks[i]) != GPURT_SUCCESS) bad++;
+        if (rand_r(&seed) % 2) {
+            if (graph_destroy(graph) != 0 || exec_destroy(exec) != 0) bad++;
+        } else if (exec_destroy(exec) != 0 || graph_destroy(graph) != 0) {
+            bad++;
+        }
+    }
+    if (gpurt_graph_pool_bind_thread(NULL) != GPURT_SUCCESS || gpurt_stream_synchronize(stream) != GPURT_SUCCESS ||
+        gpurt_stream_destroy(stream) != GPURT_SUCCESS)
+        bad++;
+    snprintf(stress_errors[id], sizeof stress_errors[id], "%s", gpurt_last_error_message());
+    return (void *)(intptr_t)bad;
+}
+
+static void threads_capture_at_once(void) {
+    pthread_t threads[STRESS_THREADS];
+    size_t reserved_before;
+    long device_before = live_device_bytes();
+    EXPECT(gpurt_empty_cache(), GPURT_SUCCESS);
+    reserved_before = reserved();
+    EXPECT(gpurt_graph_pool_create(0, &stress_pool), GPURT_SUCCESS);
+    for (int t = 0; t < STRESS_THREADS; t++) CHECK(pthread_create(&threads[t], NULL, stress, (void *)(intptr_t)t) == 0, "thread %d", t);
+    for (int t = 0; t < STRESS_THREADS; t++) {
+        void *bad = NULL;
+        pthread_join(threads[t], &bad);
+        CHECK(bad == NULL, "thread %d: %ld failed calls or overlapping live blocks (its last gpurt message: %s)", t, (long)(intptr_t)bad,
+              stress_errors[t]);
+    }
+    EXPECT(gpurt_graph_pool_destroy(stress_pool), GPURT_SUCCESS);
+    EXPECT(gpurt_empty_cache(), GPURT_SUCCESS);
+    CHECK(reserved() == reserved_before, "%d threads x %d captures: reserved %zu, before %zu", STRESS_THREADS, STRESS_CYCLES, reserved(), reserved_before);
+    if (stub_live) CHECK(live_device_bytes() == device_before, "the driver holds %ld, before %ld", live_device_bytes(), device_before);
+    if (stub_user_objects) CHECK(stub_user_objects() == 0, "no user object left");
+}
+
 int main(void) {
     int count = 0;
     srand((unsigned)time(NULL));
@@ -292,6 +361,7 @@ int main(void) {
         EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);
         EXPECT(gpurt_empty_cache(), GPURT_SUCCESS);
     }
+    threads_capture_at_once();
     printf("foreign_capture_test: %d checks, %d failures\n", checks, failures);
     return failures != 0;
 }
