@@ -302,6 +302,7 @@ torch_graphs=(env PYTHONPATH="$PWD/pydeps" python3 src/torch_graphs.py "$lib/lib
 mkdir -p "$logs/torch-graphs"
 for alloc in native native-expandable gpurt; do
     step "torch-graphs-$alloc" "${torch_graphs[@]}" run $alloc "$logs/torch-graphs"
+    step "torch-graphs-$alloc-warm-each" env TORCH_GRAPHS_WARM=each "${torch_graphs[@]}" run $alloc "$logs/torch-graphs"
 done
 step torch-graphs-compile-native "${torch_graphs[@]}" compile native on "$logs/torch-graphs"
 step torch-graphs-compile-native-no-trees "${torch_graphs[@]}" compile native off "$logs/torch-graphs"

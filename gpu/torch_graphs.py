@@ -5,7 +5,8 @@ once on PyTorch's own allocator and once on gpurt, the outputs compared bit for 
         torch.cuda.graph (own pool; capture_error_mode global / thread_local / relaxed),
         make_graphed_callables (forward and backward), 20 graphs of a Transformer
         block at 20 batch sizes sharing one pool (graph_pool_handle, largest first as
-        vLLM captures, then other_graph.pool()), 100 capture / replay / destroy cycles;
+        vLLM captures, then other_graph.pool(); each warmed on one side stream, or with
+        TORCH_GRAPHS_WARM=each on a stream of its own), 100 capture / replay / destroy cycles;
         every output saved to OUT_DIR/ALLOC.pt; the shared captures' peak device
         memory (NVML, this process, sampled every 2 ms) printed as "peak20 MIB".
     python3 torch_graphs.py LIB compile ALLOC TREES OUT_DIR      TREES: on | off
@@ -110,13 +111,20 @@ def inputs(torch, batch, seq=128, width=1024, seed=0):
     return torch.randn(batch, seq, width, device="cuda", generator=torch.Generator("cuda").manual_seed(1000 + seed + batch))
 
 
-def warm(torch, fn):
-    side = torch.cuda.Stream()
+def warm(torch, fn, side=None):
+    """Three eager runs of `fn` on a side stream (a new one from PyTorch's pool unless given)."""
+    side = torch.cuda.Stream() if side is None else side
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
             fn()
     torch.cuda.current_stream().wait_stream(side)
+
+
+#: TORCH_GRAPHS_WARM=one (the default): the 20 shared-pool captures' warm-ups on one side
+#: stream, as vLLM warms each batch size on one stream; "each": on a new pooled stream
+#: per batch size, whose caches (and cuBLAS workspaces) the allocator then keeps apart.
+WARM_STREAMS = os.environ.get("TORCH_GRAPHS_WARM", "one")
 
 
 def run(lib, alloc, out_dir):
@@ -166,10 +174,11 @@ def run(lib, alloc, out_dir):
     peak = Peak()
     pool = torch.cuda.graph_pool_handle()
     graphs, outs, ins = {}, {}, {}
+    side = torch.cuda.Stream() if WARM_STREAMS == "one" else None
     with torch.no_grad():
         for batch in range(40, 0, -2):
             ins[batch] = inputs(torch, batch)
-            warm(torch, lambda: model(ins[batch]))
+            warm(torch, lambda: model(ins[batch]), side)
             graphs[batch] = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graphs[batch], pool=pool):
                 outs[batch] = model(ins[batch])
@@ -182,7 +191,7 @@ def run(lib, alloc, out_dir):
     extra.replay()
     torch.cuda.synchronize()
     peak20 = peak.stop()
-    print(f"peak20 {peak20:.1f}", flush=True)
+    print(f"peak20 {peak20:.1f} (warm-ups on {WARM_STREAMS} side stream{'s' if WARM_STREAMS == 'each' else ''})", flush=True)
     print(f"after the 20 captures: {memory_report(torch, gpurt)}", flush=True)
     if gpurt is not None:  # where gpurt's reserve is: the graphs' shared pool, the rest the default pool's
         shared = gpurt.MemPool.stats(gpurt.torch._shared_pools[tuple(pool)])
