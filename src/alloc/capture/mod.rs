@@ -267,7 +267,11 @@ fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
 /// for the caller.
 pub fn new_pool(device: i32, config: AllocConfig) -> u64 {
     // Under the process's configuration, expandable segments too (the default), so
-    // that the pool can sleep: the source maps with the capture mode relaxed.
+    // that the pool can sleep: the source maps with the capture mode relaxed. Mapped
+    // exactly as requests need (`exact_segments`): a graph pool grows once, while its
+    // graphs are captured, so a growth step's speed buys nothing there and its
+    // overshoot would stay mapped for the graphs' lifetime.
+    let config = AllocConfig { exact_segments: true, ..config };
     with_registry(|r| r.pools.create(CaptureSource { driver: DriverSource::new(device), released: AtomicBool::new(false) }, config))
 }
 
