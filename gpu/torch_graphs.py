@@ -34,8 +34,9 @@ once on PyTorch's own allocator and once on gpurt, the outputs compared bit for 
 import os
 import subprocess
 import sys
-import threading
 import time
+
+from llama import PeakSampler, device_mib  # beside this script
 
 MIB = 1 << 20
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -59,32 +60,14 @@ def setup(lib, alloc):
     return torch, gpurt
 
 
-def process_mib(pid=None):
-    import pynvml
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    pid = pid or os.getpid()
-    mine = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == pid]
-    return (mine[0] if mine and mine[0] is not None else 0) / MIB
+def process_mib():
+    """This process's device memory on GPU 0 as NVML sees it (MiB)."""
+    return device_mib(os.getpid())
 
 
-class Peak:
-    """This process's largest NVML figure while it runs, sampled every 2 ms."""
-
-    def __init__(self):
-        self.peak, self.running = 0.0, True
-        self.thread = threading.Thread(target=self.sample, daemon=True)
-        self.thread.start()
-
-    def sample(self):
-        while self.running:
-            self.peak = max(self.peak, process_mib())
-            time.sleep(0.002)
-
-    def stop(self):
-        self.running = False
-        self.thread.join()
-        return max(self.peak, process_mib())
+def peak_sampler():
+    """This process's largest NVML figure from now until `.stop()`, sampled every 2 ms."""
+    return PeakSampler(os.getpid(), interval=0.002)
 
 
 def memory_report(torch, gpurt):
@@ -171,7 +154,7 @@ def run(lib, alloc, out_dir):
     # 20 batch sizes sharing one pool, largest first (vLLM's order), NVML's peak.
     torch.cuda.synchronize()
     print(f"before the 20 captures: {memory_report(torch, gpurt)}", flush=True)
-    peak = Peak()
+    peak = peak_sampler()
     pool = torch.cuda.graph_pool_handle()
     graphs, outs, ins = {}, {}, {}
     side = torch.cuda.Stream() if WARM_STREAMS == "one" else None
@@ -190,7 +173,7 @@ def run(lib, alloc, out_dir):
         graphs[batch].replay()
     extra.replay()
     torch.cuda.synchronize()
-    peak20 = peak.stop()
+    peak20 = max(peak.stop(), process_mib())
     print(f"peak20 {peak20:.1f} (warm-ups on {WARM_STREAMS} side stream{'s' if WARM_STREAMS == 'each' else ''})", flush=True)
     print(f"after the 20 captures: {memory_report(torch, gpurt)}", flush=True)
     if gpurt is not None:  # where gpurt's reserve is: the graphs' shared pool, the rest the default pool's
@@ -244,7 +227,7 @@ def compile_gpt2(lib, alloc, trees, out_dir):
     ids = torch.randint(0, 50257, (4, 64), generator=torch.Generator().manual_seed(7)).cuda()
     fresh = torch.randint(0, 50257, (4, 64), generator=torch.Generator().manual_seed(8)).cuda()
     compiled = torch.compile(lambda i: model(i).logits, mode="reduce-overhead")
-    peak = Peak()
+    peak = peak_sampler()
     try:
         with torch.no_grad():
             for _ in range(3):
@@ -254,7 +237,7 @@ def compile_gpt2(lib, alloc, trees, out_dir):
                     compiled(ids[:, :length])
             again = compiled(fresh).clone()
         torch.cuda.synchronize()
-        print(f"reduce-overhead, graph trees {trees}, on {alloc}: NVML peak {peak.stop():.1f} MiB over 4 shapes", flush=True)
+        print(f"reduce-overhead, graph trees {trees}, on {alloc}: NVML peak {max(peak.stop(), process_mib()):.1f} MiB over 4 shapes", flush=True)
         with torch.no_grad():
             eager = model(fresh).logits
     except Exception as e:  # noqa: BLE001 - on gpurt with trees on, the refusal is the finding

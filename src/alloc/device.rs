@@ -201,7 +201,7 @@ fn top_pool(device: Option<i32>) -> Option<&'static MemPool<PoolSource>> {
 }
 
 /// Allocates for `native_stream`: from the graph's private pool while the stream
-/// captures through gpurt (with the native backend; the driver's pool records
+/// captures, through gpurt or not (with the native backend; the driver's pool records
 /// memory nodes instead), else from the pool this thread has pushed for the device,
 /// else from the device's default pool.
 pub fn malloc(ordinal: i32, size: u64, native_stream: u64) -> Result<u64> {

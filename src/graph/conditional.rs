@@ -233,7 +233,7 @@ fn begin_body(stream: Handle, node: &mut Node) -> Result<()> {
         unsafe { sys::cuStreamBeginCaptureToGraph(native.cu(), graph, std::ptr::null(), std::ptr::null(), 0, mode) },
         "cuStreamBeginCaptureToGraph",
     )
-    .and_then(|()| Ok(stream::native_capture_info(native.raw as u64)?.1));
+    .and_then(|()| Ok(stream::native_capture_info(native.raw as u64)?.id));
     let body_capture = match begun {
         Ok(id) => id,
         Err(e) => {

@@ -104,7 +104,7 @@ fn capturable(stream: Handle) -> Result<crate::stream::Stream> {
 /// Begins the driver's capture of `s`; its capture id.
 fn start_capture(s: &crate::stream::Stream, mode: sys::CUstreamCaptureMode) -> Result<u64> {
     s.run(|cu| check(unsafe { sys::cuStreamBeginCapture_v2(cu, mode) }, "cuStreamBeginCapture"))?;
-    Ok(crate::stream::native_capture_info(s.raw as u64)?.1)
+    Ok(crate::stream::native_capture_info(s.raw as u64)?.id)
 }
 
 /// Ends the capture on `stream`, giving the graph. The graph holds the capture's
@@ -117,7 +117,7 @@ pub fn end_capture(stream: Handle) -> Result<Handle> {
             "the stream is capturing a conditional node's body: gpurt_graph_conditional_end first",
         ));
     }
-    let (status, capture) = crate::stream::native_capture_info(s.raw as u64)?;
+    let crate::stream::CaptureInfo { status, id: capture, .. } = crate::stream::native_capture_info(s.raw as u64)?;
     if status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
         return Err(Error::invalid_argument("the stream is not capturing"));
     }

@@ -220,9 +220,9 @@ pub fn fill(handle: Option<Handle>, out: u64, n: u64, dtype: gpurt_dtype_t, dist
     let fill = Fill { distribution, dtype, out, n };
     let blocks = distribution.blocks(dtype, n);
     crate::sanitizer::access(s, out, bytes, crate::sanitizer::Access::Write, "gpurt_rng fill");
-    let (status, capture) = device::with_device(s.device(), || crate::stream::native_capture_info(s.raw as u64))?;
-    if status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
-        return fill_in_capture(generator, capture, &fill, blocks, stream);
+    let capture = device::with_device(s.device(), || crate::stream::native_capture_info(s.raw as u64))?;
+    if capture.status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
+        return fill_in_capture(generator, capture.id, &fill, blocks, stream);
     }
     let mut state = lock(&generator.state);
     kernels::launch(&fill, Draw { seed: state.seed, offset: state.offset, cell: 0 }, stream)?;

@@ -522,14 +522,23 @@ pub(crate) fn native_capture_status(stream: CUstream) -> Result<CUstreamCaptureS
     Ok(status)
 }
 
-/// (status, capture id) of a native stream: the id names one capture sequence.
-pub(crate) fn native_capture_info(native: u64) -> Result<(CUstreamCaptureStatus, u64)> {
-    let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut id = 0;
-    let (graph, deps, count) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
-    let code = unsafe { sys::cuStreamGetCaptureInfo_v2(native as CUstream, &mut status, &mut id, graph, deps, count) };
+/// A native stream's capture state, as the driver reports it.
+pub(crate) struct CaptureInfo {
+    pub status: CUstreamCaptureStatus,
+    /// The capture sequence's id (each capture has its own).
+    pub id: u64,
+    /// The graph being captured into (null when the stream does not capture).
+    pub graph: sys::CUgraph,
+}
+
+/// The capture state of a native stream.
+pub(crate) fn native_capture_info(native: u64) -> Result<CaptureInfo> {
+    let mut info = CaptureInfo { status: CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE, id: 0, graph: std::ptr::null_mut() };
+    let (deps, count) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: the out-parameters are valid; the dependencies are not asked for.
+    let code = unsafe { sys::cuStreamGetCaptureInfo_v2(native as CUstream, &mut info.status, &mut info.id, &mut info.graph, deps, count) };
     check(code, "cuStreamGetCaptureInfo")?;
-    Ok((status, id))
+    Ok(info)
 }
 
 /// Fails with `GPURT_ERROR_STREAM_CAPTURE` when `handle` is capturing: for callers that

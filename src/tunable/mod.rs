@@ -278,7 +278,7 @@ pub fn run(handle: Handle, signature: &str, args: usize, stream: Handle) -> Resu
         lock(&op.chosen).insert(key, c);
         return candidates[c].run(args, stream);
     }
-    let capturing = crate::device::with_device(device, || crate::stream::native_capture_info(s.raw as u64))?.0
+    let capturing = crate::device::with_device(device, || crate::stream::native_capture_info(s.raw as u64))?.status
         != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     if !config.tuning || capturing {
         if capturing {

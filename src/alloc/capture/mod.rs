@@ -324,7 +324,7 @@ pub fn begin_shared(malloc: SharedMalloc, keep: KeepMapped, start: impl FnOnce()
     count_capture(registered)
 }
 
-/// Counts a capture that began, or ends the gate's count of one that did not.
+/// Ends the gate's count of a capture that did not begin.
 fn count_capture(registered: Result<()>) -> Result<()> {
     if registered.is_err() {
         capture_finished();
@@ -397,6 +397,12 @@ pub fn outside_captures<R>(what: &str, body: impl FnOnce() -> Result<R>) -> Resu
 /// blocks freed during capture reusable and gives the free segments back.
 fn synchronize_and_collect(id: u64, allocator: &CachingAllocator<CaptureSource>) {
     let _ = device::with_device(allocator.source().device(), || check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize"));
+    collect_released(id, allocator);
+}
+
+/// Makes the blocks of pool `id`, which no replay uses any more, reusable (those freed
+/// during capture too) and gives its free segments back.
+fn collect_released(id: u64, allocator: &CachingAllocator<CaptureSource>) {
     allocator.source().released.store(true, Ordering::Release);
     with_registry(|r| r.collect(id));
 }
@@ -420,9 +426,9 @@ pub fn release_pool(id: u64) {
 /// captures under way on other threads).
 fn release_pool_after_work(id: u64) {
     if let Ok(Some(allocator)) = with_registry(|r| r.pools.release(id)) {
-        allocator.source().released.store(true, Ordering::Release);
+        // A capture another thread runs may forbid the frees: relaxed for this thread.
         let _ = with_relaxed_capture(|| {
-            with_registry(|r| r.collect(id));
+            collect_released(id, &allocator);
             Ok(())
         });
     }
@@ -450,14 +456,10 @@ pub fn capture_allocator(native: u64, ordinal: i32) -> Result<Option<CaptureRout
     if super::driver_pool::is_active() {
         return Ok(None); // the driver's pool records memory nodes in the graph
     }
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let (mut capture, mut graph) = (0, std::ptr::null_mut());
-    // SAFETY: the out-parameters are valid; the dependencies are not asked for.
-    let code = unsafe { sys::cuStreamGetCaptureInfo_v2(native as sys::CUstream, &mut status, &mut capture, &mut graph, std::ptr::null_mut(), std::ptr::null_mut()) };
-    check(code, "cuStreamGetCaptureInfo")?;
-    match status {
+    let capture = crate::stream::native_capture_info(native)?;
+    match capture.status {
         sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(None),
-        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => in_capture(ordinal, capture, graph).map(Some),
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => in_capture(ordinal, capture.id, capture.graph).map(Some),
         _ => Err(Error::new(Status::GPURT_ERROR_STREAM_CAPTURE, "the stream's capture was invalidated")),
     }
 }
