@@ -319,6 +319,29 @@ static void threads_capture_at_once(void) {
     if (stub_user_objects) CHECK(stub_user_objects() == 0, "no user object left");
 }
 
+/* A thread that never made a context current allocates on the per-thread default
+ * stream (which names the current context's): the allocator's capture query asks in
+ * the device's context, and the allocation succeeds as outside any capture. */
+static void *per_thread_without_context(void *arg) {
+    gpurt_stream_t stream = NULL;
+    void *p = NULL;
+    int bad = 0;
+    (void)arg;
+    if (gpurt_stream_per_thread(0, &stream) != GPURT_SUCCESS || gpurt_malloc(1u << 20, stream, &p) != GPURT_SUCCESS || p == NULL ||
+        gpurt_free(p) != GPURT_SUCCESS)
+        bad = 1;
+    snprintf(stress_errors[0], sizeof stress_errors[0], "%s", gpurt_last_error_message());
+    return (void *)(intptr_t)bad;
+}
+
+static void the_per_thread_stream_without_a_current_context(void) {
+    pthread_t thread;
+    void *bad = NULL;
+    CHECK(pthread_create(&thread, NULL, per_thread_without_context, NULL) == 0, "thread");
+    pthread_join(thread, &bad);
+    CHECK(bad == NULL, "gpurt_malloc on the per-thread stream from a thread with no current context (%s)", stress_errors[0]);
+}
+
 int main(void) {
     int count = 0;
     srand((unsigned)time(NULL));
@@ -362,6 +385,7 @@ int main(void) {
         EXPECT(gpurt_empty_cache(), GPURT_SUCCESS);
     }
     threads_capture_at_once();
+    the_per_thread_stream_without_a_current_context();
     printf("foreign_capture_test: %d checks, %d failures\n", checks, failures);
     return failures != 0;
 }

@@ -398,7 +398,11 @@ static void capture_info(P s, int *status, unsigned long long *id, P *g) {
     if (id) *id = *status ? ((StubCapture *)s)->id : 0;
     if (g) *g = *status ? ((StubCapture *)s)->graph : NULL;
 }
+/* The per-thread stream is the current context's: asked about without one, the
+ * driver answers CUDA_ERROR_INVALID_CONTEXT. */
+#define PER_THREAD_WITHOUT_CONTEXT(s) ((unsigned long)(s) == 2 && current == NULL)
 CUresult cuStreamGetCaptureInfo_v2(P s, int *status, unsigned long long *id, P *g, P *deps, size_t *n) {
+    if (PER_THREAD_WITHOUT_CONTEXT(s)) return 201;
     if (deps) *deps = NULL;
     if (n) *n = 0;
     capture_info(s, status, id, g);
@@ -554,6 +558,7 @@ static P stub_bodies[4096];
 static int stub_body_count;
 static pthread_mutex_t bodies_lock = PTHREAD_MUTEX_INITIALIZER;
 CUresult cuStreamGetCaptureInfo_v3(P s, int *status, unsigned long long *id, P *g, P *deps, P *edges, size_t *n) {
+    if (PER_THREAD_WITHOUT_CONTEXT(s)) return 201;
     capture_info(s, status, id, g);
     if (deps) *deps = NULL;
     if (edges) *edges = NULL;

@@ -456,7 +456,11 @@ pub fn capture_allocator(native: u64, ordinal: i32) -> Result<Option<CaptureRout
     if super::driver_pool::is_active() {
         return Ok(None); // the driver's pool records memory nodes in the graph
     }
-    let capture = crate::stream::native_capture_info(native)?;
+    let capture = match native {
+        // The per-thread stream is the current context's: ask in the device's.
+        crate::stream::NATIVE_PER_THREAD => device::with_device(device::resolve(ordinal)?, || crate::stream::native_capture_info(native))?,
+        _ => crate::stream::native_capture_info(native)?,
+    };
     match capture.status {
         sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(None),
         sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => in_capture(ordinal, capture.id, capture.graph).map(Some),
