@@ -153,11 +153,11 @@ def resnet50(classes=1000):
     return nn.Sequential(*layers)
 
 
-def resnet50_train(batch=64, steps=6):
-    torch.manual_seed(1)
+def resnet50_train(batch=64, steps=6, seed=1):
+    torch.manual_seed(seed)
     model = resnet50().cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    gen = torch.Generator().manual_seed(2)
+    gen = torch.Generator().manual_seed(seed + 1)
     for _ in range(steps):
         x = torch.randn(batch, 3, 224, 224, generator=gen).cuda()
         y = torch.randint(0, 1000, (batch,), generator=gen).cuda()
@@ -165,6 +165,11 @@ def resnet50_train(batch=64, steps=6):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+    return weights_digest(model)
+
+
+def weights_digest(model):
+    """The digest of `model`'s weights' bytes: a training run's result."""
     digest = hashlib.sha256()
     for p in model.parameters():
         digest.update(p.detach().cpu().numpy().tobytes())

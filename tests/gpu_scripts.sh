@@ -8,6 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for script in gpu/*.sh gpu/plans/*.sh integrations/*.sh integrations/*/*.sh; do bash -n "$script"; done
+# The scenario runner draws its scenarios without a GPU, the same for the same seed.
+[ "$(python3 gpu/scenarios.py - draw 1 2 3)" == "$(python3 gpu/scenarios.py - draw 1 2 3)" ]
+python3 gpu/scenarios.py - draw 1 2 3 | grep -q '^3: .* -> '
 
 # A copy laid out as the bundle is (one Rust test binary and two benchmarks stand for
 # theirs), where run.sh only names the steps it would run (LIST=1), into $STEPS.
