@@ -40,6 +40,11 @@ ALLOCATORS = {  # name: the environment that chooses it
     "gpurt": {"PYTORCH_CUDA_ALLOC_CONF": "", "GPURT_ALLOC_CONF": ""},
 }
 TARGET, LIMIT = 0.95, 1.005
+# Families whose results PyTorch's own allocator does not reproduce from run to run: their
+# comparison is printed, not judged. transformers' GPT-2 in fp16 generating greedily gave
+# three token sequences in three runs of one scenario on PyTorch's expandable segments
+# (H200, 2026-11-28).
+UNREPRODUCIBLE = {"gpt2_generate"}
 # families.py's workloads: the sizes of each, drawn from a random.Random
 SIZES = {
     "gpt2_generate": lambda r: dict(batch=r.randint(1, 32), prompt=r.randint(16, 512), new_tokens=r.randint(16, 64)),
@@ -183,8 +188,11 @@ def main():
                 failed.append(spec["seed"])
                 continue
             torch_expandable, torch_default, ours = (figures[a] for a in ALLOCATORS)
-            # gpurt's results against PyTorch's, where PyTorch's two configurations agree.
-            different = ours["results"] != torch_expandable["results"] and torch_expandable["results"] == torch_default["results"]
+            # gpurt's results against PyTorch's, workload by workload, where PyTorch's two
+            # configurations agree and the family reproduces its results at all.
+            different = any(mine != theirs and theirs == default and name not in UNREPRODUCIBLE
+                            for (name, _), mine, theirs, default in
+                            zip(spec["workloads"], ours["results"], torch_expandable["results"], torch_default["results"]))
             row = {"seed": spec["seed"], "scenario": describe(spec), **figures, "different": different,
                    "ratio": ours["nvml_mib"] / torch_expandable["nvml_mib"]}
             rows.append(row)
