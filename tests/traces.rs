@@ -248,9 +248,10 @@ fn the_drop_in_orders_at_the_second_sizes_peak_no_higher_than_pytorchs() {
 /// workloads in order, empty_cache between them, gpurt's peak reserved MiB on the GPU,
 /// PyTorch's). The mixture of experts' training, whose experts take batches of the
 /// sizes its router decides, peaks above PyTorch; the replay gives the GPU's figure, so
-/// a policy that closes the gap shows here first. (The two other recorded scenarios,
-/// 1185532827 and 1543323775, both replay 164 MiB below their GPU figures, 3 332 and
-/// 3 628 MiB: the run on gpurt held memory the trace recorded on PyTorch lacks.)
+/// a policy that closes the gap shows here first. Only a process's first recorded
+/// workload holds PyTorch's cuBLAS workspace (allocated once, at the first GEMM, and kept),
+/// so a scenario is recorded first in its process: others recorded after it in the same
+/// process replayed 164 MiB below their GPU figures.
 const SCENARIOS_LOST: [(u64, [&str; 2], bool, u64, u64); 1] =
     [(864924120, ["llama_generate", "moe_train"], true, 2372, 2276)];
 
