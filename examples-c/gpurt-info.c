@@ -1,7 +1,9 @@
 /* gpurt-info: prints every CUDA device gpurt sees, its properties, memory, NVML
  * telemetry and the peer-access matrix. Says plainly when there is no driver or no
  * device. `gpurt-info --watch [SECONDS]` prints each device's readings every second
- * (until interrupted, or for SECONDS seconds), like a small nvidia-smi. */
+ * (until interrupted, or for SECONDS seconds), like a small nvidia-smi;
+ * `gpurt-info --memory` where this process's memory on each device is
+ * (gpurt_memory_report): a bare context's, as a process that made nothing else. */
 #define _POSIX_C_SOURCE 200809L
 #include <gpurt.h>
 #include <stdio.h>
@@ -118,6 +120,42 @@ static int watch(int count, int seconds) {
     return 0;
 }
 
+/* One figure of the memory report in MiB, or "unknown". */
+static void print_figure(const char *name, uint64_t bytes) {
+    if (bytes == GPURT_MEMORY_UNKNOWN)
+        printf("  %-44s %12s\n", name, "unknown");
+    else
+        printf("  %-44s %12.1f MiB\n", name, bytes / 1048576.0);
+}
+
+static int print_memory(int count) {
+    int d;
+    for (d = 0; d < count; d++) {
+        gpurt_memory_report_t r = GPURT_MEMORY_REPORT_INIT;
+        CHECK(gpurt_memory_report(d, &r));
+        printf("device %d memory, this process:\n", d);
+        print_figure("device total", r.device_total);
+        print_figure("device free (every process)", r.device_free);
+        print_figure("this process (NVML)", r.process);
+        print_figure("  context's local memory", r.local_memory);
+        print_figure("  default pool reserved", r.default_pool_reserved);
+        print_figure("    live", r.default_pool_live);
+        print_figure("    math-library workspaces", r.math_workspaces);
+        print_figure("    growable buffers mapped", r.vbuffers_mapped);
+        print_figure("  user pools reserved", r.user_pools_reserved);
+        print_figure("    live", r.user_pools_live);
+        print_figure("  graph pools reserved", r.graph_pools_reserved);
+        print_figure("    live", r.graph_pools_live);
+        print_figure("  math-library handles", r.math_handles);
+        print_figure("  modules", r.modules);
+        print_figure("  NCCL communicators", r.communicators);
+        print_figure("  unattributed (context, other libraries)", r.unattributed);
+        print_figure("asleep: default pool", r.default_pool_asleep);
+        print_figure("asleep: user pools", r.user_pools_asleep);
+    }
+    return 0;
+}
+
 /* The math libraries gpurt keeps handles of: loaded on first use, where installed. */
 static void print_math_libraries(void) {
     static const char *names[] = {"cuBLAS", "cuBLASLt", "cuSOLVER", "cuSPARSE", "cuDNN"};
@@ -152,6 +190,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc > 1 && strcmp(argv[1], "--watch") == 0) return watch(count, argc > 2 ? atoi(argv[2]) : 0);
+    if (argc > 1 && strcmp(argv[1], "--memory") == 0) return print_memory(count);
     for (d = 0; d < count; d++) {
         if (print_device(d) != 0) return 1;
     }

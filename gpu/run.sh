@@ -53,6 +53,7 @@ step build-process-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclud
 step build-ipc-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/ipc_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/ipc_test
 step build-sleep-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sleep_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -lpthread -o bin/sleep_test
 step build-sleep-storm cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/sleep_storm.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/sleep_storm
+step build-memory-report-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/memory_report_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/memory_report_test
 step build-foreign-capture-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/foreign_capture_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -ldl -lpthread -o bin/foreign_capture_test
 step build-backend-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/backend_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -o bin/backend_test
 step build-tunable-test cc -std=c99 -O2 -Wall -Wextra -pedantic -Werror -Iinclude src/tunable_test.c -Llib -lgpurt -Wl,-rpath,"$lib" -lpthread -o bin/tunable_test
@@ -110,6 +111,7 @@ step build-sleep-bench cc -std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude -I/usr/
 step sleep-bench bin/sleep_bench "${SLEEP_BENCH_GIB:-8}" 5
 step backend-test bin/backend_test
 step foreign-capture-test bin/foreign_capture_test
+step memory-report-test bin/memory_report_test
 step tunable-test bin/tunable_test
 step sanitizer-test bin/sanitizer_test
 step gds-test bin/gds_test
@@ -255,6 +257,7 @@ step rmm-test bin/rmm_test
 step compare-props python3 src/compare_props.py bin/gpurt-info
 step compare-telemetry python3 src/compare_telemetry.py bin/gpurt-info
 step gpurt-info-watch bin/gpurt-info --watch 2
+step gpurt-info-memory bin/gpurt-info --memory
 step torch-native python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-native "$logs/torch_ref.pt"
 step torch-on-gpurt python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-gpurt "$logs/torch_ref.pt"
 step torch-on-gpurt-async env GPURT_ALLOC_CONF=backend:cudaMallocAsync python3 src/alloc_frameworks.py "$lib/libgpurt.so.0" torch-gpurt "$logs/torch_ref.pt"

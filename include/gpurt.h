@@ -40,6 +40,9 @@
 /** Initialiser for gpurt_memory_stats_t. */
 #define GPURT_MEMORY_STATS_INIT GPURT_STRUCT_INIT(gpurt_memory_stats_t)
 
+/** Initialiser for gpurt_memory_report_t. */
+#define GPURT_MEMORY_REPORT_INIT GPURT_STRUCT_INIT(gpurt_memory_report_t)
+
 /** Initialiser for gpurt_host_memory_stats_t. */
 #define GPURT_HOST_MEMORY_STATS_INIT GPURT_STRUCT_INIT(gpurt_host_memory_stats_t)
 
@@ -381,6 +384,12 @@
  * gpurt_mem_advise: undoes GPURT_MEM_ADVISE_SET_ACCESSED_BY.
  */
 #define GPURT_MEM_ADVISE_UNSET_ACCESSED_BY 6
+
+/**
+ * A figure gpurt cannot have: the process's NVML figure where NVML does not load or
+ * does not list the process (another PID namespace), and what depends on it.
+ */
+#define GPURT_MEMORY_UNKNOWN UINT64_MAX
 
 /**
  * Pinned pool flag: blocks are pinned for every device's context.
@@ -1215,6 +1224,90 @@ typedef void (*gpurt_log_callback_t)(int level, const char *message, void *user)
  * The handle of an NVTX domain: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
  */
 typedef gpurt_nvtx_domain_s *gpurt_nvtx_domain_t;
+
+/**
+ * A device's memory as one process holds it, in bytes (`gpurt_memory_report`).
+ * Pools count what they hold from the driver (`reserved`: their memory asleep is
+ * given back and not counted there), of which `live` is handed out.
+ */
+typedef struct {
+  /**
+   * Set by the caller to sizeof the struct it was compiled with (GPURT_MEMORY_REPORT_INIT does): gpurt fills only that much.
+   */
+  size_t struct_size;
+  /**
+   * The device's memory (cuMemGetInfo's total).
+   */
+  uint64_t device_total;
+  /**
+   * The device's free memory, every process's use taken (cuMemGetInfo's free).
+   */
+  uint64_t device_free;
+  /**
+   * This process's memory on the device as NVML counts it; GPURT_MEMORY_UNKNOWN where NVML does not load or does not list the process.
+   */
+  uint64_t process;
+  /**
+   * The context's local-memory reservation, by the driver's rule: the stack size limit (cuCtxGetLimit) times the threads the device holds resident.
+   */
+  uint64_t local_memory;
+  /**
+   * The device's default pool: bytes held from the driver.
+   */
+  uint64_t default_pool_reserved;
+  /**
+   * Of `default_pool_reserved`, bytes handed out.
+   */
+  uint64_t default_pool_live;
+  /**
+   * The default pool's memory asleep: given back to the driver, its addresses kept.
+   */
+  uint64_t default_pool_asleep;
+  /**
+   * Of `default_pool_live`, the workspaces of gpurt's cuBLAS and cuBLASLt handles.
+   */
+  uint64_t math_workspaces;
+  /**
+   * Of `default_pool_live`, the bytes mapped in growable virtual buffers (the default pool counts them).
+   */
+  uint64_t vbuffers_mapped;
+  /**
+   * Pools users made (gpurt_mem_pool_create): bytes held from the driver.
+   */
+  uint64_t user_pools_reserved;
+  /**
+   * Of `user_pools_reserved`, bytes handed out.
+   */
+  uint64_t user_pools_live;
+  /**
+   * The user pools' memory asleep.
+   */
+  uint64_t user_pools_asleep;
+  /**
+   * Graph pools and the private pools of captures: bytes held from the driver.
+   */
+  uint64_t graph_pools_reserved;
+  /**
+   * Of `graph_pools_reserved`, bytes handed out.
+   */
+  uint64_t graph_pools_live;
+  /**
+   * Math-library handles gpurt created: the drop in the device's free memory across their creation (the libraries' own memory, beside their workspaces).
+   */
+  uint64_t math_handles;
+  /**
+   * Modules gpurt loaded: the drop in free memory across their loads.
+   */
+  uint64_t modules;
+  /**
+   * NCCL communicators gpurt made: the drop in free memory across their creation.
+   */
+  uint64_t communicators;
+  /**
+   * `process` less every figure above it that holds memory: the context (less its local memory), and what other libraries took from the driver themselves; GPURT_MEMORY_UNKNOWN with `process`.
+   */
+  uint64_t unattributed;
+} gpurt_memory_report_t;
 
 /**
  * The handle of a pinned host memory pool: opaque; NULL, destroyed or wrong-kind handles give GPURT_ERROR_INVALID_HANDLE.
@@ -4472,6 +4565,25 @@ gpurt_status_t gpurt_math_handle_counts(int library,
                                         int device,
                                         size_t *created,
                                         size_t *idle);
+
+/**
+ * Where this process's memory on `device` is, in bytes, into a struct initialised
+ * with GPURT_MEMORY_REPORT_INIT: the driver's free and total, NVML's figure for the
+ * process, the context's local-memory reservation, each kind of gpurt pool (reserved,
+ * live, asleep), math-library workspaces and handles, modules, NCCL communicators,
+ * growable buffers, and what is left of the process's figure (the context, other
+ * libraries' own memory). Handles, modules and communicators are measured as the drop
+ * in the device's free memory across their creation: another process allocating at
+ * that moment is counted too. Makes the device's primary context current if none is.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param report a struct initialised with GPURT_MEMORY_REPORT_INIT; gpurt fills as many fields as its `struct_size` holds
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT if `report` is NULL or its `struct_size` is smaller than the first version's; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_memory_report(int device,
+                                   gpurt_memory_report_t *report);
 
 /**
  * Creates a pinned pool. `flags`: `GPURT_PINNED_PORTABLE` (usable from every

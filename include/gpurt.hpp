@@ -337,6 +337,14 @@ public:
         gpurt_status_t s = gpurt_memory_stats(ordinal_, &st);
         return detail::finish(s, std::move(st));
     }
+    /** gpurt_memory_report: where this process's memory on this device is.
+     *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
+     */
+    Ret<gpurt_memory_report_t> memory_report() const {
+        gpurt_memory_report_t r = GPURT_MEMORY_REPORT_INIT;
+        gpurt_status_t s = gpurt_memory_report(ordinal_, &r);
+        return detail::finish(s, std::move(r));
+    }
     /** torch.cuda.memory_summary() for this device.
      *  @return the result; a failure throws gpurt::Error (or is returned in a Result, with GPURT_CPP_NO_EXCEPTIONS)
      */

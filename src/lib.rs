@@ -47,6 +47,7 @@ pub mod log;
 pub mod nvtx;
 pub mod managed;
 pub mod mathlib;
+pub mod memory_report;
 pub mod pinned;
 pub mod process;
 pub mod rng;

@@ -75,6 +75,7 @@ cmake -S . -B "$work/gpurt" -DCMAKE_INSTALL_PREFIX="$work/prefix" -DGPURT_CARGO_
 cmake --build "$work/gpurt"
 cmake --install "$work/gpurt" >/dev/null
 "$work/prefix/bin/gpurt-info"
+"$work/prefix/bin/gpurt-info" --memory   # no driver: says so and exits 0
 for example in "$work"/gpurt/example-*; do "$example"; done   # no driver here: each says so and exits 0
 
 echo "== ABI: every export under GPURT_0, abidiff against abi/gpurt.abi, and the check's self-test"
@@ -133,6 +134,7 @@ mkdir -p "$stub"
 cc -O2 -shared -fPIC tests/stub-driver/stub_cuda.c -o "$stub/libcuda.so.1"
 LD_LIBRARY_PATH=$stub "$work/pkg-config/abi_test"
 LD_LIBRARY_PATH=$stub "$work/gpurt/example-allocator-stats" >/dev/null   # the stub moves no data: the others check bytes
+LD_LIBRARY_PATH=$stub "$work/prefix/bin/gpurt-info" --memory | grep -q "unattributed (context, other libraries)"
 
 echo "== README: its code blocks compiled and run, the links of README.md and docs/ checked"
 bash tests/readme.sh "$work/prefix" "$stub" "$work"
@@ -210,6 +212,7 @@ stub_c_test green_test "green contexts: misuse refused with nothing made, SM cou
 stub_c_test graph_nodes_test "conditional and event nodes: misuse refused, bodies captured on the same stream handle (its native stream the body's meanwhile, allocations from the capture's pool), nesting, IF/else, WHILE, SWITCH (stub driver: statuses; loops and data in the GPU suite)"
 stub_c_test shared_capture_test "shared captures: misuse refused, a graph's temporaries taken from the stream's pool in stream order (reused after the capture, grown in a global-mode capture, a conditional body's too), the pool kept mapped and undestroyable while the graph or an exec lives, everything back after (stub driver; bytes in the GPU suite)"
 stub_c_test vbuffer_test "growable virtual buffers: misuse refused with nothing changed, growth at the same address, mapped bytes in the statistics and under the memory fraction, whole mappings unmapped, every byte given back (stub driver; bytes in the GPU suite)"
+stub_c_test memory_report_test "the memory report: misuse refused with nothing written, each figure gpurt makes moved by exactly what was made and back (stub driver; NVML's figure of the process in the GPU suite)"
 stub_c_test backend_test "backend:cudaMallocAsync: the driver's pool behind the default pools (stub driver)"
 stub_c_test foreign_capture_test "captures begun outside gpurt: a private pool per capture or the thread's bound pool, never the shared cache; kept until the driver's graph and execs are gone (user objects), then given back; 100 cycles, refused user objects (stub driver; bytes in the GPU suite)"
 stub_c_test no_vmm_test "expandable segments on a device without virtual memory management: whole segments, a pool's own request refused (stub driver)"

@@ -19,7 +19,7 @@ from .kernels import elementwise
 from .ipc import IpcBuffer, ipc_collect, ipc_kept
 from .memory_history import annotate, dump_snapshot, memory_snapshot, record_memory_history
 from .memory import (DeviceBuffer, allocator_backend, empty, empty_cache, ipc_handle, memcpy_batch_async, max_memory_allocated, max_memory_reserved,
-                     memory_allocated, memory_reserved, memory_stats, memory_summary,
+                     memory_allocated, memory_report, memory_reserved, memory_stats, memory_summary,
                      reset_accumulated_memory_stats, reset_peak_memory_stats, set_allocator_config,
                      set_per_process_memory_fraction)
 from .managed import ManagedBuffer

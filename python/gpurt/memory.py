@@ -46,6 +46,17 @@ def memory_stats(device=None):
     return _stats("gpurt_memory_stats_t", lib.gpurt_memory_stats, ordinal(device))
 
 
+def memory_report(device=None):
+    """Where this process's memory on a device is, in bytes (gpurt_memory_report): the
+    driver's free and total, NVML's figure for the process, the context's local memory,
+    each kind of gpurt pool, math-library workspaces and handles, modules, NCCL
+    communicators, growable buffers, and the rest of the process's figure
+    (`unattributed`). A figure gpurt cannot have (no NVML) is None."""
+    unknown = (1 << 64) - 1  # GPURT_MEMORY_UNKNOWN
+    report = _stats("gpurt_memory_report_t", lib.gpurt_memory_report, ordinal(device))
+    return {name: None if value == unknown else value for name, value in report.items()}
+
+
 def _usage(device):
     return _four(lib.gpurt_memory_usage, ordinal(device))
 

@@ -13,6 +13,7 @@ pub mod nccl;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::device::footprint::{self, Footprint};
 use crate::dtype::gpurt_dtype_t;
 use crate::error::{Error, Result, Status};
 use crate::handle::{Handle, Kind, Registry};
@@ -112,7 +113,9 @@ pub fn init_all(devices: &[i32]) -> Result<Vec<Handle>> {
     }
     let mut raws: Vec<RawComm> = vec![std::ptr::null_mut(); resolved.len()];
     let n = resolved.len() as i32;
-    nccl.check("ncclCommInitAll", unsafe { (nccl.comm_init_all)(raws.as_mut_ptr(), n, resolved.as_ptr()) }, std::ptr::null_mut())?;
+    footprint::measured(&resolved, Footprint::Communicators, || {
+        nccl.check("ncclCommInitAll", unsafe { (nccl.comm_init_all)(raws.as_mut_ptr(), n, resolved.as_ptr()) }, std::ptr::null_mut())
+    })?;
     let placed: Vec<(RawComm, i32, i32, i32)> = raws.iter().zip(&resolved).enumerate().map(|(rank, (&raw, &device))| (raw, device, rank as i32, n)).collect();
     insert_all(nccl, &placed)
 }
@@ -157,7 +160,7 @@ pub fn init_rank(id: &[u8; 128], nranks: i32, rank: i32, device: i32, timeout: D
         return Err(Error::invalid_argument(format!("rank {rank} of {nranks}: ranks run from 0 to nranks - 1")));
     }
     let d = crate::device::resolve(device)?;
-    let raw = crate::device::with_device(d, || {
+    let raw = footprint::measured(&[d], Footprint::Communicators, || crate::device::with_device(d, || {
         let mut config = nccl::Config::non_blocking();
         let mut raw: RawComm = std::ptr::null_mut();
         let unique = nccl::UniqueId { internal: id.map(|b| b as libc::c_char) };
@@ -169,7 +172,7 @@ pub fn init_rank(id: &[u8; 128], nranks: i32, rank: i32, device: i32, timeout: D
         }
         wait_for_init(nccl, raw, nranks, rank, timeout, "ncclCommInitRankConfig").inspect_err(|_| abort_raw(nccl, raw))?;
         Ok(raw)
-    })?;
+    }))?;
     // A refused handle destroys the communicator as its `Comm` drops.
     insert(raw, d, rank, nranks)
 }

@@ -2,6 +2,7 @@
 //! runtime through each device's primary context), properties, memory info, peers.
 
 pub mod ffi;
+pub mod footprint;
 pub(crate) mod peers;
 
 use std::sync::{Mutex, OnceLock};

@@ -15,6 +15,7 @@ use cudarc::driver::sys;
 
 use crate::boundary::lock;
 use crate::device;
+use crate::device::footprint::Footprint;
 use crate::driver::{check, has_symbol};
 use crate::error::{Error, Result, Status};
 use crate::handle::{DeviceObject, Handle, HandleTable, Kind};
@@ -68,7 +69,7 @@ pub fn load_data(image: &[u8]) -> Result<Handle> {
     let device = device::current()?;
     let image = driver_image(image)?;
     let mut log = vec![0u8; 16 << 10];
-    let raw = device::with_device(device, || {
+    let raw = device::footprint::measured(&[device], Footprint::Modules, || device::with_device(device, || {
         let mut module = std::ptr::null_mut();
         let mut options = [sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER, sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
         let mut values = [log.as_mut_ptr().cast(), log.len() as *mut libc::c_void];
@@ -77,7 +78,7 @@ pub fn load_data(image: &[u8]) -> Result<Handle> {
         };
         check(code, "cuModuleLoadDataEx").map_err(|e| with_jit_log(e, &log))?;
         Ok(module as usize)
-    })?;
+    }))?;
     MODULES.insert(Module { raw, device }).inspect_err(|_| unsafe {
         sys::cuModuleUnload(raw as sys::CUmodule);
     })

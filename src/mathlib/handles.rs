@@ -23,6 +23,7 @@ use super::workspace;
 use crate::alloc::capture::with_relaxed_capture;
 use crate::boundary::lock;
 use crate::device;
+use crate::device::footprint::Footprint;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 
@@ -48,11 +49,13 @@ struct Leased {
     workspaces: Vec<Workspace>,
 }
 
-/// One library's handles of one device: the idle ones and the counts.
+/// One library's handles of one device: the idle ones, the count made, and the bytes
+/// of their workspaces (in the device's default pool).
 #[derive(Default)]
 struct Shelf {
     idle: Mutex<Vec<Leased>>,
     created: AtomicU64,
+    workspace_bytes: AtomicU64,
 }
 
 fn shelf(library: Library, device: i32) -> Result<&'static Shelf> {
@@ -171,7 +174,8 @@ fn lease(library: Library, device: i32) -> Result<Leased> {
         Library::BlasLt => workspace::blaslt_size(),
         _ => 0,
     };
-    let raw = with_relaxed_capture(|| device::with_device(device, || api.create()))? as usize;
+    let created = || device::with_device(device, || api.create());
+    let raw = with_relaxed_capture(|| device::footprint::measured(&[device], Footprint::MathHandles, created))? as usize;
     shelf.created.fetch_add(1, Ordering::Relaxed);
     Ok(Leased { api, raw, bound: None, bound_workspace: 0, epoch: 0, workspace_size, workspaces: Vec::new() })
 }
@@ -223,6 +227,7 @@ fn new_workspace(library: Library, leased: &mut Leased, stream: Stream) -> Resul
     let _ = crate::alloc::history::annotate_pop();
     let ptr = ptr?;
     leased.workspaces.push(Workspace { stream: stream.raw, ptr });
+    shelf(library, stream.device())?.workspace_bytes.fetch_add(size as u64, Ordering::Relaxed);
     Ok(ptr)
 }
 
@@ -235,13 +240,19 @@ pub fn clear_workspaces(device: i32) -> Result<()> {
         for leased in lock(&shelf.idle).iter_mut() {
             leased.bound = None;
             for w in leased.workspaces.drain(..) {
-                if let Err(e) = crate::alloc::device::free(w.ptr) {
-                    first_error.get_or_insert(e);
+                match crate::alloc::device::free(w.ptr) {
+                    Ok(()) => _ = shelf.workspace_bytes.fetch_sub(leased.workspace_size as u64, Ordering::Relaxed),
+                    Err(e) => _ = first_error.get_or_insert(e),
                 }
             }
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// Bytes of the workspaces `device`'s cuBLAS and cuBLASLt handles hold.
+pub fn workspace_bytes(device: i32) -> u64 {
+    [Library::Blas, Library::BlasLt].iter().filter_map(|&l| shelf(l, device).ok()).map(|s| s.workspace_bytes.load(Ordering::Relaxed)).sum()
 }
 
 /// (handles created, handles idle) of `library` on `device`.

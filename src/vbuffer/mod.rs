@@ -90,12 +90,21 @@ pub fn layout(handle: Handle) -> Result<(u64, u64, u64)> {
 }
 
 pub fn mapped_bytes(handle: Handle) -> Result<u64> {
-    let vb = VBUFFERS.get(handle)?;
-    let state = lock(&vb.state);
-    Ok(if state.asleep.is_some() { 0 } else { state.mapped.iter().map(|&(_, bytes)| bytes).sum() })
+    Ok(VBUFFERS.get(handle)?.mapped())
+}
+
+/// Bytes mapped in the vbuffers of `device`.
+pub fn mapped_on(device: i32) -> u64 {
+    VBUFFERS.all().iter().filter(|vb| vb.device == device).map(|vb| vb.mapped()).sum()
 }
 
 impl VBuffer {
+    /// Bytes mapped (none while asleep).
+    fn mapped(&self) -> u64 {
+        let state = lock(&self.state);
+        if state.asleep.is_some() { 0 } else { state.mapped.iter().map(|&(_, bytes)| bytes).sum() }
+    }
+
     /// Checks that `[offset, offset + bytes)` is granule-aligned, not empty and inside.
     fn check_range(&self, offset: u64, bytes: u64) -> Result<()> {
         let g = self.granularity;

@@ -339,6 +339,8 @@ static void with_device(bool real_gpu) {
     std::string summary = dev.memory_summary();
     CHECK(summary.find("Allocated memory") != std::string::npos);
     dev.reset_peak_memory_stats();
+    gpurt_memory_report_t report = dev.memory_report();
+    CHECK(report.default_pool_live > 0 && report.default_pool_live <= static_cast<std::uint64_t>(st.allocated_bytes.all.current) && report.device_total > 0);
 
 #if defined(GPURT_HPP_HAS_PMR)
     gpurt::DeviceMemoryResource resource(s);

@@ -126,6 +126,32 @@ def test_device_buffer_changes_the_statistics_exactly(device):
     assert gpurt.memory_reserved() == gpurt.memory_allocated() == base
 
 
+def test_memory_report_moves_by_what_was_made(device):
+    gpurt.empty_cache()
+    before = gpurt.memory_report(0)
+    assert before["device_total"] == gpurt.mem_get_info()[1] and before["local_memory"] > 0
+    size = random.randrange(1, 4096) * 512
+    buf = gpurt.DeviceBuffer(size)
+    pool = gpurt.MemPool()
+    with gpurt.use_mem_pool(pool):
+        pooled = gpurt.DeviceBuffer(4096)
+    vb = gpurt.VBuffer(64 << 20)
+    vb.map(0, vb.granularity)
+    after = gpurt.memory_report(0)
+    assert after["default_pool_live"] - before["default_pool_live"] == size + vb.granularity  # the pool counts a vbuffer's mappings
+    assert after["user_pools_live"] - before["user_pools_live"] == 4096
+    assert after["vbuffers_mapped"] - before["vbuffers_mapped"] == vb.granularity
+    if after["process"] is None:  # no NVML figure (the stand-in driver)
+        assert after["unattributed"] is None
+    else:
+        assert after["process"] >= after["default_pool_reserved"] + after["user_pools_reserved"]
+    with pytest.raises(gpurt.InvalidArgumentError):
+        gpurt.memory_report(gpurt.device_count())
+    pooled.free()
+    buf.free()
+    vb.close()
+
+
 def test_typed_buffers(device):
     a = gpurt.empty((4, 8), "float32")
     assert a.nbytes == 128 and a.__cuda_array_interface__["typestr"] == "<f4"

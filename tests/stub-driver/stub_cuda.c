@@ -102,6 +102,8 @@ CUresult cuCtxGetCurrent(P *c) { *c = current; return 0; }
 CUresult cuCtxSetCurrent(P c) { current = c; return 0; }
 CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
 CUresult cuCtxSynchronize(void) { INJECT("cuCtxSynchronize", UNKNOWN); return 0; }
+/* The stack size limit (CU_LIMIT_STACK_SIZE, 0): the driver's default, 1 KiB. */
+CUresult cuCtxGetLimit(size_t *v, int limit) { INJECT("cuCtxGetLimit", UNKNOWN); *v = limit == 0 ? 1024 : 0; return 0; }
 CUresult cuCtxEnablePeerAccess(P c, unsigned f) { (void)c; (void)f; return 0; }
 CUresult cuCtxDisablePeerAccess(P c) { (void)c; return 0; }
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = 1ull << 33; *t = 1ull << 34; return 0; }
