@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 typedef int CUresult;
 typedef void *P;
@@ -331,18 +332,32 @@ CUresult cuLaunchKernelEx(const StubLaunchConfig *c, P f, void **args, void **ex
 }
 /* Graphs and user objects: a graph (or exec) holds references to user objects, as
  * the driver's do; an exec takes its graph's at instantiation, and the last reference
- * gone runs the object's destructor (here at once, on the releasing thread). */
+ * gone runs the object's destructor as the driver runs it: later, on a thread of its
+ * own (CU_USER_OBJECT_NO_DESTRUCTOR_SYNC: nothing waits for it), here after 1 ms.
+ * stub_user_objects counts the objects whose destructor is not yet due. */
 typedef struct { void (*destroy)(void *); void *payload; long refs; } StubUserObject;
 #define GRAPH_OBJECTS 16
 typedef struct { StubUserObject *objects[GRAPH_OBJECTS]; unsigned counts[GRAPH_OBJECTS]; } StubGraph;
 static long live_user_objects;
 long stub_user_objects(void) { return __atomic_load_n(&live_user_objects, __ATOMIC_RELAXED); }
 static P new_graph(void) { return calloc(1, sizeof(StubGraph)); }
-static void user_object_release(StubUserObject *o, unsigned n) {
-    if (__atomic_sub_fetch(&o->refs, (long)n, __ATOMIC_ACQ_REL) != 0) return;
+static void *user_object_destroy(void *object) {
+    StubUserObject *o = object;
+    const struct timespec later = {0, 1000000};
+    nanosleep(&later, NULL);
     o->destroy(o->payload);
     free(o);
+    return NULL;
+}
+static void user_object_release(StubUserObject *o, unsigned n) {
+    pthread_t thread;
+    pthread_attr_t detached;
+    if (__atomic_sub_fetch(&o->refs, (long)n, __ATOMIC_ACQ_REL) != 0) return;
     count(&live_user_objects, -1);
+    pthread_attr_init(&detached);
+    pthread_attr_setdetachstate(&detached, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&thread, &detached, user_object_destroy, o) != 0) user_object_destroy(o);
+    pthread_attr_destroy(&detached);
 }
 static void graph_free(P g) {
     StubGraph *graph = g;
