@@ -199,6 +199,16 @@ static void present(gpurt_stream_t s1) {
     EXPECT(gpurt_blas_handle(s1, &h), GPURT_SUCCESS);
     CHECK(h != NULL, "a handle");
     CHECK(created(GPURT_MATH_CUBLAS) == blas_made + 1, "one handle created");
+    {
+        /* The handle's own memory, measured across its creation: the stand-in's 1 MiB a handle. */
+        gpurt_memory_report_t r = GPURT_MEMORY_REPORT_INIT;
+        EXPECT(gpurt_memory_report(0, &r), GPURT_SUCCESS);
+        if (math_state)
+            CHECK(r.math_handles == (created(GPURT_MATH_CUBLAS) + created(GPURT_MATH_CUBLASLT)) * (1u << 20),
+                  "the memory report's math-library handles: %llu bytes", (unsigned long long)r.math_handles);
+        else
+            printf("blas_test: the math-library handles took %.1f MiB, as the driver's free memory shows\n", r.math_handles / 1048576.0);
+    }
     CHECK(allocated() == before + BLAS_WORKSPACE, "the workspace is %llu bytes from the pool", (unsigned long long)(allocated() - before));
     expect_bound(h, s1, BLAS_WORKSPACE, 0);
     for (i = 0; i < 1000; i++) {

@@ -107,7 +107,13 @@ CUresult cuCtxSynchronize(void) { INJECT("cuCtxSynchronize", UNKNOWN); return 0;
 CUresult cuCtxGetLimit(size_t *v, int limit) { INJECT("cuCtxGetLimit", UNKNOWN); *v = limit == 0 ? 1024 : 0; return 0; }
 CUresult cuCtxEnablePeerAccess(P c, unsigned f) { (void)c; (void)f; return 0; }
 CUresult cuCtxDisablePeerAccess(P c) { (void)c; return 0; }
-CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = 1ull << 33; *t = 1ull << 34; return 0; }
+/* Free: 8 GiB less what the process holds (the driver's figure moves as memory is taken). */
+CUresult cuMemGetInfo_v2(size_t *f, size_t *t) {
+    long held = __atomic_load_n(&live_device, __ATOMIC_RELAXED);
+    *f = (1ull << 33) - (size_t)(held > 0 ? held : 0);
+    *t = 1ull << 34;
+    return 0;
+}
 CUresult cuCtxGetStreamPriorityRange(int *l, int *g) { *l = 0; *g = -5; return 0; }
 CUresult cuStreamCreateWithPriority(P *s, unsigned f, int p) { (void)f; (void)p; INJECT("cuStreamCreateWithPriority", UNKNOWN); *s = calloc(1, 64); count(&live_streams, 1); return 0; }
 CUresult cuStreamDestroy_v2(P s) { free(s); count(&live_streams, -1); return 0; }

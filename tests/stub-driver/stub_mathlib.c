@@ -8,9 +8,15 @@
  * (1 for a live handle, 0 otherwise); stub_math_created(): handles created so far;
  * stub_math_fail_nth(name, n): the n-th call of `name` from now on fails
  * (CUBLAS_STATUS_ALLOC_FAILED for cublasCreate_v2 and cublasLtCreate, else
- * CUBLAS_STATUS_INTERNAL_ERROR). No GEMM runs here: the GPU suite checks data. */
+ * CUBLAS_STATUS_INTERNAL_ERROR). No GEMM runs here: the GPU suite checks data.
+ * Like the real libraries, a handle takes device memory of its own from the driver
+ * (1 MiB here, never given back, as gpurt never destroys a handle): gpurt sees it
+ * only as the drop in the driver's free memory. */
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define HANDLE_DEVICE_BYTES (1u << 20)
 
 #define MAGIC 0x5eedb1a5
 typedef struct { int magic; void *stream; void *workspace; size_t size; int math_mode; } Handle;
@@ -36,10 +42,19 @@ int stub_math_state(void *h, void **stream, void **workspace, size_t *size, int 
     return 1;
 }
 
+/* The handle's own device memory, from the stand-in libcuda gpurt loaded. */
+static int take_device_memory(void) {
+    int (*alloc)(unsigned long long *, size_t) = NULL;
+    unsigned long long p;
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    *(void **)(&alloc) = cuda ? dlsym(cuda, "cuMemAlloc_v2") : NULL; /* POSIX: function pointers from dlsym */
+    return alloc != NULL && alloc(&p, HANDLE_DEVICE_BYTES) == 0;
+}
+
 static int create(const char *name, void **out) {
     Handle *h;
     if (out == NULL) return INVALID_VALUE;
-    if (injected(name)) return ALLOC_FAILED;
+    if (injected(name) || !take_device_memory()) return ALLOC_FAILED;
     h = calloc(1, sizeof *h);
     h->magic = MAGIC;
     __atomic_add_fetch(&created, 1, __ATOMIC_RELAXED);
