@@ -290,8 +290,9 @@ step dropin-peak-alone-torch-expandable env DROPIN_WORKLOADS=resnet50_train PYTO
 step dropin-peak-alone-gpurt-expandable env DROPIN_WORKLOADS=resnet50_train GPURT_ALLOC_CONF=expandable_segments:True PYTORCH_CUDA_ALLOC_CONF= \
     python3 src/dropin_peak.py "$lib/libgpurt.so.0" gpurt "$logs/dropin-alone"
 # Seeded random scenarios of five model families (#69): gpurt's peak against PyTorch's
-# expandable segments and default, new seeds each run (SCENARIOS=N of them, or SCENARIO_SEEDS).
-step dropin-scenarios python3 src/scenarios.py "$lib/libgpurt.so.0" "$logs/dropin-scenarios" ${SCENARIO_SEEDS:-}
+# expandable segments and default, new seeds each run (SCENARIOS=N of them, or SCENARIO_SEEDS);
+# the traces of those above +0.5 % recorded after, for tests/traces.rs.
+step dropin-scenarios env SCENARIO_RECORD=1 python3 src/scenarios.py "$lib/libgpurt.so.0" "$logs/dropin-scenarios" ${SCENARIO_SEEDS:-}
 # The Python package from its wheel, with the carried cffi and pytest, beside the
 # machine's PyTorch and CuPy.
 step python-install python3 -m pip install -q --no-index --find-links wheels --target pydeps gpurt pytest

@@ -11,9 +11,15 @@ the peaks are per process, the GPU has room for all of them.
 
     python3 scenarios.py LIB OUT_DIR [SEED ...]   # no seeds: SCENARIOS (default 48) new ones, drawn
                                                   # from the clock and printed, so that a reported
-                                                  # figure is not one tuned on a fixed list
+                                                  # figure is not one tuned on a fixed list;
+                                                  # SCENARIO_RECORD=1 records the traces of those
+                                                  # above +0.5 % afterwards (OUT_DIR/traces)
     python3 scenarios.py LIB worker ALLOCATOR SPEC  # one process of one scenario (the runner's child)
     python3 scenarios.py - draw SEED ...          # the scenarios of those seeds, drawn (no GPU needed)
+    python3 scenarios.py LIB record OUT_DIR SEED ...  # each scenario's allocation traces (record_traces.py's
+                                                  # format), s<SEED>_<N>_<FAMILY>.trace, recorded on
+                                                  # PyTorch's expandable segments in a process of its own,
+                                                  # so that its first trace holds the cuBLAS workspace
 
 gpurt's results must be PyTorch's (expandable) bit for bit, where PyTorch's two
 configurations agree with each other (deterministic algorithms, no TF32). Prints a
@@ -23,6 +29,7 @@ below in 95 %, never above +0.5 %). OUT_DIR/scenarios.json keeps every figure.
 """
 import concurrent.futures
 import gc
+import gzip
 import hashlib
 import json
 import os
@@ -87,6 +94,8 @@ def worker(lib_path, allocator, spec):
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = False
     results = []
+    if allocator == "record":
+        from record_traces import record
     for i, (name, sizes) in enumerate(spec["workloads"]):
         gc.collect()  # the workload before's model and tensors, wherever a cycle held them
         torch.cuda.synchronize()
@@ -94,6 +103,9 @@ def worker(lib_path, allocator, spec):
             assert gpurt.gpurt_empty_cache() == 0
         elif i and spec["empty_cache"]:
             torch.cuda.empty_cache()
+        if allocator == "record":
+            record(f"s{spec['seed']}_{i}_{name}", lambda: FAMILIES[name](**sizes), spec["record_dir"])
+            continue
         results.append(hashlib.sha256(FAMILIES[name](**sizes)).hexdigest())
         torch.cuda.synchronize()
     if on_gpurt:
@@ -168,6 +180,20 @@ def summary(rows):
     return at_or_below >= TARGET * len(rows) and not above and not different
 
 
+def record_scenarios(lib_path, out_dir, seeds):
+    """Each scenario's traces into `out_dir` (gzipped), a process a scenario."""
+    os.makedirs(out_dir, exist_ok=True)
+    env = dict(os.environ, **ALLOCATORS["PyTorch expandable"])
+    for seed in seeds:
+        spec = dict(scenario(seed), record_dir=os.path.abspath(out_dir))
+        subprocess.run([sys.executable, os.path.abspath(__file__), lib_path, "worker", "record", json.dumps(spec)],
+                       cwd=os.path.dirname(os.path.abspath(__file__)), env=env, check=True, stdout=subprocess.DEVNULL)
+    for name in (n for n in os.listdir(out_dir) if n.endswith(".trace")):  # as gpu/traces keeps them
+        with open(os.path.join(out_dir, name), "rb") as plain, gzip.open(os.path.join(out_dir, name + ".gz"), "wb") as packed:
+            packed.write(plain.read())
+        os.remove(os.path.join(out_dir, name))
+
+
 def main():
     lib_path, out_dir, seeds = sys.argv[1], sys.argv[2], [int(s) for s in sys.argv[3:]]
     if not seeds:
@@ -205,11 +231,17 @@ def main():
         json.dump(rows, f, indent=1)
     if failed:
         print(f"scenarios that FAILED to run: seeds {failed}")
+    lost = [r["seed"] for r in rows if r["ratio"] > LIMIT]
+    if lost and os.environ.get("SCENARIO_RECORD") == "1":  # the traces of those above +0.5 %, for tests/traces.rs
+        record_scenarios(lib_path, os.path.join(out_dir, "traces"), lost)
+        print(f"traces of the {len(lost)} scenarios above +0.5 % in {os.path.join(out_dir, 'traces')}")
     sys.exit(0 if summary(rows) and not failed else 1)
 
 
 if __name__ == "__main__":
-    if sys.argv[2] == "draw":
+    if sys.argv[2] == "record":
+        record_scenarios(sys.argv[1], sys.argv[3], [int(seed) for seed in sys.argv[4:]])
+    elif sys.argv[2] == "draw":
         for seed in sys.argv[3:]:
             print(f"{seed}: {describe(scenario(int(seed)))}")
     elif sys.argv[2] == "worker":
