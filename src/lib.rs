@@ -52,6 +52,7 @@ pub mod pinned;
 pub mod process;
 pub mod rng;
 pub mod sanitizer;
+pub mod share;
 pub mod stream;
 pub mod sync_debug;
 pub mod telemetry;

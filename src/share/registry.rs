@@ -1,0 +1,281 @@
+//! A share group's registry: a file in shared memory (`/dev/shm/gpurt-share-UID-NAME`,
+//! or under `GPURT_SHARE_DIR`) that the group's processes map, with a slot per member.
+//! No daemon keeps it: each member prunes the slots of processes that died, and a lock
+//! whose holder died is taken over, so a SIGKILL blocks no one. Members are processes
+//! of one PID namespace: a member is its pid and start time.
+//!
+//! Its security boundary is the user: the file is made mode 0600 by its first member,
+//! and a process opens it only if it is a regular file (never through a symbolic link)
+//! that it owns, with no permission for group or others, of the registry's size and
+//! layout; anything else is refused, naming what is wrong.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result, Status};
+
+/// Members a group holds at most.
+pub const MAX_MEMBERS: usize = 64;
+const MAGIC: u64 = u64::from_le_bytes(*b"gpurtSHR");
+const VERSION: u32 = 1;
+/// How long a lock or a newly made registry is waited for before the call gives up.
+const PATIENCE: Duration = Duration::from_secs(2);
+
+#[repr(C)]
+struct Slot {
+    /// The member's process id; 0: the slot is free. Written last on join, first on leave.
+    pid: AtomicU32,
+    device: AtomicI32,
+    /// The process's start time (clock ticks after boot, /proc/PID/stat): a pid reused
+    /// by another process is not the member.
+    started: AtomicU64,
+}
+
+#[repr(C)]
+struct Table {
+    magic: AtomicU64,
+    version: AtomicU32,
+    /// The pid holding the lock; 0: free.
+    lock: AtomicU32,
+    slots: [Slot; MAX_MEMBERS],
+}
+
+const SIZE: usize = std::mem::size_of::<Table>();
+
+/// A group's registry, mapped.
+pub struct Registry {
+    table: *const Table,
+    path: String,
+}
+
+// SAFETY: the table is shared memory touched only through atomics.
+unsafe impl Send for Registry {}
+unsafe impl Sync for Registry {}
+
+/// A member of the group, as (pid, device).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    pub pid: u32,
+    pub device: i32,
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let fine = !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if fine && !name.starts_with('.') {
+        Ok(())
+    } else {
+        Err(Error::invalid_argument(format!("share group name {name:?}: 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'")))
+    }
+}
+
+/// The path of group `name`'s registry for this user.
+pub fn path_of(name: &str) -> Result<String> {
+    check_name(name)?;
+    let dir = std::env::var("GPURT_SHARE_DIR").unwrap_or_else(|_| "/dev/shm".into());
+    // SAFETY: geteuid cannot fail.
+    Ok(format!("{dir}/gpurt-share-{}-{name}", unsafe { libc::geteuid() }))
+}
+
+fn os_error(what: &str, path: &str) -> Error {
+    Error::new(Status::GPURT_ERROR_IO, format!("{what} {path}: {}", std::io::Error::last_os_error()))
+}
+
+impl Registry {
+    /// Opens group `name`'s registry, making it if there is none.
+    pub fn open(name: &str) -> Result<Registry> {
+        let path = path_of(name)?;
+        let c_path = CString::new(path.clone()).map_err(|_| Error::invalid_argument("a share directory with a NUL byte"))?;
+        let flags = libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: a valid C string; the returned descriptor is owned by `File`.
+        let (file, made) = unsafe {
+            let fd = libc::open(c_path.as_ptr(), flags | libc::O_CREAT | libc::O_EXCL, 0o600 as libc::c_uint);
+            if fd >= 0 {
+                (File::from_raw_fd(fd), true)
+            } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+                let fd = libc::open(c_path.as_ptr(), flags);
+                if fd < 0 {
+                    return Err(os_error("cannot open the share registry", &path));
+                }
+                (File::from_raw_fd(fd), false)
+            } else {
+                return Err(os_error("cannot make the share registry", &path));
+            }
+        };
+        if made {
+            file.set_len(SIZE as u64).map_err(|e| Error::new(Status::GPURT_ERROR_IO, format!("cannot size the share registry {path}: {e}")))?;
+        } else {
+            check_owner(&file, &path)?;
+        }
+        let table = map(&file, &path)?;
+        let registry = Registry { table, path };
+        if made {
+            let t = registry.table();
+            t.version.store(VERSION, Ordering::Relaxed);
+            t.magic.store(MAGIC, Ordering::Release);
+        } else {
+            registry.wait_until_made()?;
+        }
+        Ok(registry)
+    }
+
+    fn table(&self) -> &Table {
+        // SAFETY: mapped for SIZE bytes for as long as `self` lives.
+        unsafe { &*self.table }
+    }
+
+    /// A registry another process is making has its magic once made: waited for
+    /// within PATIENCE; one that never gets it, or has another version, is refused.
+    fn wait_until_made(&self) -> Result<()> {
+        let start = Instant::now();
+        while self.table().magic.load(Ordering::Acquire) != MAGIC {
+            if start.elapsed() > PATIENCE {
+                return Err(Error::invalid_argument(format!("{} is not a gpurt share registry", self.path)));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let version = self.table().version.load(Ordering::Relaxed);
+        if version != VERSION {
+            return Err(Error::not_supported(format!("{} is a share registry of version {version}; this gpurt reads version {VERSION}", self.path)));
+        }
+        Ok(())
+    }
+
+    /// Runs `body` holding the registry's lock. A holder that died is replaced; a live
+    /// one is waited for within PATIENCE.
+    fn locked<R>(&self, body: impl FnOnce(&Table) -> R) -> Result<R> {
+        let t = self.table();
+        let me = std::process::id();
+        let start = Instant::now();
+        loop {
+            let holder = t.lock.load(Ordering::Relaxed);
+            let free = holder == 0 || !pid_exists(holder);
+            if free && t.lock.compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                let result = body(t);
+                t.lock.store(0, Ordering::Release);
+                return Ok(result);
+            }
+            if start.elapsed() > PATIENCE {
+                return Err(Error::new(Status::GPURT_ERROR_NOT_READY, format!("the share registry {} stayed locked by process {holder}", self.path)));
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// Takes a slot for this process on `device`; `leave` gives it back.
+    pub fn join(&self, device: i32) -> Result<usize> {
+        let (pid, started) = (std::process::id(), start_time(std::process::id()).unwrap_or(0));
+        self.locked(|t| {
+            prune(t);
+            let free = t.slots.iter().position(|s| s.pid.load(Ordering::Relaxed) == 0)?;
+            let slot = &t.slots[free];
+            slot.device.store(device, Ordering::Relaxed);
+            slot.started.store(started, Ordering::Relaxed);
+            slot.pid.store(pid, Ordering::Release);
+            Some(free)
+        })?
+        .ok_or_else(|| Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, format!("the share group at {} has {MAX_MEMBERS} members already", self.path)))
+    }
+
+    /// Gives back slot `slot`, if this process holds it.
+    pub fn leave(&self, slot: usize) -> Result<()> {
+        let me = std::process::id();
+        self.locked(|t| {
+            if let Some(s) = t.slots.get(slot).filter(|s| s.pid.load(Ordering::Relaxed) == me) {
+                s.pid.store(0, Ordering::Release);
+            }
+        })
+    }
+
+    /// The live members, after freeing the slots of processes that are gone.
+    pub fn members(&self) -> Result<Vec<Member>> {
+        self.locked(|t| {
+            prune(t);
+            t.slots
+                .iter()
+                .filter(|s| s.pid.load(Ordering::Acquire) != 0)
+                .map(|s| Member { pid: s.pid.load(Ordering::Relaxed), device: s.device.load(Ordering::Relaxed) })
+                .collect()
+        })
+    }
+
+    /// Runs `body` holding the lock (tests: a holder killed while holding it).
+    #[doc(hidden)]
+    pub fn with_lock<R>(&self, body: impl FnOnce() -> R) -> Result<R> {
+        self.locked(|_| body())
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        // SAFETY: mapped by `map` for SIZE bytes; nothing borrows it past `self`.
+        unsafe { libc::munmap(self.table as *mut libc::c_void, SIZE) };
+    }
+}
+
+/// Frees the slots of members that are gone (their pid absent, or another process's).
+fn prune(t: &Table) {
+    for s in &t.slots {
+        let pid = s.pid.load(Ordering::Acquire);
+        if pid != 0 && (!pid_exists(pid) || start_time(pid).is_some_and(|now| now != s.started.load(Ordering::Relaxed))) {
+            s.pid.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// The registry file must be ours, regular, 0600 at most, and of the registry's size.
+fn check_owner(file: &File, path: &str) -> Result<()> {
+    // SAFETY: a zeroed stat is a valid out-parameter; the descriptor is open.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
+        return Err(os_error("cannot stat the share registry", path));
+    }
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let refuse = |why: String| Err(Error::invalid_argument(format!("refusing the share registry {path}: {why}")));
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return refuse("not a regular file".into());
+    }
+    if st.st_uid != me {
+        return refuse(format!("owned by user {}, not this process's user {me}", st.st_uid));
+    }
+    if st.st_mode & 0o077 != 0 {
+        return refuse(format!("mode {:o}: group or others may use it (a registry is 0600)", st.st_mode & 0o777));
+    }
+    if st.st_size as usize != SIZE {
+        return refuse(format!("{} bytes, a registry has {SIZE}", st.st_size));
+    }
+    Ok(())
+}
+
+fn map(file: &File, path: &str) -> Result<*const Table> {
+    // SAFETY: a shared read-write mapping of a descriptor sized SIZE (set or checked).
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), SIZE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+    if p == libc::MAP_FAILED {
+        return Err(os_error("cannot map the share registry", path));
+    }
+    Ok(p as *const Table)
+}
+
+/// Whether process `pid` runs (a zombie, killed and not yet reaped, does not).
+fn pid_exists(pid: u32) -> bool {
+    match stat_fields(pid) {
+        Some(fields) => fields.first().map(String::as_str) != Some("Z"),
+        // SAFETY: signal 0 only checks that the process exists.
+        None => unsafe { libc::kill(pid as libc::pid_t, 0) == 0 },
+    }
+}
+
+/// A process's start time in clock ticks after boot (/proc/PID/stat's 22nd field).
+fn start_time(pid: u32) -> Option<u64> {
+    stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+/// The fields of /proc/PID/stat after the command name (the state first): the name may
+/// hold spaces and parentheses, so they start after its last ')'.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace().map(str::to_string).collect())
+}
