@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use gpurt::share::registry::{path_of, Member, Registry, MAX_MEMBERS};
+use gpurt::share::registry::{path_of, Member, Registry};
 
 /// The directory every test of this binary keeps its registries in (GPURT_SHARE_DIR,
 /// set once before any registry is opened, and inherited by the children).
@@ -132,11 +132,11 @@ fn threads_join_at_once_and_a_full_group_refuses() {
     distinct.sort_unstable();
     distinct.dedup();
     assert_eq!(distinct.len(), 8, "{slots:?}");
-    let more: Vec<usize> = (8..MAX_MEMBERS).map(|_| registry.join(0).unwrap()).collect();
+    let more: Vec<usize> = (8..Registry::capacity()).map(|_| registry.join(0).unwrap()).collect();
     let refused = registry.join(0).unwrap_err();
     assert!(refused.message.contains("members already"), "{}", refused.message);
     // Another process's view of the same file agrees.
-    assert_eq!(Registry::open("full").unwrap().members().unwrap().len(), MAX_MEMBERS);
+    assert_eq!(Registry::open("full").unwrap().members().unwrap().len(), Registry::capacity());
     for slot in slots.into_iter().chain(more) {
         registry.leave(slot).unwrap();
     }

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result, Status};
 
-/// Members a group holds at most.
-pub const MAX_MEMBERS: usize = 64;
+/// Members a group holds at most (not `pub`: cbindgen would put it in the C header).
+const MAX_MEMBERS: usize = 64;
 const MAGIC: u64 = u64::from_le_bytes(*b"gpurtSHR");
 const VERSION: u32 = 1;
 /// How long a lock or a newly made registry is waited for before the call gives up.
@@ -84,6 +84,11 @@ fn os_error(what: &str, path: &str) -> Error {
 }
 
 impl Registry {
+    /// Members a group holds at most.
+    pub fn capacity() -> usize {
+        MAX_MEMBERS
+    }
+
     /// Opens group `name`'s registry, making it if there is none.
     pub fn open(name: &str) -> Result<Registry> {
         let path = path_of(name)?;
@@ -176,7 +181,7 @@ impl Registry {
             slot.pid.store(pid, Ordering::Release);
             Some(free)
         })?
-        .ok_or_else(|| Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, format!("the share group at {} has {MAX_MEMBERS} members already", self.path)))
+        .ok_or_else(|| Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, format!("the share group at {} has {} members already", self.path, MAX_MEMBERS)))
     }
 
     /// Gives back slot `slot`, if this process holds it.
