@@ -219,7 +219,7 @@ fn workspace_for(library: Library, leased: &mut Leased, stream: Stream) -> Resul
 #[cold]
 #[inline(never)]
 fn new_workspace(library: Library, leased: &mut Leased, stream: Stream) -> Result<u64> {
-    let size = leased.workspace_size;
+    let (size, shelf) = (leased.workspace_size, shelf(library, stream.device())?);
     let annotation = if library == Library::Blas { "cuBLAS workspace" } else { "cuBLASLt workspace" };
     crate::alloc::history::annotate_push(annotation);
     let ptr = with_relaxed_capture(|| crate::alloc::device::malloc_from_default(stream.device(), size as u64, stream.raw as u64));
@@ -227,7 +227,7 @@ fn new_workspace(library: Library, leased: &mut Leased, stream: Stream) -> Resul
     let _ = crate::alloc::history::annotate_pop();
     let ptr = ptr?;
     leased.workspaces.push(Workspace { stream: stream.raw, ptr });
-    shelf(library, stream.device())?.workspace_bytes.fetch_add(size as u64, Ordering::Relaxed);
+    shelf.workspace_bytes.fetch_add(size as u64, Ordering::Relaxed);
     Ok(ptr)
 }
 

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result, Status};
+use crate::ipc::holders::Process;
 
 /// Members a group holds at most (not `pub`: cbindgen would put it in the C header).
 const MAX_MEMBERS: usize = 64;
@@ -156,7 +157,7 @@ impl Registry {
         let start = Instant::now();
         loop {
             let holder = t.lock.load(Ordering::Relaxed);
-            let free = holder == 0 || !pid_exists(holder);
+            let free = holder == 0 || Process::read(holder).is_err();
             if free && t.lock.compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                 let result = body(t);
                 t.lock.store(0, Ordering::Release);
@@ -171,14 +172,15 @@ impl Registry {
 
     /// Takes a slot for this process on `device`; `leave` gives it back.
     pub fn join(&self, device: i32) -> Result<usize> {
-        let (pid, started) = (std::process::id(), start_time(std::process::id()).unwrap_or(0));
+        let me = Process::read(std::process::id())
+            .map_err(|_| Error::not_supported("a share group needs /proc/self/stat to name this process"))?;
         self.locked(|t| {
             prune(t);
             let free = t.slots.iter().position(|s| s.pid.load(Ordering::Relaxed) == 0)?;
             let slot = &t.slots[free];
             slot.device.store(device, Ordering::Relaxed);
-            slot.started.store(started, Ordering::Relaxed);
-            slot.pid.store(pid, Ordering::Release);
+            slot.started.store(me.start, Ordering::Relaxed);
+            slot.pid.store(me.pid, Ordering::Release);
             Some(free)
         })?
         .ok_or_else(|| Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, format!("the share group at {} has {} members already", self.path, MAX_MEMBERS)))
@@ -224,7 +226,7 @@ impl Drop for Registry {
 fn prune(t: &Table) {
     for s in &t.slots {
         let pid = s.pid.load(Ordering::Acquire);
-        if pid != 0 && (!pid_exists(pid) || start_time(pid).is_some_and(|now| now != s.started.load(Ordering::Relaxed))) {
+        if pid != 0 && !(Process { pid, start: s.started.load(Ordering::Relaxed) }).is_alive() {
             s.pid.store(0, Ordering::Release);
         }
     }
@@ -262,25 +264,4 @@ fn map(file: &File, path: &str) -> Result<*const Table> {
         return Err(os_error("cannot map the share registry", path));
     }
     Ok(p as *const Table)
-}
-
-/// Whether process `pid` runs (a zombie, killed and not yet reaped, does not).
-fn pid_exists(pid: u32) -> bool {
-    match stat_fields(pid) {
-        Some(fields) => fields.first().map(String::as_str) != Some("Z"),
-        // SAFETY: signal 0 only checks that the process exists.
-        None => unsafe { libc::kill(pid as libc::pid_t, 0) == 0 },
-    }
-}
-
-/// A process's start time in clock ticks after boot (/proc/PID/stat's 22nd field).
-fn start_time(pid: u32) -> Option<u64> {
-    stat_fields(pid)?.get(19)?.parse().ok()
-}
-
-/// The fields of /proc/PID/stat after the command name (the state first): the name may
-/// hold spaces and parentheses, so they start after its last ')'.
-fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    Some(stat[stat.rfind(')')? + 1..].split_whitespace().map(str::to_string).collect())
 }
