@@ -8,8 +8,9 @@ llama-* steps; docs/integrations.md "llama.cpp on gpurt").
                                               each run's peak device memory (NVML, sampled)
     llama.py server WORK CYCLES unpatched=BIN gpurt=BIN
                                               llama-server's idle sleep: device memory awake and
-                                              asleep, the first request after sleep, tokens
-                                              before and after, CYCLES sleeps flat
+                                              asleep (and gpurt's account of it), the first request
+                                              after sleep, tokens before and after, CYCLES sleeps
+                                              flat; every model of LLAMA_SLEEP_MODELS (dense)
     llama.py bench WORK ROUNDS unpatched=BIN gpurt=BIN
                                               llama-bench pp512 / tg128, the builds alternated
     llama.py big WORK LLAMA_SRC BIN           a 9.5 GiB model's offload sleep on gpurt's build against
@@ -199,17 +200,29 @@ def server_run(bindir, model, mode, cycles, port, measure=True, patched=True, ex
         proc.terminate()
         proc.wait()
         log.close()
+        report = [line.strip() for line in open(log.name) if "ggml_cuda_gpurt_log_memory" in line]
+        if report:  # gpurt's account of what the process held at its last sleep
+            print(report[-1])
 
 
 def server(work, cycles, bins):
-    model = os.path.join(work, "dense.gguf")
+    """The idle sleep of each model in LLAMA_SLEEP_MODELS (default: dense) on both builds
+    and modes; a model past the first sleeps max(3, CYCLES // 10) times."""
     bare = bare_context_mib()
     print(f"a process with only its CUDA context: {bare:.0f} MiB")
+    ok = True
+    for index, name in enumerate(os.environ.get("LLAMA_SLEEP_MODELS", "dense").split(",")):
+        ok &= server_model(os.path.join(work, f"{name}.gguf"), cycles if index == 0 else max(3, cycles // 10), bins, 8100 + 10 * index)
+    return ok
+
+
+def server_model(model, cycles, bins, port):
+    print(f"== {os.path.basename(model)}")
     runs = [("unpatched", "unload"), ("gpurt", "unload"), ("gpurt", "offload")]
     results, ok = {}, True
     for i, (build, mode) in enumerate(runs):
         n = cycles if mode == "offload" else max(3, cycles // 10)
-        r = server_run(bins[build], model, mode, n, 8100 + i, patched=build != "unpatched")
+        r = server_run(bins[build], model, mode, n, port + i, patched=build != "unpatched")
         results[(build, mode)] = r
         med = statistics.median
         print(f"{build} --sleep-mode {mode}: awake {r['awake_mib']:.0f} MiB; asleep median {med(r['asleep_mib']):.0f} "

@@ -3,10 +3,10 @@ against PyTorch's own allocator (expandable_segments:True, and its default), on
 workloads no one here picked. A scenario is two or three of families.py's workloads
 at random sizes, in a random order, in one process, with or without empty_cache
 between them (each workload's model and tensors dropped before the next). Each
-scenario runs in three processes, one per allocator, their order rotated from one
-scenario to the next; the figure is NVML's device memory of the process at its
-highest (sampled every 5 ms, every process by one sampler), with each allocator's own
-peak reserved beside it. Scenarios run several at a time (SCENARIO_JOBS, default 6):
+scenario runs in three processes (four with BASELINE_LIB), one per allocator, their
+order rotated from one scenario to the next; the figure is NVML's device memory of
+the process at its highest (sampled every 5 ms, every process by one sampler), with
+each allocator's own peak reserved beside it. Scenarios run several at a time (SCENARIO_JOBS, default 6):
 the peaks are per process, the GPU has room for all of them.
 
     python3 scenarios.py LIB OUT_DIR [SEED ...]   # no seeds: SCENARIOS (default 48) new ones, drawn
@@ -46,12 +46,19 @@ ALLOCATORS = {  # name: the environment that chooses it
     "PyTorch default": {"PYTORCH_CUDA_ALLOC_CONF": "", "GPURT_ALLOC_CONF": ""},
     "gpurt": {"PYTORCH_CUDA_ALLOC_CONF": "", "GPURT_ALLOC_CONF": ""},
 }
+# BASELINE_LIB (an earlier build of gpurt, run.sh's name for it) adds it as a fourth
+# allocator, its process alternating with the others: a policy change measured against
+# the library before it on the same scenarios in one call.
+BASELINE = os.environ.get("BASELINE_LIB")
+if BASELINE:
+    ALLOCATORS["gpurt baseline"] = ALLOCATORS["gpurt"]
 TARGET, LIMIT = 0.95, 1.005
 # Families whose results PyTorch's own allocator does not reproduce from run to run: their
-# comparison is printed, not judged. transformers' GPT-2 in fp16 generating greedily gave
-# three token sequences in three runs of one scenario on PyTorch's expandable segments
-# (H200, 2026-11-28).
-UNREPRODUCIBLE = {"gpt2_generate"}
+# comparison is printed, not judged. Three runs of one scenario on PyTorch's expandable
+# segments (H200): transformers' GPT-2 in fp16 generating greedily gave three token
+# sequences (2026-11-28); the GQA Llama in fp16 two of three, the mixture of experts'
+# weights after training three of three (scenario 864924120, 2026-11-29).
+UNREPRODUCIBLE = {"gpt2_generate", "llama_generate", "moe_train"}
 # families.py's workloads: the sizes of each, drawn from a random.Random
 SIZES = {
     "gpt2_generate": lambda r: dict(batch=r.randint(1, 32), prompt=r.randint(16, 512), new_tokens=r.randint(16, 64)),
@@ -84,7 +91,7 @@ def worker(lib_path, allocator, spec):
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
     import torch
     gpurt = ctypes.CDLL(lib_path)
-    on_gpurt = allocator == "gpurt"
+    on_gpurt = allocator.startswith("gpurt")
     if on_gpurt:
         torch.cuda.memory.change_current_allocator(
             torch.cuda.memory.CUDAPluggableAllocator(lib_path, "gpurt_torch_alloc", "gpurt_torch_free"))
@@ -151,9 +158,10 @@ def run_scenario(lib_path, spec, turn, peaks):
     here = os.path.dirname(os.path.abspath(__file__))
     names = list(ALLOCATORS)
     figures = {}
-    for allocator in names[turn % 3:] + names[:turn % 3]:
+    for allocator in names[turn % len(names):] + names[:turn % len(names)]:
         env = dict(os.environ, **ALLOCATORS[allocator])
-        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), lib_path, "worker", allocator, json.dumps(spec)],
+        lib = os.path.abspath(BASELINE) if allocator == "gpurt baseline" else lib_path
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), lib, "worker", allocator, json.dumps(spec)],
                                 cwd=here, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         peaks.watch(proc.pid)
         output = proc.communicate()[0]
@@ -174,6 +182,10 @@ def summary(rows):
     by_default = sorted(r["gpurt"]["nvml_mib"] / r["PyTorch default"]["nvml_mib"] for r in rows)
     print(f"gpurt / PyTorch default: min {by_default[0]:.3f}, median {statistics.median(by_default):.3f}, "
           f"max {by_default[-1]:.3f}")
+    if BASELINE:
+        old = sorted(r["gpurt baseline"]["nvml_mib"] / r["PyTorch expandable"]["nvml_mib"] for r in rows)
+        print(f"the baseline ({BASELINE}) / PyTorch expandable: min {old[0]:.3f}, median {statistics.median(old):.3f}, "
+              f"max {old[-1]:.3f}; at or below in {sum(x <= 1 for x in old)}, above +0.5 % in {sum(x > LIMIT for x in old)}")
     different = [r["seed"] for r in rows if r["different"]]
     print(f"results: gpurt's identical to PyTorch's in every scenario where PyTorch agrees with itself"
           if not different else f"results DIFFERENT from PyTorch's in seeds {different}")
@@ -213,7 +225,7 @@ def main():
                 print(e, flush=True)
                 failed.append(spec["seed"])
                 continue
-            torch_expandable, torch_default, ours = (figures[a] for a in ALLOCATORS)
+            torch_expandable, torch_default, ours = (figures[a] for a in ("PyTorch expandable", "PyTorch default", "gpurt"))
             # gpurt's results against PyTorch's, workload by workload, where PyTorch's two
             # configurations agree and the family reproduces its results at all.
             different = any(mine != theirs and theirs == default and name not in UNREPRODUCIBLE
@@ -225,7 +237,8 @@ def main():
             print(f"{spec['seed']}: {row['scenario']}: NVML MiB PyTorch expandable {torch_expandable['nvml_mib']:.0f}, "
                   f"default {torch_default['nvml_mib']:.0f}, gpurt {ours['nvml_mib']:.0f} ({row['ratio']:.3f}); "
                   f"reserved {torch_expandable['reserved_mib']:.0f} / {torch_default['reserved_mib']:.0f} / "
-                  f"{ours['reserved_mib']:.0f}" + (", results DIFFERENT" if different else ""), flush=True)
+                  f"{ours['reserved_mib']:.0f}" + (", results DIFFERENT" if different else "")
+                  + (f"; baseline {figures['gpurt baseline']['nvml_mib']:.0f}" if BASELINE else ""), flush=True)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "scenarios.json"), "w") as f:
         json.dump(rows, f, indent=1)

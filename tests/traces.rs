@@ -95,16 +95,16 @@ fn replay(ops: &[Op], config: &str) -> Replay {
 
 /// (trace, fragmentation and growth steps with segments, with expandable segments,
 /// the lowest fragmentation of the three anchors), as gpu/trace_replay.cpp measured
-/// them on the H100.
+/// them on the H100 (expandable segments' on the H200, 2026-11-29).
 const MEASURED: [(&str, Replay, Replay, f64); 8] = [
-    ("cnn_train_b32", (1.273, 35), (1.060, 20), 1.244),
-    ("cnn_train_b128", (1.661, 37), (1.038, 19), 1.234),
-    ("cnn_train_b256", (1.746, 43), (1.060, 19), 1.205),
-    ("encoder_varlen", (1.736, 90), (1.041, 43), 1.171),
+    ("cnn_train_b32", (1.273, 35), (1.049, 20), 1.244),
+    ("cnn_train_b128", (1.661, 37), (1.027, 27), 1.234),
+    ("cnn_train_b256", (1.746, 43), (1.019, 31), 1.205),
+    ("encoder_varlen", (1.736, 90), (1.041, 58), 1.171),
     ("llm_generate", (1.288, 15), (1.205, 9), 1.253),
-    ("resnet50_train_b64", (1.206, 87), (1.040, 43), 1.193),
+    ("resnet50_train_b64", (1.206, 87), (1.040, 66), 1.193),
     ("gpt2_generate_sampled", (1.164, 39), (1.043, 15), 1.050),
-    ("dropin_sequence", (1.192, 84), (1.046, 45), 1.175),
+    ("dropin_sequence", (1.192, 84), (1.046, 69), 1.175),
 ];
 
 #[test]
@@ -243,17 +243,19 @@ fn the_drop_in_orders_at_the_second_sizes_peak_no_higher_than_pytorchs() {
 }
 
 /// Scenarios of gpu/scenarios.py that gpurt lost to PyTorch's expandable segments on the
-/// H200 (2026-11-28, the tuning seeds), each workload recorded on PyTorch's allocator
-/// as the scenario ran it (`gpu/traces/scenarios/s<SEED>_<N>_<FAMILY>`): (seed, its
-/// workloads in order, empty_cache between them, gpurt's peak reserved MiB on the GPU,
+/// H200 (2026-11-28, the tuning seeds, growth steps of up to 192 MiB: 2 372 MiB), each
+/// workload recorded on PyTorch's allocator as the scenario ran it
+/// (`gpu/traces/scenarios/s<SEED>_<N>_<FAMILY>`): (seed, its workloads in order,
+/// empty_cache between them, gpurt's peak reserved MiB on the GPU with today's policy,
 /// PyTorch's). The mixture of experts' training, whose experts take batches of the
-/// sizes its router decides, peaks above PyTorch; the replay gives the GPU's figure, so
-/// a policy that closes the gap shows here first. Only a process's first recorded
-/// workload holds PyTorch's cuBLAS workspace (allocated once, at the first GEMM, and kept),
-/// so a scenario is recorded first in its process: others recorded after it in the same
+/// sizes its router decides, peaked above PyTorch by its last growth step's overshoot;
+/// the replay gives the GPU's figure (2 260 on the H200, 2026-11-29), so a policy that
+/// loses it again shows here first. Only a process's first recorded workload holds
+/// PyTorch's cuBLAS workspace (allocated once, at the first GEMM, and kept), so a
+/// scenario is recorded first in its process: others recorded after it in the same
 /// process replayed 164 MiB below their GPU figures.
 const SCENARIOS_LOST: [(u64, [&str; 2], bool, u64, u64); 1] =
-    [(864924120, ["llama_generate", "moe_train"], true, 2372, 2276)];
+    [(864924120, ["llama_generate", "moe_train"], true, 2260, 2276)];
 
 #[test]
 fn the_lost_scenarios_replay_their_gpu_peaks() {
@@ -264,5 +266,6 @@ fn the_lost_scenarios_replay_their_gpu_peaks() {
         let peak = first_peak.max(second_peak) / MIB;
         eprintln!("scenario {seed}: {peak} MiB (the H200: gpurt {gpurt_gpu}, PyTorch expandable {pytorch})");
         assert_eq!(peak, gpurt_gpu, "scenario {seed}: the replay no longer gives the GPU's figure");
+        assert!(peak <= pytorch, "scenario {seed}: {peak} MiB, above PyTorch's {pytorch}");
     }
 }

@@ -98,9 +98,9 @@ fn expandable_segments_map_nothing_where_the_free_tail_fits() {
     }
 }
 
-/// A segment grows by 1/8 of what it has mapped up to 32 MiB, past 512 MiB by 1/16
-/// of it up to 192 MiB, and by 16 MiB at least (fewer driver calls from cold); by
-/// what it lacks where the source refuses the step.
+/// A segment grows by 1/8 of what it has mapped, 16 MiB at least (fewer driver calls
+/// from cold) and 32 MiB at most (a last step's overshoot near PyTorch's 20 MiB pages);
+/// by what it lacks where the source refuses the step.
 #[test]
 fn expandable_segments_grow_in_steps_of_a_share_of_what_is_mapped() {
     for (capacity, after_step) in [(GIB, 80 * MIB), (66 * MIB, 66 * MIB)] {
@@ -125,15 +125,15 @@ fn expandable_segments_grow_in_steps_of_a_share_of_what_is_mapped() {
     let p = expandable(2 * GIB);
     let big = p.malloc(512 * MIB, 1).unwrap();
     p.malloc(2 * MIB, 1).unwrap();
-    assert_eq!(p.source().mapped_bytes(), 544 * MIB, "a step is at most 32 MiB up to 512 MiB mapped");
+    assert_eq!(p.source().mapped_bytes(), 544 * MIB, "a step is at most 32 MiB");
     p.free(big + 512 * MIB).unwrap();
     p.free(big).unwrap();
     check(&p);
-    for (first, after_step) in [(2 * MIB, 18 * MIB), (1024 * MIB, 1088 * MIB), (4096 * MIB, 4288 * MIB)] {
+    for (first, after_step) in [(2 * MIB, 18 * MIB), (1024 * MIB, 1056 * MIB), (4096 * MIB, 4128 * MIB)] {
         let p = expandable(8 * GIB);
         let a = p.malloc(first, 1).unwrap();
         let b = p.malloc(2 * MIB, 1).unwrap();
-        assert_eq!(p.source().mapped_bytes(), after_step, "16 MiB at least; 1/16 past 512 MiB, 192 MiB at most");
+        assert_eq!(p.source().mapped_bytes(), after_step, "16 MiB at least, 32 MiB at most, however much is mapped");
         p.free(b).unwrap();
         p.free(a).unwrap();
         check(&p);
