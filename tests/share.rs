@@ -1,9 +1,12 @@
-//! The share group's registry (src/share/registry.rs) across real processes, no GPU:
-//! members see each other; a member killed with SIGKILL is pruned (a zombie not yet
-//! reaped too), a lock holder killed is replaced and a live one is waited for within
-//! bounds; a full group, and registry files of the wrong mode, owner, size or kind, or
-//! behind a symbolic link, are refused naming the reason. Child processes are this test
-//! binary run again with GPURT_SHARE_CHILD set (the `child` test).
+//! The share group's registry (src/share/registry.rs) and its requests
+//! (src/share/requests.rs) across real processes, no GPU: members see each other; a
+//! member killed with SIGKILL is pruned (a zombie not yet reaped too), a lock holder
+//! killed is replaced and a live one is waited for within bounds; a full group, and
+//! registry files of the wrong mode, owner, size or kind, or behind a symbolic link, are
+//! refused naming the reason. A request is served by each member down to what it offered
+//! and no further; a stuck or killed member delays no one past the deadline; two members
+//! asking each other at once, 1 000 times each, both finish. Child processes are this
+//! test binary run again with GPURT_SHARE_CHILD set (the `child` test).
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -11,7 +14,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use gpurt::share::registry::{path_of, Member, Registry};
+use gpurt::share::registry::{path_of, Member, Offer, Registry};
+use gpurt::share::requests::{ask, Answer, Server};
+
+const MIB: u64 = 1 << 20;
 
 /// The directory every test of this binary keeps its registries in (GPURT_SHARE_DIR,
 /// set once before any registry is opened, and inherited by the children).
@@ -45,6 +51,8 @@ fn spawn(what: &str, name: &str) -> Child {
     // The harness may print "test child ... " before it on the same line.
     let said = lines.find(|l| l.as_ref().is_ok_and(|l| l.contains("child: "))).expect("the child says what it did").unwrap();
     assert!(said.ends_with(&format!("child: {what}")), "{said}");
+    // The rest read as it comes, so that a child that ends may say so.
+    std::thread::spawn(move || lines.for_each(drop));
     child
 }
 
@@ -56,12 +64,58 @@ fn kill(child: &Child) {
 #[test]
 fn child() {
     let (Ok(what), Ok(name)) = (std::env::var("GPURT_SHARE_CHILD"), std::env::var("GPURT_SHARE_NAME")) else { return };
-    let registry = Registry::open(&name).unwrap();
+    let registry = std::sync::Arc::new(Registry::open(&name).unwrap());
+    // A member that serves requests on device 3 offering `offer`, giving back 7 MiB a level.
+    let serve = |offer: Offer, handler: fn(Offer) -> u64| {
+        let slot = registry.join(3, offer).unwrap();
+        (slot, Server::start(registry.clone(), slot, handler).unwrap())
+    };
     match what.as_str() {
         "join" => {
-            registry.join(3).unwrap();
+            registry.join(3, Offer::Cached).unwrap();
             println!("child: join");
             std::thread::sleep(Duration::from_secs(60));
+        }
+        "serve-offload" | "serve-cached" | "serve-never" => {
+            let offer = match what.as_str() {
+                "serve-offload" => Offer::SleepOffload,
+                "serve-cached" => Offer::Cached,
+                _ => Offer::Never,
+            };
+            let _server = serve(offer, |level| level as u64 * 7 * MIB);
+            println!("child: {what}");
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        "serve-stuck" => {
+            let _server = serve(Offer::Cached, |_| {
+                std::thread::sleep(Duration::from_secs(60));
+                0
+            });
+            println!("child: serve-stuck");
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        "mutual" => {
+            // Two of these ask each other at once: each serves while it waits.
+            let (slot, _server) = serve(Offer::Cached, |_| 1);
+            println!("child: mutual");
+            let start = Instant::now();
+            while registry.members().unwrap().len() < 2 {
+                assert!(start.elapsed() < Duration::from_secs(20), "the other member never joined");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            for round in 0..1000 {
+                let answers = ask(&registry, Some(slot), 3, Offer::Cached, Instant::now() + Duration::from_secs(10)).unwrap();
+                assert!(answers.len() == 1 && answers[0].released == Some(1), "round {round}: {answers:?}");
+            }
+            // Served until the other one is done too (each marks itself done with a file).
+            let dir = std::env::var("GPURT_SHARE_DIR").unwrap();
+            std::fs::write(format!("{dir}/mutual-done-{}", std::process::id()), b"").unwrap();
+            let done = || std::fs::read_dir(&dir).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("mutual-done-")).count();
+            while done() < 2 {
+                assert!(start.elapsed() < Duration::from_secs(50), "the other member never finished");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            registry.leave(slot).unwrap();
         }
         "lock" => {
             registry
@@ -79,12 +133,12 @@ fn child() {
 fn members_see_each_other_and_a_killed_member_is_pruned() {
     share_dir();
     let registry = Registry::open("members").unwrap();
-    let mine = registry.join(0).unwrap();
+    let mine = registry.join(0, Offer::Never).unwrap();
     let mut children: Vec<Child> = (0..3).map(|_| spawn("join", "members")).collect();
     let members = registry.members().unwrap();
     assert_eq!(members.len(), 4, "{members:?}");
     for c in &children {
-        assert!(members.contains(&Member { pid: c.id(), device: 3 }), "{members:?}");
+        assert!(members.contains(&Member { pid: c.id(), device: 3, offer: Offer::Cached }), "{members:?}");
     }
     // Killed and not yet reaped (a zombie): gone from the group already.
     kill(&children[0]);
@@ -98,7 +152,7 @@ fn members_see_each_other_and_a_killed_member_is_pruned() {
         kill(c);
         c.wait().unwrap();
     }
-    assert_eq!(registry.members().unwrap(), vec![Member { pid: std::process::id(), device: 0 }]);
+    assert_eq!(registry.members().unwrap(), vec![Member { pid: std::process::id(), device: 0, offer: Offer::Never }]);
     registry.leave(mine).unwrap();
     assert!(registry.members().unwrap().is_empty());
 }
@@ -125,15 +179,15 @@ fn threads_join_at_once_and_a_full_group_refuses() {
     let registry = Registry::open("full").unwrap();
     let slots: Vec<usize> = std::thread::scope(|s| {
         let registry = &registry;
-        let joins: Vec<_> = (0..8).map(|d| s.spawn(move || registry.join(d).unwrap())).collect();
+        let joins: Vec<_> = (0..8).map(|d| s.spawn(move || registry.join(d, Offer::Cached).unwrap())).collect();
         joins.into_iter().map(|j| j.join().unwrap()).collect()
     });
     let mut distinct = slots.clone();
     distinct.sort_unstable();
     distinct.dedup();
     assert_eq!(distinct.len(), 8, "{slots:?}");
-    let more: Vec<usize> = (8..Registry::capacity()).map(|_| registry.join(0).unwrap()).collect();
-    let refused = registry.join(0).unwrap_err();
+    let more: Vec<usize> = (8..Registry::capacity()).map(|_| registry.join(0, Offer::Cached).unwrap()).collect();
+    let refused = registry.join(0, Offer::Cached).unwrap_err();
     assert!(refused.message.contains("members already"), "{}", refused.message);
     // Another process's view of the same file agrees.
     assert_eq!(Registry::open("full").unwrap().members().unwrap().len(), Registry::capacity());
@@ -182,5 +236,83 @@ fn registry_files_not_ours_alone_are_refused() {
     // Names that would leave the directory.
     for name in ["", "../x", ".hidden", "a/b", &"x".repeat(65)] {
         assert!(refused(name).contains("share group name"), "{name:?}: {}", refused(name));
+    }
+}
+
+#[test]
+fn a_request_is_served_down_to_what_each_member_offers() {
+    share_dir();
+    let registry = Registry::open("requests").unwrap();
+    let mut children: Vec<Child> = ["serve-offload", "serve-cached", "serve-never"].iter().map(|w| spawn(w, "requests")).collect();
+    let (offload, cached) = (children[0].id(), children[1].id());
+    let deadline = || Instant::now() + Duration::from_secs(10);
+    let sorted = |mut answers: Vec<Answer>| {
+        answers.sort_by_key(|a| a.pid);
+        answers
+    };
+    // Cached memory: both that offer it, 7 MiB each; the one that offers nothing is not asked.
+    assert_eq!(
+        sorted(ask(&registry, None, 3, Offer::Cached, deadline()).unwrap()),
+        sorted(vec![Answer { pid: offload, released: Some(7 * MIB) }, Answer { pid: cached, released: Some(7 * MIB) }])
+    );
+    // Pools asleep: only the member that offers them, served at the level asked.
+    assert_eq!(ask(&registry, None, 3, Offer::SleepDiscard, deadline()).unwrap(), vec![Answer { pid: offload, released: Some(14 * MIB) }]);
+    assert_eq!(ask(&registry, None, 3, Offer::SleepOffload, deadline()).unwrap(), vec![Answer { pid: offload, released: Some(21 * MIB) }]);
+    // Members of another device, and a request for nothing, ask no one.
+    assert!(ask(&registry, None, 4, Offer::Cached, deadline()).unwrap().is_empty());
+    assert!(ask(&registry, None, 3, Offer::Never, deadline()).unwrap().is_empty());
+    // Requests from several threads at once are all answered.
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                for _ in 0..50 {
+                    let answers = ask(&registry, None, 3, Offer::Cached, deadline()).unwrap();
+                    assert!(answers.len() == 2 && answers.iter().all(|a| a.released.is_some()), "{answers:?}");
+                }
+            });
+        }
+    });
+    for c in &mut children {
+        kill(c);
+        c.wait().unwrap();
+    }
+}
+
+#[test]
+fn a_stuck_or_killed_member_delays_no_one_past_the_deadline() {
+    share_dir();
+    let registry = Registry::open("stuck").unwrap();
+    let mut stuck = spawn("serve-stuck", "stuck");
+    let start = Instant::now();
+    let answers = ask(&registry, None, 3, Offer::Cached, start + Duration::from_millis(300)).unwrap();
+    assert_eq!(answers, vec![Answer { pid: stuck.id(), released: None }]);
+    assert!(start.elapsed() >= Duration::from_millis(300) && start.elapsed() < Duration::from_secs(2), "waited {:?}", start.elapsed());
+    // Killed while a request waits on it: the request ends at once, not at its deadline.
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| ask(&registry, None, 3, Offer::Cached, Instant::now() + Duration::from_secs(30)).unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+        kill(&stuck);
+        assert_eq!(waiting.join().unwrap(), vec![Answer { pid: stuck.id(), released: None }]);
+    });
+    assert!(start.elapsed() < Duration::from_secs(3), "waited {:?} on a dead member", start.elapsed());
+    stuck.wait().unwrap();
+    assert!(ask(&registry, None, 3, Offer::Cached, Instant::now() + Duration::from_secs(30)).unwrap().is_empty(), "pruned");
+}
+
+#[test]
+fn two_members_asking_each_other_at_once_both_finish() {
+    share_dir();
+    let mut pair: Vec<Child> = (0..2).map(|_| spawn("mutual", "mutual")).collect();
+    let start = Instant::now();
+    for c in &mut pair {
+        let status = loop {
+            if let Some(status) = c.try_wait().unwrap() {
+                break status;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "a member asking its peer never finished: deadlock");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(status.success(), "{status}");
     }
 }

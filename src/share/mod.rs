@@ -1,5 +1,8 @@
 //! Processes that share one GPU (issue #70): a group whose members give each other
-//! memory on demand. This is its registry, the part that holds the group together
-//! without a daemon (`registry`); reclaiming between members is not built yet.
+//! memory on demand. Its registry holds the group together without a daemon
+//! (`registry`); a member asks the others for what they offered and each one's server
+//! thread answers (`requests`). Not built yet: the allocator's out-of-memory path
+//! asking the group, idle pools slept on request, the C API.
 
 pub mod registry;
+pub mod requests;

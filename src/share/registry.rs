@@ -21,27 +21,37 @@ use crate::ipc::holders::Process;
 /// Members a group holds at most (not `pub`: cbindgen would put it in the C header).
 const MAX_MEMBERS: usize = 64;
 const MAGIC: u64 = u64::from_le_bytes(*b"gpurtSHR");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// How long a lock or a newly made registry is waited for before the call gives up.
 const PATIENCE: Duration = Duration::from_secs(2);
 
 #[repr(C)]
-struct Slot {
+pub(super) struct Slot {
     /// The member's process id; 0: the slot is free. Written last on join, first on leave.
-    pid: AtomicU32,
-    device: AtomicI32,
+    pub(super) pid: AtomicU32,
+    pub(super) device: AtomicI32,
     /// The process's start time (clock ticks after boot, /proc/PID/stat): a pid reused
     /// by another process is not the member.
-    started: AtomicU64,
+    pub(super) started: AtomicU64,
+    /// What the member lets others reclaim (`Offer`), set on join.
+    pub(super) offer: AtomicU32,
+    /// Requests made of the member so far (a futex word its server waits on).
+    pub(super) asked: AtomicU32,
+    /// The deepest `Offer` asked for since the member last served.
+    pub(super) level: AtomicU32,
+    /// The count of requests the member has served (a futex word requesters wait on).
+    pub(super) served: AtomicU32,
+    /// Bytes the member gave back serving its last request.
+    pub(super) released: AtomicU64,
 }
 
 #[repr(C)]
-struct Table {
+pub(super) struct Table {
     magic: AtomicU64,
     version: AtomicU32,
     /// The pid holding the lock; 0: free.
     lock: AtomicU32,
-    slots: [Slot; MAX_MEMBERS],
+    pub(super) slots: [Slot; MAX_MEMBERS],
 }
 
 const SIZE: usize = std::mem::size_of::<Table>();
@@ -56,11 +66,35 @@ pub struct Registry {
 unsafe impl Send for Registry {}
 unsafe impl Sync for Registry {}
 
-/// A member of the group, as (pid, device).
+/// What a member lets the group reclaim from it, each level including the ones before:
+/// nothing, its cached free memory (an empty_cache), or its idle pools put to sleep
+/// dropping or keeping their contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u32)]
+pub enum Offer {
+    Never = 0,
+    Cached = 1,
+    SleepDiscard = 2,
+    SleepOffload = 3,
+}
+
+impl Offer {
+    pub(super) fn from_u32(value: u32) -> Offer {
+        match value {
+            1 => Offer::Cached,
+            2 => Offer::SleepDiscard,
+            3 => Offer::SleepOffload,
+            _ => Offer::Never,
+        }
+    }
+}
+
+/// A member of the group, as (pid, device, what it offers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Member {
     pub pid: u32,
     pub device: i32,
+    pub offer: Offer,
 }
 
 fn check_name(name: &str) -> Result<()> {
@@ -127,7 +161,7 @@ impl Registry {
         Ok(registry)
     }
 
-    fn table(&self) -> &Table {
+    pub(super) fn table(&self) -> &Table {
         // SAFETY: mapped for SIZE bytes for as long as `self` lives.
         unsafe { &*self.table }
     }
@@ -151,7 +185,7 @@ impl Registry {
 
     /// Runs `body` holding the registry's lock. A holder that died is replaced; a live
     /// one is waited for within PATIENCE.
-    fn locked<R>(&self, body: impl FnOnce(&Table) -> R) -> Result<R> {
+    pub(super) fn locked<R>(&self, body: impl FnOnce(&Table) -> R) -> Result<R> {
         let t = self.table();
         let me = std::process::id();
         let start = Instant::now();
@@ -170,8 +204,9 @@ impl Registry {
         }
     }
 
-    /// Takes a slot for this process on `device`; `leave` gives it back.
-    pub fn join(&self, device: i32) -> Result<usize> {
+    /// Takes a slot for this process on `device`, offering the group `offer`; `leave`
+    /// gives it back.
+    pub fn join(&self, device: i32, offer: Offer) -> Result<usize> {
         let me = Process::read(std::process::id())
             .map_err(|_| Error::not_supported("a share group needs /proc/self/stat to name this process"))?;
         self.locked(|t| {
@@ -180,6 +215,10 @@ impl Registry {
             let slot = &t.slots[free];
             slot.device.store(device, Ordering::Relaxed);
             slot.started.store(me.start, Ordering::Relaxed);
+            slot.offer.store(offer as u32, Ordering::Relaxed);
+            slot.level.store(0, Ordering::Relaxed);
+            // A new member has served every request made of the slot before it.
+            slot.served.store(slot.asked.load(Ordering::Relaxed), Ordering::Relaxed);
             slot.pid.store(me.pid, Ordering::Release);
             Some(free)
         })?
@@ -203,7 +242,11 @@ impl Registry {
             t.slots
                 .iter()
                 .filter(|s| s.pid.load(Ordering::Acquire) != 0)
-                .map(|s| Member { pid: s.pid.load(Ordering::Relaxed), device: s.device.load(Ordering::Relaxed) })
+                .map(|s| Member {
+                    pid: s.pid.load(Ordering::Relaxed),
+                    device: s.device.load(Ordering::Relaxed),
+                    offer: Offer::from_u32(s.offer.load(Ordering::Relaxed)),
+                })
                 .collect()
         })
     }
@@ -223,7 +266,7 @@ impl Drop for Registry {
 }
 
 /// Frees the slots of members that are gone (their pid absent, or another process's).
-fn prune(t: &Table) {
+pub(super) fn prune(t: &Table) {
     for s in &t.slots {
         let pid = s.pid.load(Ordering::Acquire);
         if pid != 0 && !(Process { pid, start: s.started.load(Ordering::Relaxed) }).is_alive() {
