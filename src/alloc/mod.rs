@@ -20,6 +20,7 @@ pub mod host;
 pub mod mempool;
 mod owners;
 pub mod pool;
+pub mod reclaim;
 pub mod snapshot;
 pub mod stats;
 pub mod upstream;

@@ -31,6 +31,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::config::AllocConfig;
 use super::history::{self, Action};
+use super::reclaim;
 use super::owners::SegmentOwner;
 use super::pool::{asleep_error, BlockPlace, KeepMapped, Pool, SegmentSource, SegmentView, Segments};
 use super::stats::{format_bytes, gpurt_memory_stats_t};
@@ -150,8 +151,9 @@ impl<S: SegmentSource> CachingAllocator<S> {
     }
 
     /// `malloc` after a `first` attempt that found no memory: garbage collection,
-    /// then the out-of-memory retry. Kept out of line, so that the common case stays
-    /// short.
+    /// then the out-of-memory retry, then (where a hook is installed: `reclaim`) other
+    /// processes asked to give memory back and one more retry. Kept out of line, so
+    /// that the common case stays short.
     #[inline(never)]
     fn collect_and_retry(&self, index: u32, size: u64, stream: u64, first: Result<Option<u64>>) -> Result<u64> {
         let served = |result: Result<Option<u64>>| result.map(|addr| addr.expect("served after a collection"));
@@ -169,6 +171,14 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
         lock(&self.totals).num_alloc_retries += 1;
         self.empty_cache();
+        let cause = match served(self.attempt(self.shard(index), size, stream, true)) {
+            Err(cause) if is_oom(&cause) => cause,
+            done => return done,
+        };
+        // No lock is held here: the asking may wait while this process serves others.
+        if !reclaim::ask_others(self.shared.source.history_device(), size) {
+            return Err(self.out_of_memory(size, cause));
+        }
         match served(self.attempt(self.shard(index), size, stream, true)) {
             Err(cause) if is_oom(&cause) => Err(self.out_of_memory(size, cause)),
             done => done,

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use super::caching::{CachingAllocator, SPLIT_AFTER};
 use super::config::AllocConfig;
 use super::host::{HostSource, XorShift as Rng};
+use super::reclaim;
 use crate::error::Status;
 
 mod expandable;
@@ -189,6 +190,43 @@ fn out_of_memory_retries_after_releasing_the_cache_then_reports() {
     assert_eq!(p.stats().num_ooms, 1);
     check(&p);
     // The pool still works after the failure.
+    p.free(b).unwrap();
+    assert!(p.malloc(40 * MIB, 2).is_ok());
+    check(&p);
+}
+
+/// Out of memory after the cache is released asks the installed hook (the process's
+/// share group) holding no lock: memory given back meanwhile serves one more retry; a
+/// hook that got nothing leaves the error as before. Device 77: the hook answers no
+/// other test's pools (the hook is the process's, and tests run at once).
+#[test]
+fn out_of_memory_asks_the_hook_holding_no_lock_then_retries_once() {
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    const DEVICE: i32 = 77;
+    let p = Arc::new(Allocator::new(HostSource::new(48 * MIB).on_device(DEVICE), AllocConfig::segmented()));
+    let given = Arc::new(Mutex::new(Some(p.malloc(30 * MIB, 1).unwrap())));
+    let asked = Arc::new(AtomicU32::new(0));
+    let (hook_pool, hook_given, hook_asked) = (p.clone(), given.clone(), asked.clone());
+    reclaim::set_out_of_memory_hook(Some(Arc::new(move |device, bytes| {
+        if device != Some(DEVICE) {
+            return false;
+        }
+        hook_asked.fetch_add(1, SeqCst);
+        assert_eq!(bytes, 30 * MIB);
+        // Through the pool itself: a lock held by the failing allocation would deadlock here.
+        let Some(addr) = hook_given.lock().unwrap().take() else { return false };
+        hook_pool.free(addr).unwrap();
+        hook_pool.empty_cache();
+        true
+    })));
+    let b = p.malloc(30 * MIB, 2).unwrap();
+    assert_eq!((asked.load(SeqCst), p.stats().num_ooms), (1, 0), "served after the hook gave memory back");
+    check(&p);
+    let err = p.malloc(30 * MIB, 2).unwrap_err();
+    assert_eq!(err.status, Status::GPURT_ERROR_OUT_OF_MEMORY);
+    assert_eq!((asked.load(SeqCst), p.stats().num_ooms), (2, 1), "asked again, nothing given: out of memory");
+    reclaim::set_out_of_memory_hook(None);
+    check(&p);
     p.free(b).unwrap();
     assert!(p.malloc(40 * MIB, 2).is_ok());
     check(&p);
