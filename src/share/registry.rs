@@ -222,7 +222,7 @@ impl Registry {
             slot.pid.store(me.pid, Ordering::Release);
             Some(free)
         })?
-        .ok_or_else(|| Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, format!("the share group at {} has {} members already", self.path, MAX_MEMBERS)))
+        .ok_or_else(|| Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, format!("the share group at {} has {MAX_MEMBERS} members already", self.path)))
     }
 
     /// Gives back slot `slot`, if this process holds it.

@@ -12,7 +12,7 @@
 //! each serve the other while they wait: neither waits for the other's request thread.
 //! The server's work (the handler) must not wait for a lock the asking thread holds.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -27,13 +27,13 @@ const LOOK_AGAIN: Duration = Duration::from_millis(10);
 
 /// Waits while `word` holds `expected`, `timeout` at most (the futex is shared between
 /// processes: no FUTEX_PRIVATE_FLAG).
-fn wait_while(word: &std::sync::atomic::AtomicU32, expected: u32, timeout: Duration) {
+fn wait_while(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
     // SAFETY: the word is a live, aligned u32 in a shared mapping; the timeout is a valid timespec.
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec, 0usize, 0u32) };
 }
 
-fn wake_all(word: &std::sync::atomic::AtomicU32) {
+fn wake_all(word: &AtomicU32) {
     // SAFETY: as in `wait_while`.
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32) };
 }
@@ -75,8 +75,8 @@ impl Server {
                     if now == seen {
                         continue;
                     }
-                    let asked = Offer::from_u32(s.level.swap(0, Ordering::AcqRel));
-                    let released = if asked.min(offer) == Offer::Never { 0 } else { handler(asked.min(offer)) };
+                    let level = Offer::from_u32(s.level.swap(0, Ordering::AcqRel)).min(offer);
+                    let released = if level == Offer::Never { 0 } else { handler(level) };
                     s.released.store(released, Ordering::Relaxed);
                     s.served.store(now, Ordering::Release);
                     wake_all(&s.served);
@@ -102,6 +102,9 @@ impl Drop for Server {
 /// what it offered down to `level`, and waits for their answers until `deadline`.
 /// `me`: this process's slot, never asked.
 pub fn ask(registry: &Registry, me: Option<usize>, device: i32, level: Offer, deadline: Instant) -> Result<Vec<Answer>> {
+    if level == Offer::Never {
+        return Ok(Vec::new());
+    }
     let asked: Vec<(usize, Process, u32)> = registry.locked(|t| {
         prune(t);
         t.slots
@@ -112,7 +115,6 @@ pub fn ask(registry: &Registry, me: Option<usize>, device: i32, level: Offer, de
                     && s.pid.load(Ordering::Acquire) != 0
                     && s.device.load(Ordering::Relaxed) == device
                     && Offer::from_u32(s.offer.load(Ordering::Relaxed)) >= level
-                    && level > Offer::Never
             })
             .map(|(i, s)| {
                 s.level.fetch_max(level as u32, Ordering::AcqRel);

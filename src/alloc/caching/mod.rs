@@ -156,12 +156,12 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// that the common case stays short.
     #[inline(never)]
     fn collect_and_retry(&self, index: u32, size: u64, stream: u64, first: Result<Option<u64>>) -> Result<u64> {
-        let served = |result: Result<Option<u64>>| result.map(|addr| addr.expect("served after a collection"));
+        let retry = || self.attempt(self.shard(index), size, stream, true).map(|addr| addr.expect("served after a collection"));
         let first = match first {
             Ok(Some(addr)) => return Ok(addr),
             Ok(None) => {
                 self.for_each_shard(Pool::release_free_segments);
-                served(self.attempt(self.shard(index), size, stream, true))
+                retry()
             }
             Err(e) => Err(e),
         };
@@ -171,15 +171,13 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
         lock(&self.totals).num_alloc_retries += 1;
         self.empty_cache();
-        let cause = match served(self.attempt(self.shard(index), size, stream, true)) {
+        let cause = match retry() {
             Err(cause) if is_oom(&cause) => cause,
             done => return done,
         };
         // No lock is held here: the asking may wait while this process serves others.
-        if !reclaim::ask_others(self.shared.source.history_device(), size) {
-            return Err(self.out_of_memory(size, cause));
-        }
-        match served(self.attempt(self.shard(index), size, stream, true)) {
+        let last = if reclaim::ask_others(self.shared.source.history_device(), size) { retry() } else { Err(cause) };
+        match last {
             Err(cause) if is_oom(&cause) => Err(self.out_of_memory(size, cause)),
             done => done,
         }
