@@ -80,6 +80,21 @@ def memory_report(torch, gpurt):
     return f"reserved {reserved / MIB:.1f} MiB, allocated {allocated / MIB:.1f} MiB, NVML {process_mib():.1f} MiB"
 
 
+def segments(torch, gpurt):
+    """The allocator's segments by stream and pool from its snapshot (PyTorch's format):
+    "stream/pool: N segs, total MiB (allocated MiB)" for each."""
+    snapshot = gpurt.memory_snapshot(0) if gpurt is not None else torch.cuda.memory._snapshot()
+    groups = {}
+    for seg in snapshot["segments"]:
+        if seg.get("device", 0) != 0:
+            continue
+        key = (seg.get("stream", 0), tuple(seg.get("segment_pool_id", (0, 0))))
+        count, total, used = groups.get(key, (0, 0, 0))
+        groups[key] = (count + 1, total + seg["total_size"], used + seg["allocated_size"])
+    return "; ".join(f"stream {stream:#x} pool {pool}: {n} segs {total / MIB:.1f} MiB ({used / MIB:.1f} allocated)"
+                     for (stream, pool), (n, total, used) in sorted(groups.items()))
+
+
 def check(ok, what):
     print(("ok    " if ok else "FAIL  ") + what, flush=True)
     return bool(ok)
@@ -162,9 +177,15 @@ def run(lib, alloc, out_dir):
         for batch in range(40, 0, -2):
             ins[batch] = inputs(torch, batch)
             warm(torch, lambda: model(ins[batch]), side)
+            if batch in (40, 38, 20, 2):  # where the peak is made: each allocator's segments
+                torch.cuda.synchronize()
+                print(f"  batch {batch} warmed: {memory_report(torch, gpurt)}, peak so far {peak.peak:.1f}\n    {segments(torch, gpurt)}", flush=True)
             graphs[batch] = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graphs[batch], pool=pool):
                 outs[batch] = model(ins[batch])
+            if batch in (40, 38, 20, 2):
+                torch.cuda.synchronize()
+                print(f"  batch {batch} captured: {memory_report(torch, gpurt)}, peak so far {peak.peak:.1f}\n    {segments(torch, gpurt)}", flush=True)
         # one more through other_graph.pool()
         extra = torch.cuda.CUDAGraph()
         with torch.cuda.graph(extra, pool=graphs[40].pool()):
