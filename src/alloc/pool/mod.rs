@@ -489,7 +489,7 @@ impl<S: SegmentSource> Pool<S> {
         }
         let (pool, size, requested) = (block.pool, block.size, block.requested);
         self.note_block(&[Action::FreeRequested, Action::FreeCompleted], id, requested);
-        if self.parks(size) {
+        if self.parks(id, size) {
             self.park(id);
         } else {
             uncount_use(&mut self.stats, pool, 1, size as i64);

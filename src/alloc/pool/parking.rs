@@ -5,24 +5,31 @@
 //! never keep memory from a best fit.
 
 use super::{count_inactive_split, pool_index, uncount_use, Pool, SegmentSource, MIB};
-use crate::alloc::blocks::{BlockId, State};
+use crate::alloc::blocks::{Block, BlockId, State};
 use crate::alloc::config::AllocConfig;
 
 /// Freed blocks kept parked for a request of their exact size, at most.
 const MAX_PARKED: usize = 64;
 /// With expandable segments, a freed block above this size is merged at once, not
-/// parked: a parked large block kept its place for a request of its exact size, and
+/// parked (unless `Pool::parks` finds it the newest request's size with no Free
+/// neighbour): a parked large block kept its place for a request of its exact size, and
 /// the requests around it were placed as if it were taken. On the recorded traces,
 /// ResNet-50 training's fragmentation 1.063 -> 1.040 and a transformer encoder's
 /// 1.052 -> 1.048, the five others' unchanged, the same steps everywhere (4 MiB:
-/// 1.044 on ResNet-50; 16 MiB: 1.063). Parking a block up to 64 MiB of the newest
-/// request's size with no Free neighbour (a warm pair of 64 MiB: 62 -> 30 ns on the
-/// host source) split the free range of neighbours freed after it: ResNet-50 after
-/// the experts with the cache kept mapped 376 MiB more than PyTorch's expandable
-/// segments (7 932 against 7 556; 7 536 without it, the encoder's trace 1.041 ->
-/// 1.028). Without expandable segments every such block is parked: that mode keeps
-/// the fastest reuse of large blocks.
+/// 1.044 on ResNet-50; 16 MiB: 1.063). Without expandable segments every such block
+/// is parked: that mode keeps the fastest reuse of large blocks.
 const EXPANDABLE_PARK_MAX: u64 = 8 * MIB;
+/// With expandable segments, a freed block above this size is never parked, not even
+/// as the newest request's size: a parked block keeps its neighbours from merging with
+/// it once they are freed, and the requests around it are placed as if it were taken.
+/// Its fast path saves some 30 ns, which a kernel writing 64 MiB and more does not
+/// see. ResNet-50 at batch 96 after GPT-2 and `empty_cache` (gpu/traces/dropin-b):
+/// 8 858 -> 8 850 MiB, below PyTorch's 8 856; every other order, both drop-in sizes
+/// and the eight recorded traces unchanged. At 32 MiB the drop-in at the first sizes
+/// rose to 6 000 MiB (PyTorch: 5 936). Without this parking two scenarios nobody tuned
+/// (ResNet-50 after the experts, cache kept) fell below PyTorch, but a warm pair of a
+/// 64 MiB block took 290 ns on the H200 against 70 (rejected).
+const EXPANDABLE_PARK_NEWEST_MAX: u64 = 64 * MIB;
 /// Sizes of the last requests that no parked block served, remembered to tell which
 /// freed blocks to park: a block of one of these sizes is likely asked for again.
 pub(super) const RECENT_SIZES: usize = 4;
@@ -78,11 +85,20 @@ impl<S: SegmentSource> Pool<S> {
         }
     }
 
-    /// Whether a freed block of `size` is parked: one of a size asked for lately, no
-    /// larger than `park_max`.
+    /// Whether a freed block of `size` is parked: one of a size asked for lately; with
+    /// expandable segments, one above `park_max` only if it is no larger than
+    /// `EXPANDABLE_PARK_NEWEST_MAX`, its size is the newest request's and no Free
+    /// neighbour waits to merge with it. That keeps a warm pair
+    /// of large blocks on the parked path (64 MiB: 62.2 -> 29.8 ns on the host source)
+    /// while large frees beside free memory still merge at once (the reason for
+    /// `EXPANDABLE_PARK_MAX`).
     #[inline(always)]
-    pub(super) fn parks(&self, size: u64) -> bool {
-        size <= self.park_max && self.recent_sizes.contains(&size)
+    pub(super) fn parks(&self, id: BlockId, size: u64) -> bool {
+        if size <= self.park_max {
+            return self.recent_sizes.contains(&size);
+        }
+        let Block { prev, next, .. } = self.blocks[id];
+        size <= EXPANDABLE_PARK_NEWEST_MAX && size == self.recent_sizes[0] && !self.is_free(prev) && !self.is_free(next)
     }
 
     /// Parks a freed block, still counted as allocated and active (see `stats`);

@@ -5,8 +5,9 @@
 use super::*;
 
 /// A freed block above 8 MiB is parked (kept for its size's next request, the most
-/// recently freed first) without expandable segments. With them it merges at once, so
-/// that neighbours freed after it merge with it.
+/// recently freed first) without expandable segments. With them it is parked only for
+/// the newest request's size and only with no Free neighbour (a warm pair stays on the
+/// parked path); beside free memory it merges at once.
 #[test]
 fn expandable_segments_merge_large_frees_at_once() {
     let p = pool(GIB);
@@ -19,21 +20,25 @@ fn expandable_segments_merge_large_frees_at_once() {
 
     let p = expandable(GIB);
     let [a, b, c]: [u64; 3] = std::array::from_fn(|_| p.malloc(16 * MIB, 1).unwrap());
+    // No Free neighbours, the newest request's size: parked, so the last freed comes
+    // back first (merged, best fit would give the lower address, a).
     p.free(a).unwrap();
     p.free(c).unwrap();
+    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), c, "the warm pair's path: parked, the last freed first");
+    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), a);
     check(&p);
-    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), a, "merged, not parked: best fit, the free tail (c) last");
-    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), c);
-    p.free(a).unwrap();
+    let x = p.malloc(4 * MIB, 1).unwrap();
+    p.free(a).unwrap(); // not the newest request's size (4 MiB): merged, Free
     p.free(c).unwrap();
-    p.free(b).unwrap(); // its neighbours a and c are Free: one range
+    let other = p.malloc(16 * MIB, 2).unwrap(); // the newest request is 16 MiB again
+    p.free(b).unwrap(); // its neighbours a and c are Free: merged at once, not parked
     check(&p);
-    assert_eq!(p.malloc(48 * MIB, 1).unwrap(), a, "a, b and c merged into one range");
+    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), a, "b merged with a and c: the range's start, not b");
     let small = p.malloc(8 * MIB, 1).unwrap();
     let after = p.malloc(8 * MIB, 1).unwrap();
     p.free(small).unwrap();
     assert_eq!(p.malloc(8 * MIB, 1).unwrap(), small, "8 MiB is parked either way");
-    for addr in [small, after, a] {
+    for addr in [small, after, a, x, other] {
         p.free(addr).unwrap();
     }
     check(&p);
