@@ -94,6 +94,8 @@ pub struct Pool<S: SegmentSource> {
     /// first request that none of them serves returns them all to the free lists, so
     /// they never keep memory from a best fit.
     parked: Vec<Parked>,
+    /// How many of them are above `park_max` (parked as the newest request's size).
+    parked_large: usize,
     /// The rounded sizes of the last `RECENT_SIZES` requests past the parked blocks,
     /// the newest first: a freed block of another size goes straight to the free
     /// lists, as its parking would only delay its coalescing to the next request (most
@@ -188,6 +190,7 @@ impl<S: SegmentSource> Pool<S> {
             segments: HashMap::default(),
             pending: Vec::new(),
             parked: Vec::new(),
+            parked_large: 0,
             recent_sizes: [0; RECENT_SIZES],
             park_max,
             stats: gpurt_memory_stats_t::new(),
@@ -489,6 +492,9 @@ impl<S: SegmentSource> Pool<S> {
         }
         let (pool, size, requested) = (block.pool, block.size, block.requested);
         self.note_block(&[Action::FreeRequested, Action::FreeCompleted], id, requested);
+        if self.parked_large > 0 {
+            self.flush_parked_large();
+        }
         if self.parks(id, size) {
             self.park(id);
         } else {

@@ -26,9 +26,13 @@ const EXPANDABLE_PARK_MAX: u64 = 8 * MIB;
 /// see. ResNet-50 at batch 96 after GPT-2 and `empty_cache` (gpu/traces/dropin-b):
 /// 8 858 -> 8 850 MiB, below PyTorch's 8 856; every other order, both drop-in sizes
 /// and the eight recorded traces unchanged. At 32 MiB the drop-in at the first sizes
-/// rose to 6 000 MiB (PyTorch: 5 936). Without this parking two scenarios nobody tuned
-/// (ResNet-50 after the experts, cache kept) fell below PyTorch, but a warm pair of a
-/// 64 MiB block took 290 ns on the H200 against 70 (rejected).
+/// rose to 6 000 MiB (PyTorch: 5 936). Such a block stays parked only until another
+/// block is freed (`flush_parked_large`): one reused in place between neighbours freed
+/// after it split their free range, and ResNet-50 after the experts with the cache kept
+/// mapped 376 MiB more than PyTorch's expandable segments (7 932 -> 7 536 MiB, below
+/// its 7 556; recorded traces: the encoder 1.041 -> 1.032, the drop-in sequence 1.046
+/// -> 1.040, ResNet-50 1.040 -> 1.047). Without this parking at all the scenarios fell
+/// as far, but a warm pair of a 64 MiB block took 290 ns on the H200 against 70.
 const EXPANDABLE_PARK_NEWEST_MAX: u64 = 64 * MIB;
 /// Sizes of the last requests that no parked block served, remembered to tell which
 /// freed blocks to park: a block of one of these sizes is likely asked for again.
@@ -62,6 +66,7 @@ impl<S: SegmentSource> Pool<S> {
         let i = self.parked.iter().rposition(|p| p.size == size && p.stream == stream)?;
         // Usually the last one: `pop` spares `remove`'s copy call.
         let id = if i + 1 == self.parked.len() { self.parked.pop() } else { Some(self.parked.remove(i)) }?.id;
+        self.parked_large -= (size > self.park_max) as usize;
         let block = &mut self.blocks[id];
         count_inactive_split(&mut self.stats, block, -1);
         // Still counted as allocated and active (see `stats`): only the request is new.
@@ -77,19 +82,39 @@ impl<S: SegmentSource> Pool<S> {
     /// Returns every parked block to the free lists, coalesced, and uncounts its use
     /// (see `stats`).
     pub fn flush_parked(&mut self) {
-        while let Some(Parked { id, size, .. }) = self.parked.pop() {
-            let block = &self.blocks[id];
-            uncount_use(&mut self.stats, block.pool, 1, size as i64);
-            count_inactive_split(&mut self.stats, block, -1);
-            self.coalesce_into_free(id);
+        while let Some(parked) = self.parked.pop() {
+            self.release_parked(parked);
         }
+        self.parked_large = 0;
+    }
+
+    /// Returns the blocks parked above `park_max` to the free lists: another block is
+    /// freed, so the warm pair they were kept for is over, and its neighbours may merge
+    /// with them.
+    #[cold]
+    pub(super) fn flush_parked_large(&mut self) {
+        for i in (0..self.parked.len()).rev() {
+            if self.parked[i].size > self.park_max {
+                let parked = self.parked.remove(i);
+                self.release_parked(parked);
+            }
+        }
+        self.parked_large = 0;
+    }
+
+    fn release_parked(&mut self, Parked { id, size, .. }: Parked) {
+        let block = &self.blocks[id];
+        uncount_use(&mut self.stats, block.pool, 1, size as i64);
+        count_inactive_split(&mut self.stats, block, -1);
+        self.coalesce_into_free(id);
     }
 
     /// Whether a freed block of `size` is parked: one of a size asked for lately; with
     /// expandable segments, one above `park_max` only if it is no larger than
     /// `EXPANDABLE_PARK_NEWEST_MAX`, its size is the newest request's and no Free
-    /// neighbour waits to merge with it. That keeps a warm pair
-    /// of large blocks on the parked path (64 MiB: 62.2 -> 29.8 ns on the host source)
+    /// neighbour waits to merge with it (kept until another block is freed). That keeps
+    /// a warm pair of large blocks on the parked path (64 MiB: 62.2 -> 29.8 ns on the
+    /// host source)
     /// while large frees beside free memory still merge at once (the reason for
     /// `EXPANDABLE_PARK_MAX`).
     #[inline(always)]
@@ -116,6 +141,7 @@ impl<S: SegmentSource> Pool<S> {
         self.stats.requested_bytes.sub(pool, requested as i64);
         count_inactive_split(&mut self.stats, block, 1);
         self.parked.push(Parked { stream, size, id });
+        self.parked_large += (size > self.park_max) as usize;
     }
 
     /// Remembers a request's rounded size among the last `RECENT_SIZES` that no parked

@@ -7,7 +7,7 @@ use super::*;
 /// A freed block above 8 MiB is parked (kept for its size's next request, the most
 /// recently freed first) without expandable segments. With them it is parked only for
 /// the newest request's size and only with no Free neighbour (a warm pair stays on the
-/// parked path); beside free memory it merges at once.
+/// parked path), until another block is freed; beside free memory it merges at once.
 #[test]
 fn expandable_segments_merge_large_frees_at_once() {
     let p = pool(GIB);
@@ -26,6 +26,13 @@ fn expandable_segments_merge_large_frees_at_once() {
     p.free(c).unwrap();
     assert_eq!(p.malloc(16 * MIB, 1).unwrap(), c, "the warm pair's path: parked, the last freed first");
     assert_eq!(p.malloc(16 * MIB, 1).unwrap(), a);
+    check(&p);
+    // A parked large block goes back to the free lists when another block is freed, so
+    // that its neighbours freed after it merge with it.
+    p.free(b).unwrap(); // parked: no Free neighbour, the newest request's size
+    p.free(c).unwrap(); // b goes back first; c, beside it, merges with it
+    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), b, "b and c merged (parked, c would come back first)");
+    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), c);
     check(&p);
     let x = p.malloc(4 * MIB, 1).unwrap();
     p.free(a).unwrap(); // not the newest request's size (4 MiB): merged, Free
