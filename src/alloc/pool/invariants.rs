@@ -89,6 +89,10 @@ impl<S: SegmentSource> Pool<S> {
         if parked != self.parked.len() {
             return Err(format!("{} blocks listed as parked for {parked} parked", self.parked.len()));
         }
+        let large = self.parked.iter().filter(|p| p.size > self.park_max).count();
+        if large != self.parked_large {
+            return Err(format!("{} parked blocks counted above park_max for {large}", self.parked_large));
+        }
         if blocks_seen != self.blocks.len() || listed.len() + in_use + unmapped != self.blocks.len() || in_use != self.by_addr.len() {
             return Err("blocks outside any segment, stale free-list entries or stale addresses".into());
         }

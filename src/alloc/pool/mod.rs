@@ -251,6 +251,9 @@ impl<S: SegmentSource> Pool<S> {
     }
 
     pub fn set_config(&mut self, config: AllocConfig) {
+        // Blocks parked under the old `park_max` go back first: `parked_large` counts
+        // those above the current one.
+        self.flush_parked();
         self.park_max = park_max(&config);
         self.config = config;
     }

@@ -51,6 +51,25 @@ fn expandable_segments_merge_large_frees_at_once() {
     check(&p);
 }
 
+/// A configuration change returns the blocks parked under the old rule to the free
+/// lists: a 16 MiB block parked with whole segments is above expandable segments'
+/// `park_max`, which the count of large parked blocks goes by.
+#[test]
+fn a_configuration_change_returns_parked_blocks() {
+    let p = pool(GIB);
+    let [a, b] = [(); 2].map(|_| p.malloc(16 * MIB, 1).unwrap());
+    p.free(a).unwrap(); // parked: whole segments park every size
+    p.set_config(AllocConfig::parse("expandable_segments:True").unwrap());
+    // No check before it (checking settles parked blocks): without the flush, this
+    // reuse of a's block took the count below zero.
+    let again = p.malloc(16 * MIB, 1).unwrap();
+    check(&p);
+    for addr in [again, b] {
+        p.free(addr).unwrap();
+    }
+    check(&p);
+}
+
 /// Large blocks of one stream follow each other in one address range; it grows by
 /// what its free end lacks, and `empty_cache` unmaps the free end, then the rest.
 #[test]
