@@ -173,19 +173,21 @@ def run(lib, alloc, out_dir):
     pool = torch.cuda.graph_pool_handle()
     graphs, outs, ins = {}, {}, {}
     side = torch.cuda.Stream() if WARM_STREAMS == "one" else None
+
+    def show(batch, stage):  # where the peak is made: each allocator's segments
+        if batch in (40, 38, 20, 2):
+            torch.cuda.synchronize()
+            print(f"  batch {batch} {stage}: {memory_report(torch, gpurt)}, peak so far {peak.peak:.1f}\n    {segments(torch, gpurt)}", flush=True)
+
     with torch.no_grad():
         for batch in range(40, 0, -2):
             ins[batch] = inputs(torch, batch)
             warm(torch, lambda: model(ins[batch]), side)
-            if batch in (40, 38, 20, 2):  # where the peak is made: each allocator's segments
-                torch.cuda.synchronize()
-                print(f"  batch {batch} warmed: {memory_report(torch, gpurt)}, peak so far {peak.peak:.1f}\n    {segments(torch, gpurt)}", flush=True)
+            show(batch, "warmed")
             graphs[batch] = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graphs[batch], pool=pool):
                 outs[batch] = model(ins[batch])
-            if batch in (40, 38, 20, 2):
-                torch.cuda.synchronize()
-                print(f"  batch {batch} captured: {memory_report(torch, gpurt)}, peak so far {peak.peak:.1f}\n    {segments(torch, gpurt)}", flush=True)
+            show(batch, "captured")
         # one more through other_graph.pool()
         extra = torch.cuda.CUDAGraph()
         with torch.cuda.graph(extra, pool=graphs[40].pool()):

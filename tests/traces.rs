@@ -130,23 +130,32 @@ fn recorded_traces_fragment_as_measured_on_the_gpu() {
     }
 }
 
-/// `second`'s peak reserved bytes with expandable segments, played after `first` (none:
-/// from an empty pool) with an `empty_cache` between them or the cache kept; the bytes
-/// `first` left live; and `first`'s own peak reserved bytes.
-fn peak_after(first: &[Op], second: &[Op], empty_cache: bool) -> (u64, u64, u64) {
+/// `workloads` played in turn on one pool with expandable segments, an `empty_cache`
+/// between them or the cache kept, as one process runs them: each one's peak reserved
+/// bytes and the bytes live after it.
+fn in_one_process(workloads: &[&[Op]], empty_cache: bool) -> Vec<(u64, u64)> {
     let allocator = CachingAllocator::new(HostSource::new(64 * GIB), AllocConfig::parse("expandable_segments:True").unwrap());
-    let (mut first_live, mut second_live, mut bytes) = (Vec::new(), Vec::new(), 0);
-    play(&allocator, first, &mut first_live, &mut bytes);
-    let (left, first_peak) = (bytes, allocator.stats().reserved_bytes.all.peak as u64);
-    if empty_cache {
-        allocator.empty_cache();
+    let (mut lives, mut bytes, mut figures) = (Vec::new(), 0, Vec::new());
+    for (n, ops) in workloads.iter().enumerate() {
+        if n > 0 && empty_cache {
+            allocator.empty_cache();
+        }
+        allocator.reset_peak();
+        let mut live = Vec::new();
+        play(&allocator, ops, &mut live, &mut bytes);
+        lives.push(live);
+        figures.push((allocator.stats().reserved_bytes.all.peak as u64, bytes));
     }
-    allocator.reset_peak();
-    play(&allocator, second, &mut second_live, &mut bytes);
-    allocator.check_invariants().expect("invariants after the second trace");
-    let peak = allocator.stats().reserved_bytes.all.peak as u64;
-    free_all(&allocator, &[first_live, second_live]);
-    (peak, left, first_peak)
+    allocator.check_invariants().expect("invariants after the workloads");
+    free_all(&allocator, &lives);
+    figures
+}
+
+/// `second`'s peak reserved bytes played after `first` (none: from an empty pool) in
+/// one process (`in_one_process`); the bytes `first` left live; `first`'s own peak.
+fn peak_after(first: &[Op], second: &[Op], empty_cache: bool) -> (u64, u64, u64) {
+    let figures = in_one_process(&[first, second], empty_cache);
+    (figures[1].0, figures[0].1, figures[0].0)
 }
 
 /// Two recorded workloads in one process with `empty_cache` between them, as a server
@@ -268,19 +277,9 @@ const SCENARIOS_LOST: [(u64, &[&str], bool, u64, u64); 3] = [
 fn the_lost_scenarios_replay_their_gpu_peaks() {
     const MIB: u64 = 1 << 20;
     for (seed, families, empty_cache, gpurt_gpu, pytorch) in SCENARIOS_LOST {
-        let allocator = CachingAllocator::new(HostSource::new(64 * GIB), AllocConfig::parse("expandable_segments:True").unwrap());
-        let (mut lives, mut bytes) = (Vec::new(), 0);
-        for (n, family) in families.iter().enumerate() {
-            if n > 0 && empty_cache {
-                allocator.empty_cache();
-            }
-            let mut live = Vec::new();
-            play(&allocator, &load(&format!("scenarios/s{seed}_{n}_{family}")), &mut live, &mut bytes);
-            lives.push(live);
-        }
-        allocator.check_invariants().expect("invariants after the scenario");
-        let peak = allocator.stats().reserved_bytes.all.peak as u64 / MIB;
-        free_all(&allocator, &lives);
+        let traces: Vec<Vec<Op>> = families.iter().enumerate().map(|(n, family)| load(&format!("scenarios/s{seed}_{n}_{family}"))).collect();
+        let workloads: Vec<&[Op]> = traces.iter().map(Vec::as_slice).collect();
+        let peak = in_one_process(&workloads, empty_cache).iter().map(|&(peak, _)| peak).max().unwrap_or(0) / MIB;
         eprintln!("scenario {seed}: {peak} MiB (the H200: gpurt {gpurt_gpu}, PyTorch expandable {pytorch})");
         assert_eq!(peak, gpurt_gpu, "scenario {seed}: the replay no longer gives the GPU's figure");
         assert!(peak <= pytorch, "scenario {seed}: {peak} MiB, above PyTorch's {pytorch}");

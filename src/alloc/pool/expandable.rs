@@ -20,10 +20,11 @@ use crate::error::{Error, Result, Status};
 /// (docs/performance.md, "Workloads nobody tuned for"), for more driver calls from cold
 /// (ResNet-50's trace 43 -> 67). Steps up to 192 MiB, a sixteenth of what is mapped,
 /// overshot by up to 140 MiB: 10 of 48 such scenarios above PyTorch by 1.5-3.4 %.
-/// A segment's first growth maps only what it lacks: a side stream that holds a cuBLAS
-/// workspace and one block beside it (PyTorch's warm-ups before a CUDA graph capture)
-/// kept a 16 MiB step 14 MiB short of use, on each such stream (one more driver
-/// mapping a segment on the recorded traces, their fragmentation unchanged).
+/// A segment of one mapping (new, or emptied back to one) grows by only what it lacks:
+/// a side stream that holds a cuBLAS workspace and one block beside it (PyTorch's
+/// warm-ups before a CUDA graph capture) kept a 16 MiB step 14 MiB short of use, on
+/// each such stream (one more driver mapping a segment on the recorded traces, their
+/// fragmentation unchanged).
 const EXPANDABLE_STEP_MIN: u64 = 16 * MIB;
 const EXPANDABLE_STEP_MAX: u64 = 32 * MIB;
 /// A segment that grows after this many allocations since its last step is past its
@@ -83,8 +84,8 @@ impl<S: SegmentSource> Pool<S> {
         self.shared.source.may_allocate(stream)?;
         let granularity = self.shared.source.map_granularity();
         let key = (stream, pool_index(pool));
-        let Some((base, reserved, last, allocations_at_growth)) =
-            self.expandable.get(&key).map(|e| (e.base, e.reserved, e.tail, e.allocations_at_growth))
+        let Some((base, reserved, last, allocations_at_growth, one_mapping)) =
+            self.expandable.get(&key).map(|e| (e.base, e.reserved, e.tail, e.allocations_at_growth, e.maps.len() <= 1))
         else {
             // Room for the whole device: a segment never needs a second range.
             let total = self.shared.source.memory_info().1;
@@ -106,7 +107,6 @@ impl<S: SegmentSource> Pool<S> {
             return Ok(id);
         }
         let mapped = self.segments[&base].size;
-        let first_growth = self.expandable[&key].maps.len() <= 1;
         let tail = &self.blocks[last];
         let (tail_free, rank) = (tail.state == State::Free, tail.rank + tail.size);
         let missing = if tail_free { rounded.saturating_sub(tail.size) } else { rounded };
@@ -125,7 +125,7 @@ impl<S: SegmentSource> Pool<S> {
         // bounded overshoot; where the step is refused (the cap, the driver), what is
         // needed is enough.
         let allocations = self.allocations_so_far();
-        let share = if self.config.exact_segments || first_growth {
+        let share = if self.config.exact_segments || one_mapping {
             0
         } else if allocations - allocations_at_growth >= EXPANDABLE_QUIET_ALLOCATIONS {
             (mapped / 32).clamp(EXPANDABLE_QUIET_STEP_MIN, EXPANDABLE_QUIET_STEP_MAX)

@@ -114,9 +114,8 @@ impl<S: SegmentSource> Pool<S> {
     /// `EXPANDABLE_PARK_NEWEST_MAX`, its size is the newest request's and no Free
     /// neighbour waits to merge with it (kept until another block is freed). That keeps
     /// a warm pair of large blocks on the parked path (64 MiB: 62.2 -> 29.8 ns on the
-    /// host source)
-    /// while large frees beside free memory still merge at once (the reason for
-    /// `EXPANDABLE_PARK_MAX`).
+    /// host source) while large frees beside free memory still merge at once (the
+    /// reason for `EXPANDABLE_PARK_MAX`).
     #[inline(always)]
     pub(super) fn parks(&self, id: BlockId, size: u64) -> bool {
         if size <= self.park_max {
