@@ -291,7 +291,7 @@ step dropin-peak-alone-gpurt-expandable env DROPIN_WORKLOADS=resnet50_train GPUR
     python3 src/dropin_peak.py "$lib/libgpurt.so.0" gpurt "$logs/dropin-alone"
 # Seeded random scenarios of five model families (#69): gpurt's peak against PyTorch's
 # expandable segments and default, new seeds each run (SCENARIOS=N of them, or SCENARIO_SEEDS);
-# the traces of those above +0.5 % recorded after, for tests/traces.rs.
+# the traces of those above +0.5 % recorded after, for tests/traces/main.rs.
 step dropin-scenarios env SCENARIO_RECORD=1 python3 src/scenarios.py "$lib/libgpurt.so.0" "$logs/dropin-scenarios" ${SCENARIO_SEEDS:-}
 # The Python package from its wheel, with the carried cffi and pytest, beside the
 # machine's PyTorch and CuPy.
@@ -389,7 +389,7 @@ step trace-replay-then env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True LD_L
 step trace-replay-dropin-sequence env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
     LD_LIBRARY_PATH="$PWD/rmm/rapids_logger/lib64" bin/trace_replay 3 recorded-traces/dropin_sequence.trace
 # The drop-in workloads at dropin_orders.py's second sizes (GPT-2 32 prompts of 64, ResNet-50
-# at batch 96), each recorded alone into the logs: gpu/traces/dropin-b, which tests/traces.rs
+# at batch 96), each recorded alone into the logs: gpu/traces/dropin-b, which tests/traces/main.rs
 # plays in every order.
 for workload in gpt2_generate resnet50_train; do
     step "record-dropin-b-$workload" env DROPIN_WORKLOADS=$workload DROPIN_GPT2=32,64,192 DROPIN_RESNET_BATCH=96 \

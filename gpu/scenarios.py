@@ -245,7 +245,7 @@ def main():
     if failed:
         print(f"scenarios that FAILED to run: seeds {failed}")
     lost = [r["seed"] for r in rows if r["ratio"] > LIMIT]
-    if lost and os.environ.get("SCENARIO_RECORD") == "1":  # the traces of those above +0.5 %, for tests/traces.rs
+    if lost and os.environ.get("SCENARIO_RECORD") == "1":  # the traces of those above +0.5 %, for tests/traces/main.rs
         record_scenarios(lib_path, os.path.join(out_dir, "traces"), lost)
         print(f"traces of the {len(lost)} scenarios above +0.5 % in {os.path.join(out_dir, 'traces')}")
     sys.exit(0 if summary(rows) and not failed else 1)

@@ -9,6 +9,8 @@
 
 use std::io::Read;
 
+mod pytorch;
+
 use gpurt::alloc::caching::CachingAllocator;
 use gpurt::alloc::config::AllocConfig;
 use gpurt::alloc::host::HostSource;
@@ -151,6 +153,30 @@ fn in_one_process(workloads: &[&[Op]], empty_cache: bool) -> Vec<(u64, u64)> {
     figures
 }
 
+/// `workloads` played in turn on the model of PyTorch's expandable segments, as
+/// `in_one_process` plays them on gpurt: each one's peak reserved bytes.
+fn on_pytorch(workloads: &[&[Op]], empty_cache: bool) -> Vec<u64> {
+    let mut model = pytorch::PytorchExpandable::default();
+    let mut peaks = Vec::new();
+    for (n, ops) in workloads.iter().enumerate() {
+        if n > 0 && empty_cache {
+            model.empty_cache();
+        }
+        model.peak = model.reserved;
+        let mut live = std::collections::HashMap::new();
+        for op in ops.iter() {
+            match *op {
+                Op::Alloc { id, size, stream } => {
+                    live.insert(id, model.malloc(size, stream));
+                }
+                Op::Free { id } => model.free(live.remove(&id).expect("an allocated id")),
+            }
+        }
+        peaks.push(model.peak);
+    }
+    peaks
+}
+
 /// `second`'s peak reserved bytes played after `first` (none: from an empty pool) in
 /// one process (`in_one_process`); the bytes `first` left live; `first`'s own peak.
 fn peak_after(first: &[Op], second: &[Op], empty_cache: bool) -> (u64, u64, u64) {
@@ -202,6 +228,8 @@ fn the_drop_in_workload_peaks_no_higher_than_on_pytorchs_expandable_segments() {
         let (resnet_peak, _, gpt2_peak) = peak_after(gpt2, resnet, empty_cache);
         let (resnet_peak, gpt2_peak) = (resnet_peak / MIB, gpt2_peak / MIB);
         eprintln!("empty_cache {empty_cache}: GPT-2 {gpt2_peak} MiB (PyTorch 622), ResNet-50 {resnet_peak} MiB (PyTorch {pytorch_resnet})");
+        let model: Vec<u64> = on_pytorch(&[gpt2, resnet], empty_cache).iter().map(|peak| peak / MIB).collect();
+        assert_eq!(model, [622, pytorch_resnet], "the model of PyTorch's allocator no longer gives its GPU figures");
         assert!(gpt2_peak <= 622, "GPT-2 at {gpt2_peak} MiB");
         assert!(resnet_peak <= pytorch_resnet, "ResNet-50 at {resnet_peak} MiB, empty_cache {empty_cache}");
     }
@@ -247,6 +275,8 @@ fn the_drop_in_orders_at_the_second_sizes_peak_no_higher_than_pytorchs() {
         for (empty_cache, pytorch) in [true, false].into_iter().zip(pytorch) {
             let (second_peak, _, first_peak) = peak_after(first, &after(first, second), empty_cache);
             let peak = second_peak.max(first_peak) / MIB;
+            let model = on_pytorch(&[first, &after(first, second)], empty_cache).into_iter().max().unwrap_or(0) / MIB;
+            assert_eq!(model, pytorch, "{order}, empty_cache {empty_cache}: the model of PyTorch's allocator no longer gives its GPU figure");
             eprintln!("{order}, empty_cache {empty_cache}: {peak} MiB (PyTorch {pytorch})");
             assert!(peak <= pytorch, "{order}, empty_cache {empty_cache}: {peak} MiB, PyTorch {pytorch}");
         }
@@ -280,8 +310,71 @@ fn the_lost_scenarios_replay_their_gpu_peaks() {
         let traces: Vec<Vec<Op>> = families.iter().enumerate().map(|(n, family)| load(&format!("scenarios/s{seed}_{n}_{family}"))).collect();
         let workloads: Vec<&[Op]> = traces.iter().map(Vec::as_slice).collect();
         let peak = in_one_process(&workloads, empty_cache).iter().map(|&(peak, _)| peak).max().unwrap_or(0) / MIB;
-        eprintln!("scenario {seed}: {peak} MiB (the H200: gpurt {gpurt_gpu}, PyTorch expandable {pytorch})");
+        let model = on_pytorch(&workloads, empty_cache).into_iter().max().unwrap_or(0) / MIB;
+        eprintln!("scenario {seed}: {peak} MiB (the H200: gpurt {gpurt_gpu}, PyTorch expandable {pytorch}; its model {model})");
+        assert_eq!(model, pytorch, "scenario {seed}: the model of PyTorch's allocator no longer gives its GPU figure");
         assert_eq!(peak, gpurt_gpu, "scenario {seed}: the replay no longer gives the GPU's figure");
         assert!(peak <= pytorch, "scenario {seed}: {peak} MiB, above PyTorch's {pytorch}");
     }
+}
+
+/// Every recorded trace, by name under gpu/traces.
+fn all_traces() -> Vec<String> {
+    let mut names = Vec::new();
+    for dir in ["", "dropin-b/", "scenarios/"] {
+        let path = format!("{}/gpu/traces/{dir}", env!("CARGO_MANIFEST_DIR"));
+        for entry in std::fs::read_dir(&path).expect("gpu/traces") {
+            let file = entry.expect("an entry").file_name().into_string().expect("a name");
+            if let Some(name) = file.strip_suffix(".trace.gz") {
+                names.push(format!("{dir}{name}"));
+            }
+        }
+    }
+    names.sort();
+    names
+}
+
+/// Scenarios no GPU ran: two or three recorded workloads (every trace under gpu/traces)
+/// in one process, in seeded random orders, with `empty_cache` between them or the cache
+/// kept, as gpu/scenarios.py draws them; gpurt's peak reserved bytes against the model
+/// of PyTorch's expandable segments. These 100: 77 at or below, median 0.997, max
+/// 1.091, 6 above +0.5 % (the H200's 33 fresh seeds of gpu/scenarios.py: 79 % at or
+/// below, max 1.018). The bounds keep a policy change from making them worse unseen;
+/// docs/performance.md has the distribution and what it says about the policy.
+#[test]
+fn scenarios_of_recorded_workloads_against_pytorchs_model() {
+    const SCENARIOS: usize = 100;
+    const AT_OR_BELOW: usize = 77;
+    const MAX: f64 = 1.092;
+    let names = all_traces();
+    let traces: Vec<Vec<Op>> = names.iter().map(|name| load(name)).collect();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut draw = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let mut ratios = Vec::new();
+    for _ in 0..SCENARIOS {
+        let count = 2 + draw(2);
+        let mut picks: Vec<usize> = Vec::new();
+        while picks.len() < count {
+            let pick = draw(names.len());
+            if !picks.contains(&pick) {
+                picks.push(pick);
+            }
+        }
+        let empty_cache = draw(2) == 0;
+        let workloads: Vec<&[Op]> = picks.iter().map(|&p| traces[p].as_slice()).collect();
+        let ours = in_one_process(&workloads, empty_cache).iter().map(|&(peak, _)| peak).max().unwrap_or(0);
+        let theirs = on_pytorch(&workloads, empty_cache).into_iter().max().unwrap_or(0);
+        ratios.push(ours as f64 / theirs as f64);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let at_or_below = ratios.iter().filter(|&&r| r <= 1.0).count();
+    let above = ratios.iter().filter(|&&r| r > 1.005).count();
+    let (min, median, max) = (ratios[0], ratios[SCENARIOS / 2], ratios[SCENARIOS - 1]);
+    eprintln!("{SCENARIOS} scenarios: gpurt / PyTorch's model min {min:.3}, median {median:.3}, max {max:.3}; {at_or_below} at or below, {above} above +0.5 %");
+    assert!(at_or_below >= AT_OR_BELOW && max <= MAX, "{at_or_below} at or below (was {AT_OR_BELOW}), max {max:.3} (was {MAX})");
 }
