@@ -48,6 +48,8 @@
 
 /** Initialiser for gpurt_mem_pool_options_t: the driver upstream, the process's configuration, no limit. */
 #define GPURT_MEM_POOL_OPTIONS_INIT GPURT_STRUCT_INIT(gpurt_mem_pool_options_t)
+/** Initialiser for gpurt_share_options_t: the defaults. */
+#define GPURT_SHARE_OPTIONS_INIT GPURT_STRUCT_INIT(gpurt_share_options_t)
 
 /** Initialiser for gpurt_telemetry_t. */
 #define GPURT_TELEMETRY_INIT GPURT_STRUCT_INIT(gpurt_telemetry_t)
@@ -437,6 +439,18 @@
  * `gpurt_sanitizer_access`: the work writes the range (`READ | WRITE`: both, checked as a write).
  */
 #define GPURT_ACCESS_WRITE 2
+
+/**
+ * A share group member offers its cached free memory: when another member's
+ * allocation is refused by the device, this process empties its caches on the device
+ * (its default pool and the pools it created there), as gpurt_empty_cache would.
+ */
+#define GPURT_SHARE_OFFER_CACHED 0
+
+/**
+ * A share group member offers nothing: it may ask the others, and is never asked.
+ */
+#define GPURT_SHARE_OFFER_NEVER 1
 
 /**
  * The flag of a stream that does not synchronise with the legacy default stream.
@@ -1392,6 +1406,25 @@ typedef struct {
    */
   uint64_t offset;
 } gpurt_rng_state_t;
+
+/**
+ * Options of gpurt_share_join; initialise with GPURT_SHARE_OPTIONS_INIT (every field
+ * zero: the defaults).
+ */
+typedef struct {
+  /**
+   * Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt reads only that much.
+   */
+  size_t struct_size;
+  /**
+   * What the others may take from this process: GPURT_SHARE_OFFER_CACHED (the default) or GPURT_SHARE_OFFER_NEVER.
+   */
+  int offer;
+  /**
+   * How long an allocation the device refuses waits for the others' answers, in ms; 0: 3 000.
+   */
+  uint32_t deadline_ms;
+} gpurt_share_options_t;
 
 /**
  * A host function for `gpurt_stream_launch_host_func`; it must not call CUDA.
@@ -5043,6 +5076,40 @@ gpurt_status_t gpurt_sanitizer_access(const void *ptr,
                                       int access,
                                       gpurt_stream_t stream,
                                       const char *tag);
+
+/**
+ * Joins this process to share group `name` for `device`: processes of this user
+ * that join the same name on the same GPU (whatever ordinal each sees it under) give
+ * each other memory on demand. An allocation, a pool's growth or a wake on `device`
+ * that the driver refuses, once this process's own cache is released, asks the
+ * other members for what they offered (their cached free memory), waits for their
+ * answers until the deadline, and is retried once: it succeeds, or fails as before.
+ * A gpurt thread serves the others' requests until gpurt_share_leave or exit; a
+ * member killed mid-request holds no one up past the deadline. No daemon: the group
+ * is a file of mode 0600 under /dev/shm (GPURT_SHARE_DIR elsewhere) that only this
+ * user may open (SECURITY.md).
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @param name the group's name: 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'
+ * @param options what this process offers and how long it waits; NULL: the defaults
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL or malformed name, an unknown offer, a device that does not exist or is in a group already; GPURT_ERROR_IO when the group's file cannot be opened or made, or is not this user's with mode 0600; GPURT_ERROR_OUT_OF_MEMORY when the group is full; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_share_join(int device,
+                                const char *name,
+                                const gpurt_share_options_t *options);
+
+/**
+ * Leaves the share group `device` is in: this process's server stops and it is no
+ * longer asked; its allocations no longer ask the others.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist or is in no group; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_share_leave(int device);
 
 /**
  * Creates a stream on `device` with `flags` (0 or `GPURT_STREAM_NON_BLOCKING`) and

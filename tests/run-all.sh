@@ -213,6 +213,8 @@ stub_c_test graph_nodes_test "conditional and event nodes: misuse refused, bodie
 stub_c_test shared_capture_test "shared captures: misuse refused, a graph's temporaries taken from the stream's pool in stream order (reused after the capture, grown in a global-mode capture, a conditional body's too), the pool kept mapped and undestroyable while the graph or an exec lives, everything back after (stub driver; bytes in the GPU suite)"
 stub_c_test vbuffer_test "growable virtual buffers: misuse refused with nothing changed, growth at the same address, mapped bytes in the statistics and under the memory fraction, whole mappings unmapped, every byte given back (stub driver; bytes in the GPU suite)"
 stub_c_test memory_report_test "the memory report: misuse refused with nothing written, each figure gpurt makes moved by exactly what was made and back (stub driver; NVML's figure of the process in the GPU suite)"
+mkdir -p "$stub/share"
+stub_c_test share_test "a share group of processes on one device (the stub's shared device): a member's cache given on another's request, an offer of nothing kept, a process outside refused, the API's misuse (stub driver)" "$stub/share"
 stub_c_test backend_test "backend:cudaMallocAsync: the driver's pool behind the default pools (stub driver)"
 stub_c_test foreign_capture_test "captures begun outside gpurt: a private pool per capture or the thread's bound pool, never the shared cache; kept until the driver's graph and execs are gone (user objects), then given back; 100 cycles, refused user objects (stub driver; bytes in the GPU suite)"
 stub_c_test no_vmm_test "expandable segments on a device without virtual memory management: whole segments, a pool's own request refused (stub driver)"

@@ -29,7 +29,7 @@ from .vbuffer import VBuffer
 from .streams import (Event, ExternalStream, GreenContext, Stream, current_stream, default_stream, per_thread_default_stream,
                       priority_range, set_stream, stream, stream_from_pool)
 
-from . import blas, comm, gds, random, sanitizer
+from . import blas, comm, gds, random, sanitizer, share
 from . import cupy, torch  # gpurt.torch.use_as_allocator(), gpurt.cupy.use_as_allocator()
 
 __version__ = "0.1.0"

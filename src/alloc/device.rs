@@ -515,6 +515,17 @@ pub fn empty_cache() -> Result<()> {
     Ok(())
 }
 
+/// Releases the wholly free cached segments of `ordinal`'s device alone (its default
+/// pool and the pools users created on it): the reserved bytes that went back.
+pub fn empty_cache_of(ordinal: i32) -> Result<u64> {
+    let reserved = || stats(ordinal).map(|s| s.reserved_bytes.all.current.max(0) as u64);
+    let before = reserved()?;
+    super::capture::foreign::settle();
+    default_pool(ordinal)?.empty_cache();
+    MEM_POOLS.on_device(allocator(ordinal)?.source().device()).iter().for_each(|pool| pool.allocator().empty_cache());
+    Ok(before.saturating_sub(reserved()?))
+}
+
 /// The device's statistics: the sum over its default pool, the pools users created
 /// (live and destroyed) and graph-private pools.
 pub fn stats(ordinal: i32) -> Result<gpurt_memory_stats_t> {

@@ -2,8 +2,10 @@
 //! memory on demand. Its registry holds the group together without a daemon
 //! (`registry`); a member asks the others for what they offered and each one's server
 //! thread answers (`requests`). The allocator asks through `alloc::reclaim`'s hook when
-//! the device refuses it; not built yet: a member installing that hook and serving with
-//! its pools, idle pools slept on request, the C API.
+//! the device refuses it; a member (`member`) installs that hook and serves with its
+//! device's caches. Not built yet: idle pools put to sleep on request.
 
+pub mod ffi;
+pub mod member;
 pub mod registry;
 pub mod requests;

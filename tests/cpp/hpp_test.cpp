@@ -56,6 +56,7 @@ static void without_device(gpurt_status_t why) {
     expect_error(why, "gpurt_graph_pool_create", [] { (void)gpurt::GraphPool::create(0); });
     expect_error(why, "gpurt_pinned_pool_create", [] { (void)gpurt::PinnedPool::create(); });
     expect_error(why, "gpurt_empty_cache", [] { gpurt::empty_cache(); });
+    expect_error(why, "gpurt_share_join", [] { gpurt::share_join(0, "hpp-test"); });
     expect_error(why, "gpurt_mem_pool_create", [] { (void)gpurt::MemPool::create(0); });
     expect_error(why, "gpurt_current_blas_handle", [] { (void)gpurt::blas::current_handle(); });
     // Empty owners destroy nothing; moved-from owners are empty.
@@ -424,6 +425,8 @@ static void with_device(bool real_gpu) {
     }
     gpurt::empty_cache();
     dev.synchronize();
+    // Not in a share group: leaving is refused, naming the call.
+    expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_share_leave", [] { gpurt::share_leave(0); });
 }
 
 int main() {

@@ -1,6 +1,7 @@
 """Device-present paths, on the stand-in driver in CI and on a GPU in the GPU suite:
 handles, ownership, statistics and the misuse of each."""
 import gc
+import os
 import random
 import subprocess
 import sys
@@ -772,3 +773,16 @@ def test_a_sleep_prepared_ahead_uses_that_host_memory(device):
             assert bytes(buf.copy_to_host()) == payload
         buf.free()
     assert gpurt.device_sleep_prepare() >= 0
+
+
+def test_share_group_join_and_leave(device, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPURT_SHARE_DIR", str(tmp_path))
+    with pytest.raises(ValueError):
+        gpurt.share.join("py-test", offer="sometimes")
+    gpurt.share.join("py-test", deadline_ms=500)
+    assert [p.name for p in tmp_path.iterdir()] == [f"gpurt-share-{os.geteuid()}-py-test"]
+    with pytest.raises(gpurt.InvalidArgumentError, match="in a share group already"):
+        gpurt.share.join("other")
+    gpurt.share.leave()
+    with pytest.raises(gpurt.InvalidArgumentError, match="in no share group"):
+        gpurt.share.leave()

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -107,10 +108,40 @@ CUresult cuCtxSynchronize(void) { INJECT("cuCtxSynchronize", UNKNOWN); return 0;
 CUresult cuCtxGetLimit(size_t *v, int limit) { INJECT("cuCtxGetLimit", UNKNOWN); *v = limit == 0 ? 1024 : 0; return 0; }
 CUresult cuCtxEnablePeerAccess(P c, unsigned f) { (void)c; (void)f; return 0; }
 CUresult cuCtxDisablePeerAccess(P c) { (void)c; return 0; }
-/* Free: 8 GiB less what the process holds (the driver's figure moves as memory is taken). */
+/* A device that processes share (STUB_CUDA_SHARED_MEMORY=FILE, for the share group's
+ * tests): FILE counts the bytes all of them hold of its 8 GiB; more is refused as out of
+ * memory (cuMemAlloc, cuMemCreate), and cuMemGetInfo reports what is left. */
+#define SHARED_CAPACITY (1ull << 33)
+static unsigned long long *shared_used;
+static pthread_once_t shared_once = PTHREAD_ONCE_INIT;
+static void open_shared(void) {
+    const char *path = getenv("STUB_CUDA_SHARED_MEMORY");
+    int fd = path ? open(path, O_RDWR | O_CREAT, 0600) : -1;
+    void *p;
+    if (fd < 0) return;
+    p = ftruncate(fd, sizeof *shared_used) == 0 ? mmap(NULL, sizeof *shared_used, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (p != MAP_FAILED) shared_used = p;
+}
+/* Takes `size` bytes of the shared device: 0 where they are not left. */
+static int take_shared(size_t size) {
+    unsigned long long used;
+    pthread_once(&shared_once, open_shared);
+    if (!shared_used) return 1;
+    used = __atomic_load_n(shared_used, __ATOMIC_RELAXED);
+    do {
+        if (used + size > SHARED_CAPACITY) return 0;
+    } while (!__atomic_compare_exchange_n(shared_used, &used, used + size, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+    return 1;
+}
+static void give_shared(size_t size) { if (shared_used) __atomic_sub_fetch(shared_used, size, __ATOMIC_ACQ_REL); }
+/* Free: 8 GiB less what the process holds (the driver's figure moves as memory is
+ * taken), or less what all hold of a shared device. */
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t) {
     long held = __atomic_load_n(&live_device, __ATOMIC_RELAXED);
-    *f = (1ull << 33) - (size_t)(held > 0 ? held : 0);
+    pthread_once(&shared_once, open_shared);
+    if (shared_used) held = (long)__atomic_load_n(shared_used, __ATOMIC_RELAXED);
+    *f = SHARED_CAPACITY - (size_t)(held > 0 ? held : 0);
     *t = 1ull << 34;
     return 0;
 }
@@ -146,13 +177,18 @@ CUresult cuIpcOpenEventHandle(P *e, char h[64]) { (void)h; *e = malloc(64); retu
 static unsigned long long next_address = 1ull << 40;
 CUresult cuMemAlloc_v2(unsigned long long *p, size_t size) {
     INJECT("cuMemAlloc_v2", OOM);
-    if (size > (1ull << 40)) return OOM; /* as a real device would */
+    if (size > (1ull << 40) || !take_shared(size)) return OOM; /* as a real device would */
     *p = __atomic_fetch_add(&next_address, (size + 4095) & ~4095ull, __ATOMIC_RELAXED);
     remember(*p, size);
     count(&live_device, (long)size);
     return 0;
 }
-CUresult cuMemFree_v2(unsigned long long p) { count(&live_device, -(long)forget(p)); return 0; }
+CUresult cuMemFree_v2(unsigned long long p) {
+    size_t size = forget(p);
+    give_shared(size);
+    count(&live_device, -(long)size);
+    return 0;
+}
 /* IPC: a handle names the segment's address and the exporting process; another
  * process "maps" it at a fresh address of its own (no bytes are shared). */
 typedef struct { char reserved[64]; } IpcMemHandle;
@@ -458,22 +494,55 @@ CUresult cuMemAddressReserve(unsigned long long *p, size_t size, size_t align, u
     return 0;
 }
 CUresult cuMemAddressFree(unsigned long long p, size_t size) { (void)p; (void)size; return 0; }
-CUresult cuMemCreate(unsigned long long *h, size_t size, const void *prop, unsigned long long f) { (void)size; (void)prop; (void)f; INJECT("cuMemCreate", OOM); *h = 1; return 0; }
-CUresult cuMemRelease(unsigned long long h) { (void)h; return 0; }
+/* Physical allocations, as the driver keeps them: each is freed (given back to a
+ * shared device) once its handle is released and no mapping uses it. */
+typedef struct { size_t size; int refs; } Handle;
+static Handle handles[16384];
+static unsigned long long map_handles[16384]; /* the handle each of `maps` maps */
+static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
+static void drop_handle(unsigned long long h) { /* maps_lock held */
+    if (h >= 1 && h <= 16384 && handles[h - 1].refs > 0 && --handles[h - 1].refs == 0) give_shared(handles[h - 1].size);
+}
+/* A new handle of `size` bytes (taken already), or 0 where the table is full. */
+static unsigned long long new_handle(size_t size) {
+    int i;
+    pthread_mutex_lock(&maps_lock);
+    for (i = 0; i < 16384 && handles[i].refs != 0; i++) {}
+    if (i < 16384) { handles[i].size = size; handles[i].refs = 1; }
+    pthread_mutex_unlock(&maps_lock);
+    return i < 16384 ? (unsigned long long)i + 1 : 0;
+}
+CUresult cuMemCreate(unsigned long long *h, size_t size, const void *prop, unsigned long long f) {
+    (void)prop; (void)f;
+    INJECT("cuMemCreate", OOM);
+    if (size == 0 || !take_shared(size)) return OOM;
+    if ((*h = new_handle(size)) == 0) { give_shared(size); return OOM; }
+    return 0;
+}
+CUresult cuMemRelease(unsigned long long h) {
+    pthread_mutex_lock(&maps_lock);
+    drop_handle(h);
+    pthread_mutex_unlock(&maps_lock);
+    return 0;
+}
 /* Mappings, as the driver keeps them: none over another, each unmapped whole. */
 static Range maps[16384];
-static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
 CUresult cuMemMap(unsigned long long p, size_t size, size_t off, unsigned long long h, unsigned long long f) {
     int i, free_slot = -1;
     CUresult r = 0;
-    (void)off; (void)h; (void)f;
+    (void)off; (void)f;
     INJECT("cuMemMap", UNKNOWN);
     pthread_mutex_lock(&maps_lock);
     for (i = 0; i < 16384; i++) {
         if (maps[i].size == 0) { if (free_slot < 0) free_slot = i; continue; }
         if (p < maps[i].addr + maps[i].size && maps[i].addr < p + size) r = 1; /* CUDA_ERROR_INVALID_VALUE: mapped already */
     }
-    if (r == 0 && free_slot >= 0) { maps[free_slot].addr = p; maps[free_slot].size = size; count(&live_device, (long)size); }
+    if (h < 1 || h > 16384 || handles[h - 1].refs == 0) r = 400; /* CUDA_ERROR_INVALID_HANDLE */
+    if (r == 0 && free_slot >= 0) {
+        maps[free_slot].addr = p; maps[free_slot].size = size; map_handles[free_slot] = h;
+        handles[h - 1].refs++;
+        count(&live_device, (long)size);
+    }
     pthread_mutex_unlock(&maps_lock);
     return free_slot < 0 ? 2 : r;
 }
@@ -483,7 +552,11 @@ CUresult cuMemUnmap(unsigned long long p, size_t size) {
     INJECT("cuMemUnmap", UNKNOWN);
     pthread_mutex_lock(&maps_lock);
     for (i = 0; i < 16384; i++) {
-        if (maps[i].size != 0 && maps[i].addr == p && maps[i].size == size) { maps[i].size = 0; r = 0; count(&live_device, -(long)size); break; }
+        if (maps[i].size != 0 && maps[i].addr == p && maps[i].size == size) {
+            maps[i].size = 0; r = 0; count(&live_device, -(long)size);
+            drop_handle(map_handles[i]);
+            break;
+        }
     }
     pthread_mutex_unlock(&maps_lock);
     return r;
@@ -500,9 +573,19 @@ CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) 
  * handle type (1) is offered. */
 static int is_mapped(unsigned long long p) { return lookup(maps, 16384, &maps_lock, p, NULL); }
 CUresult cuMemRetainAllocationHandle(unsigned long long *h, void *addr) {
-    if (!is_mapped((unsigned long long)(uintptr_t)addr)) return 1; /* CUDA_ERROR_INVALID_VALUE */
-    *h = 1;
-    return 0;
+    unsigned long long p = (unsigned long long)(uintptr_t)addr;
+    int i;
+    CUresult r = 1; /* CUDA_ERROR_INVALID_VALUE: not mapped */
+    pthread_mutex_lock(&maps_lock);
+    for (i = 0; i < 16384 && r != 0; i++) {
+        if (maps[i].size != 0 && maps[i].addr <= p && p < maps[i].addr + maps[i].size) {
+            *h = map_handles[i];
+            handles[*h - 1].refs++;
+            r = 0;
+        }
+    }
+    pthread_mutex_unlock(&maps_lock);
+    return r;
 }
 /* A shareable allocation is a memfd of the stub's name; the import refuses any other
  * descriptor, as the driver refuses descriptors that are not its own. */
@@ -524,8 +607,8 @@ CUresult cuMemImportFromShareableHandle(unsigned long long *h, void *os_handle, 
     if (type != 1 || n < 0) return 1;
     target[n] = 0;
     if (strstr(target, "memfd:stub-cuda-allocation") == NULL) return 1; /* CUDA_ERROR_INVALID_VALUE */
-    *h = 2;
-    return 0;
+    *h = new_handle(0); /* the exporter's memory: nothing taken here */
+    return *h ? 0 : 2;
 }
 /* Green contexts: 132 SMs split in groups of 8 (as an H100 SXM); a green context's
  * streams count as streams. A resource is the driver's 144-byte struct: its type,

@@ -1,0 +1,75 @@
+use libc::{c_char, c_int};
+
+use super::member::{self, JoinOptions};
+use super::registry::Offer;
+use crate::boundary::{self, in_sized, in_str};
+use crate::error::{gpurt_status_t, Error};
+
+/// A share group member offers its cached free memory: when another member's
+/// allocation is refused by the device, this process empties its caches on the device
+/// (its default pool and the pools it created there), as gpurt_empty_cache would.
+pub const GPURT_SHARE_OFFER_CACHED: c_int = 0;
+/// A share group member offers nothing: it may ask the others, and is never asked.
+pub const GPURT_SHARE_OFFER_NEVER: c_int = 1;
+
+/// Options of gpurt_share_join; initialise with GPURT_SHARE_OPTIONS_INIT (every field
+/// zero: the defaults).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct gpurt_share_options_t {
+    /// Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt reads only that much.
+    pub struct_size: usize,
+    /// What the others may take from this process: GPURT_SHARE_OFFER_CACHED (the default) or GPURT_SHARE_OFFER_NEVER.
+    pub offer: c_int,
+    /// How long an allocation the device refuses waits for the others' answers, in ms; 0: 3 000.
+    pub deadline_ms: u32,
+}
+
+/// Joins this process to share group `name` for `device`: processes of this user
+/// that join the same name on the same GPU (whatever ordinal each sees it under) give
+/// each other memory on demand. An allocation, a pool's growth or a wake on `device`
+/// that the driver refuses, once this process's own cache is released, asks the
+/// other members for what they offered (their cached free memory), waits for their
+/// answers until the deadline, and is retried once: it succeeds, or fails as before.
+/// A gpurt thread serves the others' requests until gpurt_share_leave or exit; a
+/// member killed mid-request holds no one up past the deadline. No daemon: the group
+/// is a file of mode 0600 under /dev/shm (GPURT_SHARE_DIR elsewhere) that only this
+/// user may open (SECURITY.md).
+///
+/// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+/// @param name the group's name: 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'
+/// @param options what this process offers and how long it waits; NULL: the defaults
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a NULL or malformed name, an unknown offer, a device that does not exist or is in a group already; GPURT_ERROR_IO when the group's file cannot be opened or made, or is not this user's with mode 0600; GPURT_ERROR_OUT_OF_MEMORY when the group is full; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+#[no_mangle]
+pub extern "C" fn gpurt_share_join(device: c_int, name: *const c_char, options: *const gpurt_share_options_t) -> gpurt_status_t {
+    boundary::call("gpurt_share_join", || {
+        let name = in_str(name, "name")?;
+        let mut join = JoinOptions::default();
+        if !options.is_null() {
+            let o = *in_sized(options, "options", "GPURT_SHARE_OPTIONS_INIT")?;
+            join.offer = match o.offer {
+                GPURT_SHARE_OFFER_CACHED => Offer::Cached,
+                GPURT_SHARE_OFFER_NEVER => Offer::Never,
+                other => return Err(Error::invalid_argument(format!("`options->offer` is {other}: not a GPURT_SHARE_OFFER_* value"))),
+            };
+            if o.deadline_ms > 0 {
+                join.deadline = std::time::Duration::from_millis(o.deadline_ms.into());
+            }
+        }
+        member::join(device, name, join)
+    })
+}
+
+/// Leaves the share group `device` is in: this process's server stops and it is no
+/// longer asked; its allocations no longer ask the others.
+///
+/// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist or is in no group; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+#[no_mangle]
+pub extern "C" fn gpurt_share_leave(device: c_int) -> gpurt_status_t {
+    boundary::call("gpurt_share_leave", || member::leave(device))
+}

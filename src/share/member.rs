@@ -1,0 +1,101 @@
+//! This process in a share group: joining puts it in the group's registry with what it
+//! offers, starts the thread that serves the others' requests, and makes an allocation
+//! the device refuses ask the group before it fails (`alloc::reclaim`'s hook). A device
+//! is in one group at a time; the group names it by its UUID, the same in every
+//! process whatever devices each one sees.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::registry::{Offer, Registry};
+use super::requests::{ask, Server};
+use crate::alloc::{device as pools, reclaim};
+use crate::boundary::lock;
+use crate::device;
+use crate::error::{Error, Result};
+
+/// What a member offers and how long it waits for the group when the device refuses
+/// it memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JoinOptions {
+    pub offer: Offer,
+    pub deadline: Duration,
+}
+
+impl Default for JoinOptions {
+    /// Cached free memory offered; a request waits 3 s at most.
+    fn default() -> Self {
+        JoinOptions { offer: Offer::Cached, deadline: Duration::from_secs(3) }
+    }
+}
+
+struct Membership {
+    ordinal: i32,
+    /// The device as the group names it.
+    key: i32,
+    registry: Arc<Registry>,
+    slot: usize,
+    deadline: Duration,
+    server: Server,
+}
+
+static MEMBERSHIPS: Mutex<Vec<Membership>> = Mutex::new(Vec::new());
+
+/// The group's name for a device: from its UUID, so that processes that see it under
+/// different ordinals (CUDA_VISIBLE_DEVICES) agree.
+fn device_key(ordinal: i32) -> Result<i32> {
+    let uuid = device::uuid(ordinal)?;
+    Ok(i32::from_le_bytes([uuid[0], uuid[1], uuid[2], uuid[3]]) & i32::MAX)
+}
+
+/// Joins group `name` for device `ordinal` (`GPURT_CURRENT_DEVICE`: the current one).
+/// Refused for a device in a group already, and for offers of pools asleep, which
+/// the members do not serve yet.
+pub fn join(ordinal: i32, name: &str, options: JoinOptions) -> Result<()> {
+    let ordinal = device::resolve(ordinal)?;
+    if options.offer > Offer::Cached {
+        return Err(Error::not_supported("a share group member offers its cached memory or nothing: pools put to sleep on request are not built yet"));
+    }
+    let mut all = lock(&MEMBERSHIPS);
+    if all.iter().any(|m| m.ordinal == ordinal) {
+        return Err(Error::invalid_argument(format!("device {ordinal} is in a share group already: leave it first")));
+    }
+    let key = device_key(ordinal)?;
+    let registry = Arc::new(Registry::open(name)?);
+    let slot = registry.join(key, options.offer)?;
+    // The server empties this device's caches; it takes no lock an asking thread holds
+    // (the allocator asks holding none).
+    let server = Server::start(registry.clone(), slot, move |_level| pools::empty_cache_of(ordinal).unwrap_or(0)).inspect_err(|_| {
+        let _ = registry.leave(slot);
+    })?;
+    all.push(Membership { ordinal, key, registry, slot, deadline: options.deadline, server });
+    reclaim::set_out_of_memory_hook(Some(Arc::new(ask_group)));
+    Ok(())
+}
+
+/// Leaves the group of device `ordinal`: its server stops, its slot goes back.
+pub fn leave(ordinal: i32) -> Result<()> {
+    let ordinal = device::resolve(ordinal)?;
+    let mut all = lock(&MEMBERSHIPS);
+    let at = all.iter().position(|m| m.ordinal == ordinal).ok_or_else(|| Error::invalid_argument(format!("device {ordinal} is in no share group")))?;
+    let member = all.remove(at);
+    if all.is_empty() {
+        reclaim::set_out_of_memory_hook(None);
+    }
+    drop(all);
+    let Membership { registry, slot, server, .. } = member;
+    drop(server);
+    registry.leave(slot)
+}
+
+/// The out-of-memory hook: asks the other members on the device for their cached
+/// memory and says whether any gave some back.
+fn ask_group(device: Option<i32>, _bytes: u64) -> bool {
+    let member = lock(&MEMBERSHIPS)
+        .iter()
+        .find(|m| Some(m.ordinal) == device)
+        .map(|m| (m.registry.clone(), m.slot, m.key, m.deadline));
+    let Some((registry, slot, key, deadline)) = member else { return false };
+    ask(&registry, Some(slot), key, Offer::Cached, Instant::now() + deadline)
+        .is_ok_and(|answers| answers.iter().any(|a| a.released.is_some_and(|bytes| bytes > 0)))
+}

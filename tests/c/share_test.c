@@ -1,0 +1,158 @@
+/* A share group across processes on the stand-in driver's shared device
+ * (STUB_CUDA_SHARED_MEMORY: 8 GiB that the processes take from together): a member
+ * that needs memory the device no longer has gets it from another member's cache,
+ * which that member's gpurt thread empties on request; a member that offers nothing
+ * keeps its cache and the request fails at once; a process outside the group gets
+ * nothing; and the API's misuse is refused. Each case runs in two fresh processes, a
+ * holder (6 GiB cached) and an asker (4 GiB wanted), synchronised through pipes.
+ * usage: share_test DIR (for the group and the device's file) */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define GIB (1ull << 30)
+
+static uint64_t reserved(void) {
+    uint64_t bytes = 0;
+    EXPECT(gpurt_memory_usage(0, NULL, NULL, &bytes, NULL), GPURT_SUCCESS);
+    return bytes;
+}
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static void say(int fd) { CHECK(write(fd, "x", 1) == 1, "a pipe write"); }
+static void hear(int fd) { char c; CHECK(read(fd, &c, 1) == 1, "a pipe read"); }
+
+static int join(int offer) {
+    gpurt_share_options_t options = GPURT_SHARE_OPTIONS_INIT;
+    options.offer = offer;
+    options.deadline_ms = 2000;
+    return gpurt_share_join(0, "share-test", &options);
+}
+
+/* The holder: joins with `offer`, leaves 6 GiB in its cache, lets the asker ask, then
+ * checks that it gave its cache (`given`) or kept it. */
+static int holder(int offer, int given, int ready, int done) {
+    void *p = NULL;
+    EXPECT(join(offer), GPURT_SUCCESS);
+    EXPECT(gpurt_malloc_device(0, 6 * GIB, &p), GPURT_SUCCESS);
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    CHECK(reserved() == 6 * GIB, "6 GiB cached, %llu reserved", (unsigned long long)reserved());
+    say(ready);
+    hear(done);
+    if (given) {
+        CHECK(reserved() == 0, "the cache given to the asker: %llu reserved", (unsigned long long)reserved());
+    } else {
+        CHECK(reserved() == 6 * GIB, "the cache kept: %llu reserved", (unsigned long long)reserved());
+    }
+    EXPECT(gpurt_share_leave(0), GPURT_SUCCESS);
+    return failures != 0;
+}
+
+/* The asker: joins (unless `outside`), waits for the holder's cache, asks for 4 GiB. */
+static int asker(int expect_served, int outside, int ready, int done) {
+    void *p = NULL;
+    double start;
+    int status;
+    if (!outside) EXPECT(join(GPURT_SHARE_OFFER_CACHED), GPURT_SUCCESS);
+    hear(ready);
+    start = now_ms();
+    status = gpurt_malloc_device(0, 4 * GIB, &p);
+    if (expect_served) {
+        CHECK(status == GPURT_SUCCESS, "4 GiB from the holder's cache (status %d)", status);
+        CHECK(reserved() == 4 * GIB, "%llu reserved", (unsigned long long)reserved());
+        EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    } else {
+        CHECK(status == GPURT_ERROR_OUT_OF_MEMORY, "refused as before the group (status %d)", status);
+        CHECK(now_ms() - start < 1000, "refused without waiting for the deadline: %.0f ms", now_ms() - start);
+    }
+    say(done);
+    if (!outside) EXPECT(gpurt_share_leave(0), GPURT_SUCCESS);
+    return failures != 0;
+}
+
+/* Runs one case in two fresh processes on a fresh shared device; the number of them
+ * that failed. */
+static int run_case(const char *dir, const char *name, int offer, int expect_served, int outside) {
+    char device[4096];
+    int ready[2], done[2], bad = 0, status, i;
+    pid_t pids[2];
+    snprintf(device, sizeof device, "%s/device-%s", dir, name);
+    unlink(device);
+    setenv("STUB_CUDA_SHARED_MEMORY", device, 1);
+    if (pipe(ready) != 0 || pipe(done) != 0) return 2;
+    fflush(stdout);
+    for (i = 0; i < 2; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            int failed = i == 0 ? holder(offer, expect_served, ready[1], done[0]) : asker(expect_served, outside, ready[0], done[1]);
+            fflush(stdout);
+            _exit(failed);
+        }
+    }
+    for (i = 0; i < 2; i++) {
+        waitpid(pids[i], &status, 0);
+        bad += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+    close(ready[0]); close(ready[1]); close(done[0]); close(done[1]);
+    printf("%s: %s\n", name, bad ? "FAILED" : "ok");
+    return bad;
+}
+
+/* The API's refusals, in a process of its own. */
+static int misuse(const char *dir) {
+    pid_t pid;
+    int status;
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        gpurt_share_options_t options = GPURT_SHARE_OPTIONS_INIT;
+        char device[4096];
+        snprintf(device, sizeof device, "%s/device-misuse", dir);
+        setenv("STUB_CUDA_SHARED_MEMORY", device, 1);
+        EXPECT(gpurt_share_leave(0), GPURT_ERROR_INVALID_ARGUMENT);           /* in no group */
+        EXPECT(gpurt_share_join(0, NULL, NULL), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_share_join(0, "../escape", NULL), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_share_join(7, "misuse", NULL), GPURT_ERROR_INVALID_ARGUMENT); /* no such device */
+        options.offer = 42;
+        EXPECT(gpurt_share_join(0, "misuse", &options), GPURT_ERROR_INVALID_ARGUMENT);
+        options.struct_size = 0;
+        EXPECT(gpurt_share_join(0, "misuse", &options), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_share_join(0, "misuse", NULL), GPURT_SUCCESS);          /* the defaults */
+        EXPECT(gpurt_share_join(0, "other", NULL), GPURT_ERROR_INVALID_ARGUMENT); /* in a group already */
+        EXPECT(gpurt_share_leave(GPURT_CURRENT_DEVICE), GPURT_SUCCESS);
+        EXPECT(gpurt_share_join(0, "other", NULL), GPURT_SUCCESS);           /* left: may join again */
+        EXPECT(gpurt_share_leave(0), GPURT_SUCCESS);
+        printf("misuse: %d checks, %d failures\n", checks, failures);
+        fflush(stdout);
+        _exit(failures != 0);
+    }
+    waitpid(pid, &status, 0);
+    return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+}
+
+int main(int argc, char **argv) {
+    int bad = 0;
+    if (argc != 2) {
+        fprintf(stderr, "usage: share_test DIR\n");
+        return 2;
+    }
+    setenv("GPURT_SHARE_DIR", argv[1], 1);
+    bad += run_case(argv[1], "cached", GPURT_SHARE_OFFER_CACHED, 1, 0);
+    bad += run_case(argv[1], "never", GPURT_SHARE_OFFER_NEVER, 0, 0);
+    bad += run_case(argv[1], "outside", GPURT_SHARE_OFFER_CACHED, 0, 1);
+    bad += misuse(argv[1]);
+    printf("share test: %s\n", bad ? "FAILED" : "passed");
+    return bad != 0;
+}
