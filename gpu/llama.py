@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 MODELS = {  # name: (the script that writes it, its arguments)
@@ -128,8 +129,11 @@ def completion(work, bins, models=MODELS, extra=()):
 def http(port, path, body=None, timeout=600):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=None if body is None else json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:  # the server's own message, not only its status
+        raise RuntimeError(f"{path}: HTTP {e.code}: {e.read().decode(errors='replace')[:500]}") from None
 
 
 def complete(port):
@@ -196,11 +200,15 @@ def server_run(bindir, model, mode, cycles, port, measure=True, patched=True, ex
             result["same_tokens"] &= again == tokens
         result["steady_ms"] = complete(port)[1]
         return result
+    except Exception:  # what the server said of it
+        log.flush()
+        print("".join(open(log.name, errors="replace").readlines()[-15:]), flush=True)
+        raise
     finally:
         proc.terminate()
         proc.wait()
         log.close()
-        report = [line.strip() for line in open(log.name) if "ggml_cuda_gpurt_log_memory" in line]
+        report = [line.strip() for line in open(log.name, errors="replace") if "ggml_cuda_gpurt_log_memory" in line]
         if report:  # gpurt's account of what the process held at its last sleep
             print(report[-1])
 
@@ -212,7 +220,11 @@ def server(work, cycles, bins):
     print(f"a process with only its CUDA context: {bare:.0f} MiB")
     ok = True
     for index, name in enumerate(os.environ.get("LLAMA_SLEEP_MODELS", "dense").split(",")):
-        ok &= server_model(os.path.join(work, f"{name}.gguf"), cycles if index == 0 else max(3, cycles // 10), bins, 8100 + 10 * index)
+        try:  # a model the server cannot serve fails, and the next one still runs
+            ok &= server_model(os.path.join(work, f"{name}.gguf"), cycles if index == 0 else max(3, cycles // 10), bins, 8100 + 10 * index)
+        except (RuntimeError, OSError) as e:
+            print(f"{name}: FAILED: {e}", flush=True)
+            ok = False
     return ok
 
 

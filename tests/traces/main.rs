@@ -286,27 +286,35 @@ fn the_drop_in_orders_at_the_second_sizes_peak_no_higher_than_pytorchs() {
 /// Scenarios of gpu/scenarios.py that gpurt lost to PyTorch's expandable segments on the
 /// H200, each workload recorded on PyTorch's allocator as the scenario ran it
 /// (`gpu/traces/scenarios/s<SEED>_<N>_<FAMILY>`): (seed, its workloads in order,
-/// empty_cache between them, gpurt's peak reserved MiB on the GPU with today's policy,
-/// PyTorch's). 864924120 (2026-11-28, growth steps of up to 192 MiB: 2 372 MiB): the
+/// empty_cache between them, gpurt's peak reserved MiB with today's policy, PyTorch's
+/// on the GPU). 864924120 (2026-11-28, growth steps of up to 192 MiB: 2 372 MiB): the
 /// mixture of experts' training, whose experts take batches of the sizes its router
 /// decides, peaked above PyTorch by its last growth step's overshoot. 2041598439 and
 /// 1417194950 (2026-11-29, 7 932 and 4 888 MiB): ResNet-50 after the experts with the
 /// cache kept, where a large block parked for the newest request's size, reused in
-/// place between neighbours freed after it, split their free range. The replay gives
-/// the GPU's figure, so a policy that loses one again shows here first. Only a process's first recorded workload holds
-/// PyTorch's cuBLAS workspace (allocated once, at the first GEMM, and kept), so a
-/// scenario is recorded first in its process: others recorded after it in the same
-/// process replayed 164 MiB below their GPU figures.
-const SCENARIOS_LOST: [(u64, &[&str], bool, u64, u64); 3] = [
+/// place between neighbours freed after it, split their free range. These three now
+/// replay below PyTorch; a policy that loses one again shows here first. Only a
+/// process's first recorded workload holds PyTorch's cuBLAS workspace (allocated once,
+/// at the first GEMM, and kept), so a scenario is recorded first in its process: others
+/// recorded after it in the same process replayed 164 MiB below their GPU figures.
+const SCENARIOS_WON_BACK: [(u64, &[&str], bool, u64, u64); 3] = [
     (864924120, &["llama_generate", "moe_train"], true, 2260, 2276),
     (2041598439, &["moe_train", "resnet50_train", "llama_generate"], false, 7536, 7556),
     (1417194950, &["moe_train", "resnet50_train"], false, 4736, 4834),
 ];
 
+/// Scenarios this library still loses (H200, 2026-11-29, fresh seeds), as the GPU
+/// measured them: gpurt's peak reserved MiB there, PyTorch's. The model of PyTorch's
+/// allocator, written before they were recorded, gives PyTorch's figures exactly.
+const SCENARIOS_LOST: [(u64, &[&str], bool, u64, u64); 2] = [
+    (1266599957, &["llama_generate", "moe_train"], true, 2292, 2248),
+    (262133418, &["resnet50_train", "moe_train", "llama_generate"], true, 5060, 4992),
+];
+
 #[test]
-fn the_lost_scenarios_replay_their_gpu_peaks() {
+fn recorded_scenarios_replay_their_gpu_peaks() {
     const MIB: u64 = 1 << 20;
-    for (seed, families, empty_cache, gpurt_gpu, pytorch) in SCENARIOS_LOST {
+    for (seed, families, empty_cache, gpurt_gpu, pytorch) in SCENARIOS_WON_BACK.into_iter().chain(SCENARIOS_LOST) {
         let traces: Vec<Vec<Op>> = families.iter().enumerate().map(|(n, family)| load(&format!("scenarios/s{seed}_{n}_{family}"))).collect();
         let workloads: Vec<&[Op]> = traces.iter().map(Vec::as_slice).collect();
         let peak = in_one_process(&workloads, empty_cache).iter().map(|&(peak, _)| peak).max().unwrap_or(0) / MIB;
@@ -314,7 +322,9 @@ fn the_lost_scenarios_replay_their_gpu_peaks() {
         eprintln!("scenario {seed}: {peak} MiB (the H200: gpurt {gpurt_gpu}, PyTorch expandable {pytorch}; its model {model})");
         assert_eq!(model, pytorch, "scenario {seed}: the model of PyTorch's allocator no longer gives its GPU figure");
         assert_eq!(peak, gpurt_gpu, "scenario {seed}: the replay no longer gives the GPU's figure");
-        assert!(peak <= pytorch, "scenario {seed}: {peak} MiB, above PyTorch's {pytorch}");
+    }
+    for (seed, .., gpurt, pytorch) in SCENARIOS_WON_BACK {
+        assert!(gpurt <= pytorch, "scenario {seed}: {gpurt} MiB, above PyTorch's {pytorch}");
     }
 }
 
@@ -337,15 +347,16 @@ fn all_traces() -> Vec<String> {
 /// Scenarios no GPU ran: two or three recorded workloads (every trace under gpu/traces)
 /// in one process, in seeded random orders, with `empty_cache` between them or the cache
 /// kept, as gpu/scenarios.py draws them; gpurt's peak reserved bytes against the model
-/// of PyTorch's expandable segments. These 100: 77 at or below, median 0.997, max
-/// 1.091, 6 above +0.5 % (the H200's 33 fresh seeds of gpu/scenarios.py: 79 % at or
-/// below, max 1.018). The bounds keep a policy change from making them worse unseen;
-/// docs/performance.md has the distribution and what it says about the policy.
+/// of PyTorch's expandable segments. These 100 (of 31 workloads): 75 at or below,
+/// median 0.998, max 1.049, 10 above +0.5 % (the H200's fresh seeds of gpu/scenarios.py,
+/// twice 33: 79 % and 76 % at or below, max 1.018 and 1.015). The bounds keep a policy
+/// change from making them worse unseen; docs/performance.md has the distribution and
+/// what it says about the policy.
 #[test]
 fn scenarios_of_recorded_workloads_against_pytorchs_model() {
     const SCENARIOS: usize = 100;
-    const AT_OR_BELOW: usize = 77;
-    const MAX: f64 = 1.092;
+    const AT_OR_BELOW: usize = 75;
+    const MAX: f64 = 1.05;
     let names = all_traces();
     let traces: Vec<Vec<Op>> = names.iter().map(|name| load(name)).collect();
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
