@@ -132,8 +132,8 @@ def http(port, path, body=None, timeout=600):
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())
-    except urllib.error.HTTPError as e:  # the server's own message, not only its status
-        raise RuntimeError(f"{path}: HTTP {e.code}: {e.read().decode(errors='replace')[:500]}") from None
+    except urllib.error.HTTPError as e:  # the server's own message, not only its status (an OSError, as HTTPError is)
+        raise OSError(f"{path}: HTTP {e.code}: {e.read().decode(errors='replace')[:500]}") from None
 
 
 def complete(port):
@@ -222,7 +222,7 @@ def server(work, cycles, bins):
     for index, name in enumerate(os.environ.get("LLAMA_SLEEP_MODELS", "dense").split(",")):
         try:  # a model the server cannot serve fails, and the next one still runs
             ok &= server_model(os.path.join(work, f"{name}.gguf"), cycles if index == 0 else max(3, cycles // 10), bins, 8100 + 10 * index)
-        except (RuntimeError, OSError) as e:
+        except OSError as e:
             print(f"{name}: FAILED: {e}", flush=True)
             ok = False
     return ok
