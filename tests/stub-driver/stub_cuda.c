@@ -138,9 +138,9 @@ static void give_shared(size_t size) { if (shared_used) __atomic_sub_fetch(share
 /* Free: 8 GiB less what the process holds (the driver's figure moves as memory is
  * taken), or less what all hold of a shared device. */
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t) {
-    long held = __atomic_load_n(&live_device, __ATOMIC_RELAXED);
+    long held;
     pthread_once(&shared_once, open_shared);
-    if (shared_used) held = (long)__atomic_load_n(shared_used, __ATOMIC_RELAXED);
+    held = shared_used ? (long)__atomic_load_n(shared_used, __ATOMIC_RELAXED) : __atomic_load_n(&live_device, __ATOMIC_RELAXED);
     *f = SHARED_CAPACITY - (size_t)(held > 0 ? held : 0);
     *t = 1ull << 34;
     return 0;

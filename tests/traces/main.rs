@@ -50,24 +50,52 @@ fn load(name: &str) -> Vec<Op> {
 /// (segments or mappings taken from the source).
 type Replay = (f64, i64);
 
+/// What a trace plays on: gpurt's caching allocator, or the model of PyTorch's.
+trait Allocator {
+    /// What a live block is known by (its address; the model's block).
+    type Block: Copy + Default;
+    fn malloc(&mut self, size: u64, stream: u64) -> Self::Block;
+    fn free(&mut self, block: Self::Block);
+}
+
+impl Allocator for &CachingAllocator<HostSource> {
+    type Block = u64;
+    fn malloc(&mut self, size: u64, stream: u64) -> u64 {
+        CachingAllocator::malloc(self, size, stream).expect("malloc")
+    }
+    fn free(&mut self, addr: u64) {
+        CachingAllocator::free(self, addr).expect("free");
+    }
+}
+
+impl Allocator for pytorch::PytorchExpandable {
+    type Block = usize;
+    fn malloc(&mut self, size: u64, stream: u64) -> usize {
+        pytorch::PytorchExpandable::malloc(self, size, stream)
+    }
+    fn free(&mut self, block: usize) {
+        pytorch::PytorchExpandable::free(self, block);
+    }
+}
+
 /// Plays `ops` on `allocator`, `live` holding the trace's blocks by id and `bytes` the
 /// bytes live; returns the peak of `bytes`.
-fn play(allocator: &CachingAllocator<HostSource>, ops: &[Op], live: &mut Vec<(u64, u64)>, bytes: &mut u64) -> u64 {
+fn play<A: Allocator>(allocator: &mut A, ops: &[Op], live: &mut Vec<(A::Block, u64)>, bytes: &mut u64) -> u64 {
     let mut peak = *bytes;
     for op in ops {
         match *op {
             Op::Alloc { id, size, stream } => {
                 if live.len() <= id {
-                    live.resize(id + 1, (0, 0));
+                    live.resize(id + 1, Default::default());
                 }
-                live[id] = (allocator.malloc(size, stream).expect("malloc"), size);
+                live[id] = (allocator.malloc(size, stream), size);
                 *bytes += size;
                 peak = peak.max(*bytes);
             }
             Op::Free { id } => {
-                allocator.free(live[id].0).expect("free");
+                allocator.free(live[id].0);
                 *bytes -= live[id].1;
-                live[id] = (0, 0);
+                live[id] = Default::default();
             }
         }
     }
@@ -88,7 +116,7 @@ fn free_all(allocator: &CachingAllocator<HostSource>, lives: &[Vec<(u64, u64)>])
 fn replay(ops: &[Op], config: &str) -> Replay {
     let allocator = CachingAllocator::new(HostSource::new(64 * GIB), AllocConfig::parse(config).unwrap());
     let (mut live, mut bytes) = (Vec::new(), 0);
-    let peak = play(&allocator, ops, &mut live, &mut bytes);
+    let peak = play(&mut &allocator, ops, &mut live, &mut bytes);
     allocator.check_invariants().expect("invariants after the trace");
     let stats = allocator.stats();
     free_all(&allocator, &[live]);
@@ -144,7 +172,7 @@ fn in_one_process(workloads: &[&[Op]], empty_cache: bool) -> Vec<(u64, u64)> {
         }
         allocator.reset_peak();
         let mut live = Vec::new();
-        play(&allocator, ops, &mut live, &mut bytes);
+        play(&mut &allocator, ops, &mut live, &mut bytes);
         lives.push(live);
         figures.push((allocator.stats().reserved_bytes.all.peak as u64, bytes));
     }
@@ -157,22 +185,14 @@ fn in_one_process(workloads: &[&[Op]], empty_cache: bool) -> Vec<(u64, u64)> {
 /// `in_one_process` plays them on gpurt: each one's peak reserved bytes.
 fn on_pytorch(workloads: &[&[Op]], empty_cache: bool) -> Vec<u64> {
     let mut model = pytorch::PytorchExpandable::default();
-    let mut peaks = Vec::new();
+    let (mut bytes, mut peaks) = (0, Vec::new());
     for (n, ops) in workloads.iter().enumerate() {
         if n > 0 && empty_cache {
             model.empty_cache();
         }
-        model.peak = model.reserved;
-        let mut live = std::collections::HashMap::new();
-        for op in ops.iter() {
-            match *op {
-                Op::Alloc { id, size, stream } => {
-                    live.insert(id, model.malloc(size, stream));
-                }
-                Op::Free { id } => model.free(live.remove(&id).expect("an allocated id")),
-            }
-        }
-        peaks.push(model.peak);
+        model.reset_peak();
+        play(&mut model, ops, &mut Vec::new(), &mut bytes);
+        peaks.push(model.peak());
     }
     peaks
 }

@@ -38,8 +38,8 @@ pub struct PytorchExpandable {
     /// Unmapped blocks by (pool, address).
     unmapped: BTreeSet<(PoolKey, u64, usize)>,
     base: HashMap<PoolKey, u64>,
-    pub reserved: u64,
-    pub peak: u64,
+    reserved: u64,
+    peak: u64,
 }
 
 impl PytorchExpandable {
@@ -201,6 +201,16 @@ impl PytorchExpandable {
         self.merge(id, prev);
         self.merge(id, next);
         self.insert(id);
+    }
+
+    /// The most bytes reserved since the last `reset_peak`.
+    pub fn peak(&self) -> u64 {
+        self.peak
+    }
+
+    /// Starts the peak again from what is reserved now.
+    pub fn reset_peak(&mut self) {
+        self.peak = self.reserved;
     }
 
     /// Unmaps the whole pages of every free block.
