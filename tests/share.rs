@@ -197,6 +197,24 @@ fn threads_join_at_once_and_a_full_group_refuses() {
     assert!(registry.members().unwrap().is_empty());
 }
 
+/// Processes joining a group at the same moment: whoever makes the registry, the others
+/// open it while it is being made (empty, then sized, then marked) and wait for it.
+#[test]
+fn a_registry_made_while_others_open_it_is_waited_for() {
+    share_dir();
+    for round in 0..100 {
+        let name = format!("race-{round}");
+        let opened: Vec<_> = (0..8).map(|_| std::thread::spawn({
+            let name = name.clone();
+            move || Registry::open(&name).map(drop).map_err(|e| e.message.to_string())
+        })).collect();
+        for thread in opened {
+            assert_eq!(thread.join().unwrap(), Ok(()), "round {round}");
+        }
+        std::fs::remove_file(path_of(&name).unwrap()).unwrap();
+    }
+}
+
 #[test]
 fn registry_files_not_ours_alone_are_refused() {
     share_dir();

@@ -166,6 +166,8 @@ pub struct FreeLists {
     /// Segments of this stream and pool kind: none, and no block refers to these
     /// lists, so they may be reassigned.
     pub segments: u32,
+    /// How many blocks the lists hold.
+    len: u32,
     /// Bit l: level l has a non-empty class.
     levels: u64,
     /// Per level, bit s: class (l, s) is non-empty.
@@ -176,11 +178,16 @@ pub struct FreeLists {
 
 impl FreeLists {
     pub fn new(stream: u64, pool: PoolKind) -> FreeLists {
-        FreeLists { stream, pool, segments: 0, levels: 0, subs: [0; LEVELS], heads: Box::new([[NO_BLOCK; SUBS]; LEVELS]) }
+        FreeLists { stream, pool, segments: 0, len: 0, levels: 0, subs: [0; LEVELS], heads: Box::new([[NO_BLOCK; SUBS]; LEVELS]) }
     }
 
     pub fn is_empty(&self) -> bool {
         self.levels == 0
+    }
+
+    /// How many blocks the lists hold.
+    pub fn len(&self) -> usize {
+        self.len as usize
     }
 
     /// Whether these are the lists of `stream`'s `pool`.
@@ -211,6 +218,7 @@ impl FreeLists {
             arena[head].list_prev = id;
         }
         self.heads[level][sub] = id;
+        self.len += 1;
         self.subs[level] |= 1 << sub;
         self.levels |= 1 << level;
     }
@@ -225,6 +233,7 @@ impl FreeLists {
         if next != NO_BLOCK {
             arena[next].list_prev = prev;
         }
+        self.len -= 1;
         if self.heads[level][sub] == NO_BLOCK {
             self.subs[level] &= !(1 << sub);
             if self.subs[level] == 0 {

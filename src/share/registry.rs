@@ -147,6 +147,11 @@ impl Registry {
         if made {
             file.set_len(SIZE as u64).map_err(|e| Error::new(Status::GPURT_ERROR_IO, format!("cannot size the share registry {path}: {e}")))?;
         } else {
+            // Another process made it a moment ago: empty until its maker sizes it.
+            let start = Instant::now();
+            while file.metadata().is_ok_and(|m| m.len() == 0) && start.elapsed() < PATIENCE {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             check_owner(&file, &path)?;
         }
         let table = map(&file, &path)?;

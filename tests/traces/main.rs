@@ -4,8 +4,7 @@
 //! reserved over peak live bytes) and the number of growth steps (driver mappings or
 //! segments, which a cold pool's time mostly is) are the ones the H100 measured
 //! (gpu/trace_replay.cpp; the pool's choices do not depend on the device), with
-//! expandable segments below the lowest fragmentation of the driver's pool,
-//! PyTorch's allocator and RMM's pool.
+//! expandable segments at or below PyTorch's own (its model, `pytorch`).
 
 use std::io::Read;
 
@@ -124,20 +123,30 @@ fn replay(ops: &[Op], config: &str) -> Replay {
 }
 
 /// (trace, fragmentation and growth steps with segments, with expandable segments,
-/// the lowest fragmentation of the three anchors), as gpu/trace_replay.cpp measured
-/// them on the H100 (expandable segments' on the H200, 2026-11-29; encoder_varlen,
-/// resnet50_train_b64 and dropin_sequence since large parked blocks go back on the next
-/// free: this replay's, which the H200 has matched on every trace in every call so far).
+/// the lowest fragmentation of the three anchors: the driver's pool, PyTorch's
+/// allocator and RMM's pool), as gpu/trace_replay.cpp measured them on the H100
+/// (expandable segments': this replay's since they place blocks as PyTorch's do, one
+/// driver mapping a 20 MiB page, 2026-11-29; the H200 has matched this replay on every
+/// trace in every call so far). With expandable segments every trace fragments as on
+/// PyTorch's expandable segments, which is below the anchors' lowest on all but GPT-2
+/// sampling (1.127 against the driver pool's 1.050: docs/performance.md).
 const MEASURED: [(&str, Replay, Replay, f64); 8] = [
-    ("cnn_train_b32", (1.273, 35), (1.049, 21), 1.244),
-    ("cnn_train_b128", (1.661, 37), (1.027, 28), 1.234),
-    ("cnn_train_b256", (1.746, 43), (1.019, 32), 1.205),
-    ("encoder_varlen", (1.736, 90), (1.032, 58), 1.171),
-    ("llm_generate", (1.288, 15), (1.205, 9), 1.253),
-    ("resnet50_train_b64", (1.206, 87), (1.047, 67), 1.193),
-    ("gpt2_generate_sampled", (1.164, 39), (1.043, 16), 1.050),
-    ("dropin_sequence", (1.192, 84), (1.040, 68), 1.175),
+    ("cnn_train_b32", (1.273, 35), (1.031, 35), 1.244),
+    ("cnn_train_b128", (1.661, 37), (1.027, 85), 1.234),
+    ("cnn_train_b256", (1.746, 43), (1.018, 156), 1.205),
+    ("encoder_varlen", (1.736, 90), (1.031, 221), 1.171),
+    ("llm_generate", (1.288, 15), (1.223, 30), 1.253),
+    ("resnet50_train_b64", (1.206, 87), (1.047, 321), 1.193),
+    ("gpt2_generate_sampled", (1.164, 39), (1.127, 49), 1.050),
+    ("dropin_sequence", (1.192, 84), (1.048, 322), 1.175),
 ];
+
+/// `ops`' fragmentation on the model of PyTorch's expandable segments.
+fn on_pytorch_fragmentation(ops: &[Op]) -> f64 {
+    let mut model = pytorch::PytorchExpandable::default();
+    let live_peak = play(&mut model, ops, &mut Vec::new(), &mut 0);
+    model.peak() as f64 / live_peak as f64
+}
 
 #[test]
 fn recorded_traces_fragment_as_measured_on_the_gpu() {
@@ -147,16 +156,18 @@ fn recorded_traces_fragment_as_measured_on_the_gpu() {
         .map(|(name, ..)| {
             let ops = load(name);
             let (with_segments, with_expandable) = (replay(&ops, "expandable_segments:False"), replay(&ops, "expandable_segments:True"));
-            eprintln!("{name}: fragmentation and steps {with_segments:.3?} with segments, {with_expandable:.3?} expandable");
-            (with_segments, with_expandable)
+            let pytorch = on_pytorch_fragmentation(&ops);
+            eprintln!("{name}: fragmentation and steps {with_segments:.3?} with segments, {with_expandable:.3?} expandable (PyTorch's {pytorch:.3})");
+            (with_segments, with_expandable, pytorch)
         })
         .collect();
-    for ((name, segments, expandable, lowest_anchor), (with_segments, with_expandable)) in MEASURED.into_iter().zip(replays) {
+    for ((name, segments, expandable, lowest_anchor), (with_segments, with_expandable, pytorch)) in MEASURED.into_iter().zip(replays) {
         for ((frag, steps), (measured_frag, measured_steps)) in [(with_segments, segments), (with_expandable, expandable)] {
             assert!((frag - measured_frag).abs() < 0.0005, "{name}: {frag:.3}, measured {measured_frag}");
             assert_eq!(steps, measured_steps, "{name}: growth steps");
         }
-        assert!(with_expandable.0 <= lowest_anchor, "{name}: expandable {:.3} above the anchors' {lowest_anchor}", with_expandable.0);
+        assert!(with_expandable.0 <= pytorch + 0.0005, "{name}: expandable {:.3} above PyTorch's {pytorch:.3}", with_expandable.0);
+        assert!(with_expandable.0 <= lowest_anchor || name == "gpt2_generate_sampled", "{name}: above the anchors' {lowest_anchor}");
     }
 }
 
@@ -207,8 +218,9 @@ fn peak_after(first: &[Op], second: &[Op], empty_cache: bool) -> (u64, u64, u64)
 /// Two recorded workloads in one process with `empty_cache` between them, as a server
 /// runs one model after another: the first one's free ranges go back wherever they lie
 /// (in a segment's middle too) and growth maps into the holes, so the second peaks near
-/// its peak alone plus what the first left live. Releasing free ends only, ResNet-50's
-/// leftovers kept 5.5 GiB mapped under every workload after it.
+/// its peak alone plus what the first left live, and no higher than on PyTorch's
+/// expandable segments. Releasing free ends only, ResNet-50's leftovers kept 5.5 GiB
+/// mapped under every workload after it.
 #[test]
 fn a_second_workload_after_empty_cache_peaks_near_its_peak_alone() {
     const MIB: u64 = 1 << 20;
@@ -220,13 +232,15 @@ fn a_second_workload_after_empty_cache_peaks_near_its_peak_alone() {
         for (j, second) in traces.iter().enumerate().filter(|&(j, _)| j != i) {
             let (peak, left, _) = peak_after(first, second, true);
             let ratio = (peak - left) as f64 / alone[j] as f64;
-            eprintln!("{} after {}: {} MiB ({} left live), alone {} MiB: {ratio:.3}", names[j], names[i], peak / MIB, left / MIB, alone[j] / MIB);
+            let pytorch = on_pytorch(&[first, second], true)[1];
+            eprintln!("{} after {}: {} MiB ({} left live), alone {} MiB: {ratio:.3}; PyTorch {} MiB", names[j], names[i], peak / MIB, left / MIB, alone[j] / MIB, pytorch / MIB);
+            assert!(peak <= pytorch, "{} after {}: above PyTorch", names[j], names[i]);
             worst = worst.max(ratio);
         }
     }
-    // Measured: 1.023 at worst (the encoder after the CNN and after GPT-2 sampling); with
-    // free ends released only, 9.3 (the CNN after ResNet-50).
-    assert!(worst <= 1.03, "a second workload at {worst:.3} of its peak alone");
+    // Measured: 1.030 at worst (the LLM after ResNet-50); with free ends released
+    // only, 9.3 (the CNN after ResNet-50).
+    assert!(worst <= 1.035, "a second workload at {worst:.3} of its peak alone");
 }
 
 /// gpu/dropin_peak.py's workload recorded as one trace (`dropin_peak.py record`): its
@@ -303,48 +317,38 @@ fn the_drop_in_orders_at_the_second_sizes_peak_no_higher_than_pytorchs() {
     }
 }
 
-/// Scenarios of gpu/scenarios.py that gpurt lost to PyTorch's expandable segments on the
-/// H200, each workload recorded on PyTorch's allocator as the scenario ran it
+/// Scenarios of gpu/scenarios.py recorded on the H200 (2026-11-28 and -29) where an
+/// earlier policy of gpurt's peaked above PyTorch's expandable segments, each workload
+/// recorded on PyTorch's allocator as the scenario ran it
 /// (`gpu/traces/scenarios/s<SEED>_<N>_<FAMILY>`): (seed, its workloads in order,
-/// empty_cache between them, gpurt's peak reserved MiB with today's policy, PyTorch's
-/// on the GPU). 864924120 (2026-11-28, growth steps of up to 192 MiB: 2 372 MiB): the
-/// mixture of experts' training, whose experts take batches of the sizes its router
-/// decides, peaked above PyTorch by its last growth step's overshoot. 2041598439 and
-/// 1417194950 (2026-11-29, 7 932 and 4 888 MiB): ResNet-50 after the experts with the
-/// cache kept, where a large block parked for the newest request's size, reused in
-/// place between neighbours freed after it, split their free range. These three now
-/// replay below PyTorch; a policy that loses one again shows here first. Only a
-/// process's first recorded workload holds PyTorch's cuBLAS workspace (allocated once,
-/// at the first GEMM, and kept), so a scenario is recorded first in its process: others
-/// recorded after it in the same process replayed 164 MiB below their GPU figures.
-const SCENARIOS_WON_BACK: [(u64, &[&str], bool, u64, u64); 3] = [
-    (864924120, &["llama_generate", "moe_train"], true, 2260, 2276),
-    (2041598439, &["moe_train", "resnet50_train", "llama_generate"], false, 7536, 7556),
-    (1417194950, &["moe_train", "resnet50_train"], false, 4736, 4834),
+/// `empty_cache` between them, PyTorch's peak reserved MiB on the GPU). The losses were
+/// placement: growth steps past 20 MiB pages (864924120), a large block parked and
+/// reused in place between neighbours freed after it (2041598439, 1417194950), one
+/// arena for small and large blocks (1266599957, 262133418). Only a process's first
+/// recorded workload holds PyTorch's cuBLAS workspace (allocated once, at the first
+/// GEMM, and kept), so a scenario is recorded first in its process: others recorded
+/// after it in the same process replayed 164 MiB below their GPU figures.
+const RECORDED_SCENARIOS: [(u64, &[&str], bool, u64); 5] = [
+    (864924120, &["llama_generate", "moe_train"], true, 2276),
+    (2041598439, &["moe_train", "resnet50_train", "llama_generate"], false, 7556),
+    (1417194950, &["moe_train", "resnet50_train"], false, 4834),
+    (1266599957, &["llama_generate", "moe_train"], true, 2248),
+    (262133418, &["resnet50_train", "moe_train", "llama_generate"], true, 4992),
 ];
 
-/// Scenarios this library still loses (H200, 2026-11-29, fresh seeds), as the GPU
-/// measured them: gpurt's peak reserved MiB there, PyTorch's. The model of PyTorch's
-/// allocator, written before they were recorded, gives PyTorch's figures exactly.
-const SCENARIOS_LOST: [(u64, &[&str], bool, u64, u64); 2] = [
-    (1266599957, &["llama_generate", "moe_train"], true, 2292, 2248),
-    (262133418, &["resnet50_train", "moe_train", "llama_generate"], true, 5060, 4992),
-];
-
+/// The model of PyTorch's allocator, written before the last two were recorded, gives
+/// PyTorch's GPU figure for each; gpurt, placing blocks as PyTorch does, peaks at it.
 #[test]
-fn recorded_scenarios_replay_their_gpu_peaks() {
+fn recorded_scenarios_peak_as_on_pytorch() {
     const MIB: u64 = 1 << 20;
-    for (seed, families, empty_cache, gpurt_gpu, pytorch) in SCENARIOS_WON_BACK.into_iter().chain(SCENARIOS_LOST) {
+    for (seed, families, empty_cache, pytorch) in RECORDED_SCENARIOS {
         let traces: Vec<Vec<Op>> = families.iter().enumerate().map(|(n, family)| load(&format!("scenarios/s{seed}_{n}_{family}"))).collect();
         let workloads: Vec<&[Op]> = traces.iter().map(Vec::as_slice).collect();
         let peak = in_one_process(&workloads, empty_cache).iter().map(|&(peak, _)| peak).max().unwrap_or(0) / MIB;
         let model = on_pytorch(&workloads, empty_cache).into_iter().max().unwrap_or(0) / MIB;
-        eprintln!("scenario {seed}: {peak} MiB (the H200: gpurt {gpurt_gpu}, PyTorch expandable {pytorch}; its model {model})");
+        eprintln!("scenario {seed}: {peak} MiB (PyTorch's expandable segments on the H200 {pytorch}; its model {model})");
         assert_eq!(model, pytorch, "scenario {seed}: the model of PyTorch's allocator no longer gives its GPU figure");
-        assert_eq!(peak, gpurt_gpu, "scenario {seed}: the replay no longer gives the GPU's figure");
-    }
-    for (seed, .., gpurt, pytorch) in SCENARIOS_WON_BACK {
-        assert!(gpurt <= pytorch, "scenario {seed}: {gpurt} MiB, above PyTorch's {pytorch}");
+        assert!(peak <= pytorch, "scenario {seed}: {peak} MiB, above PyTorch's {pytorch}");
     }
 }
 
@@ -367,16 +371,16 @@ fn all_traces() -> Vec<String> {
 /// Scenarios no GPU ran: two or three recorded workloads (every trace under gpu/traces)
 /// in one process, in seeded random orders, with `empty_cache` between them or the cache
 /// kept, as gpu/scenarios.py draws them; gpurt's peak reserved bytes against the model
-/// of PyTorch's expandable segments. These 100 (of 31 workloads): 75 at or below,
-/// median 0.998, max 1.049, 10 above +0.5 % (the H200's fresh seeds of gpu/scenarios.py,
-/// twice 33: 79 % and 76 % at or below, max 1.018 and 1.015). The bounds keep a policy
-/// change from making them worse unseen; docs/performance.md has the distribution and
-/// what it says about the policy.
+/// of PyTorch's expandable segments. These 100 (of 31 workloads): every one at
+/// PyTorch's peak (min, median and max 1.000), where growth steps of an eighth of what
+/// was mapped and one arena for all sizes gave 75 at or below, max 1.049. The bounds
+/// keep a policy change from making them worse unseen; docs/performance.md has the
+/// distribution on fresh seeds on the GPU.
 #[test]
 fn scenarios_of_recorded_workloads_against_pytorchs_model() {
     const SCENARIOS: usize = 100;
-    const AT_OR_BELOW: usize = 75;
-    const MAX: f64 = 1.05;
+    const AT_OR_BELOW: usize = 100;
+    const MAX: f64 = 1.0;
     let names = all_traces();
     let traces: Vec<Vec<Op>> = names.iter().map(|name| load(name)).collect();
     let mut state = 0x9e37_79b9_7f4a_7c15u64;

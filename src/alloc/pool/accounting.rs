@@ -47,11 +47,6 @@ pub(super) fn count_inactive_split(stats: &mut gpurt_memory_stats_t, b: &Block, 
 }
 
 impl<S: SegmentSource> Pool<S> {
-    /// Allocations served so far, parked reuses included.
-    pub(super) fn allocations_so_far(&self) -> i64 {
-        self.stats.allocation.all.allocated + self.parked_reuses.iter().map(|&(reuses, _)| reuses).sum::<i64>()
-    }
-
     /// The statistics, with parked blocks counted as freed and their reuses as
     /// allocations and frees (see `stats`).
     pub fn stats(&self) -> gpurt_memory_stats_t {
@@ -83,15 +78,15 @@ impl<S: SegmentSource> Pool<S> {
         self.stats.reset_peak();
     }
 
-    /// Counts device memory taken (`bytes` > 0) or given back: a segment, or a part
-    /// of an expandable segment mapped or unmapped.
-    pub(super) fn count_device_memory(&mut self, pool: PoolKind, bytes: i64) {
+    /// Counts device memory taken (`bytes` > 0) or given back in `calls` driver
+    /// allocations or frees: a segment, or mappings of an expandable segment.
+    pub(super) fn count_device_memory(&mut self, pool: PoolKind, bytes: i64, calls: usize) {
         if bytes > 0 {
             self.stats.reserved_bytes.add(pool, bytes);
-            self.stats.num_device_alloc += 1;
+            self.stats.num_device_alloc += calls as i64;
         } else {
             self.stats.reserved_bytes.sub(pool, -bytes);
-            self.stats.num_device_free += 1;
+            self.stats.num_device_free += calls as i64;
         }
     }
 }

@@ -7,39 +7,19 @@
 use super::super::blocks::{Block, BlockId, State, NO_BLOCK};
 use super::super::history::Action;
 use super::super::stats::PoolKind;
-use super::{pool_index, Pool, Segment, SegmentSource, MIB};
+use super::{pool_index, Pool, Segment, SegmentSource, LARGE_BUFFER, SMALL_BUFFER};
 use crate::error::{Error, Result, Status};
 
-/// An expandable segment grows by at least a step: while it is cold, an eighth of what
-/// it has mapped within `EXPANDABLE_STEP_MIN..=EXPANDABLE_STEP_MAX`; once quiet, less
-/// (`EXPANDABLE_QUIET_ALLOCATIONS`). Each step is one driver mapping, 32-85 us on the
-/// H100 at any size up to 512 MiB and serialised across threads (docs/performance.md),
-/// so the steps are what growth from cold costs, and the last one's overshoot is on top
-/// of the peak. PyTorch's expandable segments map what a request lacks in 20 MiB pages;
-/// steps of up to 32 MiB keep gpurt's peak at or below theirs on scenarios nobody tuned
-/// (docs/performance.md, "Workloads nobody tuned for"), for more driver calls from cold
-/// (ResNet-50's trace 43 -> 67). Steps up to 192 MiB, a sixteenth of what is mapped,
-/// overshot by up to 140 MiB: 10 of 48 such scenarios above PyTorch by 1.5-3.4 %.
-/// A segment of one mapping (new, or emptied back to one) grows by only what it lacks:
-/// a side stream that holds a cuBLAS workspace and one block beside it (PyTorch's
-/// warm-ups before a CUDA graph capture) kept a 16 MiB step 14 MiB short of use, on
-/// each such stream (one more driver mapping a segment on the recorded traces, their
-/// fragmentation unchanged).
-const EXPANDABLE_STEP_MIN: u64 = 16 * MIB;
-const EXPANDABLE_STEP_MAX: u64 = 32 * MIB;
-/// A segment that grows after this many allocations since its last step is past its
-/// cold start: a step there is rare, so it costs little time and is sized for memory,
-/// a thirty-second of what is mapped within these bounds (on the recorded traces, a
-/// GPT-2 sampling loop's fragmentation 1.069 -> 1.043, the same steps everywhere).
-const EXPANDABLE_QUIET_ALLOCATIONS: i64 = 1000;
-const EXPANDABLE_QUIET_STEP_MIN: u64 = 2 * MIB;
-const EXPANDABLE_QUIET_STEP_MAX: u64 = 16 * MIB;
-/// A request of this many steps or more is a step of its own: the segment maps exactly
-/// what it lacks. Its one driver call already serves hundreds of MiB, so a step's
-/// overshoot on top of it buys no speed and only raises the peak (the drop-in workload,
-/// ResNet-50 after GPT-2: 5 968 -> 5 908 MiB; every recorded trace alone unchanged).
-const EXPANDABLE_OWN_STEP: u64 = 2;
-
+/// An expandable segment grows as PyTorch's do: past what a request lacks, to the next
+/// multiple of a page from its start (`SMALL_BUFFER` for the small pool, `LARGE_BUFFER`
+/// for the large one), in one driver mapping (32-85 us on the H100 at any size up to
+/// 512 MiB). Placing blocks as PyTorch places them is what keeps gpurt's peak at or
+/// below its expandable segments' on workloads nobody tuned for: on 100 scenarios of
+/// the recorded workloads, 100 at or below where steps of an eighth of what was mapped
+/// (16-32 MiB) gave 75, max +4.9 % (docs/performance.md, "Workloads nobody tuned
+/// for"). A segment's first mapping is only what its first request needs: a side
+/// stream holding a cuBLAS workspace (PyTorch's warm-ups before a CUDA graph capture)
+/// keeps 32 MiB mapped, not a 40 MiB page multiple, as PyTorch's own segments do.
 /// An expandable segment: a reserved address range whose first bytes are backed by
 /// memory. It is also in `segments`, with its mapped size.
 #[derive(Debug, Clone)]
@@ -54,8 +34,6 @@ pub(super) struct Expandable {
     pub(super) maps: Vec<(u64, u64)>,
     /// Its holes: the Unmapped blocks, which growth maps into before it extends.
     pub(super) holes: Vec<BlockId>,
-    /// The pool's allocation count when this segment last grew.
-    pub(super) allocations_at_growth: i64,
 }
 
 impl<S: SegmentSource> Pool<S> {
@@ -76,34 +54,32 @@ impl<S: SegmentSource> Pool<S> {
 
     /// A free block of at least `rounded` bytes in `stream`'s expandable segment of
     /// `pool`: the segment is created, or memory mapped into one of its holes, or it
-    /// grows at its end by what its free tail block lacks or, if more, a share of what
-    /// it has mapped (granularity multiples).
+    /// grows at its end past what its free tail block lacks, to a page multiple.
     pub(super) fn grow_expandable(&mut self, pool: PoolKind, stream: u64, rounded: u64) -> Result<BlockId> {
         // As for a new segment: a capture gpurt does not route to a graph pool refuses
         // new memory (the graph would use memory no private pool keeps for it).
         self.shared.source.may_allocate(stream)?;
         let granularity = self.shared.source.map_granularity();
         let key = (stream, pool_index(pool));
-        let Some((base, reserved, last, allocations_at_growth, one_mapping)) =
-            self.expandable.get(&key).map(|e| (e.base, e.reserved, e.tail, e.allocations_at_growth, e.maps.len() <= 1))
-        else {
+        let Some((base, reserved, last)) = self.expandable.get(&key).map(|e| (e.base, e.reserved, e.tail)) else {
             // Room for the whole device: a segment never needs a second range.
             let total = self.shared.source.memory_info().1;
             let reserved = total.max(rounded).max(1 << 30).next_multiple_of(granularity);
             let base = self.shared.reserve_expandable(reserved, self.shard)?;
             let size = rounded.next_multiple_of(granularity);
-            if let Err(e) = self.shared.grow(base, size) {
-                self.shared.free_expandable(base, reserved);
-                return Err(e);
-            }
+            let maps = match self.map_pages(base, pool, base, size) {
+                Ok(maps) => maps,
+                Err(e) => {
+                    self.shared.free_expandable(base, reserved);
+                    return Err(e);
+                }
+            };
             self.note(&[Action::SegmentMap], base, size, stream);
-            let id = self.add_segment(pool, stream, base, size);
-            let allocations_at_growth = self.allocations_so_far();
-            let maps = vec![(base, size)];
-            self.expandable.insert(key, Expandable { base, reserved, tail: id, maps, holes: Vec::new(), allocations_at_growth });
+            let id = self.add_segment(pool, stream, base, size, maps.len());
+            self.expandable.insert(key, Expandable { base, reserved, tail: id, maps, holes: Vec::new() });
             return Ok(id);
         };
-        if let Some(id) = self.grow_into_hole(key, rounded, stream)? {
+        if let Some(id) = self.grow_into_hole(key, pool, rounded, stream)? {
             return Ok(id);
         }
         let mapped = self.segments[&base].size;
@@ -120,32 +96,18 @@ impl<S: SegmentSource> Pool<S> {
             return Err(Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, "the expandable segment's address range is full"));
         }
         let end = base + mapped;
-        // A step of a share of what is mapped: a pool growing from cold makes fewer
-        // driver calls (measured on recorded traces: docs/performance.md) for a
-        // bounded overshoot; where the step is refused (the cap, the driver), what is
-        // needed is enough.
-        let allocations = self.allocations_so_far();
-        let share = if self.config.exact_segments || one_mapping {
-            0
-        } else if allocations - allocations_at_growth >= EXPANDABLE_QUIET_ALLOCATIONS {
-            (mapped / 32).clamp(EXPANDABLE_QUIET_STEP_MIN, EXPANDABLE_QUIET_STEP_MAX)
-        } else {
-            (mapped / 8).clamp(EXPANDABLE_STEP_MIN, EXPANDABLE_STEP_MAX)
+        // Where the page multiple is refused (the cap, the driver), what is needed is
+        // enough.
+        let step = self.to_map(base, pool, end, needed).min(reserved - mapped);
+        let pages = match (step > needed).then(|| self.map_pages(base, pool, end, step)) {
+            Some(Ok(pages)) => pages,
+            _ => self.map_pages(base, pool, end, needed)?,
         };
-        let step = if rounded >= EXPANDABLE_OWN_STEP * share { needed } else { share }
-            .next_multiple_of(granularity)
-            .min(reserved - mapped);
-        self.expandable.get_mut(&key).expect("segment").allocations_at_growth = allocations;
-        let grow = if step > needed && self.shared.grow(end, step).is_ok() {
-            step
-        } else {
-            self.shared.grow(end, needed)?;
-            needed
-        };
+        let grow = pages.iter().map(|&(_, len)| len).sum::<u64>();
         self.note(&[Action::SegmentMap], end, grow, stream);
-        self.count_device_memory(pool, grow as i64);
+        self.count_device_memory(pool, grow as i64, pages.len());
         self.segment_mut(base).size = mapped + grow;
-        self.expandable.get_mut(&key).expect("segment").maps.push((end, grow));
+        self.expandable.get_mut(&key).expect("segment").maps.extend(pages);
         if tail_free {
             self.remove_free(last);
             self.blocks[last].size += grow;
@@ -157,6 +119,48 @@ impl<S: SegmentSource> Pool<S> {
         self.expandable.get_mut(&key).expect("segment").tail = id;
         self.insert_free(id);
         Ok(id)
+    }
+
+    /// Maps `[at, at + len)` of the segment at `base` one physical allocation per page
+    /// (`page`: on the grid from `base`), as PyTorch's expandable segments do, so that
+    /// `empty_cache` gives back every whole free page (one mapping a growth kept a
+    /// request's whole first mapping while any block of it lived: 20 MiB above PyTorch
+    /// on a drop-in order). The mappings, in address order; none where one fails.
+    pub(super) fn map_pages(&self, base: u64, pool: PoolKind, at: u64, len: u64) -> Result<Vec<(u64, u64)>> {
+        let page = self.page(pool);
+        let mut pages = Vec::with_capacity(len.div_ceil(page) as usize + 1);
+        let mut start = at;
+        while start < at + len {
+            let end = (base + (start - base + 1).next_multiple_of(page)).min(at + len);
+            if let Err(e) = self.shared.grow(start, end - start) {
+                for &(start, len) in &pages {
+                    // Just mapped, unused: the driver unmapping it fails only on a
+                    // broken context, and the error above is the one to report.
+                    let _ = self.shared.shrink(start, len);
+                }
+                return Err(e);
+            }
+            pages.push((start, end - start));
+            start = end;
+        }
+        Ok(pages)
+    }
+
+    /// An expandable segment of `pool`'s page: one driver mapping each, and what
+    /// growth rounds its mapped end to (unless `exact_segments`), on the grid from the
+    /// segment's start.
+    pub(super) fn page(&self, pool: PoolKind) -> u64 {
+        let page = if pool == PoolKind::Small { SMALL_BUFFER } else { LARGE_BUFFER };
+        page.next_multiple_of(self.shared.source.map_granularity())
+    }
+
+    /// The bytes to map at `at` in the segment at `base` for `lacking` more: to the
+    /// next page boundary, or (with `exact_segments`) what is lacking in granules.
+    pub(super) fn to_map(&self, base: u64, pool: PoolKind, at: u64, lacking: u64) -> u64 {
+        if self.config.exact_segments {
+            return lacking.next_multiple_of(self.shared.source.map_granularity());
+        }
+        (at - base + lacking).next_multiple_of(self.page(pool)) - (at - base)
     }
 
     pub(super) fn segment_mut(&mut self, start: u64) -> &mut Segment {

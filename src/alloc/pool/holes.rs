@@ -5,6 +5,7 @@
 
 use super::super::blocks::{Block, BlockId, State, NO_BLOCK};
 use super::super::history::Action;
+use super::super::stats::PoolKind;
 use super::{Pool, SegmentSource};
 use crate::error::Result;
 
@@ -58,7 +59,7 @@ impl<S: SegmentSource> Pool<S> {
         let (from, to) = (maps[first].0, maps[last - 1].0 + maps[last - 1].1);
         maps.drain(first..last);
         self.note(&[Action::SegmentUnmap], from, to - from, key.0);
-        self.count_device_memory(pool, -((to - from) as i64));
+        self.count_device_memory(pool, -((to - from) as i64), last - first);
         self.remove_free(id);
         let hole = if from > addr { self.split_block(id, from - addr) } else { id };
         let rest = (to < addr + size).then(|| self.split_block(hole, to - from));
@@ -117,34 +118,30 @@ impl<S: SegmentSource> Pool<S> {
     }
 
     /// A free block of at least `rounded` bytes made by mapping memory into a hole of
-    /// `key`'s segment, beside a free neighbour where one shortens what is mapped: the
-    /// hole needing the least memory, the lowest first. Exactly that is mapped (no
-    /// growth step): holes exist because memory was given back. `None`: no hole fits.
-    pub(super) fn grow_into_hole(&mut self, key: (u64, usize), rounded: u64, stream: u64) -> Result<Option<BlockId>> {
-        let granularity = self.shared.source.map_granularity();
-        let mut best: Option<(u64, u64, BlockId)> = None; // (bytes to map, where, hole)
-        for &hole in &self.expandable[&key].holes {
-            let Block { addr, size, prev, next, .. } = self.blocks[hole];
-            let beside = |id: BlockId| if self.is_free(id) { self.blocks[id].size } else { 0 };
-            let (left, right) = (beside(prev), beside(next));
-            let after_left = rounded.saturating_sub(left).next_multiple_of(granularity);
-            let before_right = rounded.saturating_sub(right).next_multiple_of(granularity);
-            let whole = if left + size + right >= rounded { size } else { u64::MAX };
-            let choices = [(after_left, addr), (before_right, (addr + size).saturating_sub(before_right)), (whole, addr)];
-            for (need, at) in choices {
-                if need > 0 && need <= size && best.map_or(true, |(n, a, _)| (need, at) < (n, a)) {
-                    best = Some((need, at, hole));
-                }
-            }
-        }
+    /// `key`'s segment, as PyTorch's expandable segments do: the lowest hole that,
+    /// with its free neighbours, fits, mapped from its start to the page that the free
+    /// block before it lacks. `None`: no hole fits.
+    pub(super) fn grow_into_hole(&mut self, key: (u64, usize), pool: PoolKind, rounded: u64, stream: u64) -> Result<Option<BlockId>> {
+        let base = self.expandable[&key].base;
+        let beside = |id: BlockId| if self.is_free(id) { self.blocks[id].size } else { 0 };
+        let best = self.expandable[&key]
+            .holes
+            .iter()
+            .map(|&hole| (hole, &self.blocks[hole]))
+            .filter(|(_, b)| beside(b.prev) + b.size + beside(b.next) >= rounded)
+            .min_by_key(|(_, b)| b.addr)
+            .map(|(hole, b)| {
+                let lacking = rounded.saturating_sub(beside(b.prev)).max(1);
+                (self.to_map(base, pool, b.addr, lacking).min(b.size), b.addr, hole)
+            });
         let Some((need, at, hole)) = best else { return Ok(None) };
-        self.shared.grow(at, need)?;
-        let Block { addr, size, pool, .. } = self.blocks[hole];
+        let pages = self.map_pages(base, pool, at, need)?;
+        let Block { addr, size, .. } = self.blocks[hole];
         self.note(&[Action::SegmentMap], at, need, stream);
-        self.count_device_memory(pool, need as i64);
+        self.count_device_memory(pool, need as i64, pages.len());
         let seg = self.expandable.get_mut(&key).expect("segment");
         let place = seg.maps.partition_point(|&(start, _)| start < at);
-        seg.maps.insert(place, (at, need));
+        seg.maps.splice(place..place, pages);
         let mapped = if at > addr {
             self.split_block(hole, at - addr)
         } else {

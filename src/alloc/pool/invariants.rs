@@ -12,7 +12,11 @@ impl<S: SegmentSource> Pool<S> {
         self.check_expandable_invariants()?;
         let mut listed = std::collections::HashSet::new();
         for (index, lists) in self.free.iter().enumerate() {
-            for (id, ok) in lists.entries(&self.blocks) {
+            let entries = lists.entries(&self.blocks);
+            if entries.len() != lists.len() {
+                return Err(format!("free lists {index} count {} blocks and hold {}", lists.len(), entries.len()));
+            }
+            for (id, ok) in entries {
                 let b = &self.blocks[id];
                 if !ok || b.lists as usize != index || b.pool != lists.pool() || !listed.insert(id) {
                     return Err(format!("free block {:#x} is misfiled in the free lists", b.addr));

@@ -157,7 +157,7 @@ impl<S: SegmentSource> Pool<S> {
         self.stats.asleep_bytes += asleep as i64;
         self.stats.offloaded_bytes += offloaded as i64;
         for m in &mappings {
-            self.count_device_memory(m.pool, -(m.size as i64));
+            self.count_device_memory(m.pool, -(m.size as i64), 1);
             self.note(&[Action::SegmentUnmap], m.start, m.size, m.stream);
         }
         Ok(())
@@ -186,7 +186,7 @@ impl<S: SegmentSource> Pool<S> {
                 self.stats.asleep_bytes += bytes as i64;
                 self.stats.offloaded_bytes += offloaded as i64;
                 for m in unmapped {
-                    self.count_device_memory(m.pool, -(m.size as i64));
+                    self.count_device_memory(m.pool, -(m.size as i64), 1);
                 }
                 cause.context(&format!("mapping it back failed too ({again}); the pool stays asleep with {bytes} bytes unmapped, for a wake to map"))
             }
@@ -217,7 +217,7 @@ impl<S: SegmentSource> Pool<S> {
         self.stats.offloaded_bytes -= if sleep.unmapped { sleep.offloaded_bytes() as i64 } else { 0 };
         if sleep.unmapped {
             for m in &sleep.mappings {
-                self.count_device_memory(m.pool, m.size as i64);
+                self.count_device_memory(m.pool, m.size as i64, 1);
                 self.note(&[Action::SegmentMap], m.start, m.size, m.stream);
             }
         }

@@ -1,15 +1,17 @@
-//! Expandable segments on the host segment source: growth in steps and in place,
-//! large frees merged, the free tail taken last, whole mappings given back, free
-//! middles released and grown into, and less fragmentation than separate segments.
+//! Expandable segments on the host segment source: growth to pages and in place,
+//! parking that places nothing differently from best fit, blocks that can grow taken
+//! last, whole free pages given back, free middles released and grown into, and less
+//! fragmentation than separate segments.
 
 use super::*;
 
-/// A freed block above 8 MiB is parked (kept for its size's next request, the most
-/// recently freed first) without expandable segments. With them it is parked only for
-/// the newest request's size and only with no Free neighbour (a warm pair stays on the
-/// parked path), until another block is freed; beside free memory it merges at once.
+/// A freed block is parked (kept for its size's next request, the most recently freed
+/// first) without expandable segments. With them, parking places every block where
+/// freeing it and best fit would: a parked block comes back only where best fit would
+/// choose it, and goes back to the free lists when a neighbour is freed, so that they
+/// merge.
 #[test]
-fn expandable_segments_merge_large_frees_at_once() {
+fn expandable_segments_park_where_best_fit_would_place() {
     let p = pool(GIB);
     let blocks: Vec<u64> = (0..3).map(|_| p.malloc(16 * MIB, 1).unwrap()).collect();
     p.free(blocks[0]).unwrap();
@@ -20,35 +22,47 @@ fn expandable_segments_merge_large_frees_at_once() {
 
     let p = expandable(GIB);
     let [a, b, c]: [u64; 3] = std::array::from_fn(|_| p.malloc(16 * MIB, 1).unwrap());
-    // No Free neighbours, the newest request's size: parked, so the last freed comes
-    // back first (merged, best fit would give the lower address, a).
+    assert_eq!((b, c), (a + 16 * MIB, a + 32 * MIB));
     p.free(a).unwrap();
-    p.free(c).unwrap();
-    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), c, "the warm pair's path: parked, the last freed first");
-    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), a);
-    check(&p);
-    // A parked large block goes back to the free lists when another block is freed, so
-    // that its neighbours freed after it merge with it.
-    p.free(b).unwrap(); // parked: no Free neighbour, the newest request's size
-    p.free(c).unwrap(); // b goes back first; c, beside it, merges with it
-    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), b, "b and c merged (parked, c would come back first)");
+    p.free(c).unwrap(); // beside the free end, which can grow in place
+    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), a, "best fit's choice: the block that cannot grow, not the last freed");
     assert_eq!(p.malloc(16 * MIB, 1).unwrap(), c);
     check(&p);
-    let x = p.malloc(4 * MIB, 1).unwrap();
-    p.free(a).unwrap(); // not the newest request's size (4 MiB): merged, Free
-    p.free(c).unwrap();
-    let other = p.malloc(16 * MIB, 2).unwrap(); // the newest request is 16 MiB again
-    p.free(b).unwrap(); // its neighbours a and c are Free: merged at once, not parked
+    p.free(b).unwrap(); // between two live blocks: parked
+    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), b, "a warm pair reuses its block");
+    p.free(b).unwrap();
+    p.free(a).unwrap(); // beside the parked b: both go to the free lists, merged
+    assert_eq!(p.malloc(32 * MIB, 1).unwrap(), a, "a and b merged");
     check(&p);
-    assert_eq!(p.malloc(16 * MIB, 1).unwrap(), a, "b merged with a and c: the range's start, not b");
-    let small = p.malloc(8 * MIB, 1).unwrap();
-    let after = p.malloc(8 * MIB, 1).unwrap();
-    p.free(small).unwrap();
-    assert_eq!(p.malloc(8 * MIB, 1).unwrap(), small, "8 MiB is parked either way");
-    for addr in [small, after, a, x, other] {
+    let x = p.malloc(4 * MIB, 1).unwrap();
+    let y = p.malloc(4 * MIB, 1).unwrap();
+    p.free(x).unwrap(); // parked: 4 MiB was asked for lately
+    let lower = p.malloc(4 * MIB, 1).unwrap();
+    assert_eq!(lower, x, "the parked block, where best fit would take it");
+    for addr in [a, c, lower, y] {
         p.free(addr).unwrap();
     }
     check(&p);
+    // Blocks freed one after another beside each other stay parked as a run (the
+    // allocator's benchmark times this path), and come back from its start, as best fit
+    // splits the free block they would be.
+    let small: Vec<u64> = (0..4).map(|_| p.malloc(64 << 10, 1).unwrap()).collect();
+    let separator = p.malloc(64 << 10, 1).unwrap();
+    for round in 0..3 {
+        small.iter().for_each(|&b| p.free(b).unwrap());
+        let again: Vec<u64> = (0..4).map(|_| p.malloc(64 << 10, 1).unwrap()).collect();
+        assert_eq!(again, small, "round {round}");
+    }
+    p.free(small[1]).unwrap(); // between live blocks: parked
+    p.free(small[0]).unwrap(); // beside it: a run
+    assert_eq!(p.malloc(128 << 10, 1).unwrap(), small[0], "another size: the run goes back, merged");
+    check(&p);
+    for addr in [small[0], small[2], small[3], separator] {
+        p.free(addr).unwrap();
+    }
+    check(&p);
+    p.empty_cache();
+    assert_eq!(p.source().mapped_bytes(), 0);
 }
 
 /// A configuration change returns the blocks parked under the old rule to the free
@@ -70,8 +84,9 @@ fn a_configuration_change_returns_parked_blocks() {
     check(&p);
 }
 
-/// Large blocks of one stream follow each other in one address range; it grows by
-/// what its free end lacks, and `empty_cache` unmaps the free end, then the rest.
+/// Large blocks of one stream follow each other in one address range; its first
+/// mapping is what the first request needs, and it grows past what its free end lacks
+/// to the next 20 MiB page; `empty_cache` unmaps the free pages at its end, then the rest.
 #[test]
 fn expandable_segments_grow_in_place_and_unmap_their_free_end() {
     let p = expandable(GIB);
@@ -82,8 +97,8 @@ fn expandable_segments_grow_in_place_and_unmap_their_free_end() {
     check(&p);
     let s = p.stats();
     assert_eq!(s.segment.large_pool.current, 1);
-    assert_eq!(s.reserved_bytes.large_pool.current, 26 * MIB as i64, "a's 6 MiB, the 4 b lacks (a first growth), then a step of 16 for c");
-    assert_eq!(p.source().mapped_bytes(), 26 * MIB);
+    assert_eq!(s.reserved_bytes.large_pool.current, 20 * MIB as i64, "a's 6 MiB, then to the page's end for b; c fits");
+    assert_eq!(p.source().mapped_bytes(), 20 * MIB);
     let other = p.malloc(5 * MIB, 2).unwrap();
     assert!(other < a || other >= a + GIB, "another stream has its own range");
     p.free(other).unwrap();
@@ -91,7 +106,7 @@ fn expandable_segments_grow_in_place_and_unmap_their_free_end() {
     p.free(b).unwrap();
     p.empty_cache();
     check(&p);
-    assert_eq!(p.stats().reserved_bytes.large_pool.current, 6 * MIB as i64, "b and c's pages went back; a's stay");
+    assert_eq!(p.stats().reserved_bytes.large_pool.current, 6 * MIB as i64, "the page after a's went back; a's stays");
     assert_eq!(p.malloc(9 * MIB, 1).unwrap(), a + 5 * MIB, "regrown at the end");
     check(&p);
     p.free(a + 5 * MIB).unwrap();
@@ -124,28 +139,25 @@ fn expandable_segments_map_nothing_where_the_free_tail_fits() {
     }
 }
 
-/// A segment's first growth maps what it lacks (a stream that allocates twice, as a
-/// side stream holding a cuBLAS workspace and a block beside it, maps no step); later
-/// ones 1/8 of what it has mapped, 16 MiB at least (fewer driver calls from cold) and
-/// 32 MiB at most (a last step's overshoot near PyTorch's 20 MiB pages); by what it
-/// lacks where the source refuses the step.
+/// A segment's first mapping is what its first request needs (a side stream holding a
+/// cuBLAS workspace keeps just that mapped); later growth maps to the next page on the
+/// grid from the segment's start (20 MiB; 2 MiB for requests up to 1 MiB, which have a
+/// segment of their own), one driver mapping a page, and only what it lacks where the
+/// source refuses the rest.
 #[test]
-fn expandable_segments_grow_in_steps_of_a_share_of_what_is_mapped() {
-    for (capacity, after_step) in [(GIB, 82 * MIB), (68 * MIB, 68 * MIB)] {
+fn expandable_segments_grow_to_whole_pages() {
+    for (capacity, after) in [(GIB, 80 * MIB), (68 * MIB, 66 * MIB)] {
         let p = expandable(capacity);
         let big = p.malloc(64 * MIB, 1).unwrap();
+        assert_eq!((p.source().mapped_bytes(), p.stats().num_device_alloc), (64 * MIB, 4), "the first request's pages");
         let first = p.malloc(2 * MIB, 1).unwrap();
-        assert_eq!(p.source().mapped_bytes(), 66 * MIB, "the first growth: what it lacks");
+        assert_eq!((first, p.source().mapped_bytes()), (big + 64 * MIB, after), "capacity {capacity}");
         let next = p.malloc(2 * MIB, 1).unwrap();
-        assert_eq!((first, next), (big + 64 * MIB, big + 66 * MIB));
-        assert_eq!(p.source().mapped_bytes(), after_step, "capacity {capacity}");
-        check(&p);
-        if after_step > 68 * MIB {
-            assert_eq!(p.malloc(2 * MIB, 1).unwrap(), next + 2 * MIB, "served from the step's rest");
-            assert_eq!(p.source().mapped_bytes(), after_step, "no new mapping");
-            p.free(next + 2 * MIB).unwrap();
+        assert_eq!(next, first + 2 * MIB);
+        if after == 80 * MIB {
+            assert_eq!(p.source().mapped_bytes(), after, "served from the page's rest");
         }
-        assert_eq!(p.stats().reserved_bytes.all.current, after_step as i64);
+        check(&p);
         for addr in [next, first, big] {
             p.free(addr).unwrap();
         }
@@ -153,37 +165,41 @@ fn expandable_segments_grow_in_steps_of_a_share_of_what_is_mapped() {
         check(&p);
         assert_eq!((p.stats().reserved_bytes.all.current, p.source().mapped_bytes()), (0, 0));
     }
-    for (first, after_step) in [(2 * MIB, 20 * MIB), (512 * MIB, 546 * MIB), (1024 * MIB, 1058 * MIB), (4096 * MIB, 4130 * MIB)] {
-        let p = expandable(8 * GIB);
-        let a = p.malloc(first, 1).unwrap();
-        let b = p.malloc(2 * MIB, 1).unwrap();
-        let c = p.malloc(2 * MIB, 1).unwrap();
-        assert_eq!(p.source().mapped_bytes(), after_step, "16 MiB at least, 32 MiB at most, however much is mapped");
-        for addr in [c, b, a] {
-            p.free(addr).unwrap();
-        }
-        check(&p);
+    let p = expandable(8 * GIB);
+    let a = p.malloc(100 * MIB, 1).unwrap();
+    let b = p.malloc(50 * MIB, 1).unwrap();
+    assert_eq!(b, a + 100 * MIB);
+    assert_eq!((p.source().mapped_bytes(), p.stats().num_device_alloc), (160 * MIB, 8), "five pages, then three to 160 MiB");
+    let small = [(); 3].map(|_| p.malloc(MIB, 1).unwrap());
+    assert!(small[0] < a || small[0] >= a + GIB, "small requests have a segment of their own");
+    assert_eq!((small[1], p.stats().reserved_bytes.small_pool.current), (small[0] + MIB, 4 * MIB as i64), "in 2 MiB pages");
+    for addr in small.into_iter().chain([b, a]) {
+        p.free(addr).unwrap();
     }
+    p.empty_cache();
+    check(&p);
+    assert_eq!((p.source().mapped_bytes(), p.stats().num_device_free), (0, 10), "every page went back");
 }
 
-/// A segment's free tail is taken last: a request that fits in a hole leaves the
-/// tail (the one block that grows in place) whole; one that fits nowhere else takes it.
+/// A free block counts as large as it could grow in place (at the segment's end, or
+/// before a hole), as PyTorch's expandable segments count it: a request that fits in
+/// a block that cannot grow leaves the growable one whole for a larger request.
 #[test]
-fn expandable_segments_take_their_free_tail_last() {
+fn expandable_segments_take_blocks_that_can_grow_last() {
     let p = expandable(GIB);
     let a = p.malloc(64 * MIB, 1).unwrap();
-    let separator = p.malloc(2 * MIB, 1).unwrap(); // the first growth: what it lacks
-    let b = p.malloc(4 * MIB, 1).unwrap(); // maps a step of 16 MiB: 12 MiB left at the tail
-    assert_eq!((separator, b, p.source().mapped_bytes()), (a + 64 * MIB, a + 66 * MIB, 82 * MIB));
-    p.free(a).unwrap(); // a 64 MiB hole, larger than the tail
+    let separator = p.malloc(2 * MIB, 1).unwrap(); // maps to the 80 MiB page end
+    let b = p.malloc(4 * MIB, 1).unwrap(); // 10 MiB left at the end
+    assert_eq!((separator, b, p.source().mapped_bytes()), (a + 64 * MIB, a + 66 * MIB, 80 * MIB));
+    p.free(a).unwrap(); // 64 MiB free, larger than the end's 10
     let small = p.malloc(2 * MIB, 1).unwrap();
-    assert_eq!(small, a, "from the hole, though the tail fits it best");
-    p.free(b).unwrap(); // b merges into the tail: 16 MiB free at the end
+    assert_eq!(small, a, "from the block that cannot grow, though the end fits it best");
+    p.free(b).unwrap(); // b merges into the end: 14 MiB free there
     let large = p.malloc(68 * MIB, 1).unwrap();
-    assert_eq!((large, p.source().mapped_bytes()), (b, b - a + 68 * MIB), "the whole tail, grown in place");
+    assert_eq!((large, p.source().mapped_bytes()), (b, 140 * MIB), "the whole end, grown in place to a page");
     check(&p);
     let last = p.malloc(2 * MIB, 1).unwrap();
-    assert_eq!(last, a + 2 * MIB, "from the hole's rest");
+    assert_eq!(last, a + 2 * MIB, "from the block that cannot grow, not the end's 6 MiB");
     for addr in [small, separator, large, last] {
         p.free(addr).unwrap();
     }
@@ -192,28 +208,24 @@ fn expandable_segments_take_their_free_tail_last() {
     assert_eq!(p.source().mapped_bytes(), 0);
 }
 
-/// The driver unmaps whole mappings only: emptying the cache gives back the mappings
-/// that lie wholly in a segment's free end and keeps the one a live block shares
-/// (the host source refuses a partial unmap, as cuMemUnmap does); growth after it
-/// maps past what is kept, and every byte comes back in the end.
+/// The driver unmaps whole mappings only, so a segment maps one per page: emptying the
+/// cache gives back every page that lies wholly in a free block, and a live block keeps
+/// only its own pages mapped (the host source refuses a partial unmap, as cuMemUnmap
+/// does); growth after it maps past what is kept, and every byte comes back in the end.
 #[test]
-fn expandable_segments_give_back_whole_mappings_only() {
+fn expandable_segments_give_back_whole_free_pages() {
     let p = expandable(GIB);
-    let big = p.malloc(64 * MIB, 1).unwrap();
-    let first = p.malloc(2 * MIB, 1).unwrap(); // the first growth maps what it lacks
-    let step = p.malloc(2 * MIB, 1).unwrap(); // maps a step of 16 MiB at 66 MiB
-    let rest = p.malloc(4 * MIB, 1).unwrap(); // from the step's rest
-    let beyond = p.malloc(14 * MIB, 1).unwrap(); // past the rest's 10 MiB: a fourth mapping, a step of 16
-    assert_eq!(p.source().mapped_bytes(), 98 * MIB);
-    p.free(rest).unwrap();
-    p.free(beyond).unwrap();
-    p.empty_cache(); // the free tail starts inside the step's mapping, which stays
+    let first = p.malloc(60 * MIB, 1).unwrap(); // three pages
+    p.free(first).unwrap();
+    let live = p.malloc(10 * MIB, 1).unwrap();
+    assert_eq!(live, first);
+    p.empty_cache();
     check(&p);
-    assert_eq!((p.source().mapped_bytes(), p.stats().reserved_bytes.all.current), (82 * MIB, 82 * MIB as i64));
+    assert_eq!((p.source().mapped_bytes(), p.stats().reserved_bytes.all.current), (20 * MIB, 20 * MIB as i64), "the live block's page stays");
     let again = p.malloc(20 * MIB, 1).unwrap();
-    assert_eq!(again, step + 2 * MIB, "the kept mapping's free part, then new mappings");
+    assert_eq!((again, p.source().mapped_bytes()), (first + 10 * MIB, 40 * MIB), "the kept page's free part, then the next page");
     check(&p);
-    for ptr in [big, first, step, again] {
+    for ptr in [live, again] {
         p.free(ptr).unwrap();
     }
     p.empty_cache();
@@ -337,3 +349,4 @@ fn a_kept_pool_unmaps_no_free_memory_until_its_last_claim_goes() {
     assert_eq!(p.source().mapped_bytes(), 0);
     check(&p);
 }
+
