@@ -251,8 +251,7 @@ const DROPIN_GPT2_OPS: usize = 117_304;
 /// The drop-in workload peaks no higher on gpurt's expandable segments than on
 /// PyTorch's (H100, 2026-11-27: GPT-2 622 MiB; ResNet-50 after it 5 936 MiB with an
 /// `empty_cache` between, 5 916 MiB with the cache kept, the latter also replayed from
-/// this trace by gpu/trace_replay.cpp). Before requests of two steps mapped exactly what
-/// they lack, the cache kept peaked at 5 968 MiB.
+/// this trace by gpu/trace_replay.cpp).
 #[test]
 fn the_drop_in_workload_peaks_no_higher_than_on_pytorchs_expandable_segments() {
     const MIB: u64 = 1 << 20;
@@ -298,8 +297,7 @@ fn after(first: &[Op], second: &[Op]) -> Vec<Op> {
 /// gpu/run.sh) and played in every order, with `empty_cache` between or the cache kept:
 /// the process's peak reserved bytes at or below what PyTorch's expandable segments
 /// reserved in the same order (H200, 2026-11-28: 8 856 MiB for ResNet-50 after GPT-2
-/// and `empty_cache`, 8 876 in the three other orders). Parking blocks above 64 MiB
-/// put the first order at 8 858.
+/// and `empty_cache`, 8 876 in the three other orders).
 #[test]
 fn the_drop_in_orders_at_the_second_sizes_peak_no_higher_than_pytorchs() {
     const MIB: u64 = 1 << 20;

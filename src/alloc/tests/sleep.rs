@@ -70,6 +70,32 @@ fn offload_unmaps_everything_and_wake_brings_back_every_byte_at_its_address() {
     assert_eq!(p.source().live_segments(), 0, "every segment and reservation went back");
 }
 
+/// A segment maps a page at a time, and a sleep unmaps each page; a wake maps each run
+/// of adjacent pages as one allocation (one driver call for a 100 MiB block, not five),
+/// which goes back to the driver whole.
+#[test]
+fn a_wake_maps_each_run_of_pages_once() {
+    let p = expandable(GIB);
+    let block = p.malloc(100 * MIB, 1).unwrap();
+    let after = p.malloc(4 * MIB, 1).unwrap(); // to the next page: [100, 120) MiB
+    let before = p.stats();
+    assert_eq!((before.num_device_alloc, p.source().mapped_bytes()), (6, 120 * MIB));
+    sleep(&p, false).unwrap();
+    assert_eq!(p.stats().num_device_free - before.num_device_free, 6, "every page unmapped");
+    p.wake().unwrap();
+    assert_eq!((p.stats().num_device_alloc - before.num_device_alloc, p.source().mapped_bytes()), (1, 120 * MIB), "one run, one mapping");
+    let small = p.malloc(MIB, 1).unwrap();
+    check(&p);
+    p.free(block).unwrap();
+    p.empty_cache();
+    assert_eq!(p.source().mapped_bytes(), 120 * MIB + 2 * MIB, "the run goes back whole, or not at all (the small block's page is apart)");
+    p.free(after).unwrap();
+    p.empty_cache();
+    assert_eq!(p.source().mapped_bytes(), 2 * MIB);
+    p.free(small).unwrap();
+    check(&p);
+}
+
 #[test]
 fn discard_drops_the_contents_and_keeps_the_addresses() {
     let p = expandable(64 * GIB);
