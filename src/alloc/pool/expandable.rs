@@ -3,6 +3,18 @@
 //! (`expandable_segments:True`); `holes` releases their free ranges anywhere and maps
 //! into the holes again. The pool logic (free lists, splitting, coalescing) treats one
 //! as an ordinary segment up to its mapped end, whose holes are Unmapped blocks.
+//!
+//! A segment grows as PyTorch's expandable segments do: past what a request lacks, to
+//! the next multiple of a page from its start (`SMALL_BUFFER` for the small pool,
+//! `LARGE_BUFFER` for the large one), one driver mapping a page (`map_pages`; 32-85 us
+//! each on the H100). Placing blocks as PyTorch places them is what keeps gpurt's peak
+//! at or below its expandable segments' on workloads nobody tuned for: on 100 scenarios
+//! of the recorded workloads, 100 at or below, where gpurt's earlier policy (growth
+//! steps of an eighth of what was mapped, one arena for all sizes, parking by size)
+//! gave 75, max +4.9 % (docs/performance.md, "PyTorch models on gpurt"). A segment's
+//! first mapping is only what its first request needs: a side stream holding a cuBLAS
+//! workspace (PyTorch's warm-ups before a CUDA graph capture) keeps 32 MiB mapped, as
+//! a segment of PyTorch's default allocator does, not a 40 MiB page multiple.
 
 use super::super::blocks::{Block, BlockId, State, NO_BLOCK};
 use super::super::history::Action;
@@ -10,16 +22,6 @@ use super::super::stats::PoolKind;
 use super::{pool_index, Pool, Segment, SegmentSource, LARGE_BUFFER, SMALL_BUFFER};
 use crate::error::{Error, Result, Status};
 
-/// An expandable segment grows as PyTorch's do: past what a request lacks, to the next
-/// multiple of a page from its start (`SMALL_BUFFER` for the small pool, `LARGE_BUFFER`
-/// for the large one), in one driver mapping (32-85 us on the H100 at any size up to
-/// 512 MiB). Placing blocks as PyTorch places them is what keeps gpurt's peak at or
-/// below its expandable segments' on workloads nobody tuned for: on 100 scenarios of
-/// the recorded workloads, 100 at or below where steps of an eighth of what was mapped
-/// (16-32 MiB) gave 75, max +4.9 % (docs/performance.md, "Workloads nobody tuned
-/// for"). A segment's first mapping is only what its first request needs: a side
-/// stream holding a cuBLAS workspace (PyTorch's warm-ups before a CUDA graph capture)
-/// keeps 32 MiB mapped, not a 40 MiB page multiple, as PyTorch's own segments do.
 /// An expandable segment: a reserved address range whose first bytes are backed by
 /// memory. It is also in `segments`, with its mapped size.
 #[derive(Debug, Clone)]
