@@ -218,7 +218,14 @@ llama_ctest() {  # llama_ctest MODE: llama.cpp's ctest tests that need no downlo
     grep -E "tests passed|Failed|Not Run" "$llama_work/$1-ctest.txt" | tail -n 30
     return $rc
 }
-llama_bins() { echo unpatched="$llama_work/unpatched/build/bin" gpurt="$llama_work/gpurt/build/bin"; }
+llama_bins() {  # the builds there are (a lease may build one alone)
+    local m
+    for m in unpatched gpurt; do [ -x "$llama_work/$m/build/bin/llama-server" ] && printf '%s ' "$m=$llama_work/$m/build/bin"; done
+}
+llama_src() {  # a llama.cpp source tree (convert_hf_to_gguf.py is the same in both)
+    local m
+    for m in unpatched gpurt; do [ -d "$llama_work/$m/llama.cpp" ] && { echo "$llama_work/$m/llama.cpp"; return; }; done
+}
 for mode in unpatched gpurt; do
     step "llama-build-$mode" llama_build $mode
     step "llama-archs-$mode" llama_archs $mode
@@ -229,7 +236,7 @@ step llama-compare-ctest diff <(grep -E "Test +#" "$llama_work/unpatched-ctest.t
                               <(grep -E "Test +#" "$llama_work/gpurt-ctest.txt" | sed 's/ *[0-9.]* sec$//')
 step llama-compare-ops python3 src/ggml_compare.py "$llama_work/unpatched-ops.txt" "$llama_work/gpurt-ops.txt"
 step llama-archs-compare diff <(grep '^|' "$llama_work/unpatched-archs.txt") <(grep '^|' "$llama_work/gpurt-archs.txt")
-step llama-models python3 src/llama.py models "$llama_work/models" "$llama_work/unpatched/llama.cpp"
+step llama-models python3 src/llama.py models "$llama_work/models" "$(llama_src)"
 step llama-completion python3 src/llama.py completion "$llama_work/models" $(llama_bins)
 step llama-server-sleep python3 src/llama.py server "$llama_work/models" "${LLAMA_SLEEP_CYCLES:-100}" $(llama_bins)
 # Two GPUs (a 2-GPU machine only: nvidia-h100-x2): -sm layer / row, and the sleep of both devices.

@@ -3,6 +3,7 @@
 
 pub mod ffi;
 pub mod footprint;
+pub mod local_memory;
 pub(crate) mod peers;
 
 use std::sync::{Mutex, OnceLock};
@@ -100,7 +101,9 @@ pub(crate) fn primary_context(ordinal: i32) -> Result<CUcontext> {
     check(unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, ordinal) }, "cuDevicePrimaryCtxRetain")?;
     // A racing thread may have retained it too; the primary context is one per device,
     // so both got the same pointer and the extra reference is harmless.
-    Ok(*slot.get_or_init(|| ctx as usize) as CUcontext)
+    let ctx = *slot.get_or_init(|| ctx as usize) as CUcontext;
+    local_memory::record_baseline(ordinal);
+    Ok(ctx)
 }
 
 fn current_context() -> Result<CUcontext> {

@@ -7,14 +7,11 @@
 
 pub mod ffi;
 
-use cudarc::driver::sys::{self, CUdevice_attribute as A};
-
 use crate::alloc::capture;
 use crate::alloc::device::{default_pool, MEM_POOLS};
 use crate::alloc::stats::gpurt_memory_stats_t;
 use crate::device::footprint::{self, Footprint};
-use crate::device::{self, with_device};
-use crate::driver::check;
+use crate::device;
 use crate::error::Result;
 
 /// A figure gpurt cannot have: the process's NVML figure where NVML does not load or
@@ -99,7 +96,7 @@ pub fn report(ordinal: i32) -> Result<gpurt_memory_report_t> {
         device_total: total as u64,
         device_free: free as u64,
         process: process_bytes(d),
-        local_memory: local_memory(d)?,
+        local_memory: device::local_memory::reserved(d)?,
         default_pool_reserved: bytes(default.reserved_bytes.all.current),
         default_pool_live: bytes(default.allocated_bytes.all.current),
         default_pool_asleep: bytes(default.asleep_bytes),
@@ -125,20 +122,6 @@ pub fn report(ordinal: i32) -> Result<gpurt_memory_report_t> {
 fn process_bytes(d: i32) -> u64 {
     let me = std::process::id();
     crate::telemetry::processes(d).ok().and_then(|all| all.into_iter().find(|p| p.pid == me)).map_or(GPURT_MEMORY_UNKNOWN, |p| p.used_bytes)
-}
-
-/// The driver reserves local memory for every thread the device can hold resident, of
-/// the context's stack size each.
-fn local_memory(d: i32) -> Result<u64> {
-    let stack = with_device(d, || {
-        let mut size = 0usize;
-        // SAFETY: a context of the device is current; `size` is writable.
-        check(unsafe { sys::cuCtxGetLimit(&mut size, sys::CUlimit::CU_LIMIT_STACK_SIZE) }, "cuCtxGetLimit")?;
-        Ok(size as u64)
-    })?;
-    let sms = device::attribute(d, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u64;
-    let threads = device::attribute(d, A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)? as u64;
-    Ok(stack * sms * threads)
 }
 
 #[cfg(test)]

@@ -4,12 +4,16 @@
  * pool, a user pool's block and its sleep (its memory counted asleep, not reserved), a
  * growable buffer's mappings (in the default pool's figures) — and back when they go. Without NVML's figure of the
  * process (the stand-in driver) `process` and `unattributed` read GPURT_MEMORY_UNKNOWN;
- * with it (a GPU) `unattributed` is the process's figure less what holds memory.
+ * with it (a GPU) `unattributed` is the process's figure less what holds memory. A
+ * device sleep gives back the local memory a grown stack size reserves (NVML's figure
+ * drops by it on a GPU) and its wake restores the stack size; a driver that refuses
+ * the shrink leaves the sleep standing.
  *
  *   memory_report_test */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
 
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -38,6 +42,57 @@ static void misuse(void) {
     before = r;
     EXPECT(gpurt_memory_report(99, &r), GPURT_ERROR_INVALID_ARGUMENT);
     CHECK(memcmp(&r, &before, sizeof r) == 0, "a refused device writes nothing");
+}
+
+typedef int (*limit_get_fn)(size_t *, int);
+typedef int (*limit_set_fn)(int, size_t);
+typedef void (*fail_nth_fn)(const char *, long);
+
+/* The stack size grown as the driver grows it for a launch whose frame needs more (here
+ * through the driver's own call), then a device sleep and its wake. */
+static void local_memory_given_back(int real) {
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    limit_get_fn get_limit = NULL;
+    limit_set_fn set_limit = NULL;
+    fail_nth_fn fail_nth = NULL;
+    size_t stack = 0, grown, now = 0;
+    gpurt_memory_report_t before, big, asleep;
+    *(void **)(&get_limit) = driver ? dlsym(driver, "cuCtxGetLimit") : NULL; /* POSIX: function pointers from dlsym */
+    *(void **)(&set_limit) = driver ? dlsym(driver, "cuCtxSetLimit") : NULL;
+    *(void **)(&fail_nth) = driver ? dlsym(driver, "stub_fail_nth") : NULL;
+    CHECK(get_limit && set_limit, "the driver's limit calls");
+    if (!get_limit || !set_limit) return;
+    EXPECT(gpurt_set_device(0), GPURT_SUCCESS);
+    CHECK(get_limit(&stack, 0) == 0 && stack > 0, "the stack size: %zu", stack);
+    before = report();
+    grown = stack * (2 + (size_t)(rand() % 3));
+    CHECK(set_limit(0, grown) == 0, "the stack grown to %zu", grown);
+    big = report();
+    CHECK(big.local_memory == before.local_memory / stack * grown, "local memory at the grown stack: %llu",
+          (unsigned long long)big.local_memory);
+    EXPECT(gpurt_device_sleep(0, GPURT_SLEEP_DISCARD), GPURT_SUCCESS);
+    asleep = report();
+    CHECK(get_limit(&now, 0) == 0 && now == stack, "asleep, the stack size the context had (%zu, %zu before)", now, stack);
+    CHECK(asleep.local_memory == before.local_memory, "asleep, the local memory of before: %llu", (unsigned long long)asleep.local_memory);
+    if (big.process != GPURT_MEMORY_UNKNOWN && asleep.process != GPURT_MEMORY_UNKNOWN) {
+        uint64_t freed = big.process - asleep.process, grew = big.local_memory - before.local_memory;
+        CHECK(freed >= grew / 10 * 9, "NVML: the sleep gave back %.1f MiB of %.1f grown", freed / 1048576.0, grew / 1048576.0);
+        printf("memory_report_test: a stack of %zu bytes (%zu by default) reserved %.1f MiB more; a device sleep gave back %.1f MiB\n", grown,
+               stack, grew / 1048576.0, freed / 1048576.0);
+    } else if (real) {
+        printf("memory_report_test: no NVML figure: the local memory given back is checked by the stack size only\n");
+    }
+    EXPECT(gpurt_device_wake(0), GPURT_SUCCESS);
+    CHECK(get_limit(&now, 0) == 0 && now == grown, "awake, the stack size of before the sleep (%zu, %zu)", now, grown);
+    CHECK(report().local_memory == big.local_memory, "awake, its local memory");
+    if (fail_nth) { /* the stand-in refuses the shrink: the sleep stands, the stack as it was */
+        fail_nth("cuCtxSetLimit", 1);
+        EXPECT(gpurt_device_sleep(0, GPURT_SLEEP_DISCARD), GPURT_SUCCESS);
+        CHECK(get_limit(&now, 0) == 0 && now == grown, "a refused shrink keeps the stack size: %zu", now);
+        fail_nth(NULL, 0);
+        EXPECT(gpurt_device_wake(0), GPURT_SUCCESS);
+    }
+    CHECK(set_limit(0, stack) == 0, "the stack size put back");
 }
 
 int main(void) {
@@ -135,6 +190,7 @@ int main(void) {
           (unsigned long long)r0.default_pool_live, (unsigned long long)r1.user_pools_reserved, (unsigned long long)r0.user_pools_reserved,
           (unsigned long long)r1.vbuffers_mapped, (unsigned long long)r0.vbuffers_mapped);
     EXPECT(gpurt_stream_destroy(s), GPURT_SUCCESS);
+    local_memory_given_back(real);
     printf("memory_report_test: %d checks, %d failures\n", checks, failures);
     return failures != 0;
 }

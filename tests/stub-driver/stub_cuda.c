@@ -104,8 +104,16 @@ CUresult cuCtxGetCurrent(P *c) { *c = current; return 0; }
 CUresult cuCtxSetCurrent(P c) { current = c; return 0; }
 CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
 CUresult cuCtxSynchronize(void) { INJECT("cuCtxSynchronize", UNKNOWN); return 0; }
-/* The stack size limit (CU_LIMIT_STACK_SIZE, 0): the driver's default, 1 KiB. */
-CUresult cuCtxGetLimit(size_t *v, int limit) { INJECT("cuCtxGetLimit", UNKNOWN); *v = limit == 0 ? 1024 : 0; return 0; }
+/* The stack size limit (CU_LIMIT_STACK_SIZE, 0): the driver's default, 1 KiB, until
+ * set (as the driver grows it for a launch whose frame needs more). */
+static size_t stack_size = 1024;
+CUresult cuCtxGetLimit(size_t *v, int limit) { INJECT("cuCtxGetLimit", UNKNOWN); *v = limit == 0 ? __atomic_load_n(&stack_size, __ATOMIC_RELAXED) : 0; return 0; }
+CUresult cuCtxSetLimit(int limit, size_t v) {
+    INJECT("cuCtxSetLimit", OOM);
+    if (limit != 0) return 1; /* CUDA_ERROR_INVALID_VALUE: only the stack size is modelled */
+    __atomic_store_n(&stack_size, v, __ATOMIC_RELAXED);
+    return 0;
+}
 CUresult cuCtxEnablePeerAccess(P c, unsigned f) { (void)c; (void)f; return 0; }
 CUresult cuCtxDisablePeerAccess(P c) { (void)c; return 0; }
 /* A device that processes share (STUB_CUDA_SHARED_MEMORY=FILE, for the share group's

@@ -428,9 +428,11 @@ pub extern "C" fn gpurt_device_sleep_prepare(device: c_int, host_bytes: *mut usi
 /// gpurt_device_wake, which wakes what this call put to sleep. A failure (a pool
 /// holding a block in a segment of its own or a block exported to other processes, a
 /// driver call) wakes the pools it had put to sleep, so that the device is as it was;
-/// the message names the pool. Math-library handles work again after the wake. What
-/// stays on the device: the CUDA context, loaded kernels and the math libraries'
-/// handles (docs/performance.md, "Sleep and wake").
+/// the message names the pool. The local memory launches grew goes back too (the
+/// stack size limit set back to what the context had when gpurt first used it; the
+/// wake restores it). Math-library handles work again after the wake. What stays on
+/// the device: the CUDA context, loaded kernels and the math libraries' handles (a
+/// cuBLAS handle keeps cuBLAS's own 64 MiB workspace pool on an H200; docs/sleep.md).
 ///
 /// @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
 /// @param mode GPURT_SLEEP_OFFLOAD or GPURT_SLEEP_DISCARD

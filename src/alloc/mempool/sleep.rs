@@ -168,10 +168,12 @@ pub fn is_asleep(handle: Handle) -> Result<bool> {
     }
 }
 
-/// A device's sleep: its mode and the pools it put to sleep, in the order it did.
+/// A device's sleep: the pools it put to sleep, in the order it did, and the stack
+/// size it gave back local memory from (restored by the wake).
 struct DeviceSleep {
     device: i32,
     pools: Vec<Sleeping>,
+    stack: Option<usize>,
 }
 
 static DEVICE_SLEEPS: Mutex<Vec<DeviceSleep>> = Mutex::new(Vec::new());
@@ -211,14 +213,24 @@ pub fn sleep_device(ordinal: i32, offload: bool) -> Result<()> {
                     Err(again) => format!("waking the pools it had put to sleep failed too ({again}): gpurt_device_wake retries"),
                 };
                 if !slept.is_empty() {
-                    sleeps.push(DeviceSleep { device: d, pools: slept });
+                    sleeps.push(DeviceSleep { device: d, pools: slept, stack: None });
                 }
                 return Err(e.context(&format!("device {d}'s sleep failed at {}; {state}", pool.name())));
             }
             slept.push(pool);
         }
-        sleeps.push(DeviceSleep { device: d, pools: slept });
+        sleeps.push(DeviceSleep { device: d, pools: slept, stack: give_back_local_memory(d) });
         Ok(())
+    })
+}
+
+/// The local memory launches grew, given back with the pools: the stack size to
+/// restore at the wake. A driver that refuses leaves the reservation as it was, and
+/// the sleep stands.
+fn give_back_local_memory(d: i32) -> Option<usize> {
+    device::local_memory::shrink(d).unwrap_or_else(|e| {
+        crate::log::log(crate::log::Level::Warn, &format!("device {d}'s sleep keeps its local memory: {e}"));
+        None
     })
 }
 
@@ -245,7 +257,11 @@ pub fn wake_device(ordinal: i32) -> Result<()> {
         .iter()
         .position(|s| s.device == d)
         .ok_or_else(|| Error::invalid_argument(format!("device {d} is not asleep (gpurt_device_sleep)")))?;
-    capture::outside_captures("a device wake", || wake_pools(&mut sleeps[at].pools))?;
+    let sleep = &mut sleeps[at];
+    capture::outside_captures("a device wake", || wake_pools(&mut sleep.pools))?;
+    if let Some(stack) = sleep.stack {
+        device::local_memory::restore(d, stack).map_err(|e| e.context(&format!("restoring device {d}'s stack size of {stack} bytes")))?;
+    }
     sleeps.swap_remove(at);
     Ok(())
 }
