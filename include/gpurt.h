@@ -1306,7 +1306,7 @@ typedef struct {
    */
   uint64_t graph_pools_live;
   /**
-   * Math-library handles gpurt created: the drop in the device's free memory across their creation (the libraries' own memory, beside their workspaces).
+   * Math-library handles gpurt created and has not destroyed (gpurt_blas_handles_release): the drop in the device's free memory across their creation (the libraries' own memory, beside their workspaces).
    */
   uint64_t math_handles;
   /**
@@ -4586,7 +4586,8 @@ gpurt_status_t gpurt_math_library_version(int library,
 
 /**
  * How many `library` handles gpurt has created on `device` (never more than the
- * threads that used one at once) and how many are idle (held by no thread).
+ * threads that used one at once, until gpurt_blas_handles_release: the handles made
+ * again after it count too) and how many are idle (held by no thread).
  *
  * @param library a gpurt_math_library_t
  * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
@@ -4600,6 +4601,25 @@ gpurt_status_t gpurt_math_handle_counts(int library,
                                         int device,
                                         size_t *created,
                                         size_t *idle);
+
+/**
+ * Destroys every cuBLAS and cuBLASLt handle gpurt made on `device`, those threads
+ * hold included, giving back the device memory the libraries keep per handle
+ * (cuBLAS's own workspace pool, kept beside the workspace gpurt sets: 64 MiB a handle
+ * on an H200) — before a gpurt_device_sleep, so that a sleeping process holds no
+ * more than its context. Each thread's next gpurt_blas_handle or
+ * gpurt_blaslt_handle gives a new handle with the math mode the old one had last
+ * (whoever set it) and the same workspaces. A handle given out before this call
+ * must not be used after it, and no thread may use one during it. cuSOLVER,
+ * cuSPARSE and cuDNN handles stay. A failure leaves the handles destroyed before it
+ * released and the others as they were; the call may be repeated.
+ *
+ * @param device a device ordinal; GPURT_CURRENT_DEVICE (-1): this thread's current device
+ * @return GPURT_SUCCESS (also where cuBLAS was never loaded); GPURT_ERROR_INVALID_ARGUMENT for a device that does not exist; GPURT_ERROR_STREAM_CAPTURE while a capture begun through gpurt is in progress; GPURT_ERROR_CUDA where the library refuses to destroy a handle; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Blocking: the libraries wait for the device as they destroy a handle.
+ */
+gpurt_status_t gpurt_blas_handles_release(int device);
 
 /**
  * Where this process's memory on `device` is, in bytes, into a struct initialised

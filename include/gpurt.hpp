@@ -1135,6 +1135,12 @@ inline Ret<bool> allow_tf32() {
  *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
  */
 inline Ret<void> clear_workspaces(int device = GPURT_CURRENT_DEVICE) { return detail::finish(gpurt_blas_clear_workspaces(device)); }
+/** Destroys the device's cuBLAS and cuBLASLt handles, threads' included, for the memory
+ *  the libraries keep per handle (gpurt_blas_handles_release): ask for a handle again after.
+ *  @param device a device ordinal, or GPURT_CURRENT_DEVICE
+ *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+ */
+inline Ret<void> release_handles(int device = GPURT_CURRENT_DEVICE) { return detail::finish(gpurt_blas_handles_release(device)); }
 } // namespace blas
 
 /** cuSOLVER (dense), cuSPARSE and cuDNN handles, as blas::handle: the calling

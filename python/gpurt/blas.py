@@ -76,6 +76,14 @@ def clear_workspaces(device=None):
     check(lib.gpurt_blas_clear_workspaces(ordinal(device)))
 
 
+def release_handles(device=None):
+    """Destroys the device's cuBLAS and cuBLASLt handles, threads' included, giving back
+    the memory the libraries keep per handle (64 MiB each on an H200); each thread's
+    next handle() is a new one with the old one's math mode. Ask for a handle again
+    after: one from before must not be used."""
+    check(lib.gpurt_blas_handles_release(ordinal(device)))
+
+
 def library_version(name):
     """A library's version as MAJOR*10000 + MINOR*100 + PATCH ("cublas", "cublaslt",
     "cusolver", "cusparse", "cudnn")."""

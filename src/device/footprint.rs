@@ -27,15 +27,31 @@ fn slot(device: i32) -> Option<&'static Mutex<[u64; 3]>> {
 /// adds each device's drop in free memory across it to that device's footprint of
 /// `what`. A device whose free memory cannot be read counts nothing.
 pub fn measured<R>(devices: &[i32], what: Footprint, create: impl FnOnce() -> Result<R>) -> Result<R> {
+    measured_each(devices, what, create).map(|(made, _)| made)
+}
+
+/// `measured`, with the bytes counted for each device, for `given_back` when what was
+/// made is destroyed.
+pub fn measured_each<R>(devices: &[i32], what: Footprint, create: impl FnOnce() -> Result<R>) -> Result<(R, Vec<u64>)> {
     let free = || devices.iter().map(|&d| super::mem_get_info(d).ok().map(|(free, _)| free as u64)).collect::<Vec<_>>();
     let before = free();
     let made = create()?;
-    for ((&d, before), after) in devices.iter().zip(before).zip(free()) {
+    let mut counted = vec![0; devices.len()];
+    for (((&d, before), after), counted) in devices.iter().zip(before).zip(free()).zip(&mut counted) {
         if let (Some(before), Some(after), Some(slot)) = (before, after, slot(d)) {
-            crate::boundary::lock(slot)[what as usize] += before.saturating_sub(after);
+            *counted = before.saturating_sub(after);
+            crate::boundary::lock(slot)[what as usize] += *counted;
         }
     }
-    Ok(made)
+    Ok((made, counted))
+}
+
+/// Takes `bytes` that `measured_each` counted off `device`'s footprint of `what`.
+pub fn given_back(device: i32, what: Footprint, bytes: u64) {
+    if let Some(slot) = slot(device) {
+        let mut footprints = crate::boundary::lock(slot);
+        footprints[what as usize] = footprints[what as usize].saturating_sub(bytes);
+    }
 }
 
 /// The bytes `what` took on `device` (a resolved ordinal) so far, as measured.

@@ -11,6 +11,12 @@
 //! its handle, through thread exits, until `clear_workspaces` frees those of idle
 //! handles. Creating a handle and its workspace relaxes the thread's capture mode,
 //! so that a handle first asked for inside a capture works and the capture goes on.
+//!
+//! `release_blas` destroys a device's cuBLAS and cuBLASLt handles, those threads hold
+//! included, for the memory the libraries keep per handle (cuBLAS's own workspace
+//! pool: 64 MiB on an H200, beside gpurt's workspace). It records each one's math
+//! mode and moves the process's release generation on; a thread whose handle was
+//! destroyed gets a new one, with that mode and its workspaces, at its next call.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,7 +42,11 @@ struct Workspace {
 /// A handle and what gpurt set on it.
 struct Leased {
     api: &'static Api,
+    /// Names the lease across releases (a destroyed handle's address may be reused).
+    id: u64,
     raw: usize,
+    /// The release generation this lease was last checked against.
+    generation: u64,
     /// The stream the handle was last bound to (and, for cuBLAS, whose workspace
     /// and math mode are set); None until a bind succeeds.
     bound: Option<usize>,
@@ -50,13 +60,35 @@ struct Leased {
 }
 
 /// One library's handles of one device: the idle ones, the count made, and the bytes
-/// of their workspaces (in the device's default pool).
+/// of their workspaces (in the device's default pool); for cuBLAS and cuBLASLt every
+/// live handle, and the leases whose handle a release destroyed.
 #[derive(Default)]
 struct Shelf {
     idle: Mutex<Vec<Leased>>,
     created: AtomicU64,
     workspace_bytes: AtomicU64,
+    live: Mutex<Vec<Made>>,
+    released: Mutex<Vec<Released>>,
 }
+
+/// A live handle: its lease, itself, and the device memory its creation took.
+struct Made {
+    id: u64,
+    raw: usize,
+    bytes: u64,
+}
+
+/// A lease whose handle `release_blas` destroyed, and that handle's math mode.
+#[derive(Clone, Copy)]
+struct Released {
+    id: u64,
+    math_mode: Option<std::ffi::c_int>,
+}
+
+/// Moved on by every `release_blas`: a lease of an older generation checks whether
+/// its handle is gone before it is used.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+static NEXT_LEASE: AtomicU64 = AtomicU64::new(0);
 
 fn shelf(library: Library, device: i32) -> Result<&'static Shelf> {
     static SHELVES: OnceLock<Box<[Shelf]>> = OnceLock::new();
@@ -119,7 +151,10 @@ pub fn handle(library: Library, stream: Stream) -> Result<Bound> {
     let slot = slot(library, stream.device());
     let mine = mine()?;
     if let Some(Some(leased)) = mine.borrow().0.get(slot) {
-        if leased.bound == Some(stream.raw) && (library != Library::Blas || leased.epoch == TF32_EPOCH.load(Ordering::Acquire)) {
+        if leased.bound == Some(stream.raw)
+            && leased.generation == GENERATION.load(Ordering::Acquire)
+            && (library != Library::Blas || leased.epoch == TF32_EPOCH.load(Ordering::Acquire))
+        {
             return Ok(leased.given());
         }
     }
@@ -174,18 +209,84 @@ fn lease(library: Library, device: i32) -> Result<Leased> {
         Library::BlasLt => workspace::blaslt_size(),
         _ => 0,
     };
+    let id = NEXT_LEASE.fetch_add(1, Ordering::Relaxed);
+    let generation = GENERATION.load(Ordering::Acquire);
+    let raw = create(api, shelf, device, id)?;
+    Ok(Leased { api, id, raw, generation, bound: None, bound_workspace: 0, epoch: 0, workspace_size, workspaces: Vec::new() })
+}
+
+/// A new handle for lease `id`, counted in the device's footprint (and, where gpurt
+/// may destroy it, among the shelf's live handles).
+fn create(api: &'static Api, shelf: &Shelf, device: i32, id: u64) -> Result<usize> {
     let created = || device::with_device(device, || api.create());
-    let raw = with_relaxed_capture(|| device::footprint::measured(&[device], Footprint::MathHandles, created))? as usize;
+    let (raw, bytes) = with_relaxed_capture(|| device::footprint::measured_each(&[device], Footprint::MathHandles, created))?;
     shelf.created.fetch_add(1, Ordering::Relaxed);
-    Ok(Leased { api, raw, bound: None, bound_workspace: 0, epoch: 0, workspace_size, workspaces: Vec::new() })
+    if api.can_destroy() {
+        lock(&shelf.live).push(Made { id, raw: raw as usize, bytes: bytes[0] });
+    }
+    Ok(raw as usize)
+}
+
+/// Brings `leased` up to the release generation: where a release destroyed its
+/// handle, a new one with the old one's math mode (its workspaces stay).
+#[cold]
+#[inline(never)]
+fn renew(library: Library, leased: &mut Leased, device: i32) -> Result<()> {
+    let generation = GENERATION.load(Ordering::Acquire);
+    let shelf = shelf(library, device)?;
+    let gone = {
+        let mut released = lock(&shelf.released);
+        released.iter().position(|r| r.id == leased.id).map(|at| released.swap_remove(at))
+    };
+    if let Some(gone) = gone {
+        let raw = create(leased.api, shelf, device, leased.id).inspect_err(|_| lock(&shelf.released).push(gone))?;
+        leased.raw = raw;
+        leased.bound = None;
+        if let Some(mode) = gone.math_mode {
+            leased.api.set_math_mode(raw as loader::RawHandle, mode)?;
+        }
+    }
+    leased.generation = generation;
+    Ok(())
+}
+
+/// `gpurt_blas_handles_release`: destroys every cuBLAS and cuBLASLt handle of
+/// `device`, recording each one's math mode for the lease that held it. The handles
+/// destroyed before a failure stay released; the rest stay live.
+pub fn release_blas(device: i32) -> Result<()> {
+    crate::alloc::capture::outside_captures("releasing math-library handles", || release_blas_now(device))
+}
+
+fn release_blas_now(device: i32) -> Result<()> {
+    let result = [Library::Blas, Library::BlasLt].into_iter().try_for_each(|library| {
+        let Ok(api) = loader::get(library) else { return Ok(()) }; // never loaded: no handles
+        let shelf = shelf(library, device)?;
+        let mut live = lock(&shelf.live);
+        device::with_device(device, || {
+            while let Some(made) = live.last() {
+                let raw = made.raw as loader::RawHandle;
+                let math_mode = api.math_mode(raw)?;
+                api.destroy(raw)?;
+                device::footprint::given_back(device, Footprint::MathHandles, made.bytes);
+                lock(&shelf.released).push(Released { id: made.id, math_mode });
+                live.pop();
+            }
+            Ok(())
+        })
+    });
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+    result
 }
 
 /// Binds `leased` to `stream`: its workspace there (allocated on first use), the
 /// stream, and for cuBLAS the workspace and the math mode. Unbound if a step fails.
 #[inline]
 fn bind(library: Library, leased: &mut Leased, stream: Stream) -> Result<Bound> {
-    let api = leased.api;
     leased.bound = None;
+    if leased.generation != GENERATION.load(Ordering::Acquire) {
+        renew(library, leased, stream.device())?;
+    }
+    let api = leased.api;
     let workspace = workspace_for(library, leased, stream)?;
     let raw = leased.raw as loader::RawHandle;
     api.set_stream(raw, stream.cu())?;

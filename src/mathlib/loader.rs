@@ -1,6 +1,6 @@
 //! The math libraries, each opened on first use like NCCL: what gpurt calls of them
 //! (create a handle, bind it to a stream, and for cuBLAS its workspace and math
-//! mode) and their versions. Without a library its calls say which one is missing.
+//! mode; destroy cuBLAS's and cuBLASLt's) and their versions. Without a library its calls say which one is missing.
 
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
@@ -38,6 +38,8 @@ struct Spec {
     override_var: &'static str,
     sonames: &'static [&'static str],
     create: &'static str,
+    /// cuBLAS and cuBLASLt, whose handles `gpurt_blas_handles_release` gives back.
+    destroy: Option<&'static str>,
     set_stream: Option<&'static str>,
     version: VersionCall,
     /// The library's status for a failed allocation (reported as out of memory).
@@ -56,6 +58,7 @@ impl Library {
                 override_var: "GPURT_CUBLAS_LIBRARY",
                 sonames: &["libcublas.so.13", "libcublas.so.12"],
                 create: "cublasCreate_v2",
+                destroy: Some("cublasDestroy_v2"),
                 set_stream: Some("cublasSetStream_v2"),
                 version: VersionCall::Property("cublasGetProperty"),
                 alloc_failed: 3,
@@ -65,6 +68,7 @@ impl Library {
                 override_var: "GPURT_CUBLASLT_LIBRARY",
                 sonames: &["libcublasLt.so.13", "libcublasLt.so.12"],
                 create: "cublasLtCreate",
+                destroy: Some("cublasLtDestroy"),
                 set_stream: None, // cublasLtMatmul takes its stream per call
                 version: VersionCall::Number("cublasLtGetVersion"),
                 alloc_failed: 3,
@@ -74,6 +78,7 @@ impl Library {
                 override_var: "GPURT_CUSOLVER_LIBRARY",
                 sonames: &["libcusolver.so.12", "libcusolver.so.11"],
                 create: "cusolverDnCreate",
+                destroy: None,
                 set_stream: Some("cusolverDnSetStream"),
                 version: VersionCall::Property("cusolverGetProperty"),
                 alloc_failed: 2,
@@ -83,6 +88,7 @@ impl Library {
                 override_var: "GPURT_CUSPARSE_LIBRARY",
                 sonames: &["libcusparse.so.12", "libcusparse.so.11"],
                 create: "cusparseCreate",
+                destroy: None,
                 set_stream: Some("cusparseSetStream"),
                 version: VersionCall::Property("cusparseGetProperty"),
                 alloc_failed: 2,
@@ -92,6 +98,7 @@ impl Library {
                 override_var: "GPURT_CUDNN_LIBRARY",
                 sonames: &["libcudnn.so.9"],
                 create: "cudnnCreate",
+                destroy: None,
                 set_stream: Some("cudnnSetStream"),
                 version: VersionCall::Number("cudnnGetVersion"),
                 alloc_failed: 2000,
@@ -105,6 +112,8 @@ type Create = unsafe extern "C" fn(*mut RawHandle) -> c_int;
 type SetStream = unsafe extern "C" fn(RawHandle, CUstream) -> c_int;
 type SetWorkspace = unsafe extern "C" fn(RawHandle, *mut c_void, usize) -> c_int;
 type SetMathMode = unsafe extern "C" fn(RawHandle, c_int) -> c_int;
+type Destroy = unsafe extern "C" fn(RawHandle) -> c_int;
+type GetMathMode = unsafe extern "C" fn(RawHandle, *mut c_int) -> c_int;
 
 /// One loaded library.
 pub struct Api {
@@ -114,6 +123,8 @@ pub struct Api {
     /// cuBLAS only.
     set_workspace: Option<SetWorkspace>,
     set_math_mode: Option<SetMathMode>,
+    get_math_mode: Option<GetMathMode>,
+    destroy: Option<Destroy>,
     /// major × 10000 + minor × 100 + patch.
     pub version: i32,
     _lib: libloading::Library,
@@ -156,6 +167,11 @@ fn load(library: Library) -> std::result::Result<Api, String> {
         },
         set_workspace: if blas { Some(unsafe { crate::dylib::symbol(&lib, spec.name, "cublasSetWorkspace_v2") }?) } else { None },
         set_math_mode: if blas { Some(unsafe { crate::dylib::symbol(&lib, spec.name, "cublasSetMathMode") }?) } else { None },
+        get_math_mode: if blas { Some(unsafe { crate::dylib::symbol(&lib, spec.name, "cublasGetMathMode") }?) } else { None },
+        destroy: match spec.destroy {
+            Some(name) => Some(unsafe { crate::dylib::symbol(&lib, spec.name, name) }?),
+            None => None,
+        },
         version,
         _lib: lib,
     })
@@ -214,9 +230,35 @@ impl Api {
 
     /// cuBLAS: TF32 tensor-core math for fp32 GEMMs, or the default math.
     pub fn set_allow_tf32(&self, handle: RawHandle, allow: bool) -> Result<()> {
+        self.set_math_mode(handle, if allow { TF32_TENSOR_OP_MATH } else { DEFAULT_MATH })
+    }
+
+    /// cuBLAS: the handle's math mode, as whoever set it last chose (None for the others).
+    pub fn math_mode(&self, handle: RawHandle) -> Result<Option<c_int>> {
+        let Some(get) = self.get_math_mode else { return Ok(None) };
+        let mut mode = 0;
+        self.check(|| "cublasGetMathMode", unsafe { get(handle, &mut mode) })?;
+        Ok(Some(mode))
+    }
+
+    /// cuBLAS: sets the handle's math mode.
+    pub fn set_math_mode(&self, handle: RawHandle, mode: c_int) -> Result<()> {
         match self.set_math_mode {
-            Some(set) => self.check(|| "cublasSetMathMode", unsafe { set(handle, if allow { TF32_TENSOR_OP_MATH } else { DEFAULT_MATH }) }),
+            Some(set) => self.check(|| "cublasSetMathMode", unsafe { set(handle, mode) }),
             None => Ok(()),
+        }
+    }
+
+    /// Whether gpurt can destroy this library's handles (cuBLAS, cuBLASLt).
+    pub fn can_destroy(&self) -> bool {
+        self.destroy.is_some()
+    }
+
+    /// Destroys `handle` (the library waits for the device).
+    pub fn destroy(&self, handle: RawHandle) -> Result<()> {
+        match self.destroy {
+            Some(destroy) => self.check(|| self.library.spec().destroy.unwrap_or_default(), unsafe { destroy(handle) }),
+            None => Err(Error::not_supported(format!("gpurt does not destroy {} handles", self.library.name()))),
         }
     }
 }

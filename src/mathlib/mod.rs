@@ -10,7 +10,7 @@ pub mod handles;
 pub mod loader;
 pub mod workspace;
 
-pub use handles::{allow_tf32, clear_workspaces, counts, handle, set_allow_tf32, workspace_bytes, Bound};
+pub use handles::{allow_tf32, clear_workspaces, counts, handle, release_blas, set_allow_tf32, workspace_bytes, Bound};
 pub use loader::Library;
 
 use crate::error::Result;

@@ -54,7 +54,7 @@ pub struct gpurt_memory_report_t {
     pub graph_pools_reserved: u64,
     /// Of `graph_pools_reserved`, bytes handed out.
     pub graph_pools_live: u64,
-    /// Math-library handles gpurt created: the drop in the device's free memory across their creation (the libraries' own memory, beside their workspaces).
+    /// Math-library handles gpurt created and has not destroyed (gpurt_blas_handles_release): the drop in the device's free memory across their creation (the libraries' own memory, beside their workspaces).
     pub math_handles: u64,
     /// Modules gpurt loaded: the drop in free memory across their loads.
     pub modules: u64,

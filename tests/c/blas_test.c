@@ -11,7 +11,10 @@
  * handles go back at exit and the next thread reuses them; 8 threads at once get 8
  * handles; the TF32 switch. With the stand-ins it also reads what gpurt set on each
  * handle, and fails cuBLAS's calls on purpose: each failure is
- * reported, leaks nothing, and the next call works. The GEMMs' data checks are in
+ * reported, leaks nothing, and the next call works. gpurt_blas_handles_release
+ * destroys the handles threads hold and idle ones, gives their memory back (the
+ * memory report's math-library handles), and each thread's next call gets a live
+ * handle with the math mode the old one had; a refused destroy leaves the rest live. The GEMMs' data checks are in
  * blas_gpu_test.c (GPU suite).
  */
 #define _GNU_SOURCE
@@ -423,6 +426,64 @@ static void *capture_first_handle(void *arg) {
     return NULL;
 }
 
+/* gpurt_blas_handles_release, with cuBLAS's own math-mode calls (real or stand-in). */
+static void released(gpurt_stream_t s) {
+    void *lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_NOLOAD), *h = NULL, *again = NULL, *lt = NULL, *ws = NULL;
+    int (*set_mode)(void *, int) = NULL, (*get_mode)(void *, int *) = NULL;
+    int mode = -1;
+    size_t size = 0;
+    gpurt_memory_report_t before = GPURT_MEMORY_REPORT_INIT, after = GPURT_MEMORY_REPORT_INIT;
+    Job job;
+    *(void **)(&set_mode) = lib ? dlsym(lib, "cublasSetMathMode") : NULL;
+    *(void **)(&get_mode) = lib ? dlsym(lib, "cublasGetMathMode") : NULL;
+    CHECK(set_mode && get_mode, "cuBLAS's math-mode calls");
+    if (!set_mode || !get_mode) return;
+    job = in_thread(s); /* an idle handle, which a thread held */
+    EXPECT(job.status, GPURT_SUCCESS);
+    EXPECT(gpurt_blas_handle(s, &h), GPURT_SUCCESS);
+    EXPECT(gpurt_blaslt_handle(s, &lt, &ws, &size), GPURT_SUCCESS);
+    CHECK(set_mode(h, 3) == 0, "TF32 math set on the handle directly (as ggml does)");
+    EXPECT(gpurt_memory_report(0, &before), GPURT_SUCCESS);
+    EXPECT(gpurt_blas_handles_release(GPURT_CURRENT_DEVICE), GPURT_SUCCESS);
+    EXPECT(gpurt_memory_report(0, &after), GPURT_SUCCESS);
+    CHECK(after.math_handles < before.math_handles, "the handles' memory given back: %llu of %llu bytes left",
+          (unsigned long long)after.math_handles, (unsigned long long)before.math_handles);
+    printf("blas_test: a release gave back %.1f MiB of math-library handles\n", (before.math_handles - after.math_handles) / 1048576.0);
+    if (math_state) {
+        void *bound, *workspace;
+        size_t ws_size;
+        int m;
+        CHECK(!math_state(h, &bound, &workspace, &ws_size, &m) && !math_state(lt, &bound, &workspace, &ws_size, &m) &&
+                  !math_state(job.blas, &bound, &workspace, &ws_size, &m),
+              "the held and the idle handles destroyed");
+    }
+    /* This thread's next call: a live handle, its old math mode, its workspace. */
+    EXPECT(gpurt_blas_handle(s, &again), GPURT_SUCCESS);
+    CHECK(get_mode(again, &mode) == 0 && mode == 3, "the old handle's math mode: %d", mode);
+    expect_bound(again, s, BLAS_WORKSPACE, 3);
+    EXPECT(gpurt_blaslt_handle(s, &lt, &ws, &size), GPURT_SUCCESS);
+    CHECK(ws != NULL && size == BLASLT_WORKSPACE, "cuBLASLt's workspace: %p, %zu bytes", ws, size);
+    job = in_thread(s); /* the idle lease, renewed */
+    EXPECT(job.status, GPURT_SUCCESS);
+    if (math_state && math_fail_nth) {
+        void *bound, *workspace;
+        size_t ws_size;
+        int m;
+        CHECK(math_state(job.blas, &bound, &workspace, &ws_size, &m), "the next thread's handle is live");
+        math_fail_nth("cublasDestroy_v2", 1);
+        EXPECT(gpurt_blas_handles_release(0), GPURT_ERROR_CUDA);
+        CHECK(strstr(gpurt_last_error_message(), "cublasDestroy_v2") != NULL, "the refusal named: %s", gpurt_last_error_message());
+        math_fail_nth(NULL, 0);
+        CHECK(math_state(again, &bound, &workspace, &ws_size, &m) || math_state(job.blas, &bound, &workspace, &ws_size, &m),
+              "a refused destroy leaves handles live");
+        EXPECT(gpurt_blas_handles_release(0), GPURT_SUCCESS);
+        EXPECT(gpurt_blas_handle(s, &again), GPURT_SUCCESS);
+        expect_bound(again, s, BLAS_WORKSPACE, 3);
+    }
+    EXPECT(gpurt_blas_handles_release(99), GPURT_ERROR_INVALID_ARGUMENT);
+    CHECK(set_mode(again, 0) == 0, "default math again");
+}
+
 int main(int argc, char **argv) {
     gpurt_device_properties_t props = GPURT_DEVICE_PROPERTIES_INIT;
     gpurt_stream_t s = NULL;
@@ -459,6 +520,7 @@ int main(int argc, char **argv) {
         pthread_join(t, NULL);
         EXPECT(in_capture[0], GPURT_SUCCESS);
         EXPECT(in_capture[1], GPURT_SUCCESS);
+        released(s);
     }
     EXPECT(gpurt_stream_destroy(s), GPURT_SUCCESS);
     printf("blas_test (%s, %s): %d checks, %d failures\n", props.name, expect_missing ? "libraries missing" : "libraries present", checks, failures);

@@ -94,6 +94,8 @@ static void with_device(bool real_gpu) {
         CHECK(gpurt::blas::allow_tf32() && gpurt::blas::handle(s) == h);
         gpurt::blas::set_allow_tf32(false);
         gpurt::blas::clear_workspaces();
+        gpurt::blas::release_handles();
+        CHECK(gpurt::blas::handle(s) != nullptr);  // a new one, after the release
         int v = 0;
         if (gpurt_math_library_version(GPURT_MATH_CUSOLVER, &v) == GPURT_SUCCESS) CHECK(gpurt::solver::handle(s) != nullptr);
         if (gpurt_math_library_version(GPURT_MATH_CUSPARSE, &v) == GPURT_SUCCESS) CHECK(gpurt::sparse::handle(s) != nullptr);

@@ -564,6 +564,7 @@ def test_math_library_handles_check_first_then_name_the_missing_library(device):
             gpurt.current_blas_handle()
         with pytest.raises(gpurt.NotSupportedError, match="cuBLASLt"):
             gpurt.blas.blaslt_handle()
+        gpurt.blas.release_handles()  # nothing made: nothing to give back
         return
     s1, s2 = gpurt.Stream(), gpurt.Stream()
     handle = gpurt.blas.blas_handle(s1)
@@ -573,6 +574,8 @@ def test_math_library_handles_check_first_then_name_the_missing_library(device):
     assert lt not in (0, handle) and workspace != 0 and size > 0
     created, idle = gpurt.blas.handle_counts("cublas")
     assert created >= 1 and idle >= 0
+    gpurt.blas.release_handles()
+    assert gpurt.blas.blas_handle(s1) != 0 and gpurt.blas.handle_counts("cublas")[0] == created + 1
 
 
 def test_pools_sleep_and_wake_keeping_addresses_and_with_offload_their_bytes(device):

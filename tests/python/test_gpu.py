@@ -103,6 +103,13 @@ def test_blas_handle_runs_cupys_sgemm_exactly(gpu):
     cublas.sgemm(handle, 0, 0, 96, 40, 64, one.ctypes.data, da.data.ptr, 96, db.data.ptr, 64, zero.ctypes.data, dc.data.ptr, 96)
     stream.synchronize()
     assert (cupy.asnumpy(dc) == a @ b).all()
+    # Released, then asked for again: a new handle computes the same.
+    gpurt.blas.release_handles()
+    dc.fill(np.nan)
+    cublas.sgemm(gpurt.blas.blas_handle(stream), 0, 0, 96, 40, 64, one.ctypes.data, da.data.ptr, 96, db.data.ptr, 64, zero.ctypes.data,
+                 dc.data.ptr, 96)
+    stream.synchronize()
+    assert (cupy.asnumpy(dc) == a @ b).all()
 
 
 def test_cupy_reads_and_writes_gpurt_buffers(gpu):
