@@ -26,6 +26,17 @@
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("gpurt packs handles into 64-bit pointers and supports only 64-bit targets");
 
+/// Hooks of higher modules into lower ones that must hold before any call, set when
+/// the library is loaded (an ELF constructor: it only stores function pointers).
+#[used]
+#[link_section = ".init_array"]
+static INSTALL_HOOKS: extern "C" fn() = {
+    extern "C" fn install() {
+        alloc::device::set_share_join(share::join_configured);
+    }
+    install
+};
+
 pub mod alloc;
 pub mod boundary;
 pub mod comm;

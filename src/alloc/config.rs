@@ -37,6 +37,9 @@ pub struct AllocConfig {
     /// 2 MiB), and a freed one serves a later request whole (one at most 20 MiB
     /// smaller). Sets `max_split_size` to 0, whole and exact segments.
     pub no_split: bool,
+    /// The share group every device joins as its default pool is made (`share`,
+    /// gpurt's own key; `gpurt_share_join` with the default options).
+    pub share: Option<String>,
 }
 
 /// The allocator behind each device's default pool.
@@ -69,6 +72,7 @@ impl Default for AllocConfig {
             backend: Backend::Native,
             use_on_oom: false,
             no_split: false,
+            share: None,
         }
     }
 }
@@ -157,6 +161,7 @@ impl AllocConfig {
             "exact_segments" => self.exact_segments = flag(key, value)?,
             "use_on_oom" => self.use_on_oom = flag(key, value)?,
             "no_split" => self.no_split = flag(key, value)?,
+            "share" => self.share = Some(value.to_string()),
             "backend" => match value {
                 "native" => self.backend = Backend::Native,
                 "cudaMallocAsync" => self.backend = Backend::CudaMallocAsync,
@@ -165,7 +170,7 @@ impl AllocConfig {
             _ => {
                 return Err(Error::invalid_argument(format!(
                     "GPURT_ALLOC_CONF: unknown key `{key}` (known: max_split_size_mb, roundup_power2_divisions, \
-                     garbage_collection_threshold, expandable_segments, exact_segments, backend, use_on_oom, no_split)"
+                     garbage_collection_threshold, expandable_segments, exact_segments, backend, use_on_oom, no_split, share)"
                 )))
             }
         }
@@ -269,6 +274,7 @@ mod tests {
         assert_eq!(c.roundup_power2_divisions[40], 8);
         assert_eq!(c.backend, Backend::Native);
         assert_eq!(AllocConfig::parse("backend:cudaMallocAsync").unwrap().backend, Backend::CudaMallocAsync);
+        assert_eq!(AllocConfig::parse("share:llm-servers").unwrap().share.as_deref(), Some("llm-servers"));
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub(crate) fn allocator(ordinal: i32) -> Result<&'static CachingAllocator<Driver
         return Ok(a);
     }
     let config = config()?;
+    if let Some(group) = &config.share {
+        join_share_group(d, group)?;
+    }
     let backend = *BACKEND.get_or_init(|| config.backend);
     if backend == Backend::CudaMallocAsync && !driver_pool::is_active() {
         driver_pool::for_device(d)?;
@@ -76,6 +79,29 @@ pub(crate) fn allocator(ordinal: i32) -> Result<&'static CachingAllocator<Driver
         LOOK_BEFORE_FREE.fetch_add(1, Ordering::Relaxed);
     }
     Ok(cell.get_or_init(|| CachingAllocator::new(DriverSource::new(d), config)))
+}
+
+/// Joins a share group: `crate::share`'s join, installed when the library loads
+/// (`lib.rs`), so that this lower module calls it without depending on it.
+pub type ShareJoin = fn(i32, &str) -> Result<()>;
+static SHARE_JOIN: OnceLock<ShareJoin> = OnceLock::new();
+static SHARE_JOINED: device::PerDeviceOnce<()> = OnceLock::new();
+static SHARE_JOINING: Mutex<()> = Mutex::new(());
+
+/// Installs how a device joins the group `share:NAME` names.
+pub fn set_share_join(join: ShareJoin) {
+    let _ = SHARE_JOIN.set(join);
+}
+
+/// `share:NAME`: device `d` joins the group once, before its default pool is made; a
+/// failed join fails this call (nothing made) and is tried again by the next.
+#[cold]
+fn join_share_group(d: i32, group: &str) -> Result<()> {
+    let join = SHARE_JOIN.get().ok_or_else(|| Error::not_supported("GPURT_ALLOC_CONF share: this build of gpurt has no share groups"))?;
+    device::per_device_try_init(&SHARE_JOINED, &SHARE_JOINING, d, || {
+        join(d, group).map_err(|e| e.context(&format!("GPURT_ALLOC_CONF share:{group}: device {d} could not join")))
+    })
+    .map(drop)
 }
 
 /// The backend of every device's default pool, chosen at the allocator's first use.

@@ -4,11 +4,21 @@
 //! holding none of its locks, so that the asking may wait and this process may serve
 //! the others' requests meanwhile. The hook gets the device (`None`: a pool of host
 //! memory, in tests) and the bytes wanted, and says whether anything was given back
-//! (the allocation is then retried once).
+//! (the allocation is then retried once) and how the asking went, for the
+//! out-of-memory message when the retry fails too.
 
 use std::sync::{Arc, RwLock};
 
-pub type Hook = Arc<dyn Fn(Option<i32>, u64) -> bool + Send + Sync>;
+/// What asking others came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asked {
+    pub given_back: bool,
+    /// Who was asked and what each gave, said in a message.
+    pub account: String,
+}
+
+/// `None`: the device is not shared, nobody was asked.
+pub type Hook = Arc<dyn Fn(Option<i32>, u64) -> Option<Asked> + Send + Sync>;
 
 static HOOK: RwLock<Option<Hook>> = RwLock::new(None);
 
@@ -17,8 +27,8 @@ pub fn set_out_of_memory_hook(hook: Option<Hook>) {
     *HOOK.write().unwrap_or_else(|e| e.into_inner()) = hook;
 }
 
-/// Asks through the installed hook; false where there is none.
-pub(crate) fn ask_others(device: Option<i32>, bytes: u64) -> bool {
+/// Asks through the installed hook; `None` where there is none.
+pub(crate) fn ask_others(device: Option<i32>, bytes: u64) -> Option<Asked> {
     let hook = HOOK.read().unwrap_or_else(|e| e.into_inner()).clone();
-    hook.is_some_and(|ask| ask(device, bytes))
+    hook.and_then(|ask| ask(device, bytes))
 }

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::registry::{Offer, Registry};
-use super::requests::{ask, Server};
+use super::requests::{ask, Answer, Server};
+use crate::alloc::stats::format_bytes;
 use crate::alloc::{device as pools, reclaim};
 use crate::boundary::lock;
 use crate::device;
@@ -31,6 +32,8 @@ impl Default for JoinOptions {
 
 struct Membership {
     ordinal: i32,
+    /// The group's name.
+    name: String,
     /// The device as the group names it.
     key: i32,
     registry: Arc<Registry>,
@@ -68,9 +71,15 @@ pub fn join(ordinal: i32, name: &str, options: JoinOptions) -> Result<()> {
     let server = Server::start(registry.clone(), slot, move |_level| pools::empty_cache_of(ordinal).unwrap_or(0)).inspect_err(|_| {
         let _ = registry.leave(slot);
     })?;
-    all.push(Membership { ordinal, key, registry, slot, deadline: options.deadline, server });
+    all.push(Membership { ordinal, name: name.to_string(), key, registry, slot, deadline: options.deadline, server });
     reclaim::set_out_of_memory_hook(Some(Arc::new(ask_group)));
     Ok(())
+}
+
+/// `GPURT_ALLOC_CONF=share:NAME`: device `ordinal` joins group `name` with the
+/// default options.
+pub fn join_configured(ordinal: i32, name: &str) -> Result<()> {
+    join(ordinal, name, JoinOptions::default())
 }
 
 /// Leaves the group of device `ordinal`: its server stops, its slot goes back.
@@ -89,13 +98,56 @@ pub fn leave(ordinal: i32) -> Result<()> {
 }
 
 /// The out-of-memory hook: asks the other members on the device for their cached
-/// memory and says whether any gave some back.
-fn ask_group(device: Option<i32>, _bytes: u64) -> bool {
+/// memory; says whether any gave some back, and who gave what.
+fn ask_group(device: Option<i32>, bytes: u64) -> Option<reclaim::Asked> {
     let member = lock(&MEMBERSHIPS)
         .iter()
         .find(|m| Some(m.ordinal) == device)
-        .map(|m| (m.registry.clone(), m.slot, m.key, m.deadline));
-    let Some((registry, slot, key, deadline)) = member else { return false };
-    ask(&registry, Some(slot), key, Offer::Cached, Instant::now() + deadline)
-        .is_ok_and(|answers| answers.iter().any(|a| a.released.is_some_and(|bytes| bytes > 0)))
+        .map(|m| (m.name.clone(), m.registry.clone(), m.slot, m.key, m.deadline));
+    let (name, registry, slot, key, deadline) = member?;
+    let answers = ask(&registry, Some(slot), key, Offer::Cached, Instant::now() + deadline);
+    Some(account(&name, bytes, deadline, answers))
+}
+
+/// What asking the group for `bytes` came to, in words.
+fn account(group: &str, bytes: u64, deadline: Duration, answers: Result<Vec<Answer>>) -> reclaim::Asked {
+    let asked = format!("share group {group:?} asked for {}", format_bytes(bytes));
+    let answers = match answers {
+        Ok(answers) => answers,
+        Err(e) => return reclaim::Asked { given_back: false, account: format!("{asked}: the asking failed ({e})") },
+    };
+    if answers.is_empty() {
+        return reclaim::Asked { given_back: false, account: format!("{asked}: no other member offers memory") };
+    }
+    let each: Vec<String> = answers
+        .iter()
+        .map(|a| match a.released {
+            Some(given) => format!("process {} gave back {}", a.pid, format_bytes(given)),
+            None => format!("process {} did not answer within {} ms", a.pid, deadline.as_millis()),
+        })
+        .collect();
+    let given_back = answers.iter().any(|a| a.released.is_some_and(|bytes| bytes > 0));
+    reclaim::Asked { given_back, account: format!("{asked}: {}", each.join(", ")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_out_of_memory_message_says_who_was_asked_and_what_each_gave() {
+        let (deadline, gib) = (Duration::from_millis(3000), 1u64 << 30);
+        let answers = vec![Answer { pid: 11, released: Some(gib) }, Answer { pid: 12, released: None }, Answer { pid: 13, released: Some(0) }];
+        let asked = account("llm", 2 * gib, deadline, Ok(answers));
+        assert!(asked.given_back);
+        assert_eq!(
+            asked.account,
+            "share group \"llm\" asked for 2.00 GiB: process 11 gave back 1.00 GiB, process 12 did not answer within 3000 ms, process 13 gave back 0 B"
+        );
+        let nothing = account("llm", gib, deadline, Ok(vec![Answer { pid: 13, released: Some(0) }]));
+        assert!(!nothing.given_back, "nothing given back: no retry");
+        assert_eq!(account("llm", gib, deadline, Ok(Vec::new())).account, "share group \"llm\" asked for 1.00 GiB: no other member offers memory");
+        let failed = account("llm", gib, deadline, Err(Error::invalid_argument("the registry is gone")));
+        assert!(!failed.given_back && failed.account.contains("the asking failed (") && failed.account.contains("the registry is gone"), "{}", failed.account);
+    }
 }

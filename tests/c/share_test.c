@@ -2,8 +2,10 @@
  * (STUB_CUDA_SHARED_MEMORY: 8 GiB that the processes take from together): a member
  * that needs memory the device no longer has gets it from another member's cache,
  * which that member's gpurt thread empties on request; a member that offers nothing
- * keeps its cache and the request fails at once; a process outside the group gets
- * nothing; and the API's misuse is refused. Each case runs in two fresh processes, a
+ * keeps its cache and the request fails at once, its message saying what the group
+ * was asked and gave; a process outside the group gets nothing; processes that join
+ * through GPURT_ALLOC_CONF=share:NAME are served alike; and the API's misuse is
+ * refused (a configured group that cannot be joined fails the allocation). Each case runs in two fresh processes, a
  * holder (6 GiB cached) and an asker (4 GiB wanted), synchronised through pipes.
  * usage: share_test DIR (for the group and the device's file) */
 #define _POSIX_C_SOURCE 200809L
@@ -34,8 +36,13 @@ static double now_ms(void) {
 static void say(int fd) { CHECK(write(fd, "x", 1) == 1, "a pipe write"); }
 static void hear(int fd) { char c; CHECK(read(fd, &c, 1) == 1, "a pipe read"); }
 
+/* Set for a case whose processes join through GPURT_ALLOC_CONF=share:share-test (at
+ * their first allocation, offering their cache) instead of gpurt_share_join. */
+static int configured;
+
 static int join(int offer) {
     gpurt_share_options_t options = GPURT_SHARE_OPTIONS_INIT;
+    if (configured) return GPURT_SUCCESS;
     options.offer = offer;
     options.deadline_ms = 2000;
     return gpurt_share_join(0, "share-test", &options);
@@ -74,8 +81,15 @@ static int asker(int expect_served, int outside, int ready, int done) {
         CHECK(reserved() == 4 * GIB, "%llu reserved", (unsigned long long)reserved());
         EXPECT(gpurt_free(p), GPURT_SUCCESS);
     } else {
+        const char *message = gpurt_last_error_message();
         CHECK(status == GPURT_ERROR_OUT_OF_MEMORY, "refused as before the group (status %d)", status);
         CHECK(now_ms() - start < 1000, "refused without waiting for the deadline: %.0f ms", now_ms() - start);
+        if (outside) {
+            CHECK(strstr(message, "share group") == NULL, "outside the group, no group in the message: %s", message);
+        } else {
+            CHECK(strstr(message, "share group \"share-test\" asked for 4.00 GiB: no other member offers memory") != NULL,
+                  "the message says what the group was asked and gave: %s", message);
+        }
     }
     say(done);
     if (!outside) EXPECT(gpurt_share_leave(0), GPURT_SUCCESS);
@@ -96,6 +110,7 @@ static int run_case(const char *dir, const char *name, int offer, int expect_ser
     for (i = 0; i < 2; i++) {
         pids[i] = fork();
         if (pids[i] == 0) {
+            if (configured) setenv("GPURT_ALLOC_CONF", "share:share-test", 1);
             int failed = i == 0 ? holder(offer, expect_served, ready[1], done[0]) : asker(expect_served, outside, ready[0], done[1]);
             fflush(stdout);
             _exit(failed);
@@ -119,8 +134,20 @@ static int misuse(const char *dir) {
     if (pid == 0) {
         gpurt_share_options_t options = GPURT_SHARE_OPTIONS_INIT;
         char device[4096];
+        gpurt_mem_pool_options_t pool_options = GPURT_MEM_POOL_OPTIONS_INIT;
+        gpurt_mem_pool_t pool = NULL;
+        void *p = NULL;
         snprintf(device, sizeof device, "%s/device-misuse", dir);
         setenv("STUB_CUDA_SHARED_MEMORY", device, 1);
+        /* A group the configuration names that cannot be joined fails the allocation, naming it; then none. */
+        setenv("GPURT_ALLOC_CONF", "share:.hidden", 1);
+        EXPECT(gpurt_malloc_device(0, 1 << 20, &p), GPURT_ERROR_INVALID_ARGUMENT);
+        CHECK(strstr(gpurt_last_error_message(), "share:.hidden: device 0 could not join") != NULL, "%s", gpurt_last_error_message());
+        EXPECT(gpurt_alloc_set_config(""), GPURT_SUCCESS);
+        EXPECT(gpurt_malloc_device(0, 1 << 20, &p), GPURT_SUCCESS);
+        EXPECT(gpurt_free(p), GPURT_SUCCESS);
+        pool_options.config = "share:pool";
+        EXPECT(gpurt_mem_pool_create(0, &pool_options, &pool), GPURT_ERROR_INVALID_ARGUMENT); /* the process's option */
         EXPECT(gpurt_share_leave(0), GPURT_ERROR_INVALID_ARGUMENT);           /* in no group */
         EXPECT(gpurt_share_join(0, NULL, NULL), GPURT_ERROR_INVALID_ARGUMENT);
         EXPECT(gpurt_share_join(0, "../escape", NULL), GPURT_ERROR_INVALID_ARGUMENT);
@@ -152,6 +179,9 @@ int main(int argc, char **argv) {
     bad += run_case(argv[1], "cached", GPURT_SHARE_OFFER_CACHED, 1, 0);
     bad += run_case(argv[1], "never", GPURT_SHARE_OFFER_NEVER, 0, 0);
     bad += run_case(argv[1], "outside", GPURT_SHARE_OFFER_CACHED, 0, 1);
+    configured = 1;
+    bad += run_case(argv[1], "configured", GPURT_SHARE_OFFER_CACHED, 1, 0);
+    configured = 0;
     bad += misuse(argv[1]);
     printf("share test: %s\n", bad ? "FAILED" : "passed");
     return bad != 0;

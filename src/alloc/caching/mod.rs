@@ -176,17 +176,23 @@ impl<S: SegmentSource> CachingAllocator<S> {
             done => return done,
         };
         // No lock is held here: the asking may wait while this process serves others.
-        let last = if reclaim::ask_others(self.shared.source.history_device(), size) { retry() } else { Err(cause) };
+        let asked = reclaim::ask_others(self.shared.source.history_device(), size);
+        let last = if asked.as_ref().is_some_and(|a| a.given_back) { retry() } else { Err(cause) };
         match last {
-            Err(cause) if is_oom(&cause) => Err(self.out_of_memory(size, cause)),
+            Err(cause) if is_oom(&cause) => Err(self.out_of_memory(size, cause, asked)),
             done => done,
         }
     }
 
+    /// The error of a request the device refused, with what asking others came to.
     #[cold]
-    fn out_of_memory(&self, requested: u64, cause: Error) -> Error {
+    fn out_of_memory(&self, requested: u64, cause: Error, asked: Option<reclaim::Asked>) -> Error {
         lock(&self.totals).num_ooms += 1;
-        self.out_of_memory_error(requested, &cause.to_string())
+        let cause = match asked {
+            Some(asked) => format!("{cause}; {}", asked.account),
+            None => cause.to_string(),
+        };
+        self.out_of_memory_error(requested, &cause)
     }
 
     /// A request past `GPURT_MAX_ALLOCATION_SIZE`: out of memory at once, before any rounding (which

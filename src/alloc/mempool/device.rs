@@ -68,6 +68,9 @@ pub fn create(ordinal: i32, config: Option<&str>, limit: u64, upstream: Upstream
         Some(text) => (process.with(text)?, AllocConfig::segmented().with(text)?.expandable_segments),
         None => (process, false),
     };
+    if config.share != pools::config()?.share {
+        return Err(Error::invalid_argument("`share` is the process's option (GPURT_ALLOC_CONF), not a pool's"));
+    }
     let source: PoolSource = match upstream {
         Upstream::Driver => Box::new(DriverSource::new(d)),
         Upstream::Async => Box::new(AsyncSource::new(d)?),

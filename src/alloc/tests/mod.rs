@@ -209,21 +209,24 @@ fn out_of_memory_asks_the_hook_holding_no_lock_then_retries_once() {
     let (hook_pool, hook_given, hook_asked) = (p.clone(), given.clone(), asked.clone());
     reclaim::set_out_of_memory_hook(Some(Arc::new(move |device, bytes| {
         if device != Some(DEVICE) {
-            return false;
+            return None;
         }
         hook_asked.fetch_add(1, SeqCst);
         assert_eq!(bytes, 30 * MIB);
         // Through the pool itself: a lock held by the failing allocation would deadlock here.
-        let Some(addr) = hook_given.lock().unwrap().take() else { return false };
+        let Some(addr) = hook_given.lock().unwrap().take() else {
+            return Some(reclaim::Asked { given_back: false, account: "the test's group gave nothing".into() });
+        };
         hook_pool.free(addr).unwrap();
         hook_pool.empty_cache();
-        true
+        Some(reclaim::Asked { given_back: true, account: "the test's group gave 30 MiB".into() })
     })));
     let b = p.malloc(30 * MIB, 2).unwrap();
     assert_eq!((asked.load(SeqCst), p.stats().num_ooms), (1, 0), "served after the hook gave memory back");
     check(&p);
     let err = p.malloc(30 * MIB, 2).unwrap_err();
     assert_eq!(err.status, Status::GPURT_ERROR_OUT_OF_MEMORY);
+    assert!(err.message.contains("the test's group gave nothing"), "the message says how the asking went: {}", err.message);
     assert_eq!((asked.load(SeqCst), p.stats().num_ooms), (2, 1), "asked again, nothing given: out of memory");
     reclaim::set_out_of_memory_hook(None);
     check(&p);
