@@ -125,6 +125,85 @@ static int run_case(const char *dir, const char *name, int offer, int expect_ser
     return bad;
 }
 
+/* A contender of `mutual`: each round it caches `cached` GiB, waits for the others,
+ * asks for `wanted` GiB (more than the device's free memory and its own cache: every
+ * contender asks the others at once), says whether it got it, frees everything once
+ * all have tried, and waits again. */
+static int contender(int rounds, uint64_t cached, uint64_t wanted, int up, int down) {
+    EXPECT(join(GPURT_SHARE_OFFER_CACHED), GPURT_SUCCESS);
+    for (int round = 0; round < rounds && failures == 0; round++) {
+        void *p = NULL;
+        int status;
+        EXPECT(gpurt_malloc_device(0, cached * GIB, &p), GPURT_SUCCESS);
+        EXPECT(gpurt_free(p), GPURT_SUCCESS);
+        say(up);
+        hear(down);
+        status = gpurt_malloc_device(0, wanted * GIB, &p);
+        CHECK(status == GPURT_SUCCESS || status == GPURT_ERROR_OUT_OF_MEMORY, "round %d: status %d", round, status);
+        CHECK(write(up, status == GPURT_SUCCESS ? "s" : "f", 1) == 1, "a pipe write");
+        hear(down);
+        if (status == GPURT_SUCCESS) EXPECT(gpurt_free(p), GPURT_SUCCESS);
+        EXPECT(gpurt_empty_cache(), GPURT_SUCCESS);
+        say(up);
+        hear(down);
+    }
+    EXPECT(gpurt_share_leave(0), GPURT_SUCCESS);
+    return failures != 0;
+}
+
+/* `n` members that all ask each other at once, `rounds` times: no round hangs (the
+ * parent's alarm), each request is served or refused as out of memory, and at most one
+ * is served (the device holds one). Usually exactly one is (the last to retry finds
+ * every other cache given back), but not always: a growth that fails maps and unmaps
+ * its pages one by one, and a member retrying meanwhile finds them taken; the count is
+ * printed. */
+static int mutual(const char *dir, int n, int rounds) {
+    char device[4096], outcome[8];
+    int up[2], down[8][2], bad = 0, status, served_once = 0, served_more = 0;
+    /* 6 GiB cached among them; each wants more than the free 2 GiB and its own cache, and more than half the device */
+    uint64_t cached = 6 / (uint64_t)n, wanted = cached + 3;
+    pid_t pids[8];
+    double start = now_ms();
+    snprintf(device, sizeof device, "%s/device-mutual-%d", dir, n);
+    unlink(device);
+    setenv("STUB_CUDA_SHARED_MEMORY", device, 1);
+    if (pipe(up) != 0) return 1;
+    for (int i = 0; i < n; i++) {
+        if (pipe(down[i]) != 0) return 1;
+    }
+    fflush(stdout);
+    for (int i = 0; i < n; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) _exit(contender(rounds, cached, wanted, up[1], down[i][0]));
+    }
+    alarm(120); /* a hang fails the test instead of stalling it */
+    for (int round = 0; round < rounds && !bad; round++) {
+        for (int phase = 0; phase < 3; phase++) {
+            int served = 0;
+            for (int i = 0; i < n; i++) {
+                if (read(up[0], outcome, 1) != 1) bad = 1;
+                served += outcome[0] == 's';
+            }
+            if (phase == 1) {
+                served_once += served == 1;
+                served_more += served > 1;
+            }
+            for (int i = 0; i < n; i++) CHECK(write(down[i][1], "x", 1) == 1, "a pipe write");
+        }
+    }
+    alarm(0);
+    for (int i = 0; i < n; i++) {
+        waitpid(pids[i], &status, 0);
+        bad += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+    CHECK(served_more == 0, "%d members: more than one served in %d rounds", n, served_more);
+    printf("mutual, %d members: %d rounds of all asking each other at once in %.0f ms, none hung, one served in %d, none in %d: %s\n", n,
+           rounds, now_ms() - start, served_once, rounds - served_once, bad || served_more ? "FAILED" : "ok");
+    close(up[0]); close(up[1]);
+    for (int i = 0; i < n; i++) { close(down[i][0]); close(down[i][1]); }
+    return bad || served_more != 0;
+}
+
 /* The API's refusals, in a process of its own. */
 static int misuse(const char *dir) {
     pid_t pid;
@@ -135,6 +214,7 @@ static int misuse(const char *dir) {
         gpurt_share_options_t options = GPURT_SHARE_OPTIONS_INIT;
         char device[4096];
         gpurt_mem_pool_options_t pool_options = GPURT_MEM_POOL_OPTIONS_INIT;
+        checks = failures = 0; /* this process's own */
         gpurt_mem_pool_t pool = NULL;
         void *p = NULL;
         snprintf(device, sizeof device, "%s/device-misuse", dir);
@@ -182,6 +262,8 @@ int main(int argc, char **argv) {
     configured = 1;
     bad += run_case(argv[1], "configured", GPURT_SHARE_OFFER_CACHED, 1, 0);
     configured = 0;
+    bad += mutual(argv[1], 2, 1000);
+    bad += mutual(argv[1], 3, 1000);
     bad += misuse(argv[1]);
     printf("share test: %s\n", bad ? "FAILED" : "passed");
     return bad != 0;
