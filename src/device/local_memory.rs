@@ -2,9 +2,9 @@
 //! (`CU_LIMIT_STACK_SIZE`) for every thread the device can hold resident, grows the
 //! limit for any launch whose frame needs more, and never shrinks it by itself: a frame
 //! 256 bytes past the default 1 KiB keeps 66 MiB of an H200 (132 SMs of 2 048 threads)
-//! reserved for the process's life. A device sleep gives that back (`shrink`) and its wake restores the
-//! limit the process had (`restore`): a kernel whose recursion relies on a limit set
-//! by hand finds it again.
+//! reserved for the process's life. A device sleep gives that back (`shrink`) and its
+//! wake restores the limit the process had (`restore`): a kernel whose recursion
+//! relies on a limit set by hand finds it again.
 
 use std::sync::{Mutex, OnceLock};
 

@@ -259,9 +259,12 @@ pub fn release_blas(device: i32) -> Result<()> {
 
 fn release_blas_now(device: i32) -> Result<()> {
     let result = [Library::Blas, Library::BlasLt].into_iter().try_for_each(|library| {
-        let Ok(api) = loader::get(library) else { return Ok(()) }; // never loaded: no handles
         let shelf = shelf(library, device)?;
         let mut live = lock(&shelf.live);
+        if live.is_empty() {
+            return Ok(()); // nothing made: the library need not even be loaded
+        }
+        let api = loader::get(library)?;
         device::with_device(device, || {
             while let Some(made) = live.last() {
                 let raw = made.raw as loader::RawHandle;

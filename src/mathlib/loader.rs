@@ -1,6 +1,7 @@
 //! The math libraries, each opened on first use like NCCL: what gpurt calls of them
 //! (create a handle, bind it to a stream, and for cuBLAS its workspace and math
-//! mode; destroy cuBLAS's and cuBLASLt's) and their versions. Without a library its calls say which one is missing.
+//! mode; destroy cuBLAS's and cuBLASLt's) and their versions. Without a library its
+//! calls say which one is missing.
 
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;

@@ -63,12 +63,13 @@ pub enum Upstream {
 pub fn create(ordinal: i32, config: Option<&str>, limit: u64, upstream: Upstream) -> Result<Handle> {
     let d = device::resolve(ordinal)?;
     let process = pools::config()?;
+    let process_share = process.share.clone();
     let (config, asked_expandable) = match config {
         // Asked by the pool's own text, whatever the defaults are.
         Some(text) => (process.with(text)?, AllocConfig::segmented().with(text)?.expandable_segments),
         None => (process, false),
     };
-    if config.share != pools::config()?.share {
+    if config.share != process_share {
         return Err(Error::invalid_argument("`share` is the process's option (GPURT_ALLOC_CONF), not a pool's"));
     }
     let source: PoolSource = match upstream {
