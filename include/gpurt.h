@@ -453,6 +453,21 @@
 #define GPURT_SHARE_OFFER_NEVER 1
 
 /**
+ * A share group member offers its cached free memory, then its pools on the device
+ * (the default pool and those of gpurt_mem_pool_create) that have had no allocation
+ * or free for options->idle_ms, put to sleep dropping their contents
+ * (GPURT_SLEEP_DISCARD). Such a pool wakes at its next allocation from it, or at
+ * gpurt_mem_pool_wake: use its blocks only after one of those.
+ */
+#define GPURT_SHARE_OFFER_SLEEP_DISCARD 2
+
+/**
+ * As GPURT_SHARE_OFFER_SLEEP_DISCARD, but the pools' contents kept in host memory
+ * (GPURT_SLEEP_OFFLOAD) and copied back by the wake.
+ */
+#define GPURT_SHARE_OFFER_SLEEP_OFFLOAD 3
+
+/**
  * The flag of a stream that does not synchronise with the legacy default stream.
  */
 #define GPURT_STREAM_NON_BLOCKING 1
@@ -1417,13 +1432,17 @@ typedef struct {
    */
   size_t struct_size;
   /**
-   * What the others may take from this process: GPURT_SHARE_OFFER_CACHED (the default) or GPURT_SHARE_OFFER_NEVER.
+   * What the others may take from this process: a GPURT_SHARE_OFFER_* value; 0: GPURT_SHARE_OFFER_CACHED.
    */
   int offer;
   /**
    * How long an allocation the device refuses waits for the others' answers, in ms; 0: 3 000.
    */
   uint32_t deadline_ms;
+  /**
+   * With GPURT_SHARE_OFFER_SLEEP_*: how long a pool must have had no allocation or free before the others may put it to sleep, in ms; 0: 1 000.
+   */
+  uint32_t idle_ms;
 } gpurt_share_options_t;
 
 /**
@@ -5106,6 +5125,12 @@ gpurt_status_t gpurt_sanitizer_access(const void *ptr,
  * that the driver refuses, once this process's own cache is released, asks the
  * other members for what they offered (their cached free memory), waits for their
  * answers until the deadline, and is retried once: it succeeds, or fails as before.
+ * The others give their cached free memory first; those that offered their idle
+ * pools asleep (GPURT_SHARE_OFFER_SLEEP_*) are asked for those only if the device is
+ * still short, and each puts its pools idle longest to sleep first, until it gave
+ * what was wanted. A pool is never put to sleep while this process captures a stream
+ * or while it holds a block exported to other processes; the sleep waits for the
+ * device's work, as gpurt_mem_pool_sleep does.
  * A gpurt thread serves the others' requests until gpurt_share_leave or exit; a
  * member killed mid-request holds no one up past the deadline. No daemon: the group
  * is a file of mode 0600 under /dev/shm (GPURT_SHARE_DIR elsewhere) that only this

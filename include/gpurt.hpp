@@ -787,7 +787,7 @@ inline Ret<bool> device_is_asleep(int device) {
     return detail::finish(s, asleep != 0);
 }
 
-/** Joins share group `name` for `device` (gpurt_share_join): an allocation the device refuses asks the group's other members for their cached memory. @param device a device ordinal @param name the group's name @param options what this process offers and how long it waits; NULL: the defaults @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
+/** Joins share group `name` for `device` (gpurt_share_join): an allocation the device refuses asks the group's other members for their cached memory, then for their idle pools put to sleep. @param device a device ordinal @param name the group's name @param options what this process offers and how long it waits; NULL: the defaults @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
 inline Ret<void> share_join(int device, const char *name, const gpurt_share_options_t *options = nullptr) { return detail::finish(gpurt_share_join(device, name, options)); }
 /** Leaves the share group `device` is in (gpurt_share_leave). @param device a device ordinal @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
 inline Ret<void> share_leave(int device) { return detail::finish(gpurt_share_leave(device)); }

@@ -15,9 +15,14 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use gpurt::share::registry::{path_of, Member, Offer, Registry};
-use gpurt::share::requests::{ask, Answer, Server};
+use gpurt::share::requests::{ask, Answer, Request, Server};
 
 const MIB: u64 = 1 << 20;
+
+/// A request down to `level` that wants no particular amount.
+fn asking(level: Offer) -> Request {
+    Request { level, wanted: 0 }
+}
 
 /// The directory every test of this binary keeps its registries in (GPURT_SHARE_DIR,
 /// set once before any registry is opened, and inherited by the children).
@@ -65,8 +70,9 @@ fn kill(child: &Child) {
 fn child() {
     let (Ok(what), Ok(name)) = (std::env::var("GPURT_SHARE_CHILD"), std::env::var("GPURT_SHARE_NAME")) else { return };
     let registry = std::sync::Arc::new(Registry::open(&name).unwrap());
-    // A member that serves requests on device 3 offering `offer`, giving back 7 MiB a level.
-    let serve = |offer: Offer, handler: fn(Offer) -> u64| {
+    // A member that serves requests on device 3 offering `offer`, giving back 7 MiB a
+    // level and the bytes wanted.
+    let serve = |offer: Offer, handler: fn(Request) -> u64| {
         let slot = registry.join(3, offer).unwrap();
         (slot, Server::start(registry.clone(), slot, handler).unwrap())
     };
@@ -82,7 +88,7 @@ fn child() {
                 "serve-cached" => Offer::Cached,
                 _ => Offer::Never,
             };
-            let _server = serve(offer, |level| level as u64 * 7 * MIB);
+            let _server = serve(offer, |r| r.level as u64 * 7 * MIB + r.wanted);
             println!("child: {what}");
             std::thread::sleep(Duration::from_secs(60));
         }
@@ -104,7 +110,7 @@ fn child() {
                 std::thread::sleep(Duration::from_millis(1));
             }
             for round in 0..1000 {
-                let answers = ask(&registry, Some(slot), 3, Offer::Cached, Instant::now() + Duration::from_secs(10)).unwrap();
+                let answers = ask(&registry, Some(slot), 3, asking(Offer::Cached), Instant::now() + Duration::from_secs(10)).unwrap();
                 assert!(answers.len() == 1 && answers[0].released == Some(1), "round {round}: {answers:?}");
             }
             // Served until the other one is done too (each marks itself done with a file).
@@ -270,21 +276,24 @@ fn a_request_is_served_down_to_what_each_member_offers() {
     };
     // Cached memory: both that offer it, 7 MiB each; the one that offers nothing is not asked.
     assert_eq!(
-        sorted(ask(&registry, None, 3, Offer::Cached, deadline()).unwrap()),
+        sorted(ask(&registry, None, 3, asking(Offer::Cached), deadline()).unwrap()),
         sorted(vec![Answer { pid: offload, released: Some(7 * MIB) }, Answer { pid: cached, released: Some(7 * MIB) }])
     );
     // Pools asleep: only the member that offers them, served at the level asked.
-    assert_eq!(ask(&registry, None, 3, Offer::SleepDiscard, deadline()).unwrap(), vec![Answer { pid: offload, released: Some(14 * MIB) }]);
-    assert_eq!(ask(&registry, None, 3, Offer::SleepOffload, deadline()).unwrap(), vec![Answer { pid: offload, released: Some(21 * MIB) }]);
+    assert_eq!(ask(&registry, None, 3, asking(Offer::SleepDiscard), deadline()).unwrap(), vec![Answer { pid: offload, released: Some(14 * MIB) }]);
+    assert_eq!(ask(&registry, None, 3, asking(Offer::SleepOffload), deadline()).unwrap(), vec![Answer { pid: offload, released: Some(21 * MIB) }]);
+    // The bytes a request wants reach the member.
+    let wanting = Request { level: Offer::SleepOffload, wanted: 5 * MIB };
+    assert_eq!(ask(&registry, None, 3, wanting, deadline()).unwrap(), vec![Answer { pid: offload, released: Some(26 * MIB) }]);
     // Members of another device, and a request for nothing, ask no one.
-    assert!(ask(&registry, None, 4, Offer::Cached, deadline()).unwrap().is_empty());
-    assert!(ask(&registry, None, 3, Offer::Never, deadline()).unwrap().is_empty());
+    assert!(ask(&registry, None, 4, asking(Offer::Cached), deadline()).unwrap().is_empty());
+    assert!(ask(&registry, None, 3, asking(Offer::Never), deadline()).unwrap().is_empty());
     // Requests from several threads at once are all answered.
     std::thread::scope(|s| {
         for _ in 0..8 {
             s.spawn(|| {
                 for _ in 0..50 {
-                    let answers = ask(&registry, None, 3, Offer::Cached, deadline()).unwrap();
+                    let answers = ask(&registry, None, 3, asking(Offer::Cached), deadline()).unwrap();
                     assert!(answers.len() == 2 && answers.iter().all(|a| a.released.is_some()), "{answers:?}");
                 }
             });
@@ -302,20 +311,20 @@ fn a_stuck_or_killed_member_delays_no_one_past_the_deadline() {
     let registry = Registry::open("stuck").unwrap();
     let mut stuck = spawn("serve-stuck", "stuck");
     let start = Instant::now();
-    let answers = ask(&registry, None, 3, Offer::Cached, start + Duration::from_millis(300)).unwrap();
+    let answers = ask(&registry, None, 3, asking(Offer::Cached), start + Duration::from_millis(300)).unwrap();
     assert_eq!(answers, vec![Answer { pid: stuck.id(), released: None }]);
     assert!(start.elapsed() >= Duration::from_millis(300) && start.elapsed() < Duration::from_secs(2), "waited {:?}", start.elapsed());
     // Killed while a request waits on it: the request ends at once, not at its deadline.
     let start = Instant::now();
     std::thread::scope(|s| {
-        let waiting = s.spawn(|| ask(&registry, None, 3, Offer::Cached, Instant::now() + Duration::from_secs(30)).unwrap());
+        let waiting = s.spawn(|| ask(&registry, None, 3, asking(Offer::Cached), Instant::now() + Duration::from_secs(30)).unwrap());
         std::thread::sleep(Duration::from_millis(100));
         kill(&stuck);
         assert_eq!(waiting.join().unwrap(), vec![Answer { pid: stuck.id(), released: None }]);
     });
     assert!(start.elapsed() < Duration::from_secs(3), "waited {:?} on a dead member", start.elapsed());
     stuck.wait().unwrap();
-    assert!(ask(&registry, None, 3, Offer::Cached, Instant::now() + Duration::from_secs(30)).unwrap().is_empty(), "pruned");
+    assert!(ask(&registry, None, 3, asking(Offer::Cached), Instant::now() + Duration::from_secs(30)).unwrap().is_empty(), "pruned");
 }
 
 #[test]

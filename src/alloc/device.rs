@@ -59,7 +59,7 @@ pub fn set_config(text: &str) -> Result<()> {
 #[inline(always)]
 pub(crate) fn allocator(ordinal: i32) -> Result<&'static CachingAllocator<DriverSource>> {
     // An allocator exists only for an ordinal that resolved before.
-    if let Some(a) = usize::try_from(ordinal).ok().and_then(|d| ALLOCATORS.get()?.get(d)?.get()) {
+    if let Some(a) = made_allocator(ordinal) {
         return Ok(a);
     }
     let d = device::resolve(ordinal)?;
@@ -163,6 +163,11 @@ pub(crate) fn require_awake(addr: u64) -> Result<()> {
         true => Err(Error::invalid_argument(format!("{addr:#x} lies in a memory pool that is asleep: wake it (gpurt_mem_pool_wake) before using its memory"))),
         false => Ok(()),
     }
+}
+
+/// `ordinal`'s default pool if it was made (a resolved ordinal), without making it.
+pub(crate) fn made_allocator(ordinal: i32) -> Option<&'static CachingAllocator<DriverSource>> {
+    usize::try_from(ordinal).ok().and_then(|d| ALLOCATORS.get()?.get(d)?.get())
 }
 
 fn created() -> impl Iterator<Item = &'static CachingAllocator<DriverSource>> {

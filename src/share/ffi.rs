@@ -2,7 +2,7 @@ use libc::{c_char, c_int};
 
 use super::member::{self, JoinOptions};
 use super::registry::Offer;
-use crate::boundary::{self, in_sized, in_str};
+use crate::boundary::{self, in_extended, in_str};
 use crate::error::{gpurt_status_t, Error};
 
 /// A share group member offers its cached free memory: when another member's
@@ -11,6 +11,15 @@ use crate::error::{gpurt_status_t, Error};
 pub const GPURT_SHARE_OFFER_CACHED: c_int = 0;
 /// A share group member offers nothing: it may ask the others, and is never asked.
 pub const GPURT_SHARE_OFFER_NEVER: c_int = 1;
+/// A share group member offers its cached free memory, then its pools on the device
+/// (the default pool and those of gpurt_mem_pool_create) that have had no allocation
+/// or free for options->idle_ms, put to sleep dropping their contents
+/// (GPURT_SLEEP_DISCARD). Such a pool wakes at its next allocation from it, or at
+/// gpurt_mem_pool_wake: use its blocks only after one of those.
+pub const GPURT_SHARE_OFFER_SLEEP_DISCARD: c_int = 2;
+/// As GPURT_SHARE_OFFER_SLEEP_DISCARD, but the pools' contents kept in host memory
+/// (GPURT_SLEEP_OFFLOAD) and copied back by the wake.
+pub const GPURT_SHARE_OFFER_SLEEP_OFFLOAD: c_int = 3;
 
 /// Options of gpurt_share_join; initialise with GPURT_SHARE_OPTIONS_INIT (every field
 /// zero: the defaults).
@@ -19,10 +28,12 @@ pub const GPURT_SHARE_OFFER_NEVER: c_int = 1;
 pub struct gpurt_share_options_t {
     /// Set by the caller to sizeof the struct it was compiled with (the _INIT macro does): gpurt reads only that much.
     pub struct_size: usize,
-    /// What the others may take from this process: GPURT_SHARE_OFFER_CACHED (the default) or GPURT_SHARE_OFFER_NEVER.
+    /// What the others may take from this process: a GPURT_SHARE_OFFER_* value; 0: GPURT_SHARE_OFFER_CACHED.
     pub offer: c_int,
     /// How long an allocation the device refuses waits for the others' answers, in ms; 0: 3 000.
     pub deadline_ms: u32,
+    /// With GPURT_SHARE_OFFER_SLEEP_*: how long a pool must have had no allocation or free before the others may put it to sleep, in ms; 0: 1 000.
+    pub idle_ms: u32,
 }
 
 /// Joins this process to share group `name` for `device`: processes of this user
@@ -31,6 +42,12 @@ pub struct gpurt_share_options_t {
 /// that the driver refuses, once this process's own cache is released, asks the
 /// other members for what they offered (their cached free memory), waits for their
 /// answers until the deadline, and is retried once: it succeeds, or fails as before.
+/// The others give their cached free memory first; those that offered their idle
+/// pools asleep (GPURT_SHARE_OFFER_SLEEP_*) are asked for those only if the device is
+/// still short, and each puts its pools idle longest to sleep first, until it gave
+/// what was wanted. A pool is never put to sleep while this process captures a stream
+/// or while it holds a block exported to other processes; the sleep waits for the
+/// device's work, as gpurt_mem_pool_sleep does.
 /// A gpurt thread serves the others' requests until gpurt_share_leave or exit; a
 /// member killed mid-request holds no one up past the deadline. No daemon: the group
 /// is a file of mode 0600 under /dev/shm (GPURT_SHARE_DIR elsewhere) that only this
@@ -48,14 +65,20 @@ pub extern "C" fn gpurt_share_join(device: c_int, name: *const c_char, options: 
         let name = in_str(name, "name")?;
         let mut join = JoinOptions::default();
         if !options.is_null() {
-            let o = *in_sized(options, "options", "GPURT_SHARE_OPTIONS_INIT")?;
+            // SAFETY: the options are plain integers; `idle_ms` came after the first version.
+            let o = unsafe { in_extended(options, std::mem::offset_of!(gpurt_share_options_t, idle_ms), "options", "GPURT_SHARE_OPTIONS_INIT")? };
             join.offer = match o.offer {
                 GPURT_SHARE_OFFER_CACHED => Offer::Cached,
                 GPURT_SHARE_OFFER_NEVER => Offer::Never,
+                GPURT_SHARE_OFFER_SLEEP_DISCARD => Offer::SleepDiscard,
+                GPURT_SHARE_OFFER_SLEEP_OFFLOAD => Offer::SleepOffload,
                 other => return Err(Error::invalid_argument(format!("`options->offer` is {other}: not a GPURT_SHARE_OFFER_* value"))),
             };
             if o.deadline_ms > 0 {
                 join.deadline = std::time::Duration::from_millis(o.deadline_ms.into());
+            }
+            if o.idle_ms > 0 {
+                join.idle = std::time::Duration::from_millis(o.idle_ms.into());
             }
         }
         member::join(device, name, join)

@@ -4,29 +4,98 @@
 //! is in one group at a time; the group names it by its UUID, the same in every
 //! process whatever devices each one sees.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::registry::{Offer, Registry};
-use super::requests::{ask, Answer, Server};
+use super::requests::{ask, Answer, Request, Serve, Server};
+use crate::alloc::mempool::on_request::reclaimable;
 use crate::alloc::stats::format_bytes;
 use crate::alloc::{device as pools, reclaim};
 use crate::boundary::lock;
 use crate::device;
 use crate::error::{Error, Result};
 
-/// What a member offers and how long it waits for the group when the device refuses
-/// it memory.
+/// What a member offers, how long a pool must have gone unused before it may be put
+/// to sleep for the others, and how long the member waits for the group when the
+/// device refuses it memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JoinOptions {
     pub offer: Offer,
+    pub idle: Duration,
     pub deadline: Duration,
 }
 
 impl Default for JoinOptions {
-    /// Cached free memory offered; a request waits 3 s at most.
+    /// Cached free memory offered; a pool idle for 1 s (where pools are offered); a
+    /// request waits 3 s at most.
     fn default() -> Self {
-        JoinOptions { offer: Offer::Cached, deadline: Duration::from_secs(3) }
+        JoinOptions { offer: Offer::Cached, idle: Duration::from_secs(1), deadline: Duration::from_secs(3) }
+    }
+}
+
+/// A member's server: gives back the device's cached memory, then, where the member
+/// offered its pools asleep and the request wants more, puts its idle pools to sleep,
+/// longest idle first, until it gave back what was wanted. Between requests it watches
+/// when each pool was last used.
+struct Giver {
+    ordinal: i32,
+    offer: Offer,
+    idle: Duration,
+    /// Each pool's activity (by allocator id) and since when it has been the same.
+    seen: HashMap<u64, (u64, Instant)>,
+}
+
+impl Giver {
+    /// Reads each pool's activity: a pool used (or asleep) since the last look is idle
+    /// from now.
+    fn watch(&mut self) {
+        let now = Instant::now();
+        let before = std::mem::take(&mut self.seen);
+        for pool in reclaimable(self.ordinal) {
+            let activity = pool.activity();
+            let since = match before.get(&pool.id()) {
+                Some(&(seen, since)) if seen == activity && !pool.is_asleep() => since,
+                _ => now,
+            };
+            self.seen.insert(pool.id(), (activity, since));
+        }
+    }
+}
+
+impl Serve for Giver {
+    fn tick(&mut self) {
+        if self.offer >= Offer::SleepDiscard {
+            self.watch();
+        }
+    }
+
+    fn serve(&mut self, request: Request) -> u64 {
+        let mut given = pools::empty_cache_of(self.ordinal).unwrap_or(0);
+        let enough = |given: u64| request.wanted > 0 && given >= request.wanted;
+        if request.level < Offer::SleepDiscard || enough(given) {
+            return given;
+        }
+        self.watch();
+        let now = Instant::now();
+        let mut idle: Vec<_> = reclaimable(self.ordinal)
+            .into_iter()
+            .filter_map(|pool| {
+                let (activity, since) = *self.seen.get(&pool.id())?;
+                (now - since >= self.idle && !pool.is_asleep()).then_some((since, pool, activity))
+            })
+            .collect();
+        idle.sort_by_key(|&(since, ..)| since);
+        let offload = self.offer == Offer::SleepOffload;
+        for (_, pool, activity) in idle {
+            if enough(given) {
+                break;
+            }
+            // A pool used meanwhile, or one that cannot sleep now, is passed over.
+            given += pool.sleep_on_request(offload, activity).unwrap_or(0);
+        }
+        given
     }
 }
 
@@ -52,13 +121,9 @@ fn device_key(ordinal: i32) -> Result<i32> {
 }
 
 /// Joins group `name` for device `ordinal` (`GPURT_CURRENT_DEVICE`: the current one).
-/// Refused for a device in a group already, and for offers of pools asleep, which
-/// the members do not serve yet.
+/// Refused for a device in a group already.
 pub fn join(ordinal: i32, name: &str, options: JoinOptions) -> Result<()> {
     let ordinal = device::resolve(ordinal)?;
-    if options.offer > Offer::Cached {
-        return Err(Error::not_supported("a share group member offers its cached memory or nothing: pools put to sleep on request are not built yet"));
-    }
     let mut all = lock(&MEMBERSHIPS);
     if all.iter().any(|m| m.ordinal == ordinal) {
         return Err(Error::invalid_argument(format!("device {ordinal} is in a share group already: leave it first")));
@@ -66,9 +131,9 @@ pub fn join(ordinal: i32, name: &str, options: JoinOptions) -> Result<()> {
     let key = device_key(ordinal)?;
     let registry = Arc::new(Registry::open(name)?);
     let slot = registry.join(key, options.offer)?;
-    // The server empties this device's caches; it takes no lock an asking thread holds
-    // (the allocator asks holding none).
-    let server = Server::start(registry.clone(), slot, move |_level| pools::empty_cache_of(ordinal).unwrap_or(0)).inspect_err(|_| {
+    // The server takes no lock an asking thread holds (the allocator asks holding none).
+    let giver = Giver { ordinal, offer: options.offer, idle: options.idle, seen: HashMap::new() };
+    let server = Server::start(registry.clone(), slot, giver).inspect_err(|_| {
         let _ = registry.leave(slot);
     })?;
     all.push(Membership { ordinal, name: name.to_string(), key, registry, slot, deadline: options.deadline, server });
@@ -98,14 +163,32 @@ pub fn leave(ordinal: i32) -> Result<()> {
 }
 
 /// The out-of-memory hook: asks the other members on the device for their cached
-/// memory; says whether any gave some back, and who gave what.
+/// memory, then, if the device is still short of `bytes`, those that offered their idle
+/// pools asleep for those; says whether any gave some back, and who gave what.
 fn ask_group(device: Option<i32>, bytes: u64) -> Option<reclaim::Asked> {
     let member = lock(&MEMBERSHIPS)
         .iter()
         .find(|m| Some(m.ordinal) == device)
-        .map(|m| (m.name.clone(), m.registry.clone(), m.slot, m.key, m.deadline));
-    let (name, registry, slot, key, deadline) = member?;
-    let answers = ask(&registry, Some(slot), key, Offer::Cached, Instant::now() + deadline);
+        .map(|m| (m.ordinal, m.name.clone(), m.registry.clone(), m.slot, m.key, m.deadline));
+    let (ordinal, name, registry, slot, key, deadline) = member?;
+    let until = Instant::now() + deadline;
+    let cached = ask(&registry, Some(slot), key, Request { level: Offer::Cached, wanted: bytes }, until);
+    let free = device::mem_get_info(ordinal).map_or(0, |(free, _)| free as u64);
+    let answers = match cached {
+        Ok(mut answers) if free < bytes => {
+            let asleep = ask(&registry, Some(slot), key, Request { level: Offer::SleepDiscard, wanted: bytes - free }, until);
+            asleep.map(|more| {
+                for answer in more {
+                    match answers.iter_mut().find(|a| a.pid == answer.pid) {
+                        Some(first) => first.released = answer.released.map(|bytes| bytes + first.released.unwrap_or(0)),
+                        None => answers.push(answer),
+                    }
+                }
+                answers
+            })
+        }
+        answers => answers,
+    };
     Some(account(&name, bytes, deadline, answers))
 }
 

@@ -21,7 +21,7 @@ use crate::ipc::holders::Process;
 /// Members a group holds at most (not `pub`: cbindgen would put it in the C header).
 const MAX_MEMBERS: usize = 64;
 const MAGIC: u64 = u64::from_le_bytes(*b"gpurtSHR");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// How long a lock or a newly made registry is waited for before the call gives up.
 const PATIENCE: Duration = Duration::from_secs(2);
 
@@ -39,6 +39,8 @@ pub(super) struct Slot {
     pub(super) asked: AtomicU32,
     /// The deepest `Offer` asked for since the member last served.
     pub(super) level: AtomicU32,
+    /// The most bytes a request wanted since the member last served.
+    pub(super) wanted: AtomicU64,
     /// The count of requests the member has served (a futex word requesters wait on).
     pub(super) served: AtomicU32,
     /// Bytes the member gave back serving its last request.
@@ -222,6 +224,7 @@ impl Registry {
             slot.started.store(me.start, Ordering::Relaxed);
             slot.offer.store(offer as u32, Ordering::Relaxed);
             slot.level.store(0, Ordering::Relaxed);
+            slot.wanted.store(0, Ordering::Relaxed);
             // A new member has served every request made of the slot before it.
             slot.served.store(slot.asked.load(Ordering::Relaxed), Ordering::Relaxed);
             slot.pid.store(me.pid, Ordering::Release);

@@ -46,6 +46,28 @@ pub struct Answer {
     pub released: Option<u64>,
 }
 
+/// What a member is asked, over the requests since it last served: the deepest level
+/// (no deeper than it offered) and the most bytes any of them wanted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    pub level: Offer,
+    pub wanted: u64,
+}
+
+/// What a member's server runs: `serve` for each request, `tick` between requests at
+/// least every 100 ms (to watch what is idle).
+pub trait Serve: Send + 'static {
+    /// Gives back what `request` asks, as far as the member offered; the bytes given back.
+    fn serve(&mut self, request: Request) -> u64;
+    fn tick(&mut self) {}
+}
+
+impl<F: FnMut(Request) -> u64 + Send + 'static> Serve for F {
+    fn serve(&mut self, request: Request) -> u64 {
+        self(request)
+    }
+}
+
 /// A member's server: a thread that serves the requests made of its slot until dropped.
 pub struct Server {
     stop: Arc<AtomicBool>,
@@ -55,10 +77,8 @@ pub struct Server {
 }
 
 impl Server {
-    /// Serves the requests made of `slot` (this process's, from `join`): `handler`
-    /// gets the level to give back (the deepest asked, no deeper than the slot's offer)
-    /// and returns the bytes it gave back.
-    pub fn start(registry: Arc<Registry>, slot: usize, handler: impl Fn(Offer) -> u64 + Send + 'static) -> Result<Server> {
+    /// Serves the requests made of `slot` (this process's, from `join`) with `server`.
+    pub fn start(registry: Arc<Registry>, slot: usize, mut server: impl Serve) -> Result<Server> {
         let me = std::process::id();
         let s = registry.table().slots.get(slot).filter(|s| s.pid.load(Ordering::Acquire) == me);
         let offer = Offer::from_u32(s.ok_or_else(|| Error::invalid_argument(format!("slot {slot} is not this process's")))?.offer.load(Ordering::Relaxed));
@@ -70,13 +90,15 @@ impl Server {
                 let s = &thread_registry.table().slots[slot];
                 let mut seen = s.served.load(Ordering::Acquire);
                 while !thread_stop.load(Ordering::Acquire) {
+                    server.tick();
                     wait_while(&s.asked, seen, LOOK_AGAIN * 10);
                     let now = s.asked.load(Ordering::Acquire);
                     if now == seen {
                         continue;
                     }
                     let level = Offer::from_u32(s.level.swap(0, Ordering::AcqRel)).min(offer);
-                    let released = if level == Offer::Never { 0 } else { handler(level) };
+                    let wanted = s.wanted.swap(0, Ordering::AcqRel);
+                    let released = if level == Offer::Never { 0 } else { server.serve(Request { level, wanted }) };
                     s.released.store(released, Ordering::Relaxed);
                     s.served.store(now, Ordering::Release);
                     wake_all(&s.served);
@@ -98,10 +120,12 @@ impl Drop for Server {
     }
 }
 
-/// Asks every other live member on `device` that offers at least `level` to give back
-/// what it offered down to `level`, and waits for their answers until `deadline`.
-/// `me`: this process's slot, never asked.
-pub fn ask(registry: &Registry, me: Option<usize>, device: i32, level: Offer, deadline: Instant) -> Result<Vec<Answer>> {
+/// Asks every other live member on `device` that offers at least `request.level` to
+/// give back what it offered down to that level (`request.wanted` bytes, where it
+/// chooses what to give), and waits for their answers until `deadline`. `me`: this
+/// process's slot, never asked.
+pub fn ask(registry: &Registry, me: Option<usize>, device: i32, request: Request, deadline: Instant) -> Result<Vec<Answer>> {
+    let level = request.level;
     if level == Offer::Never {
         return Ok(Vec::new());
     }
@@ -118,6 +142,7 @@ pub fn ask(registry: &Registry, me: Option<usize>, device: i32, level: Offer, de
             })
             .map(|(i, s)| {
                 s.level.fetch_max(level as u32, Ordering::AcqRel);
+                s.wanted.fetch_max(request.wanted, Ordering::AcqRel);
                 let target = s.asked.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
                 wake_all(&s.asked);
                 (i, Process { pid: s.pid.load(Ordering::Relaxed), start: s.started.load(Ordering::Relaxed) }, target)

@@ -4,7 +4,9 @@
  * which that member's gpurt thread empties on request; a member that offers nothing
  * keeps its cache and the request fails at once, its message saying what the group
  * was asked and gave; a process outside the group gets nothing; processes that join
- * through GPURT_ALLOC_CONF=share:NAME are served alike; and the API's misuse is
+ * through GPURT_ALLOC_CONF=share:NAME are served alike; a member that offers its
+ * pools asleep gives an idle one (its next allocation wakes it, contents kept with
+ * offload) and keeps one in use; and the API's misuse is
  * refused (a configured group that cannot be joined fails the allocation). Each case runs in two fresh processes, a
  * holder (6 GiB cached) and an asker (4 GiB wanted), synchronised through pipes.
  * usage: share_test DIR (for the group and the device's file) */
@@ -31,6 +33,11 @@ static double now_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static void pause_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
 }
 
 static void say(int fd) { CHECK(write(fd, "x", 1) == 1, "a pipe write"); }
@@ -96,22 +103,105 @@ static int asker(int expect_served, int outside, int ready, int done) {
     return failures != 0;
 }
 
-/* Runs one case in two fresh processes on a fresh shared device; the number of them
- * that failed. */
-static int run_case(const char *dir, const char *name, int offer, int expect_served, int outside) {
+/* A sleeper, on a device of 512 MiB: offers its pools asleep (`offer`, idle after
+ * 100 ms), holds 384 MiB live in a pool of its own, and lets the asker ask. Then
+ * (`slept`) it finds its pool put to sleep for the asker, its bytes offloaded where it
+ * offered that, and allocates from it once the asker has freed its memory: the pool
+ * wakes, asking the group for the memory in turn. Or (not `slept`: its pool was in
+ * use) it finds the pool awake. The stand-in driver keeps no bytes: the GPU tests
+ * check contents through a sleep. */
+#define POOL_MIB (384ull << 20)
+static int sleeper(int offer, int slept, int ready, int done) {
+    gpurt_share_options_t options = GPURT_SHARE_OPTIONS_INIT;
+    gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
+    gpurt_mem_pool_t pool = NULL;
+    gpurt_stream_t stream = NULL;
+    void *p = NULL, *q = NULL;
+    int asleep = -1;
+    options.offer = offer;
+    options.deadline_ms = 2000;
+    options.idle_ms = slept ? 100 : 60000;
+    EXPECT(gpurt_share_join(0, "share-test", &options), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_create(0, NULL, &pool), GPURT_SUCCESS);
+    EXPECT(gpurt_current_stream(0, &stream), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_malloc(pool, POOL_MIB, stream, &p), GPURT_SUCCESS);
+    pause_ms(300); /* idle past 100 ms */
+    say(ready);
+    hear(done);
+    EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
+    CHECK(asleep == slept, "the pool %s for the asker (asleep: %d)", slept ? "slept" : "stayed awake", asleep);
+    EXPECT(gpurt_mem_pool_stats(pool, &stats), GPURT_SUCCESS);
+    if (slept) {
+        CHECK(stats.asleep_bytes >= (int64_t)POOL_MIB, "its memory given back: %lld asleep", (long long)stats.asleep_bytes);
+        CHECK(stats.offloaded_bytes == (offer == GPURT_SHARE_OFFER_SLEEP_OFFLOAD ? (int64_t)POOL_MIB : 0), "%lld bytes offloaded",
+              (long long)stats.offloaded_bytes);
+    }
+    EXPECT(gpurt_mem_pool_malloc(pool, 4096, stream, &q), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
+    CHECK(asleep == 0, "awake after its next allocation");
+    CHECK(reserved() >= POOL_MIB, "its memory mapped again: %llu reserved", (unsigned long long)reserved());
+    EXPECT(gpurt_free(q), GPURT_SUCCESS);
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_share_leave(0), GPURT_SUCCESS);
+    return failures != 0;
+}
+
+/* The sleeper's asker: asks for 256 MiB (128 are free), is served from the sleeping
+ * pool or refused, then frees its memory into its cache, for the sleeper's wake to
+ * ask for. */
+static int sleepers_asker(int served, int ready, int done) {
+    void *p = NULL;
+    int status;
+    EXPECT(join(GPURT_SHARE_OFFER_CACHED), GPURT_SUCCESS);
+    hear(ready);
+    status = gpurt_malloc_device(0, 256ull << 20, &p);
+    if (served) {
+        CHECK(status == GPURT_SUCCESS, "256 MiB from the sleeper's pool put to sleep (status %d: %s)", status, gpurt_last_error_message());
+        EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    } else {
+        CHECK(status == GPURT_ERROR_OUT_OF_MEMORY, "refused: the sleeper's pool was in use (status %d)", status);
+        CHECK(strstr(gpurt_last_error_message(), "gave back 0 B") != NULL, "the message says so: %s", gpurt_last_error_message());
+    }
+    say(done);
+    /* Served until the sleeper's wake has asked for this cache. */
+    pause_ms(1500);
+    EXPECT(gpurt_share_leave(0), GPURT_SUCCESS);
+    return failures != 0;
+}
+
+/* A case: two fresh processes on a fresh shared device (of `capacity` bytes; NULL: 8
+ * GiB), a holder of memory and an asker. */
+typedef struct {
+    const char *name;
+    int offer;         /* the holder's */
+    int served;        /* the asker is served */
+    int outside;       /* the asker is in no group */
+    int sleeping;      /* the holder is a sleeper (its pool asleep on request) */
+    const char *capacity;
+} Case;
+
+/* Runs `c`; the number of its processes that failed. */
+static int run_case(const char *dir, Case c) {
     char device[4096];
     int ready[2], done[2], bad = 0, status, i;
     pid_t pids[2];
-    snprintf(device, sizeof device, "%s/device-%s", dir, name);
+    snprintf(device, sizeof device, "%s/device-%s", dir, c.name);
     unlink(device);
     setenv("STUB_CUDA_SHARED_MEMORY", device, 1);
+    if (c.capacity) setenv("STUB_CUDA_SHARED_CAPACITY", c.capacity, 1);
     if (pipe(ready) != 0 || pipe(done) != 0) return 2;
     fflush(stdout);
     for (i = 0; i < 2; i++) {
         pids[i] = fork();
         if (pids[i] == 0) {
+            int failed;
             if (configured) setenv("GPURT_ALLOC_CONF", "share:share-test", 1);
-            int failed = i == 0 ? holder(offer, expect_served, ready[1], done[0]) : asker(expect_served, outside, ready[0], done[1]);
+            if (c.sleeping) {
+                failed = i == 0 ? sleeper(c.offer, c.served, ready[1], done[0]) : sleepers_asker(c.served, ready[0], done[1]);
+            } else {
+                failed = i == 0 ? holder(c.offer, c.served, ready[1], done[0]) : asker(c.served, c.outside, ready[0], done[1]);
+            }
             fflush(stdout);
             _exit(failed);
         }
@@ -120,8 +210,9 @@ static int run_case(const char *dir, const char *name, int offer, int expect_ser
         waitpid(pids[i], &status, 0);
         bad += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
     }
+    unsetenv("STUB_CUDA_SHARED_CAPACITY");
     close(ready[0]); close(ready[1]); close(done[0]); close(done[1]);
-    printf("%s: %s\n", name, bad ? "FAILED" : "ok");
+    printf("%s: %s\n", c.name, bad ? "FAILED" : "ok");
     return bad;
 }
 
@@ -256,12 +347,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     setenv("GPURT_SHARE_DIR", argv[1], 1);
-    bad += run_case(argv[1], "cached", GPURT_SHARE_OFFER_CACHED, 1, 0);
-    bad += run_case(argv[1], "never", GPURT_SHARE_OFFER_NEVER, 0, 0);
-    bad += run_case(argv[1], "outside", GPURT_SHARE_OFFER_CACHED, 0, 1);
+    bad += run_case(argv[1], (Case){"cached", GPURT_SHARE_OFFER_CACHED, 1, 0, 0, NULL});
+    bad += run_case(argv[1], (Case){"never", GPURT_SHARE_OFFER_NEVER, 0, 0, 0, NULL});
+    bad += run_case(argv[1], (Case){"outside", GPURT_SHARE_OFFER_CACHED, 0, 1, 0, NULL});
     configured = 1;
-    bad += run_case(argv[1], "configured", GPURT_SHARE_OFFER_CACHED, 1, 0);
+    bad += run_case(argv[1], (Case){"configured", GPURT_SHARE_OFFER_CACHED, 1, 0, 0, NULL});
     configured = 0;
+    bad += run_case(argv[1], (Case){"asleep-offload", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 1, "536870912"});
+    bad += run_case(argv[1], (Case){"asleep-discard", GPURT_SHARE_OFFER_SLEEP_DISCARD, 1, 0, 1, "536870912"});
+    bad += run_case(argv[1], (Case){"asleep-busy", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 0, 0, 1, "536870912"});
     bad += mutual(argv[1], 2, 1000);
     bad += mutual(argv[1], 3, 1000);
     bad += misuse(argv[1]);

@@ -789,3 +789,6 @@ def test_share_group_join_and_leave(device, tmp_path, monkeypatch):
     gpurt.share.leave()
     with pytest.raises(gpurt.InvalidArgumentError, match="in no share group"):
         gpurt.share.leave()
+    # Pools offered asleep after an idle spell of the caller's choosing.
+    gpurt.share.join("py-test", offer="sleep-offload", idle_ms=250)
+    gpurt.share.leave()

@@ -117,15 +117,19 @@ CUresult cuCtxSetLimit(int limit, size_t v) {
 CUresult cuCtxEnablePeerAccess(P c, unsigned f) { (void)c; (void)f; return 0; }
 CUresult cuCtxDisablePeerAccess(P c) { (void)c; return 0; }
 /* A device that processes share (STUB_CUDA_SHARED_MEMORY=FILE, for the share group's
- * tests): FILE counts the bytes all of them hold of its 8 GiB; more is refused as out of
- * memory (cuMemAlloc, cuMemCreate), and cuMemGetInfo reports what is left. */
-#define SHARED_CAPACITY (1ull << 33)
+ * tests): FILE counts the bytes all of them hold of its 8 GiB (STUB_CUDA_SHARED_CAPACITY
+ * bytes if set); more is refused as out of memory (cuMemAlloc, cuMemCreate), and
+ * cuMemGetInfo reports what is left. */
 static unsigned long long *shared_used;
+static unsigned long long shared_capacity = 1ull << 33;
 static pthread_once_t shared_once = PTHREAD_ONCE_INIT;
+#define SHARED_CAPACITY shared_capacity
 static void open_shared(void) {
     const char *path = getenv("STUB_CUDA_SHARED_MEMORY");
+    const char *capacity = getenv("STUB_CUDA_SHARED_CAPACITY");
     int fd = path ? open(path, O_RDWR | O_CREAT, 0600) : -1;
     void *p;
+    if (capacity) shared_capacity = strtoull(capacity, NULL, 10);
     if (fd < 0) return;
     p = ftruncate(fd, sizeof *shared_used) == 0 ? mmap(NULL, sizeof *shared_used, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
     close(fd);

@@ -33,7 +33,7 @@ use super::config::AllocConfig;
 use super::history::{self, Action};
 use super::reclaim;
 use super::owners::SegmentOwner;
-use super::pool::{asleep_error, BlockPlace, KeepMapped, Pool, SegmentSource, SegmentView, Segments};
+use super::pool::{BlockPlace, KeepMapped, Pool, SegmentSource, SegmentView, Segments};
 use super::stats::{format_bytes, gpurt_memory_stats_t};
 use crate::boundary::lock;
 use crate::error::{Error, Result, Status};
@@ -86,6 +86,9 @@ pub struct CachingAllocator<S: SegmentSource> {
     /// How it sleeps once a sleep succeeded: `SLEEP_NONE`, `SLEEP_DISCARD` or
     /// `SLEEP_OFFLOAD`; read without a lock.
     sleep_mode: AtomicU8,
+    /// Set through a sleep another process asked for (`sleep_on_request`): its next
+    /// allocation wakes it instead of being refused.
+    wake_on_use: AtomicBool,
     /// Held through a sleep or a wake, so that they run one at a time.
     transition: Mutex<()>,
 }
@@ -111,6 +114,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
             totals: Mutex::new(gpurt_memory_stats_t::new()),
             asleep: AtomicBool::new(false),
             sleep_mode: AtomicU8::new(sleep::SLEEP_NONE),
+            wake_on_use: AtomicBool::new(false),
             transition: Mutex::new(()),
         }
     }
@@ -133,7 +137,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
             return Err(self.too_large(size));
         }
         if self.asleep.load(Ordering::Relaxed) {
-            return Err(asleep_error());
+            return self.malloc_asleep(size, stream);
         }
         let index = self.shard_of_stream(stream);
         match self.attempt(self.shard_to_allocate(index, stream), size, stream, false) {

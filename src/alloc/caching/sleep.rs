@@ -13,8 +13,9 @@ use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
 use super::shards::ShardState;
-use super::{CachingAllocator, StreamMap, ASLEEP};
-use crate::alloc::pool::{SegmentSource, SleepCopy, Staged, WakeWork};
+use super::{is_oom, CachingAllocator, StreamMap, ASLEEP};
+use crate::alloc::pool::{asleep_error, SegmentSource, SleepCopy, Staged, WakeWork};
+use crate::alloc::reclaim;
 use crate::boundary::lock;
 use crate::error::{Error, Result};
 
@@ -41,10 +42,24 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// its memory. Frees go on throughout. A failure leaves the allocator wholly
     /// awake, as it was (see `Pool::commit_sleep` for a failed unmap).
     pub fn sleep(&self, offload: bool, admit: impl FnOnce() -> Result<()>) -> Result<()> {
+        self.sleep_as(offload, admit, false)
+    }
+
+    /// A sleep another process asked for (a share group's, `crate::share`): as
+    /// `sleep`, but the pool's next allocation wakes it (`malloc_asleep`) instead of
+    /// being refused, so that its owner finds it as it left it.
+    pub fn sleep_on_request(&self, offload: bool, admit: impl FnOnce() -> Result<()>) -> Result<()> {
+        self.sleep_as(offload, admit, true)
+    }
+
+    fn sleep_as(&self, offload: bool, admit: impl FnOnce() -> Result<()>, on_request: bool) -> Result<()> {
         let _one = lock(&self.transition);
         if self.sleep_mode().is_some() {
             return Err(Error::invalid_argument("the memory pool is already asleep"));
         }
+        // Before allocations are refused, so that one made meanwhile waits for the
+        // sleep and wakes the pool.
+        self.wake_on_use.store(on_request, Ordering::SeqCst);
         self.set_refusing(&lock(&self.streams), true);
         let mode = if offload { SLEEP_OFFLOAD } else { SLEEP_DISCARD };
         match self.fall_asleep(offload, admit) {
@@ -59,6 +74,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
                     state.pool.commit_wake(None);
                 }
                 self.flush(&mut shards);
+                self.wake_on_use.store(false, Ordering::SeqCst);
                 self.set_refusing(&streams, false);
                 Err(e)
             }
@@ -185,8 +201,44 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
         self.flush(&mut shards);
         self.sleep_mode.store(SLEEP_NONE, Ordering::SeqCst);
+        self.wake_on_use.store(false, Ordering::SeqCst);
         self.set_refusing(&_streams, false);
         Ok(())
+    }
+
+    /// `wake`, and where the device refuses the memory, other processes asked for it
+    /// (`reclaim`, as an allocation asks) and the wake tried once more.
+    pub fn wake_asking(&self) -> Result<()> {
+        let asleep = self.stats().asleep_bytes.max(0) as u64;
+        let cause = match self.wake() {
+            Err(e) if is_oom(&e) => e,
+            done => return done,
+        };
+        match reclaim::ask_others(self.shared.source.history_device(), asleep) {
+            Some(asked) if asked.given_back => self.wake().map_err(|e| e.context(&asked.account)),
+            Some(asked) => Err(cause.context(&asked.account)),
+            None => Err(cause),
+        }
+    }
+
+    /// An allocation while the pool sleeps: refused, unless another process's request
+    /// put it to sleep; then the pool wakes first (or waits for the sleep under way,
+    /// and wakes it).
+    #[cold]
+    pub(super) fn malloc_asleep(&self, size: u64, stream: u64) -> Result<u64> {
+        if !self.wake_on_use.load(Ordering::SeqCst) {
+            return Err(asleep_error());
+        }
+        if let Err(e) = self.wake_asking() {
+            // Woken meanwhile, or its sleep failed: awake all the same.
+            if self.sleep_mode().is_some() || self.asleep.load(Ordering::SeqCst) {
+                return Err(e.context("waking the pool a share group's request put to sleep"));
+            }
+        }
+        if self.asleep.load(Ordering::SeqCst) {
+            return Err(asleep_error());
+        }
+        self.malloc(size, stream)
     }
 
     /// Whether the allocator sleeps, and how: `Some(offload)`. A sleep in progress is

@@ -9,6 +9,7 @@
 
 pub mod device;
 pub mod ffi;
+pub mod on_request;
 pub mod sleep;
 #[cfg(test)]
 mod tests;

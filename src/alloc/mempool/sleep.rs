@@ -122,13 +122,17 @@ fn default_sleeping(device: i32) -> Result<Sleeping> {
 /// (`ipc::producer::export` checks under the same lock), so that an export and a
 /// sleep at once cannot both succeed.
 fn sleep_pool(pool: &dyn Sleeper, offload: bool) -> Result<()> {
-    let no_exports = || match pools::exported_block(&|addr| pool.holds(addr)) {
+    pool.sleep(offload, &|| no_exports(pool))
+}
+
+/// Refuses the sleep of a pool that holds a block exported to other processes.
+pub(super) fn no_exports(pool: &dyn Sleeper) -> Result<()> {
+    match pools::exported_block(&|addr| pool.holds(addr)) {
         Some(ptr) => Err(Error::not_supported(format!(
             "the block at {ptr:#x} is exported to other processes (gpurt_ipc_mem_handle), which map its memory: free it and let them close it before the pool sleeps"
         ))),
         None => Ok(()),
-    };
-    pool.sleep(offload, &no_exports)
+    }
 }
 
 /// `gpurt_mem_pool_sleep`: refused while a capture runs (the sleep waits for the device).
@@ -137,9 +141,15 @@ pub fn sleep(handle: Handle, offload: bool) -> Result<()> {
     capture::outside_captures("a sleep", || sleep_pool(pool.sleeper(), offload))
 }
 
+/// `gpurt_mem_pool_wake`: a wake the device refuses asks a share group, if there is
+/// one (`CachingAllocator::wake_asking`).
 pub fn wake(handle: Handle) -> Result<()> {
     let pool = sleeping(handle)?;
-    capture::outside_captures("a wake", || pool.sleeper().wake())
+    capture::outside_captures("a wake", || match &pool {
+        Sleeping::Default(a) => a.wake_asking(),
+        Sleeping::Pool(p) => p.allocator().wake_asking(),
+        other => other.sleeper().wake(),
+    })
 }
 
 /// `gpurt_mem_pool_sleep_prepare`: the host memory the pool's next offload needs, made now.

@@ -1,0 +1,91 @@
+//! Pools another process may put to sleep (a share group's request, `crate::share`):
+//! a device's default pool and the pools made with `gpurt_mem_pool_create` on it.
+//! Graph pools never: a replay allocates nothing, so they would look idle while their
+//! graphs use them. A pool is idle while its activity (its count of allocations and
+//! frees) stays the same; the sleep is refused if the pool was used after its owner
+//! read that count, or while a capture runs, and the pool's next allocation wakes it.
+
+use std::sync::Arc;
+
+use super::sleep::no_exports;
+use super::MemPool;
+use crate::alloc::caching::CachingAllocator;
+use crate::alloc::capture;
+use crate::alloc::device::{self as pools, MEM_POOLS};
+use crate::alloc::pool::SegmentSource;
+use crate::alloc::upstream::{DriverSource, PoolSource};
+use crate::error::{Error, Result};
+
+/// A pool another process may put to sleep.
+pub enum Reclaimable {
+    Default(&'static CachingAllocator<DriverSource>),
+    Pool(Arc<MemPool<PoolSource>>),
+}
+
+/// `device`'s default pool (if it was made: listing makes none) and its users' pools.
+pub fn reclaimable(device: i32) -> Vec<Reclaimable> {
+    let default = pools::made_allocator(device).map(Reclaimable::Default);
+    default.into_iter().chain(MEM_POOLS.on_device(device).into_iter().map(Reclaimable::Pool)).collect()
+}
+
+/// Counts of allocations and frees so far: any use changes it.
+fn activity<S: SegmentSource>(a: &CachingAllocator<S>) -> u64 {
+    let s = a.stats().allocation.all;
+    (s.allocated as u64).wrapping_add(s.freed as u64)
+}
+
+/// Puts `a` to sleep unless its activity moved from `seen`; the bytes given back.
+fn sleep<S: SegmentSource>(a: &CachingAllocator<S>, offload: bool, seen: u64) -> Result<u64> {
+    let unused = || {
+        no_exports(a)?;
+        if activity(a) == seen {
+            Ok(())
+        } else {
+            Err(Error::invalid_argument("the pool was used since it was found idle"))
+        }
+    };
+    capture::outside_captures("a sleep another process asked for", || a.sleep_on_request(offload, unused))?;
+    Ok(a.stats().asleep_bytes.max(0) as u64)
+}
+
+impl Reclaimable {
+    /// The pool's allocator id: the same pool keeps it for its lifetime.
+    pub fn id(&self) -> u64 {
+        match self {
+            Reclaimable::Default(a) => a.id(),
+            Reclaimable::Pool(p) => p.allocator().id(),
+        }
+    }
+
+    /// The memory pool's handle id (`None`: the device's default pool).
+    pub fn pool_id(&self) -> Option<u64> {
+        match self {
+            Reclaimable::Default(_) => None,
+            Reclaimable::Pool(p) => Some(p.id()),
+        }
+    }
+
+    /// What changes with each allocation and free of the pool.
+    pub fn activity(&self) -> u64 {
+        match self {
+            Reclaimable::Default(a) => activity(*a),
+            Reclaimable::Pool(p) => activity(p.allocator()),
+        }
+    }
+
+    pub fn is_asleep(&self) -> bool {
+        match self {
+            Reclaimable::Default(a) => a.sleep_mode().is_some(),
+            Reclaimable::Pool(p) => p.allocator().sleep_mode().is_some(),
+        }
+    }
+
+    /// Puts the pool to sleep for another process, unless it was used since its
+    /// activity read `seen`: its next allocation wakes it. The bytes given back.
+    pub fn sleep_on_request(&self, offload: bool, seen: u64) -> Result<u64> {
+        match self {
+            Reclaimable::Default(a) => sleep(*a, offload, seen),
+            Reclaimable::Pool(p) => sleep(p.allocator(), offload, seen),
+        }
+    }
+}
