@@ -14,7 +14,7 @@ results=()
 # want the machine to themselves: PART=figures runs them, with the builds and installs they
 # need; PART=checks runs the rest. Each part fits one lease of a machine held at most 30
 # minutes (gpu/plans/).
-figures='^(build-(batch-bench|green-bench|vbuffer-bench|pin-bench|sleep-bench|blas-bench|gpt2|nvtx-record-tool|trace-replay)|batch-bench|green-bench|vbuffer-bench|pin-bench|sleep-bench|blas-bench|gpt2-.*|memcheck-gpt2.*|go-bench|dropin-.*|sleep-torch-saver|sleep-torch-live|bench-.*|record-traces|trace-replay.*|record-dropin-sequence|record-dropin-b-.*|keep-dropin-sequence|ggml-gpt2-.*)$'
+figures='^(build-(batch-bench|green-bench|vbuffer-bench|pin-bench|sleep-bench|blas-bench|gpt2|nvtx-record-tool|trace-replay)|batch-bench|green-bench|vbuffer-bench|pin-bench|sleep-bench|blas-bench|gpt2-.*|memcheck-gpt2.*|go-bench|dropin-.*|sleep-torch-saver|sleep-torch-live|share-torch|bench-.*|record-traces|trace-replay.*|record-dropin-sequence|record-dropin-b-.*|keep-dropin-sequence|ggml-gpt2-.*)$'
 setup='^(python-install|tms-install)$'
 
 step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL (only names matching $ONLY and not $SKIP, if set, and in $PART)
@@ -326,6 +326,8 @@ step torch-graphs-compare "${torch_graphs[@]}" compare "$logs/torch-graphs"
 step torch-graphs-sleep "${torch_graphs[@]}" sleep
 step torch-graphs-mempool "${torch_graphs[@]}" mempool
 step sleep-torch-live env PYTHONPATH="$PWD/pydeps" python3 src/sleep_torch.py "$lib/libgpurt.so.0" live 5
+# Two PyTorch processes in a share group taking turns on a GPU made small (issue #70 item 5).
+step share-torch env PYTHONPATH="$PWD/pydeps" GPURT_LIBRARY="$lib/libgpurt.so.0" python3 src/share_torch.py 24 3
 step sleep-torch-saver env PYTHONPATH="$PWD/pydeps" python3 src/sleep_torch.py "$lib/libgpurt.so.0" saver "$PWD/tms-site" \
     "${SLEEP_BENCH_GIB:-8}" 4 3
 # gpurt's device 0 is the machine's second GPU under CUDA_VISIBLE_DEVICES=1 (2 GPUs or more).

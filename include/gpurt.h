@@ -5148,6 +5148,26 @@ gpurt_status_t gpurt_share_join(int device,
                                 const gpurt_share_options_t *options);
 
 /**
+ * What the share group may take from one pool, in place of its device's offer
+ * (gpurt_share_join's options->offer): GPURT_SHARE_OFFER_NEVER keeps the pool whole,
+ * GPURT_SHARE_OFFER_CACHED gives its cached free memory only, and
+ * GPURT_SHARE_OFFER_SLEEP_DISCARD / _OFFLOAD also the pool put to sleep once it has had
+ * no allocation or free for `idle_ms` (0: the device's). So an engine can offer its
+ * weights' pool asleep with offload and keep its KV cache's pool awake. The pool's
+ * device must be in a group; a later call for the same pool replaces the earlier.
+ *
+ * @param pool a pool made with gpurt_mem_pool_create, or a device's default pool (gpurt_mem_pool_default); not a graph pool
+ * @param offer a GPURT_SHARE_OFFER_* value
+ * @param idle_ms with GPURT_SHARE_OFFER_SLEEP_*: how long the pool must be idle before the others may put it to sleep, in ms; 0: the device's idle period
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown offer, a graph pool, or a pool whose device is in no share group; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+ */
+gpurt_status_t gpurt_share_pool_offer(gpurt_mem_pool_t pool,
+                                      int offer,
+                                      uint32_t idle_ms);
+
+/**
  * Leaves the share group `device` is in: this process's server stops and it is no
  * longer asked; its allocations no longer ask the others.
  *

@@ -789,6 +789,8 @@ inline Ret<bool> device_is_asleep(int device) {
 
 /** Joins share group `name` for `device` (gpurt_share_join): an allocation the device refuses asks the group's other members for their cached memory, then for their idle pools put to sleep. @param device a device ordinal @param name the group's name @param options what this process offers and how long it waits; NULL: the defaults @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
 inline Ret<void> share_join(int device, const char *name, const gpurt_share_options_t *options = nullptr) { return detail::finish(gpurt_share_join(device, name, options)); }
+/** What the share group may take from one pool, in place of its device's offer (gpurt_share_pool_offer). @param pool a pool of gpurt_mem_pool_create or a default pool @param offer a GPURT_SHARE_OFFER_* value @param idle_ms with the sleep offers, how long the pool must be idle first; 0: the device's @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
+inline Ret<void> share_pool_offer(gpurt_mem_pool_t pool, int offer, uint32_t idle_ms = 0) { return detail::finish(gpurt_share_pool_offer(pool, offer, idle_ms)); }
 /** Leaves the share group `device` is in (gpurt_share_leave). @param device a device ordinal @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS) */
 inline Ret<void> share_leave(int device) { return detail::finish(gpurt_share_leave(device)); }
 

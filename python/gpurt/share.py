@@ -29,6 +29,15 @@ def join(name, device=None, offer="cached", deadline_ms=0, idle_ms=0):
     check(lib.gpurt_share_join(ordinal(device), name.encode(), options))
 
 
+def offer_pool(pool, offer, idle_ms=0):
+    """What the group may take from one `MemPool` (one of gpurt's, or `MemPool.default()`),
+    in place of its device's offer: one of the offers of `join`; `idle_ms` for the
+    "sleep-*" offers (0: the device's). The pool's device must be in a group."""
+    if offer not in _OFFERS:
+        raise ValueError(f"offer {offer!r}: one of {', '.join(map(repr, _OFFERS))}")
+    check(lib.gpurt_share_pool_offer(pool._handle, _OFFERS[offer], int(idle_ms)))
+
+
 def leave(device=None):
     """Leaves the share group `device` is in."""
     check(lib.gpurt_share_leave(ordinal(device)))

@@ -1,9 +1,13 @@
+use std::time::Duration;
+
 use libc::{c_char, c_int};
 
 use super::member::{self, JoinOptions};
 use super::registry::Offer;
 use crate::boundary::{self, in_extended, in_str};
+use crate::alloc::mempool::ffi::gpurt_mem_pool_t;
 use crate::error::{gpurt_status_t, Error};
+use crate::handle::Handle;
 
 /// A share group member offers its cached free memory: when another member's
 /// allocation is refused by the device, this process empties its caches on the device
@@ -67,22 +71,49 @@ pub extern "C" fn gpurt_share_join(device: c_int, name: *const c_char, options: 
         if !options.is_null() {
             // SAFETY: the options are plain integers; `idle_ms` came after the first version.
             let o = unsafe { in_extended(options, std::mem::offset_of!(gpurt_share_options_t, idle_ms), "options", "GPURT_SHARE_OPTIONS_INIT")? };
-            join.offer = match o.offer {
-                GPURT_SHARE_OFFER_CACHED => Offer::Cached,
-                GPURT_SHARE_OFFER_NEVER => Offer::Never,
-                GPURT_SHARE_OFFER_SLEEP_DISCARD => Offer::SleepDiscard,
-                GPURT_SHARE_OFFER_SLEEP_OFFLOAD => Offer::SleepOffload,
-                other => return Err(Error::invalid_argument(format!("`options->offer` is {other}: not a GPURT_SHARE_OFFER_* value"))),
-            };
+            join.offer = offer_of(o.offer).map_err(|e| e.context("`options->offer`"))?;
             if o.deadline_ms > 0 {
-                join.deadline = std::time::Duration::from_millis(o.deadline_ms.into());
+                join.deadline = Duration::from_millis(o.deadline_ms.into());
             }
             if o.idle_ms > 0 {
-                join.idle = std::time::Duration::from_millis(o.idle_ms.into());
+                join.idle = Duration::from_millis(o.idle_ms.into());
             }
         }
         member::join(device, name, join)
     })
+}
+
+/// What the share group may take from one pool, in place of its device's offer
+/// (gpurt_share_join's options->offer): GPURT_SHARE_OFFER_NEVER keeps the pool whole,
+/// GPURT_SHARE_OFFER_CACHED gives its cached free memory only, and
+/// GPURT_SHARE_OFFER_SLEEP_DISCARD / _OFFLOAD also the pool put to sleep once it has had
+/// no allocation or free for `idle_ms` (0: the device's). So an engine can offer its
+/// weights' pool asleep with offload and keep its KV cache's pool awake. The pool's
+/// device must be in a group; a later call for the same pool replaces the earlier.
+///
+/// @param pool a pool made with gpurt_mem_pool_create, or a device's default pool (gpurt_mem_pool_default); not a graph pool
+/// @param offer a GPURT_SHARE_OFFER_* value
+/// @param idle_ms with GPURT_SHARE_OFFER_SLEEP_*: how long the pool must be idle before the others may put it to sleep, in ms; 0: the device's idle period
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for an unknown offer, a graph pool, or a pool whose device is in no share group; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only: does not wait for the device, enqueues no work, and may be called while a stream is being captured.
+#[no_mangle]
+pub extern "C" fn gpurt_share_pool_offer(pool: gpurt_mem_pool_t, offer: c_int, idle_ms: u32) -> gpurt_status_t {
+    boundary::call("gpurt_share_pool_offer", || {
+        let idle = (idle_ms > 0).then(|| Duration::from_millis(idle_ms.into()));
+        member::offer_pool(Handle::from_ptr(pool), offer_of(offer)?, idle)
+    })
+}
+
+/// A GPURT_SHARE_OFFER_* value as an `Offer`.
+fn offer_of(offer: c_int) -> Result<Offer, Error> {
+    match offer {
+        GPURT_SHARE_OFFER_CACHED => Ok(Offer::Cached),
+        GPURT_SHARE_OFFER_NEVER => Ok(Offer::Never),
+        GPURT_SHARE_OFFER_SLEEP_DISCARD => Ok(Offer::SleepDiscard),
+        GPURT_SHARE_OFFER_SLEEP_OFFLOAD => Ok(Offer::SleepOffload),
+        other => Err(Error::invalid_argument(format!("offer {other} is not a GPURT_SHARE_OFFER_* value"))),
+    }
 }
 
 /// Leaves the share group `device` is in: this process's server stops and it is no

@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use super::registry::{Offer, Registry};
 use super::requests::{ask, Answer, Request, Serve, Server};
-use crate::alloc::mempool::on_request::reclaimable;
+use crate::alloc::mempool::on_request::{self, empty_caches, reclaimable, Reclaimable};
 use crate::alloc::stats::format_bytes;
 use crate::alloc::{device as pools, reclaim};
 use crate::boundary::lock;
 use crate::device;
 use crate::error::{Error, Result};
+use crate::handle::Handle;
 
 /// What a member offers, how long a pool must have gone unused before it may be put
 /// to sleep for the others, and how long the member waits for the group when the
@@ -35,10 +36,14 @@ impl Default for JoinOptions {
     }
 }
 
-/// A member's server: gives back the device's cached memory, then, where the member
-/// offered its pools asleep and the request wants more, puts its idle pools to sleep,
-/// longest idle first, until it gave back what was wanted. Between requests it watches
-/// when each pool was last used.
+/// What one pool offers where it differs from its device's offer: (offer, idle period),
+/// by allocator id (`gpurt_share_pool_offer`).
+static POOL_OFFERS: Mutex<Vec<(u64, Offer, Duration)>> = Mutex::new(Vec::new());
+
+/// A member's server: gives back the cached memory of the pools that offer it, then,
+/// where the request wants more, puts the idle pools that offer it to sleep, longest
+/// idle first, until it gave back what was wanted. Between requests it watches when
+/// each pool was last used.
 struct Giver {
     ordinal: i32,
     offer: Offer,
@@ -48,6 +53,11 @@ struct Giver {
 }
 
 impl Giver {
+    /// What `pool` offers, and after how long idle.
+    fn offer_of(&self, offers: &[(u64, Offer, Duration)], pool: &Reclaimable) -> (Offer, Duration) {
+        offers.iter().find(|o| o.0 == pool.id()).map_or((self.offer, self.idle), |&(_, offer, idle)| (offer, idle))
+    }
+
     /// Reads each pool's activity: a pool used (or asleep) since the last look is idle
     /// from now.
     fn watch(&mut self) {
@@ -66,13 +76,19 @@ impl Giver {
 
 impl Serve for Giver {
     fn tick(&mut self) {
-        if self.offer >= Offer::SleepDiscard {
+        let offers = lock(&POOL_OFFERS).clone();
+        if self.offer >= Offer::SleepDiscard || offers.iter().any(|o| o.1 >= Offer::SleepDiscard) {
             self.watch();
         }
     }
 
     fn serve(&mut self, request: Request) -> u64 {
-        let mut given = pools::empty_cache_of(self.ordinal).unwrap_or(0);
+        let offers = lock(&POOL_OFFERS).clone();
+        let mut given = if offers.is_empty() {
+            if self.offer >= Offer::Cached { pools::empty_cache_of(self.ordinal).unwrap_or(0) } else { 0 }
+        } else {
+            empty_caches(self.ordinal, |pool| self.offer_of(&offers, pool).0 >= Offer::Cached)
+        };
         let enough = |given: u64| request.wanted > 0 && given >= request.wanted;
         if request.level < Offer::SleepDiscard || enough(given) {
             return given;
@@ -82,18 +98,18 @@ impl Serve for Giver {
         let mut idle: Vec<_> = reclaimable(self.ordinal)
             .into_iter()
             .filter_map(|pool| {
+                let (offer, idle) = self.offer_of(&offers, &pool);
                 let (activity, since) = *self.seen.get(&pool.id())?;
-                (now - since >= self.idle && !pool.is_asleep()).then_some((since, pool, activity))
+                (offer >= Offer::SleepDiscard && now - since >= idle && !pool.is_asleep()).then_some((since, pool, activity, offer))
             })
             .collect();
         idle.sort_by_key(|&(since, ..)| since);
-        let offload = self.offer == Offer::SleepOffload;
-        for (_, pool, activity) in idle {
+        for (_, pool, activity, offer) in idle {
             if enough(given) {
                 break;
             }
             // A pool used meanwhile, or one that cannot sleep now, is passed over.
-            given += pool.sleep_on_request(offload, activity).unwrap_or(0);
+            given += pool.sleep_on_request(offer == Offer::SleepOffload, activity).unwrap_or(0);
         }
         given
     }
@@ -107,6 +123,7 @@ struct Membership {
     key: i32,
     registry: Arc<Registry>,
     slot: usize,
+    idle: Duration,
     deadline: Duration,
     server: Server,
 }
@@ -136,7 +153,7 @@ pub fn join(ordinal: i32, name: &str, options: JoinOptions) -> Result<()> {
     let server = Server::start(registry.clone(), slot, giver).inspect_err(|_| {
         let _ = registry.leave(slot);
     })?;
-    all.push(Membership { ordinal, name: name.to_string(), key, registry, slot, deadline: options.deadline, server });
+    all.push(Membership { ordinal, name: name.to_string(), key, registry, slot, idle: options.idle, deadline: options.deadline, server });
     reclaim::set_out_of_memory_hook(Some(Arc::new(ask_group)));
     Ok(())
 }
@@ -145,6 +162,23 @@ pub fn join(ordinal: i32, name: &str, options: JoinOptions) -> Result<()> {
 /// default options.
 pub fn join_configured(ordinal: i32, name: &str) -> Result<()> {
     join(ordinal, name, JoinOptions::default())
+}
+
+/// What the group may take from one pool (`handle`: a pool of gpurt_mem_pool_create or
+/// a device's default pool), in place of its device's offer: `Never` keeps it whole,
+/// `Cached` its cache only, `Sleep*` also the pool asleep in that mode once it has been
+/// idle for `idle` (`None`: the device's idle period). Its device must be in a group.
+pub fn offer_pool(handle: Handle, offer: Offer, idle: Option<Duration>) -> Result<()> {
+    let (device, pool) = on_request::of_handle(handle)?;
+    let all = lock(&MEMBERSHIPS);
+    let member = all.iter().find(|m| m.ordinal == device).ok_or_else(|| {
+        Error::invalid_argument(format!("device {device} is in no share group: join one (gpurt_share_join) before offering its pools"))
+    })?;
+    member.registry.raise_offer(member.slot, offer)?;
+    let mut offers = lock(&POOL_OFFERS);
+    offers.retain(|o| o.0 != pool.id());
+    offers.push((pool.id(), offer, idle.unwrap_or(member.idle)));
+    Ok(())
 }
 
 /// Leaves the group of device `ordinal`: its server stops, its slot goes back.
@@ -157,6 +191,8 @@ pub fn leave(ordinal: i32) -> Result<()> {
         reclaim::set_out_of_memory_hook(None);
     }
     drop(all);
+    let pools: Vec<u64> = reclaimable(ordinal).iter().map(Reclaimable::id).collect();
+    lock(&POOL_OFFERS).retain(|o| !pools.contains(&o.0));
     let Membership { registry, slot, server, .. } = member;
     drop(server);
     registry.leave(slot)

@@ -233,6 +233,17 @@ impl Registry {
         .ok_or_else(|| Error::new(Status::GPURT_ERROR_OUT_OF_MEMORY, format!("the share group at {} has {MAX_MEMBERS} members already", self.path)))
     }
 
+    /// Raises what this process's slot `slot` offers to at least `offer` (a pool of it
+    /// offered more than the device did).
+    pub fn raise_offer(&self, slot: usize, offer: Offer) -> Result<()> {
+        let me = std::process::id();
+        self.locked(|t| {
+            if let Some(s) = t.slots.get(slot).filter(|s| s.pid.load(Ordering::Relaxed) == me) {
+                s.offer.fetch_max(offer as u32, Ordering::AcqRel);
+            }
+        })
+    }
+
     /// Gives back slot `slot`, if this process holds it.
     pub fn leave(&self, slot: usize) -> Result<()> {
         let me = std::process::id();

@@ -80,8 +80,9 @@ impl Server {
     /// Serves the requests made of `slot` (this process's, from `join`) with `server`.
     pub fn start(registry: Arc<Registry>, slot: usize, mut server: impl Serve) -> Result<Server> {
         let me = std::process::id();
-        let s = registry.table().slots.get(slot).filter(|s| s.pid.load(Ordering::Acquire) == me);
-        let offer = Offer::from_u32(s.ok_or_else(|| Error::invalid_argument(format!("slot {slot} is not this process's")))?.offer.load(Ordering::Relaxed));
+        if !registry.table().slots.get(slot).is_some_and(|s| s.pid.load(Ordering::Acquire) == me) {
+            return Err(Error::invalid_argument(format!("slot {slot} is not this process's")));
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let (thread_stop, thread_registry) = (stop.clone(), registry.clone());
         let thread = std::thread::Builder::new()
@@ -96,6 +97,8 @@ impl Server {
                     if now == seen {
                         continue;
                     }
+                    // What the member offers now (`Registry::set_offer` may raise it).
+                    let offer = Offer::from_u32(s.offer.load(Ordering::Acquire));
                     let level = Offer::from_u32(s.level.swap(0, Ordering::AcqRel)).min(offer);
                     let wanted = s.wanted.swap(0, Ordering::AcqRel);
                     let released = if level == Offer::Never { 0 } else { server.serve(Request { level, wanted }) };

@@ -6,7 +6,8 @@
  * was asked and gave; a process outside the group gets nothing; processes that join
  * through GPURT_ALLOC_CONF=share:NAME are served alike; a member that offers its
  * pools asleep gives an idle one (its next allocation wakes it, contents kept with
- * offload) and keeps one in use; and the API's misuse is
+ * offload) and keeps one in use, and a pool's own offer overrides its device's (both
+ * ways); and the API's misuse is
  * refused (a configured group that cannot be joined fails the allocation). Each case runs in two fresh processes, a
  * holder (6 GiB cached) and an asker (4 GiB wanted), synchronised through pipes.
  * usage: share_test DIR (for the group and the device's file) */
@@ -111,18 +112,21 @@ static int asker(int expect_served, int outside, int ready, int done) {
  * use) it finds the pool awake. The stand-in driver keeps no bytes: the GPU tests
  * check contents through a sleep. */
 #define POOL_MIB (384ull << 20)
-static int sleeper(int offer, int slept, int ready, int done) {
+static int sleeper(int offer, int slept, int per_pool, int ready, int done) {
     gpurt_share_options_t options = GPURT_SHARE_OPTIONS_INIT;
     gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
     gpurt_mem_pool_t pool = NULL;
     gpurt_stream_t stream = NULL;
     void *p = NULL, *q = NULL;
     int asleep = -1;
-    options.offer = offer;
+    /* per_pool: the device offers its cache alone (or, `offer` being NEVER, its pools
+     * asleep) and the pool offers `offer` itself. */
+    options.offer = !per_pool ? offer : offer == GPURT_SHARE_OFFER_NEVER ? GPURT_SHARE_OFFER_SLEEP_OFFLOAD : GPURT_SHARE_OFFER_CACHED;
     options.deadline_ms = 2000;
-    options.idle_ms = slept ? 100 : 60000;
+    options.idle_ms = slept || per_pool ? 100 : 60000;
     EXPECT(gpurt_share_join(0, "share-test", &options), GPURT_SUCCESS);
     EXPECT(gpurt_mem_pool_create(0, NULL, &pool), GPURT_SUCCESS);
+    if (per_pool) EXPECT(gpurt_share_pool_offer(pool, offer, 100), GPURT_SUCCESS);
     EXPECT(gpurt_current_stream(0, &stream), GPURT_SUCCESS);
     EXPECT(gpurt_mem_pool_malloc(pool, POOL_MIB, stream, &p), GPURT_SUCCESS);
     pause_ms(300); /* idle past 100 ms */
@@ -177,7 +181,7 @@ typedef struct {
     int offer;         /* the holder's */
     int served;        /* the asker is served */
     int outside;       /* the asker is in no group */
-    int sleeping;      /* the holder is a sleeper (its pool asleep on request) */
+    int sleeping;      /* the holder is a sleeper (its pool asleep on request); 2: offered per pool */
     const char *capacity;
 } Case;
 
@@ -198,7 +202,7 @@ static int run_case(const char *dir, Case c) {
             int failed;
             if (configured) setenv("GPURT_ALLOC_CONF", "share:share-test", 1);
             if (c.sleeping) {
-                failed = i == 0 ? sleeper(c.offer, c.served, ready[1], done[0]) : sleepers_asker(c.served, ready[0], done[1]);
+                failed = i == 0 ? sleeper(c.offer, c.served, c.sleeping == 2, ready[1], done[0]) : sleepers_asker(c.served, ready[0], done[1]);
             } else {
                 failed = i == 0 ? holder(c.offer, c.served, ready[1], done[0]) : asker(c.served, c.outside, ready[0], done[1]);
             }
@@ -331,7 +335,23 @@ static int misuse(const char *dir) {
         EXPECT(gpurt_share_join(0, "other", NULL), GPURT_ERROR_INVALID_ARGUMENT); /* in a group already */
         EXPECT(gpurt_share_leave(GPURT_CURRENT_DEVICE), GPURT_SUCCESS);
         EXPECT(gpurt_share_join(0, "other", NULL), GPURT_SUCCESS);           /* left: may join again */
+        /* Per-pool offers: a pool of a device in a group, a known offer, no graph pool. */
+        EXPECT(gpurt_mem_pool_create(0, NULL, &pool), GPURT_SUCCESS);
+        EXPECT(gpurt_share_pool_offer(NULL, GPURT_SHARE_OFFER_NEVER, 0), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_share_pool_offer(pool, 42, 0), GPURT_ERROR_INVALID_ARGUMENT);
+        CHECK(strstr(gpurt_last_error_message(), "offer 42 is not a GPURT_SHARE_OFFER_* value") != NULL, "%s", gpurt_last_error_message());
+        {
+            gpurt_graph_pool_t graphs = NULL;
+            EXPECT(gpurt_graph_pool_create(0, &graphs), GPURT_SUCCESS);
+            EXPECT(gpurt_share_pool_offer(graphs, GPURT_SHARE_OFFER_NEVER, 0), GPURT_ERROR_INVALID_ARGUMENT);
+            EXPECT(gpurt_graph_pool_destroy(graphs), GPURT_SUCCESS);
+        }
+        EXPECT(gpurt_share_pool_offer(pool, GPURT_SHARE_OFFER_SLEEP_DISCARD, 500), GPURT_SUCCESS);
+        EXPECT(gpurt_share_pool_offer(pool, GPURT_SHARE_OFFER_NEVER, 0), GPURT_SUCCESS); /* replaces */
         EXPECT(gpurt_share_leave(0), GPURT_SUCCESS);
+        EXPECT(gpurt_share_pool_offer(pool, GPURT_SHARE_OFFER_CACHED, 0), GPURT_ERROR_INVALID_ARGUMENT); /* in no group */
+        CHECK(strstr(gpurt_last_error_message(), "in no share group") != NULL, "%s", gpurt_last_error_message());
+        EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
         printf("misuse: %d checks, %d failures\n", checks, failures);
         fflush(stdout);
         _exit(failures != 0);
@@ -356,6 +376,8 @@ int main(int argc, char **argv) {
     bad += run_case(argv[1], (Case){"asleep-offload", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 1, "536870912"});
     bad += run_case(argv[1], (Case){"asleep-discard", GPURT_SHARE_OFFER_SLEEP_DISCARD, 1, 0, 1, "536870912"});
     bad += run_case(argv[1], (Case){"asleep-busy", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 0, 0, 1, "536870912"});
+    bad += run_case(argv[1], (Case){"asleep-pool-offer", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 2, "536870912"});
+    bad += run_case(argv[1], (Case){"asleep-pool-never", GPURT_SHARE_OFFER_NEVER, 0, 0, 2, "536870912"});
     bad += mutual(argv[1], 2, 1000);
     bad += mutual(argv[1], 3, 1000);
     bad += misuse(argv[1]);

@@ -57,6 +57,7 @@ static void without_device(gpurt_status_t why) {
     expect_error(why, "gpurt_pinned_pool_create", [] { (void)gpurt::PinnedPool::create(); });
     expect_error(why, "gpurt_empty_cache", [] { gpurt::empty_cache(); });
     expect_error(why, "gpurt_share_join", [] { gpurt::share_join(0, "hpp-test"); });
+    expect_error(GPURT_ERROR_INVALID_HANDLE, "gpurt_share_pool_offer", [] { gpurt::share_pool_offer(nullptr, GPURT_SHARE_OFFER_NEVER); });
     expect_error(why, "gpurt_mem_pool_create", [] { (void)gpurt::MemPool::create(0); });
     expect_error(why, "gpurt_current_blas_handle", [] { (void)gpurt::blas::current_handle(); });
     // Empty owners destroy nothing; moved-from owners are empty.

@@ -789,6 +789,13 @@ def test_share_group_join_and_leave(device, tmp_path, monkeypatch):
     gpurt.share.leave()
     with pytest.raises(gpurt.InvalidArgumentError, match="in no share group"):
         gpurt.share.leave()
-    # Pools offered asleep after an idle spell of the caller's choosing.
+    # Pools offered asleep after an idle spell of the caller's choosing, one pool kept.
     gpurt.share.join("py-test", offer="sleep-offload", idle_ms=250)
+    kept = gpurt.MemPool()
+    gpurt.share.offer_pool(kept, "never")
+    with pytest.raises(ValueError):
+        gpurt.share.offer_pool(kept, "sometimes")
     gpurt.share.leave()
+    with pytest.raises(gpurt.InvalidArgumentError, match="in no share group"):
+        gpurt.share.offer_pool(kept, "cached")
+    kept.close()

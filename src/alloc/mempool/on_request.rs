@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use super::device::{named, Named};
 use super::sleep::no_exports;
 use super::MemPool;
 use crate::alloc::caching::CachingAllocator;
@@ -15,6 +16,7 @@ use crate::alloc::device::{self as pools, MEM_POOLS};
 use crate::alloc::pool::SegmentSource;
 use crate::alloc::upstream::{DriverSource, PoolSource};
 use crate::error::{Error, Result};
+use crate::handle::Handle;
 
 /// A pool another process may put to sleep.
 pub enum Reclaimable {
@@ -26,6 +28,23 @@ pub enum Reclaimable {
 pub fn reclaimable(device: i32) -> Vec<Reclaimable> {
     let default = pools::made_allocator(device).map(Reclaimable::Default);
     default.into_iter().chain(MEM_POOLS.on_device(device).into_iter().map(Reclaimable::Pool)).collect()
+}
+
+/// The pool a handle names and its device; refused for a graph pool.
+pub fn of_handle(handle: Handle) -> Result<(i32, Reclaimable)> {
+    match named(handle)? {
+        Named::Default(d) => Ok((d, Reclaimable::Default(pools::allocator(d)?))),
+        Named::Pool(pool) => Ok((pool.device(), Reclaimable::Pool(pool))),
+        Named::Graph(..) => Err(Error::invalid_argument("a graph pool is never given to other processes: its graphs use it without allocating")),
+    }
+}
+
+/// Empties the caches of `device`'s pools that `offered` picks (captures gpurt did
+/// not begin settled first, as `gpurt_empty_cache` does); the reserved bytes that went
+/// back.
+pub fn empty_caches(device: i32, offered: impl Fn(&Reclaimable) -> bool) -> u64 {
+    capture::foreign::settle();
+    reclaimable(device).iter().filter(|pool| offered(pool)).map(Reclaimable::empty_cache).sum()
 }
 
 /// Counts of allocations and frees so far: any use changes it.
@@ -70,6 +89,20 @@ impl Reclaimable {
         match self {
             Reclaimable::Default(a) => activity(*a),
             Reclaimable::Pool(p) => activity(p.allocator()),
+        }
+    }
+
+    /// Releases the pool's wholly free cached memory; the reserved bytes that went back.
+    pub fn empty_cache(&self) -> u64 {
+        fn release<S: SegmentSource>(a: &CachingAllocator<S>) -> u64 {
+            let reserved = || a.stats().reserved_bytes.all.current.max(0) as u64;
+            let before = reserved();
+            a.empty_cache();
+            before.saturating_sub(reserved())
+        }
+        match self {
+            Reclaimable::Default(a) => release(*a),
+            Reclaimable::Pool(p) => release(p.allocator()),
         }
     }
 

@@ -14,17 +14,32 @@ impl<S: SegmentSource> Pool<S> {
     /// the block keeps what is still mapped and the rest becomes a hole. A hole at a
     /// segment's end shortens it, and a segment with nothing mapped left gives its
     /// addresses back.
+    ///
+    /// The device's work is waited for first, once, where anything is to be unmapped:
+    /// a block freed in stream order may still be read or written by work queued
+    /// before its free, and cuMemUnmap does not wait for it (PyTorch synchronises
+    /// before it unmaps too). Where the wait fails, nothing is unmapped.
     pub(super) fn release_expandable_free_ranges(&mut self) {
         let keys: Vec<(u64, usize)> = self.expandable.keys().copied().collect();
+        let mut work: Vec<((u64, usize), Vec<BlockId>)> = Vec::new();
         for key in keys {
             let mut free = Vec::new();
             let mut id = self.segments[&self.expandable[&key].base].first;
             while id != NO_BLOCK {
-                if self.blocks[id].state == State::Free {
+                if self.blocks[id].state == State::Free && self.holds_a_mapping(key, id) {
                     free.push(id);
                 }
                 id = self.blocks[id].next;
             }
+            work.push((key, free));
+        }
+        if work.iter().any(|(_, free)| !free.is_empty()) {
+            if let Err(e) = self.shared.source.synchronize() {
+                crate::log::log(crate::log::Level::Error, &format!("releasing free memory: waiting for the device: {e}"));
+                return;
+            }
+        }
+        for (key, free) in work {
             // Unmapping splits a free block and merges holes, but never another free
             // block: the ids collected stay valid.
             for id in free {
@@ -32,6 +47,13 @@ impl<S: SegmentSource> Pool<S> {
             }
             self.trim_end(key);
         }
+    }
+
+    /// Whether free block `id` of `key`'s segment wholly holds one of its mappings.
+    fn holds_a_mapping(&self, key: (u64, usize), id: BlockId) -> bool {
+        let Block { addr, size, .. } = self.blocks[id];
+        let maps = &self.expandable[&key].maps;
+        maps.partition_point(|&(start, len)| start + len <= addr + size) > maps.partition_point(|&(start, _)| start < addr)
     }
 
     /// Unmaps the mappings that lie wholly in free block `id` of `key`'s segment; what

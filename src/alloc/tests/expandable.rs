@@ -348,3 +348,22 @@ fn a_kept_pool_unmaps_no_free_memory_until_its_last_claim_goes() {
     check(&p);
 }
 
+
+/// Releasing free memory waits for the device before it unmaps (a block freed in
+/// stream order may still be in use by work queued before the free): where the wait
+/// fails nothing is unmapped, and the next release gives it all back.
+#[test]
+fn free_memory_is_unmapped_only_after_the_device_is_waited_for() {
+    let p = expandable(4 * GIB);
+    let block = p.malloc(100 * MIB, 1).unwrap();
+    p.free(block).unwrap();
+    let mapped = p.source().mapped_bytes();
+    assert!(mapped >= 100 * MIB);
+    p.source().fail_on("synchronize", 0);
+    p.empty_cache();
+    assert_eq!(p.source().mapped_bytes(), mapped, "the wait failed: nothing unmapped");
+    check(&p);
+    p.empty_cache();
+    assert_eq!(p.source().mapped_bytes(), 0, "the next release gave it all back");
+    check(&p);
+}
