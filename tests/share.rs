@@ -5,7 +5,8 @@
 //! registry files of the wrong mode, owner, size or kind, or behind a symbolic link, are
 //! refused naming the reason. A request is served by each member down to what it offered
 //! and no further; a stuck or killed member delays no one past the deadline; two members
-//! asking each other at once, 1 000 times each, both finish. Child processes are this
+//! asking each other at once, 1 000 times each, both finish; members with idle pools on
+//! offer are found longest idle first and asked one at a time. Child processes are this
 //! test binary run again with GPURT_SHARE_CHILD set (the `child` test).
 
 use std::io::{BufRead, BufReader};
@@ -15,7 +16,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use gpurt::share::registry::{path_of, Member, Offer, Registry};
-use gpurt::share::requests::{ask, Answer, Request, Server};
+use gpurt::share::requests::{ask, ask_one, Answer, Request, Server};
 
 const MIB: u64 = 1 << 20;
 
@@ -341,5 +342,39 @@ fn two_members_asking_each_other_at_once_both_finish() {
             std::thread::sleep(Duration::from_millis(10));
         };
         assert!(status.success(), "{status}");
+    }
+}
+
+/// Members that say since when a pool of theirs on offer has been idle are listed
+/// longest idle first (those with none, or offering only their cache, left out), and
+/// one of them is asked alone.
+#[test]
+fn members_with_idle_pools_are_asked_one_at_a_time_longest_idle_first() {
+    share_dir();
+    let registry = std::sync::Arc::new(Registry::open("idle").unwrap());
+    // Four slots of this process on device 5: (offer, idle since), each answering its own number of MiB.
+    let members = [(Offer::SleepOffload, Some(300)), (Offer::SleepOffload, Some(100)), (Offer::Cached, Some(50)), (Offer::SleepDiscard, Some(200)), (Offer::SleepOffload, None)];
+    let servers: Vec<(usize, Server)> = members
+        .iter()
+        .enumerate()
+        .map(|(i, &(offer, since))| {
+            let slot = registry.join(5, offer).unwrap();
+            registry.publish_idle(slot, since);
+            let given = (i as u64 + 1) * MIB;
+            (slot, Server::start(registry.clone(), slot, move |_: Request| given).unwrap())
+        })
+        .collect();
+    let slot = |i: usize| servers[i].0;
+    assert_eq!(registry.idle_members(None, 5, Offer::SleepDiscard).unwrap(), vec![(slot(1), 100), (slot(3), 200), (slot(0), 300)]);
+    assert_eq!(registry.idle_members(Some(slot(1)), 5, Offer::SleepDiscard).unwrap(), vec![(slot(3), 200), (slot(0), 300)], "never itself");
+    assert!(registry.idle_members(None, 6, Offer::SleepDiscard).unwrap().is_empty(), "another device");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let request = Request { level: Offer::SleepDiscard, wanted: MIB };
+    let answer = ask_one(&registry, slot(3), 5, request, deadline).unwrap().unwrap();
+    assert_eq!(answer.released, Some(4 * MIB), "the member asked alone answered");
+    assert_eq!(ask_one(&registry, slot(2), 5, request, deadline).unwrap(), None, "a member offering only its cache is not asked for pools");
+    for (slot, server) in servers {
+        drop(server);
+        registry.leave(slot).unwrap();
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::registry::{Offer, Registry};
-use super::requests::{ask, Answer, Request, Serve, Server};
+use super::requests::{ask, ask_one, Answer, Request, Serve, Server};
 use crate::alloc::mempool::on_request::{self, empty_caches, reclaimable, Reclaimable};
 use crate::alloc::stats::format_bytes;
 use crate::alloc::{device as pools, reclaim};
@@ -50,6 +50,18 @@ struct Giver {
     idle: Duration,
     /// Each pool's activity (by allocator id) and since when it has been the same.
     seen: HashMap<u64, (u64, Instant)>,
+    /// Where it says since when its longest idle pool on offer has been idle.
+    registry: Arc<Registry>,
+    slot: usize,
+}
+
+/// `since` as CLOCK_MONOTONIC nanoseconds, the clock every process on the host shares.
+fn monotonic_ns(since: Instant) -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let now_ns = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64;
+    now_ns.saturating_sub(since.elapsed().as_nanos() as u64)
 }
 
 impl Giver {
@@ -75,11 +87,23 @@ impl Giver {
 }
 
 impl Serve for Giver {
+    /// Watches the pools where any is offered asleep, and says since when the longest
+    /// idle of those past their idle period has been idle.
     fn tick(&mut self) {
         let offers = lock(&POOL_OFFERS).clone();
-        if self.offer >= Offer::SleepDiscard || offers.iter().any(|o| o.1 >= Offer::SleepDiscard) {
-            self.watch();
+        if self.offer < Offer::SleepDiscard && offers.iter().all(|o| o.1 < Offer::SleepDiscard) {
+            return;
         }
+        self.watch();
+        let oldest = reclaimable(self.ordinal)
+            .iter()
+            .filter_map(|pool| {
+                let (offer, idle) = self.offer_of(&offers, pool);
+                let &(_, since) = self.seen.get(&pool.id())?;
+                (offer >= Offer::SleepDiscard && since.elapsed() >= idle && !pool.is_asleep()).then_some(since)
+            })
+            .min();
+        self.registry.publish_idle(self.slot, oldest.map(monotonic_ns));
     }
 
     fn serve(&mut self, request: Request) -> u64 {
@@ -149,7 +173,7 @@ pub fn join(ordinal: i32, name: &str, options: JoinOptions) -> Result<()> {
     let registry = Arc::new(Registry::open(name)?);
     let slot = registry.join(key, options.offer)?;
     // The server takes no lock an asking thread holds (the allocator asks holding none).
-    let giver = Giver { ordinal, offer: options.offer, idle: options.idle, seen: HashMap::new() };
+    let giver = Giver { ordinal, offer: options.offer, idle: options.idle, seen: HashMap::new(), registry: registry.clone(), slot };
     let server = Server::start(registry.clone(), slot, giver).inspect_err(|_| {
         let _ = registry.leave(slot);
     })?;
@@ -208,24 +232,28 @@ fn ask_group(device: Option<i32>, bytes: u64) -> Option<reclaim::Asked> {
         .map(|m| (m.ordinal, m.name.clone(), m.registry.clone(), m.slot, m.key, m.deadline));
     let (ordinal, name, registry, slot, key, deadline) = member?;
     let until = Instant::now() + deadline;
-    let cached = ask(&registry, Some(slot), key, Request { level: Offer::Cached, wanted: bytes }, until);
-    let free = device::mem_get_info(ordinal).map_or(0, |(free, _)| free as u64);
-    let answers = match cached {
-        Ok(mut answers) if free < bytes => {
-            let asleep = ask(&registry, Some(slot), key, Request { level: Offer::SleepDiscard, wanted: bytes - free }, until);
-            asleep.map(|more| {
-                for answer in more {
-                    match answers.iter_mut().find(|a| a.pid == answer.pid) {
-                        Some(first) => first.released = answer.released.map(|bytes| bytes + first.released.unwrap_or(0)),
-                        None => answers.push(answer),
-                    }
-                }
-                answers
-            })
-        }
-        answers => answers,
-    };
+    let answers = ask(&registry, Some(slot), key, Request { level: Offer::Cached, wanted: bytes }, until)
+        .and_then(|answers| ask_for_pools(&registry, slot, key, ordinal, bytes, until, answers));
     Some(account(&name, bytes, deadline, answers))
+}
+
+/// While the device has less than `bytes` free, asks the members with an idle pool on
+/// offer, one at a time, the longest idle first, for what is lacking; `answers` (those
+/// of the ask for cached memory) with theirs added.
+fn ask_for_pools(registry: &Registry, me: usize, key: i32, ordinal: i32, bytes: u64, until: Instant, mut answers: Vec<Answer>) -> Result<Vec<Answer>> {
+    let free = || device::mem_get_info(ordinal).map_or(0, |(free, _)| free as u64);
+    for (member, _) in registry.idle_members(Some(me), key, Offer::SleepDiscard)? {
+        let lacking = bytes.saturating_sub(free());
+        if lacking == 0 {
+            break;
+        }
+        let Some(answer) = ask_one(registry, member, key, Request { level: Offer::SleepDiscard, wanted: lacking }, until)? else { continue };
+        match answers.iter_mut().find(|a| a.pid == answer.pid) {
+            Some(first) => first.released = answer.released.map(|bytes| bytes + first.released.unwrap_or(0)),
+            None => answers.push(answer),
+        }
+    }
+    Ok(answers)
 }
 
 /// What asking the group for `bytes` came to, in words.

@@ -3,8 +3,9 @@
 //! (`registry`); a member asks the others for what they offered and each one's server
 //! thread answers (`requests`). The allocator asks through `alloc::reclaim`'s hook when
 //! the device refuses it; a member (`member`) installs that hook and serves with its
-//! device's caches; `GPURT_ALLOC_CONF=share:NAME` joins as each device's default pool
-//! is made. Not built yet: idle pools put to sleep on request.
+//! device's caches and, where it offered them, its idle pools put to sleep (the
+//! longest idle asked first); `GPURT_ALLOC_CONF=share:NAME` joins as each device's
+//! default pool is made.
 
 pub mod ffi;
 pub mod member;

@@ -45,7 +45,14 @@ pub(super) struct Slot {
     pub(super) served: AtomicU32,
     /// Bytes the member gave back serving its last request.
     pub(super) released: AtomicU64,
+    /// Since when (CLOCK_MONOTONIC ns) its longest idle pool that it offers asleep has
+    /// been idle; `NOT_IDLE`: none. Requests for pools go to the longest idle first.
+    pub(super) idle_since: AtomicU64,
 }
+
+/// `Slot::idle_since` of a member with no idle pool on offer (not `pub`: cbindgen would
+/// put it in the C header).
+const NOT_IDLE: u64 = u64::MAX;
 
 #[repr(C)]
 pub(super) struct Table {
@@ -225,6 +232,7 @@ impl Registry {
             slot.offer.store(offer as u32, Ordering::Relaxed);
             slot.level.store(0, Ordering::Relaxed);
             slot.wanted.store(0, Ordering::Relaxed);
+            slot.idle_since.store(NOT_IDLE, Ordering::Relaxed);
             // A new member has served every request made of the slot before it.
             slot.served.store(slot.asked.load(Ordering::Relaxed), Ordering::Relaxed);
             slot.pid.store(me.pid, Ordering::Release);
@@ -241,6 +249,38 @@ impl Registry {
             if let Some(s) = t.slots.get(slot).filter(|s| s.pid.load(Ordering::Relaxed) == me) {
                 s.offer.fetch_max(offer as u32, Ordering::AcqRel);
             }
+        })
+    }
+
+    /// Says since when this process's longest idle pool on offer has been idle
+    /// (CLOCK_MONOTONIC ns; `None`: none is); read without the lock.
+    pub fn publish_idle(&self, slot: usize, since: Option<u64>) {
+        let me = std::process::id();
+        if let Some(s) = self.table().slots.get(slot).filter(|s| s.pid.load(Ordering::Relaxed) == me) {
+            s.idle_since.store(since.unwrap_or(NOT_IDLE), Ordering::Relaxed);
+        }
+    }
+
+    /// The live members on `device` other than slot `me` that offer at least `level`
+    /// and have an idle pool on offer: (slot, idle since), longest idle first.
+    pub fn idle_members(&self, me: Option<usize>, device: i32, level: Offer) -> Result<Vec<(usize, u64)>> {
+        self.locked(|t| {
+            prune(t);
+            let mut idle: Vec<(usize, u64)> = t
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|&(i, s)| {
+                    Some(i) != me
+                        && s.pid.load(Ordering::Acquire) != 0
+                        && s.device.load(Ordering::Relaxed) == device
+                        && Offer::from_u32(s.offer.load(Ordering::Relaxed)) >= level
+                })
+                .map(|(i, s)| (i, s.idle_since.load(Ordering::Relaxed)))
+                .filter(|&(_, since)| since != NOT_IDLE)
+                .collect();
+            idle.sort_by_key(|&(_, since)| since);
+            idle
         })
     }
 

@@ -128,6 +128,16 @@ impl Drop for Server {
 /// chooses what to give), and waits for their answers until `deadline`. `me`: this
 /// process's slot, never asked.
 pub fn ask(registry: &Registry, me: Option<usize>, device: i32, request: Request, deadline: Instant) -> Result<Vec<Answer>> {
+    ask_where(registry, device, request, deadline, |i| Some(i) != me)
+}
+
+/// As `ask`, of member `slot` alone (found by `Registry::idle_members`); `None` where it
+/// is no longer a member on `device` offering the level asked.
+pub fn ask_one(registry: &Registry, slot: usize, device: i32, request: Request, deadline: Instant) -> Result<Option<Answer>> {
+    Ok(ask_where(registry, device, request, deadline, |i| i == slot)?.pop())
+}
+
+fn ask_where(registry: &Registry, device: i32, request: Request, deadline: Instant, pick: impl Fn(usize) -> bool) -> Result<Vec<Answer>> {
     let level = request.level;
     if level == Offer::Never {
         return Ok(Vec::new());
@@ -138,7 +148,7 @@ pub fn ask(registry: &Registry, me: Option<usize>, device: i32, request: Request
             .iter()
             .enumerate()
             .filter(|&(i, s)| {
-                Some(i) != me
+                pick(i)
                     && s.pid.load(Ordering::Acquire) != 0
                     && s.device.load(Ordering::Relaxed) == device
                     && Offer::from_u32(s.offer.load(Ordering::Relaxed)) >= level
