@@ -55,6 +55,14 @@ struct Giver {
     slot: usize,
 }
 
+/// A pool that may be put to sleep now: idle since `since`, its activity then, and its offer.
+struct IdlePool {
+    since: Instant,
+    pool: Reclaimable,
+    activity: u64,
+    offer: Offer,
+}
+
 /// `since` as CLOCK_MONOTONIC nanoseconds, the clock every process on the host shares.
 fn monotonic_ns(since: Instant) -> u64 {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -68,6 +76,19 @@ impl Giver {
     /// What `pool` offers, and after how long idle.
     fn offer_of(&self, offers: &[(u64, Offer, Duration)], pool: &Reclaimable) -> (Offer, Duration) {
         offers.iter().find(|o| o.0 == pool.id()).map_or((self.offer, self.idle), |&(_, offer, idle)| (offer, idle))
+    }
+
+    /// The awake pools offered asleep that have been idle past their idle period, as
+    /// `watch` last saw them.
+    fn idle_on_offer(&self, offers: &[(u64, Offer, Duration)]) -> Vec<IdlePool> {
+        reclaimable(self.ordinal)
+            .into_iter()
+            .filter_map(|pool| {
+                let (offer, idle) = self.offer_of(offers, &pool);
+                let (activity, since) = *self.seen.get(&pool.id())?;
+                (offer >= Offer::SleepDiscard && since.elapsed() >= idle && !pool.is_asleep()).then_some(IdlePool { since, pool, activity, offer })
+            })
+            .collect()
     }
 
     /// Reads each pool's activity: a pool used (or asleep) since the last look is idle
@@ -95,14 +116,7 @@ impl Serve for Giver {
             return;
         }
         self.watch();
-        let oldest = reclaimable(self.ordinal)
-            .iter()
-            .filter_map(|pool| {
-                let (offer, idle) = self.offer_of(&offers, pool);
-                let &(_, since) = self.seen.get(&pool.id())?;
-                (offer >= Offer::SleepDiscard && since.elapsed() >= idle && !pool.is_asleep()).then_some(since)
-            })
-            .min();
+        let oldest = self.idle_on_offer(&offers).into_iter().map(|idle| idle.since).min();
         self.registry.publish_idle(self.slot, oldest.map(monotonic_ns));
     }
 
@@ -118,17 +132,9 @@ impl Serve for Giver {
             return given;
         }
         self.watch();
-        let now = Instant::now();
-        let mut idle: Vec<_> = reclaimable(self.ordinal)
-            .into_iter()
-            .filter_map(|pool| {
-                let (offer, idle) = self.offer_of(&offers, &pool);
-                let (activity, since) = *self.seen.get(&pool.id())?;
-                (offer >= Offer::SleepDiscard && now - since >= idle && !pool.is_asleep()).then_some((since, pool, activity, offer))
-            })
-            .collect();
-        idle.sort_by_key(|&(since, ..)| since);
-        for (_, pool, activity, offer) in idle {
+        let mut idle = self.idle_on_offer(&offers);
+        idle.sort_by_key(|idle| idle.since);
+        for IdlePool { pool, activity, offer, .. } in idle {
             if enough(given) {
                 break;
             }

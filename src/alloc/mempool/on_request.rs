@@ -76,14 +76,6 @@ impl Reclaimable {
         }
     }
 
-    /// The memory pool's handle id (`None`: the device's default pool).
-    pub fn pool_id(&self) -> Option<u64> {
-        match self {
-            Reclaimable::Default(_) => None,
-            Reclaimable::Pool(p) => Some(p.id()),
-        }
-    }
-
     /// What changes with each allocation and free of the pool.
     pub fn activity(&self) -> u64 {
         match self {
