@@ -42,6 +42,7 @@ struct HostState {
     staged_bytes: Arc<AtomicU64>,
     /// Where `synchronize` waits, if a test set one (`hold_synchronize`).
     synchronize_gate: Option<Arc<Gate>>,
+    synchronizations: u64,
 }
 
 impl HostSource {
@@ -78,6 +79,7 @@ impl HostSource {
             fresh_offloads: 0,
             staged_bytes: Arc::default(),
             synchronize_gate: None,
+            synchronizations: 0,
         }))
     }
 
@@ -122,6 +124,10 @@ impl HostSource {
     /// The bytes of host memory made for offloads that are alive.
     pub fn staged_bytes(&self) -> u64 {
         self.state().staged_bytes.load(Ordering::Relaxed)
+    }
+    /// The waits for the device so far (`synchronize` calls).
+    pub fn synchronizations(&self) -> u64 {
+        self.state().synchronizations
     }
     /// Makes every `synchronize` wait at `gate` until it opens.
     pub fn hold_synchronize(&self, gate: Arc<Gate>) {
@@ -268,7 +274,9 @@ impl SegmentSource for HostSource {
         if let Some(gate) = gate {
             gate.pass();
         }
-        self.state().fails("synchronize")
+        let mut s = self.state();
+        s.synchronizations += 1;
+        s.fails("synchronize")
     }
     fn host_staging(&self, bytes: u64) -> Result<HostStaging> {
         let mut s = self.state();

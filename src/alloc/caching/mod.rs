@@ -136,9 +136,18 @@ impl<S: SegmentSource> CachingAllocator<S> {
         if size > GPURT_MAX_ALLOCATION_SIZE {
             return Err(self.too_large(size));
         }
-        if self.asleep.load(Ordering::Relaxed) {
-            return self.malloc_asleep(size, stream);
+        if !self.asleep.load(Ordering::Relaxed) {
+            match self.malloc_awake(size, stream) {
+                // A sleep began after the check: the shard refused.
+                Err(_) if self.asleep.load(Ordering::SeqCst) => {}
+                done => return done,
+            }
         }
+        self.malloc_asleep(size, stream)
+    }
+
+    #[inline(always)]
+    fn malloc_awake(&self, size: u64, stream: u64) -> Result<u64> {
         let index = self.shard_of_stream(stream);
         match self.attempt(self.shard_to_allocate(index, stream), size, stream, false) {
             Ok(Some(addr)) => Ok(addr),

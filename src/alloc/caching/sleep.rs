@@ -170,9 +170,31 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// failure unmaps what the wake mapped, so that the allocator stays wholly asleep,
     /// its host memory kept, and the call may be retried.
     pub fn wake(&self) -> Result<()> {
+        self.wake_unless(Self::not_asleep)
+    }
+
+    /// A wake asked for while the allocator is awake: an error.
+    fn not_asleep(&self) -> Option<Result<()>> {
+        self.sleep_mode().is_none().then(|| Err(Error::invalid_argument("the memory pool is not asleep")))
+    }
+
+    /// A wake for an allocation (`malloc_asleep`): nothing to do where the allocator is
+    /// awake (woken meanwhile, or its sleep failed), refused where its owner put it to
+    /// sleep.
+    fn awake_or_owners(&self) -> Option<Result<()>> {
+        match self.sleep_mode() {
+            None => Some(Ok(())),
+            Some(_) if !self.wake_on_use.load(Ordering::SeqCst) => Some(Err(asleep_error())),
+            Some(_) => None,
+        }
+    }
+
+    /// `wake`, unless `settled`, asked under the transition lock (no sleep or wake half
+    /// done), answers for it.
+    fn wake_unless(&self, settled: fn(&Self) -> Option<Result<()>>) -> Result<()> {
         let _one = lock(&self.transition);
-        if self.sleep_mode().is_none() {
-            return Err(Error::invalid_argument("the memory pool is not asleep"));
+        if let Some(answer) = settled(self) {
+            return answer;
         }
         let mut works: Vec<(u32, WakeWork)> = {
             let (_streams, mut shards) = self.lock_all();
@@ -209,36 +231,42 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// `wake`, and where the device refuses the memory, other processes asked for it
     /// (`reclaim`, as an allocation asks) and the wake tried once more.
     pub fn wake_asking(&self) -> Result<()> {
+        self.wake_asking_unless(Self::not_asleep)
+    }
+
+    fn wake_asking_unless(&self, settled: fn(&Self) -> Option<Result<()>>) -> Result<()> {
         let asleep = self.stats().asleep_bytes.max(0) as u64;
-        let cause = match self.wake() {
+        let cause = match self.wake_unless(settled) {
             Err(e) if is_oom(&e) => e,
             done => return done,
         };
+        // No lock is held here: the asking may wait while this process serves others.
         match reclaim::ask_others(self.shared.source.history_device(), asleep) {
-            Some(asked) if asked.given_back => self.wake().map_err(|e| e.context(&asked.account)),
+            Some(asked) if asked.given_back => self.wake_unless(settled).map_err(|e| e.context(&asked.account)),
             Some(asked) => Err(cause.context(&asked.account)),
             None => Err(cause),
         }
     }
 
-    /// An allocation while the pool sleeps: refused, unless another process's request
-    /// put it to sleep; then the pool wakes first (or waits for the sleep under way,
-    /// and wakes it).
+    /// An allocation while the pool sleeps or falls asleep: refused, unless another
+    /// process's request put it to sleep; then the pool wakes first (or waits for the
+    /// sleep under way, and wakes it). A sleep on request that begins before the
+    /// allocation is served is waited for and undone in turn: each round needs a new
+    /// sleep, so the rounds end.
     #[cold]
     pub(super) fn malloc_asleep(&self, size: u64, stream: u64) -> Result<u64> {
-        if !self.wake_on_use.load(Ordering::SeqCst) {
-            return Err(asleep_error());
-        }
-        if let Err(e) = self.wake_asking() {
-            // Woken meanwhile, or its sleep failed: awake all the same.
-            if self.sleep_mode().is_some() || self.asleep.load(Ordering::SeqCst) {
-                return Err(e.context("waking the pool a share group's request put to sleep"));
+        loop {
+            // The owner's own sleep refuses at once, without waiting for it.
+            if !self.wake_on_use.load(Ordering::SeqCst) && self.asleep.load(Ordering::SeqCst) {
+                return Err(asleep_error());
+            }
+            self.wake_asking_unless(Self::awake_or_owners)
+                .map_err(|e| if is_oom(&e) { e.context("waking the pool a share group's request put to sleep") } else { e })?;
+            match self.malloc_awake(size, stream) {
+                Err(_) if self.asleep.load(Ordering::SeqCst) => continue,
+                done => return done,
             }
         }
-        if self.asleep.load(Ordering::SeqCst) {
-            return Err(asleep_error());
-        }
-        self.malloc(size, stream)
     }
 
     /// Whether the allocator sleeps, and how: `Some(offload)`. A sleep in progress is

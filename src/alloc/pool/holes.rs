@@ -18,8 +18,9 @@ impl<S: SegmentSource> Pool<S> {
     /// The device's work is waited for first, once, where anything is to be unmapped:
     /// a block freed in stream order may still be read or written by work queued
     /// before its free, and cuMemUnmap does not wait for it (PyTorch synchronises
-    /// before it unmaps too). Where the wait fails, nothing is unmapped.
-    pub(super) fn release_expandable_free_ranges(&mut self) {
+    /// before it unmaps too). Where the wait fails, nothing is unmapped. `device_idle`:
+    /// the caller waited already.
+    pub(super) fn release_expandable_free_ranges(&mut self, device_idle: bool) {
         let keys: Vec<(u64, usize)> = self.expandable.keys().copied().collect();
         let mut work: Vec<((u64, usize), Vec<BlockId>)> = Vec::new();
         for key in keys {
@@ -33,7 +34,7 @@ impl<S: SegmentSource> Pool<S> {
             }
             work.push((key, free));
         }
-        if work.iter().any(|(_, free)| !free.is_empty()) {
+        if !device_idle && work.iter().any(|(_, free)| !free.is_empty()) {
             if let Err(e) = self.shared.source.synchronize() {
                 crate::log::log(crate::log::Level::Error, &format!("releasing free memory: waiting for the device: {e}"));
                 return;

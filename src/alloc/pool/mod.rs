@@ -631,6 +631,12 @@ impl<S: SegmentSource> Pool<S> {
     /// Releases the wholly free segments, without waiting for deferred frees (garbage
     /// collection).
     pub fn release_free_segments(&mut self) {
+        self.release_free_memory(false);
+    }
+
+    /// `release_free_segments`; `device_idle` where the caller waited for the device's
+    /// work already (a sleep), so that the unmapping need not wait again.
+    pub(super) fn release_free_memory(&mut self, device_idle: bool) {
         self.flush_parked();
         // Asleep, its memory went back when it fell asleep (what is free now is
         // unmapped); a graph pool's free memory is its graphs', as is that of a pool
@@ -638,7 +644,7 @@ impl<S: SegmentSource> Pool<S> {
         if self.asleep.is_some() || self.shared.keeps_free_memory() {
             return;
         }
-        self.release_expandable_free_ranges();
+        self.release_expandable_free_ranges(device_idle);
         let expandable: Vec<u64> = self.expandable.values().map(|e| e.base).collect();
         let whole: Vec<(u64, BlockId)> = self
             .segments

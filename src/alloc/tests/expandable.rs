@@ -351,7 +351,8 @@ fn a_kept_pool_unmaps_no_free_memory_until_its_last_claim_goes() {
 
 /// Releasing free memory waits for the device before it unmaps (a block freed in
 /// stream order may still be in use by work queued before the free): where the wait
-/// fails nothing is unmapped, and the next release gives it all back.
+/// fails nothing is unmapped, and the next release gives it all back. A sleep waits
+/// once.
 #[test]
 fn free_memory_is_unmapped_only_after_the_device_is_waited_for() {
     let p = expandable(4 * GIB);
@@ -365,5 +366,20 @@ fn free_memory_is_unmapped_only_after_the_device_is_waited_for() {
     check(&p);
     p.empty_cache();
     assert_eq!(p.source().mapped_bytes(), 0, "the next release gave it all back");
+    check(&p);
+
+    // With nothing free to unmap there is nothing to wait for; a sleep, which waits
+    // for the device itself, releases its free memory without a second wait.
+    let kept = p.malloc(100 * MIB, 1).unwrap();
+    let waits = p.source().synchronizations();
+    p.empty_cache();
+    assert_eq!(p.source().synchronizations(), waits, "nothing free: no wait");
+    p.free(p.malloc(300 * MIB, 1).unwrap()).unwrap();
+    p.sleep(false, || Ok(())).unwrap();
+    assert_eq!(p.source().synchronizations(), waits + 1, "a sleep waits once");
+    assert_eq!(p.source().mapped_bytes(), 0);
+    p.wake().unwrap();
+    assert!(p.source().mapped_bytes() >= 100 * MIB);
+    p.free(kept).unwrap();
     check(&p);
 }
