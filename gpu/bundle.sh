@@ -36,7 +36,7 @@ cp gpu/ggml_compare.py gpu/ggml_gpt2.py tests/nvtx/record_injection.c "$out/src/
 # llama.cpp on gpurt (integrations/llama.cpp): its patch, build script and model maker, and
 # llama.cpp's source without what a build does not read (12 MB, as xz).
 cp -r integrations/llama.cpp "$out/integrations/"
-cp gpu/llama.py "$out/src/"
+cp gpu/llama.py gpu/llama_share.py "$out/src/"
 mkdir -p "$out/llama"
 tar xzf ../shared/third_party/llama.cpp-5de25a74.tar.gz -C target --exclude=llama.cpp/docs --exclude=llama.cpp/media --exclude=llama.cpp/.github
 tar cJf "$out/llama/llama.cpp.tar.xz" -C target llama.cpp

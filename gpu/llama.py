@@ -347,18 +347,11 @@ def bench(work, rounds, bins):
     return ok
 
 
-def big(work, src, bindir):
-    """A 9.5 GiB model on gpurt with --sleep-mode offload: the first request after sleep
-    against one awake and against copying the weights from pinned host memory."""
+def pinned_copy_ms(nbytes):
+    """The median of five copies of `nbytes` from pinned host memory to the device (ms)."""
     import torch
-    path = os.path.join(work, "big.gguf")
-    if not os.path.exists(path):
-        maker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integrations", "llama.cpp", "make_model.py")
-        subprocess.run([sys.executable, maker, src, path, "--dim", "4096", "--layers", "24", "--ff", "11008", "--heads", "32",
-                        "--kv-heads", "32", "--seed", "5"], check=True)
-    size = os.path.getsize(path)
-    host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
-    dev = torch.empty(size, dtype=torch.uint8, device="cuda")
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
     copies = []
     for _ in range(5):
         torch.cuda.synchronize()
@@ -368,7 +361,19 @@ def big(work, src, bindir):
         copies.append((time.perf_counter() - t) * 1000)
     del host, dev
     torch.cuda.empty_cache()
-    copy_ms = statistics.median(copies)
+    return statistics.median(copies)
+
+
+def big(work, src, bindir):
+    """A 9.5 GiB model on gpurt with --sleep-mode offload: the first request after sleep
+    against one awake and against copying the weights from pinned host memory."""
+    path = os.path.join(work, "big.gguf")
+    if not os.path.exists(path):
+        maker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integrations", "llama.cpp", "make_model.py")
+        subprocess.run([sys.executable, maker, src, path, "--dim", "4096", "--layers", "24", "--ff", "11008", "--heads", "32",
+                        "--kv-heads", "32", "--seed", "5"], check=True)
+    size = os.path.getsize(path)
+    copy_ms = pinned_copy_ms(size)
     r = server_run(bindir, path, "offload", 5, 8150)
     wake, steady = statistics.median(r["wake_ms"]), r["steady_ms"]
     holds = wake - steady <= copy_ms + 50

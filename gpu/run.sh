@@ -239,6 +239,8 @@ step llama-archs-compare diff <(grep '^|' "$llama_work/unpatched-archs.txt") <(g
 step llama-models python3 src/llama.py models "$llama_work/models" "$(llama_src)"
 step llama-completion python3 src/llama.py completion "$llama_work/models" $(llama_bins)
 step llama-server-sleep python3 src/llama.py server "$llama_work/models" "${LLAMA_SLEEP_CYCLES:-100}" $(llama_bins)
+# Two servers whose models do not fit together take turns in a share group (issue #70 item 4).
+step llama-share python3 src/llama_share.py "$llama_work/models" $(llama_bins)
 # Two GPUs (a 2-GPU machine only: nvidia-h100-x2): -sm layer / row, and the sleep of both devices.
 step llama-split python3 src/llama.py split "$llama_work/models" $(llama_bins)
 step llama-bench python3 src/llama.py bench "$llama_work/models" "${LLAMA_BENCH_ROUNDS:-8}" $(llama_bins)

@@ -733,6 +733,10 @@ public:
      *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
      */
     Ret<void> wake() const { return detail::finish(gpurt_mem_pool_wake(handle_)); }
+    /** Before work that uses the pool's memory without allocating: counts as a use for a share group, and wakes a pool its request put to sleep (gpurt_mem_pool_touch).
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
+    Ret<void> touch() const { return detail::finish(gpurt_mem_pool_touch(handle_)); }
     /** @return whether the pool sleeps (gpurt_mem_pool_is_asleep). */
     Ret<bool> is_asleep() const {
         int asleep = 0;

@@ -19,7 +19,7 @@ side_by_side() {  # side_by_side STEP-PREFIX: that step of both builds at once, 
     wait
 }
 side_by_side llama-build
-PART=llama ONLY='^llama-(archs-.*|models|completion|split|server-sleep)$' bash run.sh
+PART=llama ONLY='^llama-(archs-.*|models|completion|split|server-sleep|share)$' bash run.sh
 if [[ ${LLAMA_OPS:-1} == 1 ]]; then  # LLAMA_OPS=0 leaves the op tests out (13 min side by side)
     side_by_side llama-test-backend-ops
     PART=llama ONLY='^llama-compare-ops$' bash run.sh

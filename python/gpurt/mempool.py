@@ -78,6 +78,12 @@ class MemPool(Handle):
         slept with offload (gpurt_mem_pool_wake)."""
         check(lib.gpurt_mem_pool_wake(self._handle))
 
+    def touch(self):
+        """Before work that uses the pool's memory without allocating from it: in a
+        share group the pool counts as used, and one the group's request put to sleep
+        wakes first (gpurt_mem_pool_touch)."""
+        check(lib.gpurt_mem_pool_touch(self._handle))
+
     @property
     def asleep(self):
         return bool(fetch("int", lib.gpurt_mem_pool_is_asleep, self._handle))

@@ -38,8 +38,49 @@ pub struct AllocConfig {
     /// smaller). Sets `max_split_size` to 0, whole and exact segments.
     pub no_split: bool,
     /// The share group every device joins as its default pool is made (`share`,
-    /// gpurt's own key; `gpurt_share_join` with the default options).
+    /// gpurt's own key; `gpurt_share_join` with the options of the next two).
     pub share: Option<String>,
+    /// What the process offers the group (`share_offer`: never, cached, sleep-discard,
+    /// sleep-offload; gpurt_share_join's options->offer).
+    pub share_offer: ShareOffer,
+    /// How long a pool must be idle before the group may put it to sleep, in ms
+    /// (`share_idle_ms`; 0: the default, options->idle_ms).
+    pub share_idle_ms: u32,
+}
+
+/// What a share group member lets the group reclaim from it, each level including the
+/// ones before: nothing, its cached free memory (an empty_cache), or its idle pools put
+/// to sleep dropping or keeping their contents (`share_offer`; `crate::share`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+#[repr(u32)]
+pub enum ShareOffer {
+    Never = 0,
+    #[default]
+    Cached = 1,
+    SleepDiscard = 2,
+    SleepOffload = 3,
+}
+
+impl ShareOffer {
+    pub(crate) fn from_u32(value: u32) -> ShareOffer {
+        match value {
+            1 => ShareOffer::Cached,
+            2 => ShareOffer::SleepDiscard,
+            3 => ShareOffer::SleepOffload,
+            _ => ShareOffer::Never,
+        }
+    }
+
+    /// The offer a `share_offer` value names.
+    fn parse(key: &str, value: &str) -> Result<ShareOffer> {
+        match value {
+            "never" => Ok(ShareOffer::Never),
+            "cached" => Ok(ShareOffer::Cached),
+            "sleep-discard" => Ok(ShareOffer::SleepDiscard),
+            "sleep-offload" => Ok(ShareOffer::SleepOffload),
+            _ => Err(bad(key, value, "expected never, cached, sleep-discard or sleep-offload")),
+        }
+    }
 }
 
 /// The allocator behind each device's default pool.
@@ -73,6 +114,8 @@ impl Default for AllocConfig {
             use_on_oom: false,
             no_split: false,
             share: None,
+            share_offer: ShareOffer::Cached,
+            share_idle_ms: 0,
         }
     }
 }
@@ -162,6 +205,8 @@ impl AllocConfig {
             "use_on_oom" => self.use_on_oom = flag(key, value)?,
             "no_split" => self.no_split = flag(key, value)?,
             "share" => self.share = Some(value.to_string()),
+            "share_offer" => self.share_offer = ShareOffer::parse(key, value)?,
+            "share_idle_ms" => self.share_idle_ms = value.parse().map_err(|_| bad(key, value, "expected a whole number of milliseconds"))?,
             "backend" => match value {
                 "native" => self.backend = Backend::Native,
                 "cudaMallocAsync" => self.backend = Backend::CudaMallocAsync,
@@ -170,7 +215,7 @@ impl AllocConfig {
             _ => {
                 return Err(Error::invalid_argument(format!(
                     "GPURT_ALLOC_CONF: unknown key `{key}` (known: max_split_size_mb, roundup_power2_divisions, \
-                     garbage_collection_threshold, expandable_segments, exact_segments, backend, use_on_oom, no_split, share)"
+                     garbage_collection_threshold, expandable_segments, exact_segments, backend, use_on_oom, no_split, share, share_offer, share_idle_ms)"
                 )))
             }
         }
@@ -275,6 +320,9 @@ mod tests {
         assert_eq!(c.backend, Backend::Native);
         assert_eq!(AllocConfig::parse("backend:cudaMallocAsync").unwrap().backend, Backend::CudaMallocAsync);
         assert_eq!(AllocConfig::parse("share:llm-servers").unwrap().share.as_deref(), Some("llm-servers"));
+        let c = AllocConfig::parse("share_idle_ms:250,share:llm,share_offer:sleep-offload").unwrap();
+        assert_eq!((c.share.as_deref(), c.share_offer, c.share_idle_ms), (Some("llm"), ShareOffer::SleepOffload, 250));
+        assert_eq!(AllocConfig::parse("share:llm").unwrap().share_offer, ShareOffer::Cached, "the default offer");
     }
 
     #[test]
@@ -283,6 +331,8 @@ mod tests {
             ("max_split_size_mb:abc", "max_split_size_mb"),
             ("max_split_size_mb:10", "greater than 20"),
             ("garbage_collection_threshold:1.5", "between 0 and 1"),
+            ("share_offer:sleep", "expected never, cached, sleep-discard or sleep-offload"),
+            ("share_idle_ms:-1", "whole number of milliseconds"),
             ("roundup_power2_divisions:3", "power of two"),
             ("roundup_power2_divisions:[256:1", "unclosed"),
             ("roundup_power2_divisions:[300:2]", "powers of two"),

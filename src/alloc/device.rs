@@ -69,9 +69,7 @@ pub(crate) fn allocator(ordinal: i32) -> Result<&'static CachingAllocator<Driver
         return Ok(a);
     }
     let config = config()?;
-    if let Some(group) = &config.share {
-        join_share_group(d, group)?;
-    }
+    join_configured_group(d, &config)?;
     let backend = *BACKEND.get_or_init(|| config.backend);
     if backend == Backend::CudaMallocAsync && !driver_pool::is_active() {
         driver_pool::for_device(d)?;
@@ -81,9 +79,10 @@ pub(crate) fn allocator(ordinal: i32) -> Result<&'static CachingAllocator<Driver
     Ok(cell.get_or_init(|| CachingAllocator::new(DriverSource::new(d), config)))
 }
 
-/// Joins a share group: `crate::share`'s join, installed when the library loads
-/// (`lib.rs`), so that this lower module calls it without depending on it.
-pub type ShareJoin = fn(i32, &str) -> Result<()>;
+/// Joins a share group with the configuration's offer: `crate::share`'s join,
+/// installed when the library loads (`lib.rs`), so that this lower module calls it
+/// without depending on it.
+pub type ShareJoin = fn(i32, &str, &AllocConfig) -> Result<()>;
 static SHARE_JOIN: OnceLock<ShareJoin> = OnceLock::new();
 static SHARE_JOINED: device::PerDeviceOnce<()> = OnceLock::new();
 static SHARE_JOINING: Mutex<()> = Mutex::new(());
@@ -93,13 +92,21 @@ pub fn set_share_join(join: ShareJoin) {
     let _ = SHARE_JOIN.set(join);
 }
 
-/// `share:NAME`: device `d` joins the group once, before its default pool is made; a
-/// failed join fails this call (nothing made) and is tried again by the next.
+/// `share:NAME`: device `d` joins the group once, before its default pool or a pool of
+/// gpurt_mem_pool_create is made; a failed join fails that call (nothing made) and is
+/// tried again by the next.
+pub(crate) fn join_configured_group(d: i32, config: &AllocConfig) -> Result<()> {
+    match &config.share {
+        Some(group) => join_share_group(d, group, config),
+        None => Ok(()),
+    }
+}
+
 #[cold]
-fn join_share_group(d: i32, group: &str) -> Result<()> {
+fn join_share_group(d: i32, group: &str, config: &AllocConfig) -> Result<()> {
     let join = SHARE_JOIN.get().ok_or_else(|| Error::not_supported("GPURT_ALLOC_CONF share: this build of gpurt has no share groups"))?;
     device::per_device_try_init(&SHARE_JOINED, &SHARE_JOINING, d, || {
-        join(d, group).map_err(|e| e.context(&format!("GPURT_ALLOC_CONF share:{group}: device {d} could not join")))
+        join(d, group, config).map_err(|e| e.context(&format!("GPURT_ALLOC_CONF share:{group}: device {d} could not join")))
     })
     .map(drop)
 }

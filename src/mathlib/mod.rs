@@ -19,7 +19,11 @@ use crate::handle::Handle;
 /// This thread's `library` handle bound to the stream `stream` names.
 #[inline]
 pub fn for_stream(library: Library, stream: Handle) -> Result<Bound> {
-    handle(library, crate::stream::get(stream)?)
+    let stream = crate::stream::get(stream)?;
+    // The handle's workspace lies in the device's default pool, which its work uses
+    // without allocating: a pool a share group may put to sleep is touched first.
+    crate::alloc::mempool::on_request::touch_default(stream.device())?;
+    handle(library, stream)
 }
 
 /// This thread's `library` handle bound to its current stream on its current device.

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use super::registry::{Offer, Registry};
 use super::requests::{ask, ask_one, Answer, Request, Serve, Server};
 use crate::alloc::mempool::on_request::{self, empty_caches, reclaimable, Reclaimable};
+use crate::alloc::config::AllocConfig;
 use crate::alloc::stats::format_bytes;
 use crate::alloc::{device as pools, reclaim};
 use crate::boundary::lock;
@@ -120,6 +121,15 @@ impl Serve for Giver {
         self.registry.publish_idle(self.slot, oldest.map(monotonic_ns));
     }
 
+    /// A quarter of the shortest idle period on offer (10 to 100 ms): a pool is found
+    /// idle at most that long after its idle period ended, which is what a switch
+    /// between two members waits for beyond it.
+    fn period(&self) -> Duration {
+        let offers = lock(&POOL_OFFERS);
+        let shortest = offers.iter().filter(|o| o.1 >= Offer::SleepDiscard).map(|o| o.2).chain([self.idle]).min().unwrap_or(self.idle);
+        (shortest / 4).clamp(Duration::from_millis(10), Duration::from_millis(100))
+    }
+
     fn serve(&mut self, request: Request) -> u64 {
         let offers = lock(&POOL_OFFERS).clone();
         let mut given = if offers.is_empty() {
@@ -176,6 +186,9 @@ pub fn join(ordinal: i32, name: &str, options: JoinOptions) -> Result<()> {
         return Err(Error::invalid_argument(format!("device {ordinal} is in a share group already: leave it first")));
     }
     let key = device_key(ordinal)?;
+    if options.offer >= Offer::SleepDiscard {
+        on_request::offers_sleep();
+    }
     let registry = Arc::new(Registry::open(name)?);
     let slot = registry.join(key, options.offer)?;
     // The server takes no lock an asking thread holds (the allocator asks holding none).
@@ -189,9 +202,15 @@ pub fn join(ordinal: i32, name: &str, options: JoinOptions) -> Result<()> {
 }
 
 /// `GPURT_ALLOC_CONF=share:NAME`: device `ordinal` joins group `name` with the
-/// default options.
-pub fn join_configured(ordinal: i32, name: &str) -> Result<()> {
-    join(ordinal, name, JoinOptions::default())
+/// configuration's offer and idle period (`share_offer`, `share_idle_ms`) and the
+/// default deadline.
+pub fn join_configured(ordinal: i32, name: &str, config: &AllocConfig) -> Result<()> {
+    let defaults = JoinOptions::default();
+    let idle = match config.share_idle_ms {
+        0 => defaults.idle,
+        ms => Duration::from_millis(ms.into()),
+    };
+    join(ordinal, name, JoinOptions { offer: config.share_offer, idle, ..defaults })
 }
 
 /// What the group may take from one pool (`handle`: a pool of gpurt_mem_pool_create or
@@ -205,6 +224,9 @@ pub fn offer_pool(handle: Handle, offer: Offer, idle: Option<Duration>) -> Resul
         Error::invalid_argument(format!("device {device} is in no share group: join one (gpurt_share_join) before offering its pools"))
     })?;
     member.registry.raise_offer(member.slot, offer)?;
+    if offer >= Offer::SleepDiscard {
+        on_request::offers_sleep();
+    }
     let mut offers = lock(&POOL_OFFERS);
     offers.retain(|o| o.0 != pool.id());
     offers.push((pool.id(), offer, idle.unwrap_or(member.idle)));

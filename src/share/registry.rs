@@ -75,28 +75,8 @@ pub struct Registry {
 unsafe impl Send for Registry {}
 unsafe impl Sync for Registry {}
 
-/// What a member lets the group reclaim from it, each level including the ones before:
-/// nothing, its cached free memory (an empty_cache), or its idle pools put to sleep
-/// dropping or keeping their contents.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[repr(u32)]
-pub enum Offer {
-    Never = 0,
-    Cached = 1,
-    SleepDiscard = 2,
-    SleepOffload = 3,
-}
+pub use crate::alloc::config::ShareOffer as Offer;
 
-impl Offer {
-    pub(super) fn from_u32(value: u32) -> Offer {
-        match value {
-            1 => Offer::Cached,
-            2 => Offer::SleepDiscard,
-            3 => Offer::SleepOffload,
-            _ => Offer::Never,
-        }
-    }
-}
 
 /// A member of the group, as (pid, device, what it offers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -55,11 +55,14 @@ pub struct Request {
 }
 
 /// What a member's server runs: `serve` for each request, `tick` between requests at
-/// least every 100 ms (to watch what is idle).
+/// least every `period` (to watch what is idle).
 pub trait Serve: Send + 'static {
     /// Gives back what `request` asks, as far as the member offered; the bytes given back.
     fn serve(&mut self, request: Request) -> u64;
     fn tick(&mut self) {}
+    fn period(&self) -> Duration {
+        LOOK_AGAIN * 10
+    }
 }
 
 impl<F: FnMut(Request) -> u64 + Send + 'static> Serve for F {
@@ -92,7 +95,7 @@ impl Server {
                 let mut seen = s.served.load(Ordering::Acquire);
                 while !thread_stop.load(Ordering::Acquire) {
                     server.tick();
-                    wait_while(&s.asked, seen, LOOK_AGAIN * 10);
+                    wait_while(&s.asked, seen, server.period());
                     let now = s.asked.load(Ordering::Acquire);
                     if now == seen {
                         continue;

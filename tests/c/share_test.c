@@ -6,8 +6,9 @@
  * was asked and gave; a process outside the group gets nothing; processes that join
  * through GPURT_ALLOC_CONF=share:NAME are served alike; a member that offers its
  * pools asleep gives an idle one (its next allocation wakes it, contents kept with
- * offload) and keeps one in use, and a pool's own offer overrides its device's (both
- * ways); and the API's misuse is
+ * offload, or gpurt_mem_pool_touch does) and keeps one in use (allocated from, or
+ * touched), and a pool's own offer overrides its device's (both ways); and the API's
+ * misuse is
  * refused (a configured group that cannot be joined fails the allocation). Each case runs in two fresh processes, a
  * holder (6 GiB cached) and an asker (4 GiB wanted), synchronised through pipes.
  * usage: share_test DIR (for the group and the device's file) */
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -45,7 +47,8 @@ static void say(int fd) { CHECK(write(fd, "x", 1) == 1, "a pipe write"); }
 static void hear(int fd) { char c; CHECK(read(fd, &c, 1) == 1, "a pipe read"); }
 
 /* Set for a case whose processes join through GPURT_ALLOC_CONF=share:share-test (at
- * their first allocation, offering their cache) instead of gpurt_share_join. */
+ * their first allocation or pool, offering their cache; a sleeper its pools asleep
+ * with offload, idle after 100 ms) instead of gpurt_share_join. */
 static int configured;
 
 static int join(int offer) {
@@ -108,11 +111,15 @@ static int asker(int expect_served, int outside, int ready, int done) {
  * 100 ms), holds 384 MiB live in a pool of its own, and lets the asker ask. Then
  * (`slept`) it finds its pool put to sleep for the asker, its bytes offloaded where it
  * offered that, and allocates from it once the asker has freed its memory: the pool
- * wakes, asking the group for the memory in turn. Or (not `slept`: its pool was in
- * use) it finds the pool awake. The stand-in driver keeps no bytes: the GPU tests
- * check contents through a sleep. */
+ * wakes, asking the group for the memory in turn; with `touch`, gpurt_mem_pool_touch
+ * (work about to use the pool) wakes it instead; with `touch` 2 the pool is the
+ * default one and asking for a cuBLAS handle, whose workspace lies there, wakes it
+ * (before cuBLAS is loaded: the stand-in has none here). Or (not `slept`: its pool was in use)
+ * it finds the pool awake: not idle for the group (idle after 60 s), or, with `touch`,
+ * touched every 20 ms. The stand-in driver keeps no bytes: the GPU tests check
+ * contents through a sleep. */
 #define POOL_MIB (384ull << 20)
-static int sleeper(int offer, int slept, int per_pool, int ready, int done) {
+static int sleeper(int offer, int slept, int per_pool, int touch, int ready, int done) {
     gpurt_share_options_t options = GPURT_SHARE_OPTIONS_INIT;
     gpurt_memory_stats_t stats = GPURT_MEMORY_STATS_INIT;
     gpurt_mem_pool_t pool = NULL;
@@ -123,14 +130,25 @@ static int sleeper(int offer, int slept, int per_pool, int ready, int done) {
      * asleep) and the pool offers `offer` itself. */
     options.offer = !per_pool ? offer : offer == GPURT_SHARE_OFFER_NEVER ? GPURT_SHARE_OFFER_SLEEP_OFFLOAD : GPURT_SHARE_OFFER_CACHED;
     options.deadline_ms = 2000;
-    options.idle_ms = slept || per_pool ? 100 : 60000;
-    EXPECT(gpurt_share_join(0, "share-test", &options), GPURT_SUCCESS);
-    EXPECT(gpurt_mem_pool_create(0, NULL, &pool), GPURT_SUCCESS);
+    options.idle_ms = slept || per_pool || touch ? 100 : 60000;
+    if (!configured) EXPECT(gpurt_share_join(0, "share-test", &options), GPURT_SUCCESS);
+    if (touch == 2) {
+        EXPECT(gpurt_mem_pool_default(0, &pool), GPURT_SUCCESS);
+    } else {
+        EXPECT(gpurt_mem_pool_create(0, NULL, &pool), GPURT_SUCCESS); /* configured: joins */
+    }
     if (per_pool) EXPECT(gpurt_share_pool_offer(pool, offer, 100), GPURT_SUCCESS);
     EXPECT(gpurt_current_stream(0, &stream), GPURT_SUCCESS);
     EXPECT(gpurt_mem_pool_malloc(pool, POOL_MIB, stream, &p), GPURT_SUCCESS);
     pause_ms(300); /* idle past 100 ms */
-    say(ready);
+    if (touch && !slept) {
+        struct pollfd heard = {done, POLLIN, 0};
+        EXPECT(gpurt_mem_pool_touch(pool), GPURT_SUCCESS);
+        say(ready);
+        while (poll(&heard, 1, 20) == 0) EXPECT(gpurt_mem_pool_touch(pool), GPURT_SUCCESS);
+    } else {
+        say(ready);
+    }
     hear(done);
     EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
     CHECK(asleep == slept, "the pool %s for the asker (asleep: %d)", slept ? "slept" : "stayed awake", asleep);
@@ -140,13 +158,22 @@ static int sleeper(int offer, int slept, int per_pool, int ready, int done) {
         CHECK(stats.offloaded_bytes == (offer == GPURT_SHARE_OFFER_SLEEP_OFFLOAD ? (int64_t)POOL_MIB : 0), "%lld bytes offloaded",
               (long long)stats.offloaded_bytes);
     }
+    if (touch == 2) {
+        void *handle = NULL;
+        int status = gpurt_blas_handle(stream, &handle);
+        CHECK(status == GPURT_SUCCESS || status == GPURT_ERROR_NOT_SUPPORTED, "gpurt_blas_handle: %d", status);
+    } else if (touch) {
+        EXPECT(gpurt_mem_pool_touch(pool), GPURT_SUCCESS);
+    }
+    EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
+    CHECK(asleep == 0 || !touch, "awake after the touch");
     EXPECT(gpurt_mem_pool_malloc(pool, 4096, stream, &q), GPURT_SUCCESS);
     EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
     CHECK(asleep == 0, "awake after its next allocation");
     CHECK(reserved() >= POOL_MIB, "its memory mapped again: %llu reserved", (unsigned long long)reserved());
     EXPECT(gpurt_free(q), GPURT_SUCCESS);
     EXPECT(gpurt_free(p), GPURT_SUCCESS);
-    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+    if (touch != 2) EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
     EXPECT(gpurt_share_leave(0), GPURT_SUCCESS);
     return failures != 0;
 }
@@ -183,6 +210,7 @@ typedef struct {
     int outside;       /* the asker is in no group */
     int sleeping;      /* the holder is a sleeper (its pool asleep on request); 2: offered per pool */
     const char *capacity;
+    int touch;         /* the sleeper touches its pool (gpurt_mem_pool_touch); 2: the default pool, through gpurt_blas_handle */
 } Case;
 
 /* Runs `c`; the number of its processes that failed. */
@@ -200,9 +228,11 @@ static int run_case(const char *dir, Case c) {
         pids[i] = fork();
         if (pids[i] == 0) {
             int failed;
-            if (configured) setenv("GPURT_ALLOC_CONF", "share:share-test", 1);
+            if (configured) {
+                setenv("GPURT_ALLOC_CONF", c.sleeping ? "share:share-test,share_offer:sleep-offload,share_idle_ms:100" : "share:share-test", 1);
+            }
             if (c.sleeping) {
-                failed = i == 0 ? sleeper(c.offer, c.served, c.sleeping == 2, ready[1], done[0]) : sleepers_asker(c.served, ready[0], done[1]);
+                failed = i == 0 ? sleeper(c.offer, c.served, c.sleeping == 2, c.touch, ready[1], done[0]) : sleepers_asker(c.served, ready[0], done[1]);
             } else {
                 failed = i == 0 ? holder(c.offer, c.served, ready[1], done[0]) : asker(c.served, c.outside, ready[0], done[1]);
             }
@@ -323,6 +353,10 @@ static int misuse(const char *dir) {
         EXPECT(gpurt_free(p), GPURT_SUCCESS);
         pool_options.config = "share:pool";
         EXPECT(gpurt_mem_pool_create(0, &pool_options, &pool), GPURT_ERROR_INVALID_ARGUMENT); /* the process's option */
+        pool_options.config = "share_offer:never";
+        EXPECT(gpurt_mem_pool_create(0, &pool_options, &pool), GPURT_ERROR_INVALID_ARGUMENT);
+        EXPECT(gpurt_alloc_set_config("share_offer:sometimes"), GPURT_ERROR_INVALID_ARGUMENT);
+        CHECK(strstr(gpurt_last_error_message(), "expected never, cached, sleep-discard or sleep-offload") != NULL, "%s", gpurt_last_error_message());
         EXPECT(gpurt_share_leave(0), GPURT_ERROR_INVALID_ARGUMENT);           /* in no group */
         EXPECT(gpurt_share_join(0, NULL, NULL), GPURT_ERROR_INVALID_ARGUMENT);
         EXPECT(gpurt_share_join(0, "../escape", NULL), GPURT_ERROR_INVALID_ARGUMENT);
@@ -338,6 +372,12 @@ static int misuse(const char *dir) {
         /* Per-pool offers: a pool of a device in a group, a known offer, no graph pool. */
         EXPECT(gpurt_mem_pool_create(0, NULL, &pool), GPURT_SUCCESS);
         EXPECT(gpurt_share_pool_offer(NULL, GPURT_SHARE_OFFER_NEVER, 0), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_mem_pool_touch(NULL), GPURT_ERROR_INVALID_HANDLE);
+        EXPECT(gpurt_mem_pool_touch(pool), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_DISCARD), GPURT_SUCCESS); /* the owner's sleep: a touch is refused */
+        EXPECT(gpurt_mem_pool_touch(pool), GPURT_ERROR_INVALID_ARGUMENT);
+        CHECK(strstr(gpurt_last_error_message(), "asleep: wake it") != NULL, "%s", gpurt_last_error_message());
+        EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);
         EXPECT(gpurt_share_pool_offer(pool, 42, 0), GPURT_ERROR_INVALID_ARGUMENT);
         CHECK(strstr(gpurt_last_error_message(), "offer 42 is not a GPURT_SHARE_OFFER_* value") != NULL, "%s", gpurt_last_error_message());
         {
@@ -352,6 +392,7 @@ static int misuse(const char *dir) {
         EXPECT(gpurt_share_pool_offer(pool, GPURT_SHARE_OFFER_CACHED, 0), GPURT_ERROR_INVALID_ARGUMENT); /* in no group */
         CHECK(strstr(gpurt_last_error_message(), "in no share group") != NULL, "%s", gpurt_last_error_message());
         EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_touch(pool), GPURT_ERROR_INVALID_HANDLE); /* destroyed */
         printf("misuse: %d checks, %d failures\n", checks, failures);
         fflush(stdout);
         _exit(failures != 0);
@@ -367,17 +408,21 @@ int main(int argc, char **argv) {
         return 2;
     }
     setenv("GPURT_SHARE_DIR", argv[1], 1);
-    bad += run_case(argv[1], (Case){"cached", GPURT_SHARE_OFFER_CACHED, 1, 0, 0, NULL});
-    bad += run_case(argv[1], (Case){"never", GPURT_SHARE_OFFER_NEVER, 0, 0, 0, NULL});
-    bad += run_case(argv[1], (Case){"outside", GPURT_SHARE_OFFER_CACHED, 0, 1, 0, NULL});
+    bad += run_case(argv[1], (Case){"cached", GPURT_SHARE_OFFER_CACHED, 1, 0, 0, NULL, 0});
+    bad += run_case(argv[1], (Case){"never", GPURT_SHARE_OFFER_NEVER, 0, 0, 0, NULL, 0});
+    bad += run_case(argv[1], (Case){"outside", GPURT_SHARE_OFFER_CACHED, 0, 1, 0, NULL, 0});
     configured = 1;
-    bad += run_case(argv[1], (Case){"configured", GPURT_SHARE_OFFER_CACHED, 1, 0, 0, NULL});
+    bad += run_case(argv[1], (Case){"configured", GPURT_SHARE_OFFER_CACHED, 1, 0, 0, NULL, 0});
+    bad += run_case(argv[1], (Case){"configured-asleep", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 1, "536870912", 1});
     configured = 0;
-    bad += run_case(argv[1], (Case){"asleep-offload", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 1, "536870912"});
-    bad += run_case(argv[1], (Case){"asleep-discard", GPURT_SHARE_OFFER_SLEEP_DISCARD, 1, 0, 1, "536870912"});
-    bad += run_case(argv[1], (Case){"asleep-busy", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 0, 0, 1, "536870912"});
-    bad += run_case(argv[1], (Case){"asleep-pool-offer", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 2, "536870912"});
-    bad += run_case(argv[1], (Case){"asleep-pool-never", GPURT_SHARE_OFFER_NEVER, 0, 0, 2, "536870912"});
+    bad += run_case(argv[1], (Case){"asleep-offload", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 1, "536870912", 0});
+    bad += run_case(argv[1], (Case){"asleep-discard", GPURT_SHARE_OFFER_SLEEP_DISCARD, 1, 0, 1, "536870912", 0});
+    bad += run_case(argv[1], (Case){"asleep-busy", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 0, 0, 1, "536870912", 0});
+    bad += run_case(argv[1], (Case){"asleep-touch", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 1, "536870912", 1});
+    bad += run_case(argv[1], (Case){"asleep-touched-busy", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 0, 0, 1, "536870912", 1});
+    bad += run_case(argv[1], (Case){"asleep-default-blas", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 1, "536870912", 2});
+    bad += run_case(argv[1], (Case){"asleep-pool-offer", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 2, "536870912", 0});
+    bad += run_case(argv[1], (Case){"asleep-pool-never", GPURT_SHARE_OFFER_NEVER, 0, 0, 2, "536870912", 0});
     bad += mutual(argv[1], 2, 1000);
     bad += mutual(argv[1], 3, 1000);
     bad += misuse(argv[1]);

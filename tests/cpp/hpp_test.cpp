@@ -189,7 +189,9 @@ static void with_device(bool real_gpu) {
             CHECK(asleep.active() && sleepy.is_asleep());
             CHECK(sleepy.stats().reserved_bytes.all.current == 0);
             expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_mem_pool_sleep", [&] { sleepy.sleep(); });
+            expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_mem_pool_touch", [&] { sleepy.touch(); }); // the owner's sleep
         }
+        sleepy.touch();
         CHECK(!sleepy.is_asleep() && kept.data() == address);
         CHECK(sleepy.stats().reserved_bytes.all.current > 0);
         expect_error(GPURT_ERROR_INVALID_ARGUMENT, "gpurt_mem_pool_wake", [&] { sleepy.wake(); });

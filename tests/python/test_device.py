@@ -596,7 +596,10 @@ def test_pools_sleep_and_wake_keeping_addresses_and_with_offload_their_bytes(dev
             assert stats["offload_host_bytes"] >= stats["offloaded_bytes"]
             with pytest.raises(gpurt.InvalidArgumentError, match="asleep"):
                 gpurt.DeviceBuffer(4096, stream=s, pool=pool)
+            with pytest.raises(gpurt.InvalidArgumentError, match="wake it"):
+                pool.touch()  # the owner's own sleep: work on its memory would fault
             freed_asleep.free()
+        pool.touch()
         assert not pool.asleep and int(kept) == address
         if DRIVER == "gpu":
             assert bytes(kept.copy_to_host()) == payload

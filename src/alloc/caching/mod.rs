@@ -91,6 +91,8 @@ pub struct CachingAllocator<S: SegmentSource> {
     wake_on_use: AtomicBool,
     /// Held through a sleep or a wake, so that they run one at a time.
     transition: Mutex<()>,
+    /// Uses of its memory that allocate nothing (`touch`), counted in `activity`.
+    touches: AtomicU64,
 }
 
 /// (stream, 0) -> the stream's shared shard; (stream, thread number) -> a thread's own.
@@ -116,6 +118,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
             sleep_mode: AtomicU8::new(sleep::SLEEP_NONE),
             wake_on_use: AtomicBool::new(false),
             transition: Mutex::new(()),
+            touches: AtomicU64::new(0),
         }
     }
 

@@ -178,7 +178,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         self.sleep_mode().is_none().then(|| Err(Error::invalid_argument("the memory pool is not asleep")))
     }
 
-    /// A wake for an allocation (`malloc_asleep`): nothing to do where the allocator is
+    /// A wake for a use of the allocator (`wake_for_use`): nothing to do where it is
     /// awake (woken meanwhile, or its sleep failed), refused where its owner put it to
     /// sleep.
     fn awake_or_owners(&self) -> Option<Result<()>> {
@@ -248,25 +248,51 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
     }
 
-    /// An allocation while the pool sleeps or falls asleep: refused, unless another
-    /// process's request put it to sleep; then the pool wakes first (or waits for the
-    /// sleep under way, and wakes it). A sleep on request that begins before the
-    /// allocation is served is waited for and undone in turn: each round needs a new
-    /// sleep, so the rounds end.
+    /// An allocation while the pool sleeps or falls asleep (`wake_for_use`). A sleep on
+    /// request that begins before the allocation is served is waited for and undone in
+    /// turn: each round needs a new sleep, so the rounds end.
     #[cold]
     pub(super) fn malloc_asleep(&self, size: u64, stream: u64) -> Result<u64> {
         loop {
-            // The owner's own sleep refuses at once, without waiting for it.
-            if !self.wake_on_use.load(Ordering::SeqCst) && self.asleep.load(Ordering::SeqCst) {
-                return Err(asleep_error());
-            }
-            self.wake_asking_unless(Self::awake_or_owners)
-                .map_err(|e| if is_oom(&e) { e.context("waking the pool a share group's request put to sleep") } else { e })?;
+            self.wake_for_use()?;
             match self.malloc_awake(size, stream) {
                 Err(_) if self.asleep.load(Ordering::SeqCst) => continue,
                 done => return done,
             }
         }
+    }
+
+    /// Work is about to use the allocator's memory without allocating from it (an
+    /// engine's kernels on its weights): counted as a use (`activity`), so that a share
+    /// group finds it busy, and where another process's request put it to sleep, it
+    /// wakes first. Refused while its owner put it to sleep.
+    ///
+    /// A sleep on request checks the activity after it starts refusing allocations
+    /// (`sleep_as`) and a touch checks for a sleep after it counted itself: of the two,
+    /// one sees the other, so the sleep is refused or the touch waits and wakes.
+    pub fn touch(&self) -> Result<()> {
+        self.touches.fetch_add(1, Ordering::SeqCst);
+        if !self.asleep.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.wake_for_use()
+    }
+
+    /// What a use of the allocator while it sleeps or falls asleep needs: refused at
+    /// once, without waiting, where its owner put it to sleep; else the pool wakes (or
+    /// waits for the sleep under way, and wakes it).
+    fn wake_for_use(&self) -> Result<()> {
+        if !self.wake_on_use.load(Ordering::SeqCst) && self.asleep.load(Ordering::SeqCst) {
+            return Err(asleep_error());
+        }
+        self.wake_asking_unless(Self::awake_or_owners)
+            .map_err(|e| if is_oom(&e) { e.context("waking the pool a share group's request put to sleep") } else { e })
+    }
+
+    /// Its count of allocations, frees and `touch`es so far: any use changes it.
+    pub fn activity(&self) -> u64 {
+        let s = self.stats().allocation.all;
+        (s.allocated as u64).wrapping_add(s.freed as u64).wrapping_add(self.touches.load(Ordering::SeqCst))
     }
 
     /// Whether the allocator sleeps, and how: `Some(offload)`. A sleep in progress is

@@ -364,6 +364,23 @@ pub extern "C" fn gpurt_mem_pool_wake(pool: gpurt_mem_pool_t) -> gpurt_status_t 
     boundary::call("gpurt_mem_pool_wake", || sleep::wake(h(pool)))
 }
 
+/// Says that work is about to use `pool`'s memory without allocating from it (an
+/// engine's kernels reading weights it allocated long ago): call it before such work.
+/// In a share group (gpurt_share_join) the pool then counts as used, so that the
+/// others do not find it idle, and a pool their request put to sleep
+/// (GPURT_SHARE_OFFER_SLEEP_*) wakes first, with its contents per the offer, waiting
+/// for such a sleep under way; without it, work on a pool asleep that way reads
+/// unmapped memory. Outside a group it only counts: a few nanoseconds.
+///
+/// @param pool the pool: a default pool, one made with gpurt_mem_pool_create, or a graph pool
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a pool its owner put to sleep (gpurt_mem_pool_sleep, gpurt_device_sleep: wake it first); GPURT_ERROR_OUT_OF_MEMORY when the wake finds too little device memory, after asking the group; GPURT_ERROR_STREAM_CAPTURE for a wake while a capture begun with gpurt_stream_begin_capture is in progress; or a status every call may give (@ref statuses).
+/// @par Ordering
+/// Host-side only where the pool is awake; a wake maps and copies, as gpurt_mem_pool_wake, and returns when the contents are back.
+#[no_mangle]
+pub extern "C" fn gpurt_mem_pool_touch(pool: gpurt_mem_pool_t) -> gpurt_status_t {
+    boundary::call("gpurt_mem_pool_touch", || sleep::touch(h(pool)))
+}
+
 /// Whether `pool` sleeps (gpurt_mem_pool_sleep). Never waits for a sleep or a wake
 /// in progress: a pool falling asleep reads 0 until its sleep succeeded, a pool waking
 /// reads 1 until its wake did.

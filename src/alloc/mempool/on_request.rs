@@ -1,14 +1,15 @@
 //! Pools another process may put to sleep (a share group's request, `crate::share`):
 //! a device's default pool and the pools made with `gpurt_mem_pool_create` on it.
 //! Graph pools never: a replay allocates nothing, so they would look idle while their
-//! graphs use them. A pool is idle while its activity (its count of allocations and
-//! frees) stays the same; the sleep is refused if the pool was used after its owner
+//! graphs use them. A pool is idle while its activity (its count of allocations,
+//! frees and touches: `CachingAllocator::activity`) stays the same; the sleep is refused if the pool was used after its owner
 //! read that count, or while a capture runs, and the pool's next allocation wakes it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::device::{named, Named};
-use super::sleep::no_exports;
+use super::sleep::{no_exports, touch_sleeper};
 use super::MemPool;
 use crate::alloc::caching::CachingAllocator;
 use crate::alloc::capture;
@@ -17,6 +18,36 @@ use crate::alloc::pool::SegmentSource;
 use crate::alloc::upstream::{DriverSource, PoolSource};
 use crate::error::{Error, Result};
 use crate::handle::Handle;
+
+/// Set once this process offers a pool asleep to a share group (`offers_sleep`).
+static OFFERS_SLEEP: AtomicBool = AtomicBool::new(false);
+
+/// From now on, a share group may put pools of this process to sleep: the math
+/// libraries' handles touch their workspaces' pool (`touch_default`). Set when the
+/// offer is made, long before a request can come.
+pub fn offers_sleep() {
+    OFFERS_SLEEP.store(true, Ordering::SeqCst);
+}
+
+/// Before work that uses device `device`'s default pool without allocating from it (a
+/// math library's handle, whose workspace that pool holds): a touch
+/// (`CachingAllocator::touch`) where a share group may put the pool to sleep; else
+/// nothing but a load.
+#[inline]
+pub fn touch_default(device: i32) -> Result<()> {
+    if !OFFERS_SLEEP.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    touch_made_default(device)
+}
+
+#[cold]
+fn touch_made_default(device: i32) -> Result<()> {
+    match pools::made_allocator(device) {
+        Some(a) => touch_sleeper(a),
+        None => Ok(()),
+    }
+}
 
 /// A pool another process may put to sleep.
 pub enum Reclaimable {
@@ -47,17 +78,11 @@ pub fn empty_caches(device: i32, offered: impl Fn(&Reclaimable) -> bool) -> u64 
     reclaimable(device).iter().filter(|pool| offered(pool)).map(Reclaimable::empty_cache).sum()
 }
 
-/// Counts of allocations and frees so far: any use changes it.
-fn activity<S: SegmentSource>(a: &CachingAllocator<S>) -> u64 {
-    let s = a.stats().allocation.all;
-    (s.allocated as u64).wrapping_add(s.freed as u64)
-}
-
 /// Puts `a` to sleep unless its activity moved from `seen`; the bytes given back.
 fn sleep<S: SegmentSource>(a: &CachingAllocator<S>, offload: bool, seen: u64) -> Result<u64> {
     let unused = || {
         no_exports(a)?;
-        if activity(a) == seen {
+        if a.activity() == seen {
             Ok(())
         } else {
             Err(Error::invalid_argument("the pool was used since it was found idle"))
@@ -76,11 +101,11 @@ impl Reclaimable {
         }
     }
 
-    /// What changes with each allocation and free of the pool.
+    /// What changes with each allocation, free and touch of the pool.
     pub fn activity(&self) -> u64 {
         match self {
-            Reclaimable::Default(a) => activity(*a),
-            Reclaimable::Pool(p) => activity(p.allocator()),
+            Reclaimable::Default(a) => a.activity(),
+            Reclaimable::Pool(p) => p.allocator().activity(),
         }
     }
 

@@ -29,6 +29,11 @@ pub(crate) trait Sleeper: Send + Sync {
     fn wake(&self) -> Result<()>;
     fn sleep_mode(&self) -> Option<bool>;
     fn refuses_allocations(&self) -> bool;
+    /// Counts a use of its memory, waking it where another process's request put it to
+    /// sleep (`CachingAllocator::touch`); what no request puts to sleep has nothing to do.
+    fn touch(&self) -> Result<()> {
+        Ok(())
+    }
     /// Makes the host memory the next offload needs now; the bytes made.
     fn prepare_sleep(&self) -> Result<u64> {
         Ok(0)
@@ -50,6 +55,9 @@ impl<S: SegmentSource> Sleeper for CachingAllocator<S> {
     }
     fn refuses_allocations(&self) -> bool {
         CachingAllocator::refuses_allocations(self)
+    }
+    fn touch(&self) -> Result<()> {
+        CachingAllocator::touch(self)
     }
     fn prepare_sleep(&self) -> Result<u64> {
         CachingAllocator::prepare_sleep(self)
@@ -167,6 +175,25 @@ pub fn prepare_device(ordinal: i32) -> Result<u64> {
         }
     }
     Ok(made)
+}
+
+/// `gpurt_mem_pool_touch` (a pool that cannot sleep has nothing to wake).
+pub fn touch(handle: Handle) -> Result<()> {
+    match sleeping(handle) {
+        Ok(pool) => touch_sleeper(pool.sleeper()),
+        Err(e) if e.status == Status::GPURT_ERROR_NOT_SUPPORTED => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A touch of `pool`: one that sleeps wakes as gpurt_mem_pool_wake wakes it, outside
+/// captures.
+pub(super) fn touch_sleeper(pool: &dyn Sleeper) -> Result<()> {
+    if pool.refuses_allocations() {
+        capture::outside_captures("a wake", || pool.touch())
+    } else {
+        pool.touch()
+    }
 }
 
 /// Whether the pool sleeps (a pool that cannot sleep never does).

@@ -82,9 +82,9 @@ impl Sleep {
     }
 }
 
-/// What an allocation from a sleeping pool gets.
+/// What an allocation from a sleeping pool (or a use of its memory) gets.
 pub fn asleep_error() -> Error {
-    Error::new(Status::GPURT_ERROR_INVALID_ARGUMENT, "the memory pool is asleep: wake it before allocating from it")
+    Error::new(Status::GPURT_ERROR_INVALID_ARGUMENT, "the memory pool is asleep: wake it (gpurt_mem_pool_wake) before allocating from it or using its memory")
 }
 
 impl<S: SegmentSource> Pool<S> {

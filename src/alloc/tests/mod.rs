@@ -13,6 +13,7 @@ use super::reclaim;
 use crate::error::Status;
 
 mod expandable;
+mod on_request;
 mod shards;
 mod sleep;
 

@@ -7,7 +7,7 @@ use super::*;
 
 /// Blocks of varied sizes on two streams, each written with its own bytes; a third of
 /// them freed again. The live blocks: (address, contents).
-fn fill(p: &Allocator, rng: &mut Rng) -> Vec<(u64, Vec<u8>)> {
+pub(super) fn fill(p: &Allocator, rng: &mut Rng) -> Vec<(u64, Vec<u8>)> {
     let mut live = Vec::new();
     for i in 0..60 {
         let size = rng.log_uniform(512, 48 * MIB);
@@ -24,11 +24,11 @@ fn fill(p: &Allocator, rng: &mut Rng) -> Vec<(u64, Vec<u8>)> {
 }
 
 /// A sleep with nothing of the caller's to refuse it.
-fn sleep(p: &Allocator, offload: bool) -> crate::error::Result<()> {
+pub(super) fn sleep(p: &Allocator, offload: bool) -> crate::error::Result<()> {
     p.sleep(offload, || Ok(()))
 }
 
-fn assert_contents(p: &Allocator, live: &[(u64, Vec<u8>)]) {
+pub(super) fn assert_contents(p: &Allocator, live: &[(u64, Vec<u8>)]) {
     for (addr, bytes) in live {
         assert_eq!(p.source().read(*addr).as_ref(), Some(bytes), "block {addr:#x} lost its contents");
     }
@@ -501,65 +501,5 @@ fn a_prepared_sleep_uses_the_host_memory_made_ahead() {
     for (i, &addr) in blocks.iter().enumerate() {
         assert_eq!(p.source().read(addr), Some(vec![i as u8 + 7; 8]));
     }
-    check(&p);
-}
-
-/// A sleep another process asked for (a share group's): the pool's next allocation
-/// wakes it, its contents back with offload; a refused one leaves nothing behind, and a
-/// later sleep of the owner's own refuses allocations as before.
-#[test]
-fn a_pool_slept_on_request_wakes_at_its_next_allocation() {
-    for offload in [true, false] {
-        let p = expandable(64 * GIB);
-        let live = fill(&p, &mut Rng(11));
-        p.sleep_on_request(offload, || Ok(())).unwrap();
-        assert_eq!((p.source().mapped_bytes(), p.sleep_mode()), (0, Some(offload)));
-        let woken = p.malloc(4 * KIB, 1).unwrap();
-        assert_eq!(p.sleep_mode(), None, "woken by the allocation");
-        if offload {
-            assert_contents(&p, &live);
-        }
-        p.free(woken).unwrap();
-        check(&p);
-        let refused = p.sleep_on_request(offload, || Err(crate::error::Error::invalid_argument("used meanwhile"))).unwrap_err();
-        assert!(refused.message.contains("used meanwhile"), "{}", refused.message);
-        assert_eq!(p.sleep_mode(), None);
-        sleep(&p, offload).unwrap();
-        assert!(p.malloc(4 * KIB, 1).is_err(), "the owner's own sleep refuses allocations");
-        p.wake().unwrap();
-        check(&p);
-    }
-}
-
-/// Allocations from several threads while sleeps on request come and go: each one is
-/// served (waiting for a sleep under way, then waking the pool), and the blocks kept
-/// through it all keep their bytes.
-#[test]
-fn allocations_during_sleeps_on_request_are_all_served() {
-    let p = Arc::new(expandable(64 * GIB));
-    let live = fill(&p, &mut Rng(12));
-    std::thread::scope(|s| {
-        for t in 0..4u64 {
-            let p = p.clone();
-            s.spawn(move || {
-                let mut rng = Rng(100 + t);
-                for _ in 0..300 {
-                    let addr = p.malloc(rng.log_uniform(512, 8 * MIB), 1 + t).unwrap();
-                    p.free(addr).unwrap();
-                }
-            });
-        }
-        for _ in 0..30 {
-            // Refused only as "already asleep", when no allocation came since the last one.
-            if let Err(e) = p.sleep_on_request(true, || Ok(())) {
-                assert!(e.message.contains("already asleep"), "{}", e.message);
-            }
-            std::thread::yield_now();
-        }
-    });
-    if p.sleep_mode().is_some() {
-        p.wake().unwrap();
-    }
-    assert_contents(&p, &live);
     check(&p);
 }

@@ -1,0 +1,101 @@
+//! Sleeps another process asked for (a share group's, `sleep_on_request`): the pool's
+//! next allocation or touch wakes it, and uses racing the sleeps are all served.
+
+use super::sleep::{assert_contents, fill, sleep};
+use super::*;
+use crate::error::Error;
+
+/// A sleep another process asked for (a share group's): the pool's next allocation
+/// wakes it, its contents back with offload; a refused one leaves nothing behind, and a
+/// later sleep of the owner's own refuses allocations as before.
+#[test]
+fn a_pool_slept_on_request_wakes_at_its_next_allocation() {
+    for offload in [true, false] {
+        let p = expandable(64 * GIB);
+        let live = fill(&p, &mut Rng(11));
+        p.sleep_on_request(offload, || Ok(())).unwrap();
+        assert_eq!((p.source().mapped_bytes(), p.sleep_mode()), (0, Some(offload)));
+        let woken = p.malloc(4 * KIB, 1).unwrap();
+        assert_eq!(p.sleep_mode(), None, "woken by the allocation");
+        if offload {
+            assert_contents(&p, &live);
+        }
+        p.free(woken).unwrap();
+        check(&p);
+        let refused = p.sleep_on_request(offload, || Err(crate::error::Error::invalid_argument("used meanwhile"))).unwrap_err();
+        assert!(refused.message.contains("used meanwhile"), "{}", refused.message);
+        assert_eq!(p.sleep_mode(), None);
+        sleep(&p, offload).unwrap();
+        assert!(p.malloc(4 * KIB, 1).is_err(), "the owner's own sleep refuses allocations");
+        p.wake().unwrap();
+        check(&p);
+    }
+}
+
+/// A touch (work about to use the pool's memory) counts as a use, so that a sleep on
+/// request admitted by the activity seen before it is refused, and wakes a pool slept
+/// on request, its contents back with offload; a pool its owner put to sleep refuses it
+/// and stays asleep.
+#[test]
+fn a_touch_counts_as_a_use_and_wakes_a_pool_slept_on_request() {
+    for offload in [true, false] {
+        let p = expandable(64 * GIB);
+        let live = fill(&p, &mut Rng(13));
+        let seen = p.activity();
+        p.touch().unwrap();
+        assert_eq!(p.activity(), seen.wrapping_add(1));
+        let p = &p;
+        let unused = |seen: u64| move || if p.activity() == seen { Ok(()) } else { Err(Error::invalid_argument("used since")) };
+        assert!(p.sleep_on_request(offload, unused(seen)).unwrap_err().message.contains("used since"));
+        assert_eq!((p.sleep_mode(), p.refuses_allocations()), (None, false), "the refused sleep left it awake");
+        p.sleep_on_request(offload, unused(p.activity())).unwrap();
+        assert_eq!(p.source().mapped_bytes(), 0);
+        p.touch().unwrap();
+        assert_eq!((p.sleep_mode(), p.refuses_allocations()), (None, false), "woken by the touch");
+        if offload {
+            assert_contents(p, &live);
+        }
+        sleep(p, offload).unwrap();
+        assert!(p.touch().unwrap_err().message.contains("asleep"));
+        assert_eq!(p.sleep_mode(), Some(offload), "the owner's sleep stands");
+        p.wake().unwrap();
+        check(p);
+    }
+}
+
+/// Allocations and touches from several threads while sleeps on request come and go:
+/// each one is served (waiting for a sleep under way, then waking the pool), and the
+/// blocks kept through it all keep their bytes.
+#[test]
+fn allocations_and_touches_during_sleeps_on_request_are_all_served() {
+    let p = Arc::new(expandable(64 * GIB));
+    let live = fill(&p, &mut Rng(12));
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let p = p.clone();
+            s.spawn(move || {
+                let mut rng = Rng(100 + t);
+                for _ in 0..300 {
+                    if t % 2 == 0 {
+                        let addr = p.malloc(rng.log_uniform(512, 8 * MIB), 1 + t).unwrap();
+                        p.free(addr).unwrap();
+                    } else {
+                        p.touch().unwrap();
+                    }
+                }
+            });
+        }
+        for _ in 0..30 {
+            // Refused only as "already asleep", when no use came since the last one.
+            if let Err(e) = p.sleep_on_request(true, || Ok(())) {
+                assert!(e.message.contains("already asleep"), "{}", e.message);
+            }
+            std::thread::yield_now();
+        }
+    });
+    if p.sleep_mode().is_some() {
+        p.wake().unwrap();
+    }
+    assert_contents(&p, &live);
+    check(&p);
+}
