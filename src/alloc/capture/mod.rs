@@ -17,7 +17,7 @@ pub mod pools;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use cudarc::driver::sys;
 
@@ -377,7 +377,22 @@ fn capture_finished() {
 /// through gpurt is in progress, and keeps captures from beginning until it returns:
 /// the wait would invalidate them. Refused, naming the captures, while any is.
 pub fn outside_captures<R>(what: &str, body: impl FnOnce() -> Result<R>) -> Result<R> {
-    let gate = lock(&CAPTURE_GATE);
+    within_gate(lock(&CAPTURE_GATE), what, body)
+}
+
+/// `outside_captures` without waiting for the gate: where another call holds it (a
+/// sleep or wake of this process under way, which may itself wait for the process
+/// asking; a capture beginning), refused at once. For a sleep another process asked for,
+/// which passes the pool over instead of keeping the asker waiting.
+pub fn outside_captures_now<R>(what: &str, body: impl FnOnce() -> Result<R>) -> Result<R> {
+    match CAPTURE_GATE.try_lock() {
+        Ok(gate) => within_gate(gate, what, body),
+        Err(TryLockError::Poisoned(poisoned)) => within_gate(poisoned.into_inner(), what, body),
+        Err(TryLockError::WouldBlock) => Err(Error::invalid_argument(format!("{what}: this process is sleeping or waking a pool, or beginning a capture"))),
+    }
+}
+
+fn within_gate<R>(gate: MutexGuard<'_, CaptureGate>, what: &str, body: impl FnOnce() -> Result<R>) -> Result<R> {
     if gate.active > 0 {
         let ids = with_registry(|r| {
             let mut ids = r.pools.capture_ids();
@@ -527,3 +542,31 @@ pub fn give_to(holder: u64, held: Held) {
     with_registry(|r| r.holders.entry(holder).or_default().push(held));
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sleep another process asked for does not wait while this process holds the
+    /// gate (its own sleep or wake, which may be waiting for that process): refused at
+    /// once; with the gate free it runs.
+    #[test]
+    fn a_held_gate_refuses_at_once_what_must_not_wait() {
+        let (held, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                outside_captures("a wake", || {
+                    held.wait();
+                    release.wait();
+                    Ok(())
+                })
+                .unwrap()
+            });
+            held.wait();
+            let refused = outside_captures_now("a sleep another process asked for", || Ok(())).unwrap_err();
+            assert!(refused.message.contains("this process is sleeping or waking a pool"), "{}", refused.message);
+            release.wait();
+        });
+        assert_eq!(outside_captures_now("a sleep another process asked for", || Ok(7)).unwrap(), 7);
+    }
+}

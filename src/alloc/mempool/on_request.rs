@@ -88,7 +88,7 @@ fn sleep<S: SegmentSource>(a: &CachingAllocator<S>, offload: bool, seen: u64) ->
             Err(Error::invalid_argument("the pool was used since it was found idle"))
         }
     };
-    capture::outside_captures("a sleep another process asked for", || a.sleep_on_request(offload, unused))?;
+    capture::outside_captures_now("a sleep another process asked for", || a.sleep_on_request(offload, unused))?;
     Ok(a.stats().asleep_bytes.max(0) as u64)
 }
 
