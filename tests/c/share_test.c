@@ -7,8 +7,8 @@
  * through GPURT_ALLOC_CONF=share:NAME are served alike; a member that offers its
  * pools asleep gives an idle one (its next allocation wakes it, contents kept with
  * offload, or gpurt_mem_pool_touch does) and keeps one in use (allocated from, or
- * touched), and a pool's own offer overrides its device's (both ways); and the API's
- * misuse is
+ * touched), and a pool's own offer overrides its device's (both ways); two processes
+ * whose pools do not fit together take turns, each turn served; and the API's misuse is
  * refused (a configured group that cannot be joined fails the allocation). Each case runs in two fresh processes, a
  * holder (6 GiB cached) and an asker (4 GiB wanted), synchronised through pipes.
  * usage: share_test DIR (for the group and the device's file) */
@@ -329,6 +329,97 @@ static int mutual(const char *dir, int n, int rounds) {
     return bad || served_more != 0;
 }
 
+/* A taker of `turns`: holds 384 MiB in a pool it offers asleep with offload (idle after
+ * 20 ms), on a device of 512 MiB that holds one such pool; at each "go" it touches its
+ * pool, as an engine does before each step, until the touch succeeds (the other's pool
+ * put to sleep for it once idle), and answers with the milliseconds it took. */
+static int taker(int first, int up, int down) {
+    gpurt_share_options_t options = GPURT_SHARE_OPTIONS_INIT;
+    gpurt_mem_pool_t pool = NULL;
+    gpurt_stream_t stream = NULL;
+    void *p = NULL;
+    char go;
+    options.offer = GPURT_SHARE_OFFER_SLEEP_OFFLOAD;
+    options.idle_ms = 20;
+    options.deadline_ms = 2000;
+    EXPECT(gpurt_share_join(0, "share-test", &options), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_create(0, NULL, &pool), GPURT_SUCCESS);
+    EXPECT(gpurt_current_stream(0, &stream), GPURT_SUCCESS);
+    if (!first) hear(down); /* the first one's pool is made */
+    for (double start = now_ms(); gpurt_mem_pool_malloc(pool, POOL_MIB, stream, &p) != GPURT_SUCCESS && now_ms() - start < 5000;) pause_ms(5);
+    CHECK(p != NULL, "the pool's 384 MiB, the other's put to sleep for it");
+    say(up);
+    /* "q" ends as a turn does: a pool the other's turn put to sleep is woken (by the
+     * touch, or by gpurt_mem_pool_destroy, which needs the memory back too). */
+    while (read(down, &go, 1) == 1) {
+        double start = now_ms();
+        int status, asleep = -1, ms;
+        while ((status = gpurt_mem_pool_touch(pool)) == GPURT_ERROR_OUT_OF_MEMORY && now_ms() - start < 5000) pause_ms(5);
+        EXPECT(status, GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_is_asleep(pool, &asleep), GPURT_SUCCESS);
+        CHECK(asleep == 0, "awake for its turn");
+        if (go != 'g') break;
+        ms = (int)(now_ms() - start);
+        CHECK(write(up, &ms, sizeof ms) == sizeof ms, "a pipe write");
+    }
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_pool_destroy(pool), GPURT_SUCCESS);
+    EXPECT(gpurt_share_leave(0), GPURT_SUCCESS);
+    return failures != 0;
+}
+
+/* Two processes whose pools do not fit the device together take `rounds` turns each,
+ * as two servers in a group do: every turn is served, and the switches' median time
+ * (the idle period, the watch's period and the asking: the stand-in copies nothing) is
+ * printed. */
+static int turns(const char *dir, int rounds) {
+    char device[4096];
+    int up[2], down[2][2], bad = 0, status, ms, served = 0;
+    int took[2 * 64];
+    pid_t pids[2];
+    snprintf(device, sizeof device, "%s/device-turns", dir);
+    unlink(device);
+    setenv("STUB_CUDA_SHARED_MEMORY", device, 1);
+    setenv("STUB_CUDA_SHARED_CAPACITY", "536870912", 1);
+    if (pipe(up) != 0 || pipe(down[0]) != 0 || pipe(down[1]) != 0) return 1;
+    fflush(stdout);
+    for (int i = 0; i < 2; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            int failed = taker(i == 0, up[1], down[i][0]);
+            fflush(stdout);
+            _exit(failed);
+        }
+        hear(up[0]); /* it holds its pool */
+        if (i == 0) say(down[1][1]);
+    }
+    alarm(120);
+    for (int round = 0; round < rounds && round < 64 && !bad; round++) {
+        for (int i = 0; i < 2; i++) {
+            CHECK(write(down[i][1], "g", 1) == 1, "a pipe write");
+            if (read(up[0], &ms, sizeof ms) != sizeof ms) bad = 1;
+            else took[served++] = ms;
+        }
+    }
+    alarm(0);
+    for (int i = 0; i < 2; i++) { /* one at a time: each takes its turn to end */
+        CHECK(write(down[i][1], "q", 1) == 1, "a pipe write");
+        waitpid(pids[i], &status, 0);
+        bad += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+    unsetenv("STUB_CUDA_SHARED_CAPACITY");
+    for (int i = 1; i < served; i++) { /* insertion sort, for the median */
+        int v = took[i], j = i - 1;
+        for (; j >= 0 && took[j] > v; j--) took[j + 1] = took[j];
+        took[j + 1] = v;
+    }
+    printf("turns: %d of %d turns served, a switch took %d ms (median; max %d): %s\n", served, 2 * rounds,
+           served ? took[served / 2] : -1, served ? took[served - 1] : -1, bad || served != 2 * rounds ? "FAILED" : "ok");
+    close(up[0]); close(up[1]);
+    for (int i = 0; i < 2; i++) { close(down[i][0]); close(down[i][1]); }
+    return bad || served != 2 * rounds;
+}
+
 /* The API's refusals, in a process of its own. */
 static int misuse(const char *dir) {
     pid_t pid;
@@ -423,6 +514,7 @@ int main(int argc, char **argv) {
     bad += run_case(argv[1], (Case){"asleep-default-blas", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 1, "536870912", 2});
     bad += run_case(argv[1], (Case){"asleep-pool-offer", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 2, "536870912", 0});
     bad += run_case(argv[1], (Case){"asleep-pool-never", GPURT_SHARE_OFFER_NEVER, 0, 0, 2, "536870912", 0});
+    bad += turns(argv[1], 20);
     bad += mutual(argv[1], 2, 1000);
     bad += mutual(argv[1], 3, 1000);
     bad += misuse(argv[1]);

@@ -134,8 +134,8 @@ impl<S: SegmentSource> MemPools<S> {
         self.live.load().iter().find(|p| p.id == id).cloned()
     }
 
-    /// Destroys pool `id`: refused, changing nothing, while it has live allocations
-    /// or a thread has it pushed. Its cache goes back to the source first (waiting
+    /// Destroys pool `id`: refused, changing nothing, while it has live allocations,
+    /// a thread has it pushed or its owner put it to sleep. Its cache goes back to the source first (waiting
     /// for deferred frees), and its totals stay part of its device's statistics.
     pub fn destroy(&self, id: u64) -> Result<()> {
         let mut retired = lock(&self.update);
@@ -151,9 +151,6 @@ impl<S: SegmentSource> MemPools<S> {
                 "{graphs} graph(s) or exec(s) captured into the memory pool (gpurt_stream_begin_capture_shared) still replay into its memory: destroy them first"
             )));
         }
-        if pool.allocator.refuses_allocations() {
-            return Err(Error::invalid_argument("the memory pool is asleep or falling asleep: wake it (gpurt_mem_pool_wake) before destroying it"));
-        }
         let stats = pool.allocator.stats();
         let blocks = stats.allocation.all.current;
         if blocks > 0 {
@@ -161,6 +158,11 @@ impl<S: SegmentSource> MemPools<S> {
                 "the memory pool has {blocks} live allocation(s) ({} bytes): free them first; nothing was freed",
                 stats.allocated_bytes.all.current
             )));
+        }
+        if pool.allocator.refuses_allocations() {
+            // One a share group put to sleep wakes first, as at its next use, so that its
+            // memory goes back whole; one its owner put to sleep is refused.
+            pool.allocator.touch().map_err(|e| e.context("the memory pool is asleep or falling asleep: not destroyed"))?;
         }
         pool.allocator.empty_cache();
         retired.retire(pool.device, &pool.allocator.stats());
