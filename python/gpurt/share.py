@@ -17,8 +17,10 @@ def join(name, device=None, offer="cached", deadline_ms=0, idle_ms=0):
     process to empty its caches on the device), "sleep-discard" or "sleep-offload" (then
     also to put its pools on the device that had no allocation or free for `idle_ms`
     to sleep, their contents dropped or kept in host memory; such a pool wakes at its
-    next allocation or its `MemPool.wake()`; 0: 1 000 ms), or "never". An allocation
-    the device refuses waits `deadline_ms` at most for the others (0: 3 000)."""
+    next allocation, its `MemPool.touch()` or `MemPool.wake()`; 0: 1 000 ms), or
+    "never". Work that allocates nothing from a pool (a CUDA graph's replay, kernels on
+    tensors made before) calls that pool's `touch()` first. An allocation the device
+    refuses waits `deadline_ms` at most for the others (0: 3 000)."""
     if offer not in _OFFERS:
         raise ValueError(f"offer {offer!r}: one of {', '.join(map(repr, _OFFERS))}")
     options = ffi.new("gpurt_share_options_t*")
