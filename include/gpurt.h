@@ -1881,9 +1881,9 @@ gpurt_status_t gpurt_mem_pool_create(int device,
  * Destroys a pool made with gpurt_mem_pool_create. Refused, changing nothing,
  * while it holds live allocations (the message says how many), a thread has it
  * pushed, a graph or exec captured into it (gpurt_stream_begin_capture_shared)
- * lives, or its owner put it to sleep (wake it first; one a share group put to sleep
- * is woken first, as at its next use); its cached memory and the host memory kept
- * for its offloads go back.
+ * lives, or its owner put it to sleep (wake it first; one a share group keeps asleep
+ * is given back without a wake); its cached memory and the host memory kept for its
+ * offloads go back.
  *
  * @param pool a pool from gpurt_mem_pool_create
  * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a default pool, or while the pool holds live allocations, is pushed on a thread, keeps memory for graphs, or sleeps (nothing changes); or a status every call may give (@ref statuses).

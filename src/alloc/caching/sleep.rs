@@ -248,6 +248,33 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
     }
 
+    /// Gives back what the allocator holds while another process's request keeps it
+    /// asleep, without waking it (a pool being destroyed, with no live block): every
+    /// shard's addresses and offloaded copies go, and it is awake and empty. Refused,
+    /// changing nothing, while its owner put it to sleep or a shard holds a live block.
+    pub fn release_asleep(&self) -> Result<()> {
+        let _one = lock(&self.transition);
+        if self.sleep_mode().is_none() {
+            return Ok(());
+        }
+        if !self.wake_on_use.load(Ordering::SeqCst) {
+            return Err(asleep_error());
+        }
+        let (streams, mut shards) = self.lock_all();
+        if shards.iter_mut().any(|(_, state)| state.pool.holds_live_blocks()) {
+            self.flush(&mut shards);
+            return Err(Error::invalid_argument("the pool holds live blocks: only a wake gives its memory back"));
+        }
+        for (_, state) in &mut shards {
+            state.pool.release_asleep();
+        }
+        self.flush(&mut shards);
+        self.sleep_mode.store(SLEEP_NONE, Ordering::SeqCst);
+        self.wake_on_use.store(false, Ordering::SeqCst);
+        self.set_refusing(&streams, false);
+        Ok(())
+    }
+
     /// An allocation while the pool sleeps or falls asleep (`wake_for_use`). A sleep on
     /// request that begins before the allocation is served is waited for and undone in
     /// turn: each round needs a new sleep, so the rounds end.

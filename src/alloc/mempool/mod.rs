@@ -135,7 +135,8 @@ impl<S: SegmentSource> MemPools<S> {
     }
 
     /// Destroys pool `id`: refused, changing nothing, while it has live allocations,
-    /// a thread has it pushed or its owner put it to sleep. Its cache goes back to the source first (waiting
+    /// a thread has it pushed or its owner put it to sleep (one a share group keeps
+    /// asleep goes without a wake: `CachingAllocator::release_asleep`). Its cache goes back to the source first (waiting
     /// for deferred frees), and its totals stay part of its device's statistics.
     pub fn destroy(&self, id: u64) -> Result<()> {
         let mut retired = lock(&self.update);
@@ -160,9 +161,9 @@ impl<S: SegmentSource> MemPools<S> {
             )));
         }
         if pool.allocator.refuses_allocations() {
-            // One a share group put to sleep wakes first, as at its next use, so that its
-            // memory goes back whole; one its owner put to sleep is refused.
-            pool.allocator.touch().map_err(|e| e.context("the memory pool is asleep or falling asleep: not destroyed"))?;
+            // One a share group put to sleep gives its addresses and copies back without
+            // waking; one its owner put to sleep is refused.
+            pool.allocator.release_asleep().map_err(|e| e.context("the memory pool is asleep or falling asleep: not destroyed"))?;
         }
         pool.allocator.empty_cache();
         retired.retire(pool.device, &pool.allocator.stats());

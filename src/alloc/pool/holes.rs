@@ -9,18 +9,26 @@ use super::super::stats::PoolKind;
 use super::{Pool, SegmentSource};
 use crate::error::Result;
 
+/// How `release_expandable_free_ranges` gives memory back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Release {
+    /// Unmapped after waiting for the device's work, once: a block freed in stream
+    /// order may still be read or written by work queued before its free, and
+    /// cuMemUnmap does not wait for it (PyTorch synchronises before it unmaps too).
+    /// Where the wait fails, nothing is unmapped.
+    AfterWaiting,
+    /// Unmapped at once: the caller waited for the device (a sleep).
+    DeviceIdle,
+    /// Unmapped already (a sleep given up without a wake): the holes and addresses only.
+    Unmapped,
+}
+
 impl<S: SegmentSource> Pool<S> {
-    /// Unmaps every mapping that lies wholly in a free block of an expandable segment:
-    /// the block keeps what is still mapped and the rest becomes a hole. A hole at a
-    /// segment's end shortens it, and a segment with nothing mapped left gives its
-    /// addresses back.
-    ///
-    /// The device's work is waited for first, once, where anything is to be unmapped:
-    /// a block freed in stream order may still be read or written by work queued
-    /// before its free, and cuMemUnmap does not wait for it (PyTorch synchronises
-    /// before it unmaps too). Where the wait fails, nothing is unmapped. `device_idle`:
-    /// the caller waited already.
-    pub(super) fn release_expandable_free_ranges(&mut self, device_idle: bool) {
+    /// Unmaps every mapping that lies wholly in a free block of an expandable segment
+    /// (as `how` says): the block keeps what is still mapped and the rest becomes a
+    /// hole. A hole at a segment's end shortens it, and a segment with nothing mapped
+    /// left gives its addresses back.
+    pub(super) fn release_expandable_free_ranges(&mut self, how: Release) {
         let keys: Vec<(u64, usize)> = self.expandable.keys().copied().collect();
         let mut work: Vec<((u64, usize), Vec<BlockId>)> = Vec::new();
         for key in keys {
@@ -34,7 +42,7 @@ impl<S: SegmentSource> Pool<S> {
             }
             work.push((key, free));
         }
-        if !device_idle && work.iter().any(|(_, free)| !free.is_empty()) {
+        if how == Release::AfterWaiting && work.iter().any(|(_, free)| !free.is_empty()) {
             if let Err(e) = self.shared.source.synchronize() {
                 crate::log::log(crate::log::Level::Error, &format!("releasing free memory: waiting for the device: {e}"));
                 return;
@@ -44,7 +52,7 @@ impl<S: SegmentSource> Pool<S> {
             // Unmapping splits a free block and merges holes, but never another free
             // block: the ids collected stay valid.
             for id in free {
-                self.unmap_inside(key, id);
+                self.unmap_inside(key, id, how == Release::Unmapped);
             }
             self.trim_end(key);
         }
@@ -57,16 +65,17 @@ impl<S: SegmentSource> Pool<S> {
         maps.partition_point(|&(start, len)| start + len <= addr + size) > maps.partition_point(|&(start, _)| start < addr)
     }
 
-    /// Unmaps the mappings that lie wholly in free block `id` of `key`'s segment; what
-    /// they spanned becomes a hole, merged with the holes beside it.
-    fn unmap_inside(&mut self, key: (u64, usize), id: BlockId) {
+    /// Unmaps the mappings that lie wholly in free block `id` of `key`'s segment
+    /// (`unmapped`: a sleep unmapped and counted them already); what they spanned
+    /// becomes a hole, merged with the holes beside it.
+    fn unmap_inside(&mut self, key: (u64, usize), id: BlockId, unmapped: bool) {
         let Block { addr, size, pool, .. } = self.blocks[id];
         let seg = &self.expandable[&key];
         let first = seg.maps.partition_point(|&(start, _)| start < addr);
         let inside = seg.maps.partition_point(|&(start, len)| start + len <= addr + size);
         // The mappings in one free block follow each other: those unmapped before a
         // failure make the hole, and the rest stay mapped, counted as reserved.
-        let mut last = first;
+        let mut last = if unmapped { inside } else { first };
         while last < inside {
             let (start, len) = self.expandable[&key].maps[last];
             if let Err(e) = self.shared.shrink(start, len) {
@@ -81,8 +90,10 @@ impl<S: SegmentSource> Pool<S> {
         let maps = &mut self.expandable.get_mut(&key).expect("segment").maps;
         let (from, to) = (maps[first].0, maps[last - 1].0 + maps[last - 1].1);
         maps.drain(first..last);
-        self.note(&[Action::SegmentUnmap], from, to - from, key.0);
-        self.count_device_memory(pool, -((to - from) as i64), last - first);
+        if !unmapped {
+            self.note(&[Action::SegmentUnmap], from, to - from, key.0);
+            self.count_device_memory(pool, -((to - from) as i64), last - first);
+        }
         self.remove_free(id);
         let hole = if from > addr { self.split_block(id, from - addr) } else { id };
         let rest = (to < addr + size).then(|| self.split_block(hole, to - from));

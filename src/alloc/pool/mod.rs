@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 mod accounting;
 mod expandable;
 mod holes;
+use holes::Release;
 mod invariants;
 mod parking;
 mod segments;
@@ -637,6 +638,7 @@ impl<S: SegmentSource> Pool<S> {
     /// `release_free_segments`; `device_idle` where the caller waited for the device's
     /// work already (a sleep), so that the unmapping need not wait again.
     pub(super) fn release_free_memory(&mut self, device_idle: bool) {
+        let how = if device_idle { Release::DeviceIdle } else { Release::AfterWaiting };
         self.flush_parked();
         // Asleep, its memory went back when it fell asleep (what is free now is
         // unmapped); a graph pool's free memory is its graphs', as is that of a pool
@@ -644,7 +646,7 @@ impl<S: SegmentSource> Pool<S> {
         if self.asleep.is_some() || self.shared.keeps_free_memory() {
             return;
         }
-        self.release_expandable_free_ranges(device_idle);
+        self.release_expandable_free_ranges(how);
         let expandable: Vec<u64> = self.expandable.values().map(|e| e.base).collect();
         let whole: Vec<(u64, BlockId)> = self
             .segments

@@ -13,7 +13,7 @@
 
 use super::super::history::Action;
 use super::super::stats::PoolKind;
-use super::{HostStaging, Pool, SegmentSource, Segments, State, MIB, NO_BLOCK};
+use super::{HostStaging, Pool, Release, SegmentSource, Segments, State, MIB, NO_BLOCK};
 use crate::error::{Error, Result, Status};
 
 /// Live blocks this close are copied as one range: a copy call costs about what
@@ -243,6 +243,30 @@ impl<S: SegmentSource> Pool<S> {
         // Kept for the next sleep, which then copies at once (making pinned memory is
         // most of a first offload's time); `empty_cache` gives it back.
         self.keep_counted_host_copy(staging.or(sleep.host));
+    }
+
+    /// Whether the shard holds a live block (or a free whose markers cannot be waited
+    /// for), its deferred frees completed first: `release_asleep` needs none.
+    pub fn holds_live_blocks(&mut self) -> bool {
+        self.process_pending(true);
+        !self.by_addr.is_empty() || !self.pending.is_empty()
+    }
+
+    /// Ends the sleep of a shard that holds no live block (`holds_live_blocks`) without
+    /// mapping anything (a pool destroyed while a share group keeps it asleep): its
+    /// mappings, unmapped already, become holes, each segment gives its addresses back,
+    /// and its offloaded copy goes.
+    pub fn release_asleep(&mut self) {
+        if !self.asleep.as_ref().is_some_and(|s| s.unmapped) {
+            return;
+        }
+        debug_assert!(self.by_addr.is_empty() && self.pending.is_empty(), "a live block in a sleep given up");
+        self.flush_parked();
+        let sleep = self.asleep.take().expect("asleep");
+        self.stats.asleep_bytes -= sleep.unmapped_bytes() as i64;
+        self.stats.offloaded_bytes -= sleep.offloaded_bytes() as i64;
+        self.stats.offload_host_bytes -= sleep.host.as_ref().map_or(0, |s| s.bytes as i64);
+        self.release_expandable_free_ranges(Release::Unmapped);
     }
 
     /// A whole wake under the pool's lock, for undoing a sleep that other shards failed.

@@ -99,3 +99,34 @@ fn allocations_and_touches_during_sleeps_on_request_are_all_served() {
     assert_contents(&p, &live);
     check(&p);
 }
+
+/// A pool a share group keeps asleep gives its addresses and offloaded copy back without
+/// waking, once it holds no live block (a pool destroyed meanwhile), and serves again
+/// after; while it holds one, or while its owner put it to sleep, that is refused and it
+/// stays asleep.
+#[test]
+fn a_pool_slept_on_request_gives_everything_back_without_waking() {
+    for offload in [true, false] {
+        let p = expandable(64 * GIB);
+        let live = fill(&p, &mut Rng(14));
+        p.sleep_on_request(offload, || Ok(())).unwrap();
+        assert!(p.release_asleep().unwrap_err().message.contains("live blocks"));
+        assert_eq!(p.sleep_mode(), Some(offload), "refused: still asleep");
+        for (addr, _) in &live {
+            p.free(*addr).unwrap();
+        }
+        p.release_asleep().unwrap();
+        assert_eq!((p.sleep_mode(), p.refuses_allocations()), (None, false));
+        let s = p.stats();
+        assert_eq!((p.source().mapped_bytes(), p.source().live_segments(), p.source().staged_bytes()), (0, 0, 0), "nothing mapped, reserved or staged");
+        assert_eq!((s.asleep_bytes, s.offloaded_bytes, s.offload_host_bytes, s.reserved_bytes.all.current), (0, 0, 0, 0));
+        check(&p);
+        let again = p.malloc(3 * MIB, 1).unwrap();
+        p.free(again).unwrap();
+        check(&p);
+        sleep(&p, offload).unwrap();
+        assert!(p.release_asleep().unwrap_err().message.contains("asleep"), "the owner's own sleep");
+        p.wake().unwrap();
+        check(&p);
+    }
+}
