@@ -130,3 +130,48 @@ fn a_pool_slept_on_request_gives_everything_back_without_waking() {
         check(&p);
     }
 }
+
+/// Random allocations, frees (at times of everything), touches, sleeps on request and
+/// releases while asleep:
+/// every wake brings back the offloaded bytes, and every invariant holds throughout.
+#[test]
+fn random_operations_with_sleeps_on_request_keep_every_invariant() {
+    let p = expandable(64 * GIB);
+    let mut rng = Rng(15);
+    let mut live: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut released = 0;
+    for step in 0..3000u32 {
+        let asleep = p.sleep_mode();
+        match rng.below(100) {
+            0..=2 if asleep.is_none() => p.sleep_on_request(rng.below(2) == 0, || Ok(())).unwrap(),
+            3..=6 => {
+                let release = rng.below(2) == 0;
+                match if release { p.release_asleep() } else { p.touch() } {
+                    Ok(()) => released += (release && asleep.is_some()) as u32,
+                    Err(e) => assert!(e.message.contains("live blocks"), "{}", e.message),
+                }
+            }
+            7..=8 => live.drain(..).for_each(|(addr, _)| p.free(addr).unwrap()),
+            9..=54 => {
+                let addr = p.malloc(rng.log_uniform(512, 16 * MIB), 1 + rng.below(3)).unwrap();
+                p.source().write(addr, &step.to_le_bytes());
+                live.push((addr, step.to_le_bytes().to_vec()));
+            }
+            55..=99 if !live.is_empty() => {
+                let (addr, _) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                p.free(addr).unwrap();
+            }
+            _ => {}
+        }
+        match (asleep, p.sleep_mode()) {
+            (Some(true), None) => assert_contents(&p, &live),
+            (Some(false), None) => live.iter().for_each(|(addr, bytes)| p.source().write(*addr, bytes)),
+            _ => {}
+        }
+        if step % 50 == 0 {
+            check(&p);
+        }
+    }
+    check(&p);
+    assert!(released > 0, "no release while asleep happened");
+}
