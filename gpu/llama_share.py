@@ -13,7 +13,7 @@ alternate between the two, LLAMA_SHARE_ROUNDS times: none may fail, tokens ident
 to each server alone, and a switch's extra time against copying the woken model's
 bytes from pinned host memory. Unpatched llama.cpp on the same setup: what the second
 server does. LLAMA_SHARE_MODELS (default dense,gqa), LLAMA_SHARE_IDLE_MS (default
-100: how long a server's pools must be idle before the other may take them).
+20: how long a server's pools must be idle before the other may take them).
 """
 import os
 import statistics
@@ -98,7 +98,7 @@ class Sampler:
 
 def together(bins, paths, solo, leave, rounds):
     """gpurt's build: both servers in one group under the hog; requests alternate."""
-    idle_ms = int(os.environ.get("LLAMA_SHARE_IDLE_MS", "100"))
+    idle_ms = int(os.environ.get("LLAMA_SHARE_IDLE_MS", "20"))
     env = dict(os.environ, GPURT_ALLOC_CONF=f"share:llama-share,share_offer:sleep-offload,share_idle_ms:{idle_ms}")
     servers, ports, ok = [], [8200, 8201], True
     hogger, free = hog(leave)
