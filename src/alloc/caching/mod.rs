@@ -24,7 +24,7 @@
 //! need one shared counter written by every operation, which is what stops other
 //! allocators from scaling.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rustc_hash::FxHashMap as HashMap;
@@ -79,16 +79,15 @@ pub struct CachingAllocator<S: SegmentSource> {
     totals: Mutex<gpurt_memory_stats_t>,
     /// Where its pools' events go while the memory history is on (`None`: host memory).
     history: Option<history::Tag>,
-    /// Whether allocations are refused: from a sleep's start to its wake's end (or
-    /// the sleep's failure). Read by every allocation; written under `streams`, so
-    /// that a shard made meanwhile starts asleep (`sleep`).
-    asleep: AtomicBool,
+    /// Whether allocations are refused, and why: `SERVING`, or from a sleep's start to
+    /// its wake's end (or the sleep's failure) `REFUSING_OWNER` or, for a sleep another
+    /// process asked for, `REFUSING_ON_REQUEST` (its next allocation wakes it). One
+    /// atomic, so that the two are never seen apart. Read by every allocation; written
+    /// under `streams`, so that a shard made meanwhile starts asleep (`sleep`).
+    refusing: AtomicU8,
     /// How it sleeps once a sleep succeeded: `SLEEP_NONE`, `SLEEP_DISCARD` or
     /// `SLEEP_OFFLOAD`; read without a lock.
     sleep_mode: AtomicU8,
-    /// Set through a sleep another process asked for (`sleep_on_request`): its next
-    /// allocation wakes it instead of being refused.
-    wake_on_use: AtomicBool,
     /// Held through a sleep or a wake, so that they run one at a time.
     transition: Mutex<()>,
     /// Uses of its memory that allocate nothing (`touch`), counted in `activity`.
@@ -114,9 +113,8 @@ impl<S: SegmentSource> CachingAllocator<S> {
             shards: (0..MAX_SHARDS).map(|_| OnceLock::new()).collect(),
             streams: Mutex::default(),
             totals: Mutex::new(gpurt_memory_stats_t::new()),
-            asleep: AtomicBool::new(false),
+            refusing: AtomicU8::new(sleep::SERVING),
             sleep_mode: AtomicU8::new(sleep::SLEEP_NONE),
-            wake_on_use: AtomicBool::new(false),
             transition: Mutex::new(()),
             touches: AtomicU64::new(0),
         }
@@ -139,10 +137,10 @@ impl<S: SegmentSource> CachingAllocator<S> {
         if size > GPURT_MAX_ALLOCATION_SIZE {
             return Err(self.too_large(size));
         }
-        if !self.asleep.load(Ordering::Relaxed) {
+        if self.refusing.load(Ordering::Relaxed) == sleep::SERVING {
             match self.malloc_awake(size, stream) {
                 // A sleep began after the check: the shard refused.
-                Err(_) if self.asleep.load(Ordering::SeqCst) => {}
+                Err(_) if self.refuses_allocations() => {}
                 done => return done,
             }
         }

@@ -4,7 +4,6 @@
 //! the shards themselves with their statistics last folded into the totals.
 
 use std::cell::Cell;
-use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
 
 use super::{CachingAllocator, StreamMap, FLUSH_BYTES};
@@ -173,7 +172,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         self.shards[index as usize].get_or_init(|| {
             let mut pool = Pool::new(self.shared.clone(), index, lock(&self.config).clone(), self.history.clone());
             // Read under the stream map's lock, as a sleep and a wake write it.
-            if self.asleep.load(Ordering::SeqCst) {
+            if self.refuses_allocations() {
                 pool.start_asleep();
             }
             Shard { state: Mutex::new(ShardState { flushed: pool.stats(), pool }) }

@@ -20,6 +20,11 @@ use crate::boundary::lock;
 use crate::error::{Error, Result};
 
 pub(super) const SLEEP_NONE: u8 = 0;
+/// Why allocations are refused (`CachingAllocator::refusing`): they are not; the
+/// owner's sleep; a sleep another process asked for.
+pub(super) const SERVING: u8 = 0;
+const REFUSING_OWNER: u8 = 1;
+const REFUSING_ON_REQUEST: u8 = 2;
 const SLEEP_DISCARD: u8 = 1;
 const SLEEP_OFFLOAD: u8 = 2;
 
@@ -57,10 +62,9 @@ impl<S: SegmentSource> CachingAllocator<S> {
         if self.sleep_mode().is_some() {
             return Err(Error::invalid_argument("the memory pool is already asleep"));
         }
-        // Before allocations are refused, so that one made meanwhile waits for the
+        // Refused as a sleep on request, an allocation made meanwhile waits for the
         // sleep and wakes the pool.
-        self.wake_on_use.store(on_request, Ordering::SeqCst);
-        self.set_refusing(&lock(&self.streams), true);
+        self.set_refusing(&lock(&self.streams), if on_request { REFUSING_ON_REQUEST } else { REFUSING_OWNER });
         let mode = if offload { SLEEP_OFFLOAD } else { SLEEP_DISCARD };
         match self.fall_asleep(offload, admit) {
             Ok(()) => {
@@ -74,8 +78,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
                     state.pool.commit_wake(None);
                 }
                 self.flush(&mut shards);
-                self.wake_on_use.store(false, Ordering::SeqCst);
-                self.set_refusing(&streams, false);
+                self.set_refusing(&streams, SERVING);
                 Err(e)
             }
             Err(Failed::PartlyAsleep(e)) => {
@@ -184,7 +187,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
     fn awake_or_owners(&self) -> Option<Result<()>> {
         match self.sleep_mode() {
             None => Some(Ok(())),
-            Some(_) if !self.wake_on_use.load(Ordering::SeqCst) => Some(Err(asleep_error())),
+            Some(_) if self.refusing.load(Ordering::SeqCst) != REFUSING_ON_REQUEST => Some(Err(asleep_error())),
             Some(_) => None,
         }
     }
@@ -223,8 +226,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
         self.flush(&mut shards);
         self.sleep_mode.store(SLEEP_NONE, Ordering::SeqCst);
-        self.wake_on_use.store(false, Ordering::SeqCst);
-        self.set_refusing(&_streams, false);
+        self.set_refusing(&_streams, SERVING);
         Ok(())
     }
 
@@ -257,7 +259,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         if self.sleep_mode().is_none() {
             return Ok(());
         }
-        if !self.wake_on_use.load(Ordering::SeqCst) {
+        if self.refusing.load(Ordering::SeqCst) != REFUSING_ON_REQUEST {
             return Err(asleep_error());
         }
         let (streams, mut shards) = self.lock_all();
@@ -270,8 +272,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         }
         self.flush(&mut shards);
         self.sleep_mode.store(SLEEP_NONE, Ordering::SeqCst);
-        self.wake_on_use.store(false, Ordering::SeqCst);
-        self.set_refusing(&streams, false);
+        self.set_refusing(&streams, SERVING);
         Ok(())
     }
 
@@ -283,7 +284,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         loop {
             self.wake_for_use()?;
             match self.malloc_awake(size, stream) {
-                Err(_) if self.asleep.load(Ordering::SeqCst) => continue,
+                Err(_) if self.refuses_allocations() => continue,
                 done => return done,
             }
         }
@@ -299,7 +300,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// one sees the other, so the sleep is refused or the touch waits and wakes.
     pub fn touch(&self) -> Result<()> {
         self.touches.fetch_add(1, Ordering::SeqCst);
-        if !self.asleep.load(Ordering::SeqCst) {
+        if !self.refuses_allocations() {
             return Ok(());
         }
         self.wake_for_use()
@@ -309,7 +310,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// once, without waiting, where its owner put it to sleep; else the pool wakes (or
     /// waits for the sleep under way, and wakes it).
     fn wake_for_use(&self) -> Result<()> {
-        if !self.wake_on_use.load(Ordering::SeqCst) && self.asleep.load(Ordering::SeqCst) {
+        if self.refusing.load(Ordering::SeqCst) == REFUSING_OWNER {
             return Err(asleep_error());
         }
         self.wake_asking_unless(Self::awake_or_owners)
@@ -333,7 +334,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
 
     /// Whether it sleeps, falls asleep or wakes: allocations are refused.
     pub fn refuses_allocations(&self) -> bool {
-        self.asleep.load(Ordering::SeqCst)
+        self.refusing.load(Ordering::SeqCst) != SERVING
     }
 
     /// Whether `addr` lies in this allocator's memory while it sleeps or falls asleep.
@@ -341,16 +342,15 @@ impl<S: SegmentSource> CachingAllocator<S> {
         self.refuses_allocations() && self.may_hold(addr) && self.holds(addr)
     }
 
-    /// Starts or ends refusing allocations, with the stream map locked (see the module
-    /// notes), and counts the allocator among those asleep (`ASLEEP`) meanwhile.
-    fn set_refusing(&self, _streams: &MutexGuard<'_, StreamMap>, refuse: bool) {
-        if self.asleep.swap(refuse, Ordering::SeqCst) != refuse {
-            if refuse {
-                ASLEEP.fetch_add(1, Ordering::SeqCst);
-            } else {
-                ASLEEP.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
+    /// Starts refusing allocations (`REFUSING_*`) or ends it (`SERVING`), with the
+    /// stream map locked (see the module notes), and counts the allocator among those
+    /// asleep (`ASLEEP`) meanwhile.
+    fn set_refusing(&self, _streams: &MutexGuard<'_, StreamMap>, to: u8) {
+        match (self.refusing.swap(to, Ordering::SeqCst) == SERVING, to == SERVING) {
+            (true, false) => ASLEEP.fetch_add(1, Ordering::SeqCst),
+            (false, true) => ASLEEP.fetch_sub(1, Ordering::SeqCst),
+            _ => 0,
+        };
     }
 
     /// The stream map and every shard locked, in index order.
