@@ -51,11 +51,10 @@ pub struct AllocConfig {
 /// What a share group member lets the group reclaim from it, each level including the
 /// ones before: nothing, its cached free memory (an empty_cache), or its idle pools put
 /// to sleep dropping or keeping their contents (`share_offer`; `crate::share`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u32)]
 pub enum ShareOffer {
     Never = 0,
-    #[default]
     Cached = 1,
     SleepDiscard = 2,
     SleepOffload = 3,

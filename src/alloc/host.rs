@@ -42,6 +42,7 @@ struct HostState {
     staged_bytes: Arc<AtomicU64>,
     /// Where `synchronize` waits, if a test set one (`hold_synchronize`).
     synchronize_gate: Option<Arc<Gate>>,
+    /// `synchronize` calls so far (`synchronizations`).
     synchronizations: u64,
 }
 

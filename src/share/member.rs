@@ -126,7 +126,7 @@ impl Serve for Giver {
     /// between two members waits for beyond it.
     fn period(&self) -> Duration {
         let offers = lock(&POOL_OFFERS);
-        let shortest = offers.iter().filter(|o| o.1 >= Offer::SleepDiscard).map(|o| o.2).chain([self.idle]).min().unwrap_or(self.idle);
+        let shortest = offers.iter().filter(|o| o.1 >= Offer::SleepDiscard).map(|o| o.2).fold(self.idle, Duration::min);
         (shortest / 4).clamp(Duration::from_millis(10), Duration::from_millis(100))
     }
 

@@ -77,7 +77,6 @@ unsafe impl Sync for Registry {}
 
 pub use crate::alloc::config::ShareOffer as Offer;
 
-
 /// A member of the group, as (pid, device, what it offers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Member {

@@ -20,13 +20,14 @@ use crate::boundary::lock;
 use crate::error::{Error, Result};
 
 pub(super) const SLEEP_NONE: u8 = 0;
+const SLEEP_DISCARD: u8 = 1;
+const SLEEP_OFFLOAD: u8 = 2;
+
 /// Why allocations are refused (`CachingAllocator::refusing`): they are not; the
 /// owner's sleep; a sleep another process asked for.
 pub(super) const SERVING: u8 = 0;
 const REFUSING_OWNER: u8 = 1;
 const REFUSING_ON_REQUEST: u8 = 2;
-const SLEEP_DISCARD: u8 = 1;
-const SLEEP_OFFLOAD: u8 = 2;
 
 /// Every shard locked, with its index, and the stream map with them (no shard is made
 /// while these are held).

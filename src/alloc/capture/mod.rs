@@ -542,7 +542,6 @@ pub fn give_to(holder: u64, held: Held) {
     with_registry(|r| r.holders.entry(holder).or_default().push(held));
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -139,7 +139,7 @@ pub extern "C" fn gpurt_mem_pool_create(device: c_int, options: *const gpurt_mem
 /// offloads go back.
 ///
 /// @param pool a pool from gpurt_mem_pool_create
-/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a default pool, or while the pool holds live allocations, is pushed on a thread, keeps memory for graphs, or sleeps (nothing changes); or a status every call may give (@ref statuses).
+/// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `pool`; GPURT_ERROR_INVALID_ARGUMENT for a default pool, or while the pool holds live allocations, is pushed on a thread, keeps memory for graphs, or sleeps by its owner's gpurt_mem_pool_sleep or gpurt_device_sleep (nothing changes); or a status every call may give (@ref statuses).
 /// @par Ordering
 /// Returns wholly free cached memory to the driver, which waits for the device where that memory may still be in use (cuMemFree, cuMemUnmap); blocks whose freeing streams have not passed their recorded events stay cached. Not allowed while a stream is being captured in global mode.
 #[no_mangle]

@@ -136,8 +136,9 @@ impl<S: SegmentSource> MemPools<S> {
 
     /// Destroys pool `id`: refused, changing nothing, while it has live allocations,
     /// a thread has it pushed or its owner put it to sleep (one a share group keeps
-    /// asleep goes without a wake: `CachingAllocator::release_asleep`). Its cache goes back to the source first (waiting
-    /// for deferred frees), and its totals stay part of its device's statistics.
+    /// asleep goes without a wake: `CachingAllocator::release_asleep`). Its cache goes
+    /// back to the source first (waiting for deferred frees), and its totals stay part
+    /// of its device's statistics.
     pub fn destroy(&self, id: u64) -> Result<()> {
         let mut retired = lock(&self.update);
         let live = self.live.load_full();

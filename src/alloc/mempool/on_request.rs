@@ -2,8 +2,9 @@
 //! a device's default pool and the pools made with `gpurt_mem_pool_create` on it.
 //! Graph pools never: a replay allocates nothing, so they would look idle while their
 //! graphs use them. A pool is idle while its activity (its count of allocations,
-//! frees and touches: `CachingAllocator::activity`) stays the same; the sleep is refused if the pool was used after its owner
-//! read that count, or while a capture runs, and the pool's next allocation wakes it.
+//! frees and touches: `CachingAllocator::activity`) stays the same; the sleep is
+//! refused if the pool was used after its owner read that count, or while a capture
+//! runs, and the pool's next allocation or touch wakes it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

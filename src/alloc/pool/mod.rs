@@ -632,13 +632,12 @@ impl<S: SegmentSource> Pool<S> {
     /// Releases the wholly free segments, without waiting for deferred frees (garbage
     /// collection).
     pub fn release_free_segments(&mut self) {
-        self.release_free_memory(false);
+        self.release_free_memory(Release::AfterWaiting);
     }
 
-    /// `release_free_segments`; `device_idle` where the caller waited for the device's
-    /// work already (a sleep), so that the unmapping need not wait again.
-    pub(super) fn release_free_memory(&mut self, device_idle: bool) {
-        let how = if device_idle { Release::DeviceIdle } else { Release::AfterWaiting };
+    /// `release_free_segments`, the expandable segments' free memory unmapped as `how`
+    /// says (a sleep, which waited for the device, need not wait again).
+    fn release_free_memory(&mut self, how: Release) {
         self.flush_parked();
         // Asleep, its memory went back when it fell asleep (what is free now is
         // unmapped); a graph pool's free memory is its graphs', as is that of a pool

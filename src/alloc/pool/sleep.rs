@@ -107,7 +107,7 @@ impl<S: SegmentSource> Pool<S> {
             return Err(Error::invalid_argument("the memory pool is already asleep"));
         }
         self.process_pending(false);
-        self.release_free_memory(true);
+        self.release_free_memory(Release::DeviceIdle);
         let expandable: Vec<u64> = self.expandable.values().map(|e| e.base).collect();
         if let Some((&start, _)) = self.segments.iter().find(|(start, _)| !expandable.contains(start)) {
             let live = self.by_addr.keys().copied().filter(|&a| (start..start + self.segments[&start].size).contains(&a)).min();
