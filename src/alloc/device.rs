@@ -547,6 +547,7 @@ pub fn free_on(ptr: u64, native_stream: u64) -> Result<()> {
 pub fn empty_cache() -> Result<()> {
     device::require_device()?;
     super::capture::foreign::settle();
+    super::capture::collect_unreferenced();
     created().for_each(CachingAllocator::empty_cache);
     driver_pool::created().for_each(driver_pool::DriverPool::empty_cache);
     MEM_POOLS.empty_cache();
@@ -559,6 +560,7 @@ pub fn empty_cache_of(ordinal: i32) -> Result<u64> {
     let reserved = || stats(ordinal).map(|s| s.reserved_bytes.all.current.max(0) as u64);
     let before = reserved()?;
     super::capture::foreign::settle();
+    super::capture::collect_unreferenced();
     default_pool(ordinal)?.empty_cache();
     MEM_POOLS.on_device(allocator(ordinal)?.source().device()).iter().for_each(|pool| pool.allocator().empty_cache());
     Ok(before.saturating_sub(reserved()?))

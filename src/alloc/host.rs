@@ -44,6 +44,10 @@ struct HostState {
     synchronize_gate: Option<Arc<Gate>>,
     /// `synchronize` calls so far (`synchronizations`).
     synchronizations: u64,
+    /// The streams `wait_for_stream` waited for, in order (`stream_waits`).
+    stream_waits: Vec<u64>,
+    /// Streams that capture (`set_capturing`): not waited for.
+    capturing: Vec<u64>,
 }
 
 impl HostSource {
@@ -81,6 +85,8 @@ impl HostSource {
             staged_bytes: Arc::default(),
             synchronize_gate: None,
             synchronizations: 0,
+            stream_waits: Vec::new(),
+            capturing: Vec::new(),
         }))
     }
 
@@ -130,13 +136,25 @@ impl HostSource {
     pub fn synchronizations(&self) -> u64 {
         self.state().synchronizations
     }
+    /// The streams waited for so far (`wait_for_stream` calls that waited).
+    pub fn stream_waits(&self) -> Vec<u64> {
+        self.state().stream_waits.clone()
+    }
+    /// Makes `stream` capture (`wait_for_stream` then does not wait for it), or not.
+    pub fn set_capturing(&self, stream: u64, capturing: bool) {
+        let mut s = self.state();
+        s.capturing.retain(|&c| c != stream);
+        if capturing {
+            s.capturing.push(stream);
+        }
+    }
     /// Makes every `synchronize` wait at `gate` until it opens.
     pub fn hold_synchronize(&self, gate: Arc<Gate>) {
         self.state().synchronize_gate = Some(gate);
     }
     /// Fails the call of `operation` ("map", "unmap", "host_staging", "offload",
-    /// "restore", "synchronize"; an offload or restore fails per range) that
-    /// comes after `pass` more calls of it, once: for fault-injection tests.
+    /// "restore", "synchronize", "wait_for_stream"; an offload or restore fails per
+    /// range) that comes after `pass` more calls of it, once: for fault-injection tests.
     pub fn fail_on(&self, operation: &'static str, pass: u32) {
         self.state().failure = Some((operation, pass));
     }
@@ -278,6 +296,15 @@ impl SegmentSource for HostSource {
         let mut s = self.state();
         s.synchronizations += 1;
         s.fails("synchronize")
+    }
+    fn wait_for_stream(&self, stream: u64) -> Result<bool> {
+        let mut s = self.state();
+        if s.capturing.contains(&stream) {
+            return Ok(false);
+        }
+        s.fails("wait_for_stream")?;
+        s.stream_waits.push(stream);
+        Ok(true)
     }
     fn host_staging(&self, bytes: u64) -> Result<HostStaging> {
         let mut s = self.state();

@@ -220,6 +220,7 @@ fn create_raw(d: i32, flags: u32, priority: i32) -> Result<Stream> {
     device::with_device(d, || {
         let mut raw = std::ptr::null_mut();
         check(unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags, priority) }, "cuStreamCreateWithPriority")?;
+        created_raw(raw as usize);
         Ok(Stream::new(raw as usize, d, priority, flags, Origin::Owned))
     })
 }
@@ -233,6 +234,28 @@ fn create_raw(d: i32, flags: u32, priority: i32) -> Result<Stream> {
 /// so stream order protects that memory. At most as many as were ever alive at once
 /// are kept; a green context's go when it is destroyed (`release_green_context`).
 static RETIRED: Mutex<Vec<Retired>> = Mutex::new(Vec::new());
+
+/// Native streams gpurt destroyed (a green context's, and one destroyed while it
+/// captured), until the driver hands the value to a new stream: an allocator that
+/// releases memory of their segments has no work of theirs left to wait for (a green
+/// context's were waited for) and must not ask the driver about a stream that is gone.
+static DESTROYED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Whether `native` names a stream gpurt destroyed (see `DESTROYED`).
+pub(crate) fn destroyed_by_gpurt(native: u64) -> bool {
+    lock(&DESTROYED).contains(&(native as usize))
+}
+
+/// Destroys a stream gpurt made, noting it in `DESTROYED`.
+fn destroy_raw(stream: Stream) -> Result<()> {
+    lock(&DESTROYED).push(stream.raw);
+    check(unsafe { sys::cuStreamDestroy_v2(stream.cu()) }, "cuStreamDestroy")
+}
+
+/// A new stream's value, no longer a destroyed one.
+fn created_raw(raw: usize) {
+    lock(&DESTROYED).retain(|&gone| gone != raw);
+}
 
 /// Green-context streams alive and retired: (stream value, its `CUgreenCtx`).
 static GREEN_OWNERS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
@@ -279,6 +302,7 @@ pub fn create_in_green_context(green: usize, d: i32, flags: u32, priority: i32) 
             let mut raw = std::ptr::null_mut();
             let code = unsafe { sys::cuGreenCtxStreamCreate(&mut raw, green as sys::CUgreenCtx, flags, priority) };
             check(code, "cuGreenCtxStreamCreate")?;
+            created_raw(raw as usize);
             lock(&GREEN_OWNERS).push((raw as usize, green));
             Stream::new(raw as usize, d, priority, flags, Origin::Green)
         }
@@ -305,7 +329,7 @@ pub fn release_green_context(green: usize) -> Result<()> {
     let mut result = Ok(());
     for stream in mine {
         let synced = check(unsafe { sys::cuStreamSynchronize(stream.cu()) }, "cuStreamSynchronize");
-        let destroyed = check(unsafe { sys::cuStreamDestroy_v2(stream.cu()) }, "cuStreamDestroy");
+        let destroyed = destroy_raw(stream);
         result = result.and(synced).and(destroyed);
     }
     result
@@ -324,7 +348,7 @@ fn retire(stream: Stream) -> Result<()> {
         return Ok(());
     }
     lock(&GREEN_OWNERS).retain(|&(raw, _)| raw != stream.raw);
-    check(unsafe { sys::cuStreamDestroy_v2(stream.cu()) }, "cuStreamDestroy")
+    destroy_raw(stream)
 }
 
 /// Destroys a stream's handle. Work already queued on it still runs to completion,

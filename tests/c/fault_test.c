@@ -14,7 +14,10 @@
  * Runs the sweep with separate and with expandable segments, then again with the
  * workload on 4 threads at once (the n-th call among all threads fails: shards,
  * pools and handle tables shared between threads must stay consistent), and prints
- * how many failure points it swept. Needs tests/stub-driver as libcuda.so.1;
+ * how many failure points it swept. On threads, the captures and the calls that wait
+ * for the whole device (gpurt_device_synchronize, a growable buffer's unmap and
+ * destroy) take turns: a device-wide wait invalidates every capture under way, as the
+ * driver (and the stub) rules. Needs tests/stub-driver as libcuda.so.1;
  * FAULT_VERBOSE=1 prints each failed call and its message. */
 #define _GNU_SOURCE
 #include <gpurt.h>
@@ -30,6 +33,8 @@ static int failures = 0, failed_calls = 0;
 static void (*fail_nth)(const char *, long);
 static long (*fail_hits)(void);
 static void (*live)(long *, long *, long *, long *);
+/* Captures hold it shared, device-wide waits exclusive (see above). */
+static pthread_rwlock_t device_waits = PTHREAD_RWLOCK_INITIALIZER;
 
 /* A call of the workload: may fail (that is the point), but never without a message. */
 #define TRY(call) tried(#call, (call))
@@ -89,6 +94,7 @@ static void workload(void) {
         TRY(gpurt_free(staged_dev));
     }
     free(pageable);
+    pthread_rwlock_rdlock(&device_waits);
     if (s[0] != NULL && TRY(gpurt_stream_begin_capture(s[0], GPURT_CAPTURE_MODE_THREAD_LOCAL, NULL))) {
         unsigned long long cond = 0;
         if (TRY(gpurt_malloc(3 << 20, s[0], &scratch))) {
@@ -106,6 +112,7 @@ static void workload(void) {
         }
         if (graph != NULL) TRY(gpurt_graph_destroy(graph));
     }
+    pthread_rwlock_unlock(&device_waits);
     if (TRY(gpurt_module_load_data(ptx, sizeof ptx - 1, &module))) TRY(gpurt_module_unload(module));
     /* A green context's stream through the allocator; a growable buffer mapped, unmapped,
      * mapped again and destroyed. A destroy that failed is retried: the fault is gone. */
@@ -122,11 +129,13 @@ static void workload(void) {
             }
             if (!TRY(gpurt_green_context_destroy(green))) TRY(gpurt_green_context_destroy(green));
         }
+        pthread_rwlock_wrlock(&device_waits);
         if (s[1] != NULL && TRY(gpurt_vbuffer_create(0, 8 << 20, &vb))) {
             if (TRY(gpurt_vbuffer_map(vb, 0, 4 << 20))) TRY(gpurt_vbuffer_unmap(vb, 0, 4 << 20, s[1]));
             TRY(gpurt_vbuffer_map(vb, 4 << 20, 2 << 20));
             if (!TRY(gpurt_vbuffer_destroy(vb))) TRY(gpurt_vbuffer_destroy(vb));
         }
+        pthread_rwlock_unlock(&device_waits);
     }
     /* A user pool (with the process's options) routed to by push, and managed memory. */
     if (s[1] != NULL && TRY(gpurt_mem_pool_create(0, NULL, &user_pool))) {
@@ -164,7 +173,9 @@ static void workload(void) {
     if (pooled != NULL) TRY(gpurt_event_destroy(pooled));
     for (i = 0; i < 2; i++)
         if (s[i] != NULL) TRY(gpurt_stream_destroy(s[i]));
+    pthread_rwlock_wrlock(&device_waits);
     TRY(gpurt_device_synchronize(0));
+    pthread_rwlock_unlock(&device_waits);
 }
 
 /* The checks after one run; `what` names the injected fault. */

@@ -103,7 +103,11 @@ CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
 CUresult cuCtxGetCurrent(P *c) { *c = current; return 0; }
 CUresult cuCtxSetCurrent(P c) { current = c; return 0; }
 CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
-CUresult cuCtxSynchronize(void) { INJECT("cuCtxSynchronize", UNKNOWN); return 0; }
+static int invalidate_captures(P only);
+static int blocking_captures_active(void);
+/* Synchronising the device while a stream captures invalidates the capture, in every
+ * capture mode: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED. */
+CUresult cuCtxSynchronize(void) { INJECT("cuCtxSynchronize", UNKNOWN); return invalidate_captures(NULL) ? 900 : 0; }
 /* The stack size limit (CU_LIMIT_STACK_SIZE, 0): the driver's default, 1 KiB, until
  * set (as the driver grows it for a launch whose frame needs more). */
 static size_t stack_size = 1024;
@@ -158,17 +162,32 @@ CUresult cuMemGetInfo_v2(size_t *f, size_t *t) {
     return 0;
 }
 CUresult cuCtxGetStreamPriorityRange(int *l, int *g) { *l = 0; *g = -5; return 0; }
-CUresult cuStreamCreateWithPriority(P *s, unsigned f, int p) { (void)f; (void)p; INJECT("cuStreamCreateWithPriority", UNKNOWN); *s = calloc(1, 64); count(&live_streams, 1); return 0; }
-CUresult cuStreamDestroy_v2(P s) { free(s); count(&live_streams, -1); return 0; }
+static void created_with_flags(P s, unsigned f);
+CUresult cuStreamCreateWithPriority(P *s, unsigned f, int p) { (void)p; INJECT("cuStreamCreateWithPriority", UNKNOWN); *s = calloc(1, 64); created_with_flags(*s, f); count(&live_streams, 1); return 0; }
+static void end_capture(P s);
+CUresult cuStreamDestroy_v2(P s) { if (capturing(s)) end_capture(s); free(s); count(&live_streams, -1); return 0; }
 CUresult cuStreamQuery(P s) { (void)s; return 0; }
-CUresult cuStreamSynchronize(P s) { (void)s; INJECT("cuStreamSynchronize", UNKNOWN); return 0; }
+/* Synchronising a capturing stream invalidates its capture; the legacy stream (0 or
+ * CU_STREAM_LEGACY) waits for every blocking stream, so it invalidates them all
+ * (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT). */
+CUresult cuStreamSynchronize(P s) {
+    INJECT("cuStreamSynchronize", UNKNOWN);
+    if ((unsigned long)s <= 1) return blocking_captures_active() && invalidate_captures(NULL) ? 906 : 0;
+    return capturing(s) ? (invalidate_captures(s), 900) : 0;
+}
 CUresult cuStreamWaitEvent(P s, P e, unsigned f) { (void)e; if (f > 1 || (f == 1 && !capturing(s))) return 1; /* external: in a capture only */ if (f == 1) __atomic_add_fetch(&external_waits, 1, __ATOMIC_RELAXED); return 0; }
 CUresult cuStreamGetFlags(P s, unsigned *f) { (void)s; *f = 1; return 0; }
 CUresult cuStreamGetPriority(P s, int *p) { (void)s; *p = 0; return 0; }
 /* A created stream's first int is its capture status (1: active), so that gpurt's
  * capture routing runs here; the default streams (small constants) never capture. */
 static int capturing(P s) { return (unsigned long)s > 4096 ? *(int *)s : 0; }
-CUresult cuStreamIsCapturing(P s, int *c) { *c = capturing(s); return 0; }
+/* Asked about the legacy stream while a blocking stream captures, the driver answers
+ * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT. */
+CUresult cuStreamIsCapturing(P s, int *c) {
+    if ((unsigned long)s <= 1 && blocking_captures_active()) return 906;
+    *c = capturing(s);
+    return 0;
+}
 CUresult cuLaunchHostFunc(P s, void (*f)(void *), void *u) { (void)s; INJECT("cuLaunchHostFunc", UNKNOWN); f(u); return 0; }
 CUresult cuEventCreate(P *e, unsigned f) { if (f & ~7u) return 1; /* the driver's flags only */ INJECT("cuEventCreate", UNKNOWN); *e = malloc(64); count(&live_events, 1); return 0; }
 CUresult cuEventDestroy_v2(P e) { free(e); count(&live_events, -1); return 0; }
@@ -442,27 +461,72 @@ CUresult cuGraphRetainUserObject(P g, P o, unsigned n, unsigned flags) {
     }
     return 2;
 }
-/* A stream's first bytes: whether it captures, the capture's id and its graph. */
-typedef struct { int capturing; unsigned long long id; P graph; } StubCapture;
+/* A stream's first bytes: whether it captures (1: active, 2: invalidated, as
+ * CUstreamCaptureStatus), the capture's id and its graph, its creation flags. */
+typedef struct { int capturing; unsigned long long id; P graph; unsigned flags; int owns_graph; } StubCapture;
+static void created_with_flags(P s, unsigned f) { ((StubCapture *)s)->flags = f; }
 static unsigned long long next_capture_id = 1;
-static void start_capture(P s, P graph) {
+/* The streams capturing now, for what invalidates their captures. */
+static P capture_streams[256];
+static int capture_stream_count;
+static pthread_mutex_t capture_streams_lock = PTHREAD_MUTEX_INITIALIZER;
+static void start_capture(P s, P graph, int owns_graph) {
     StubCapture *c = s;
     c->capturing = 1;
+    c->owns_graph = owns_graph;
     c->id = __atomic_fetch_add(&next_capture_id, 1, __ATOMIC_RELAXED);
     c->graph = graph;
+    pthread_mutex_lock(&capture_streams_lock);
+    if (capture_stream_count < 256) capture_streams[capture_stream_count++] = s;
+    pthread_mutex_unlock(&capture_streams_lock);
+}
+static void end_capture(P s) {
+    pthread_mutex_lock(&capture_streams_lock);
+    for (int i = 0; i < capture_stream_count; i++)
+        if (capture_streams[i] == s) capture_streams[i] = capture_streams[--capture_stream_count];
+    pthread_mutex_unlock(&capture_streams_lock);
+    ((StubCapture *)s)->capturing = 0;
+}
+/* Whether a blocking stream (flags 0) captures: the legacy stream synchronises with it. */
+static int blocking_captures_active(void) {
+    int any = 0;
+    pthread_mutex_lock(&capture_streams_lock);
+    for (int i = 0; i < capture_stream_count; i++) any |= ((StubCapture *)capture_streams[i])->flags == 0;
+    pthread_mutex_unlock(&capture_streams_lock);
+    return any;
+}
+/* Invalidates the capture on `only` (NULL: every capture): whether any was active. */
+static int invalidate_captures(P only) {
+    int any = 0;
+    pthread_mutex_lock(&capture_streams_lock);
+    for (int i = 0; i < capture_stream_count; i++) {
+        StubCapture *c = capture_streams[i];
+        if ((only == NULL || only == capture_streams[i]) && c->capturing == 1) {
+            c->capturing = 2;
+            any = 1;
+        }
+    }
+    pthread_mutex_unlock(&capture_streams_lock);
+    return any;
 }
 CUresult cuStreamBeginCapture_v2(P s, int mode) {
     (void)mode; INJECT("cuStreamBeginCapture_v2", UNKNOWN);
     if ((unsigned long)s <= 4096 || capturing(s)) return 1;
-    start_capture(s, new_graph());
+    start_capture(s, new_graph(), 1);
     return 0;
 }
+/* An invalidated capture ends without a graph (the driver destroys one it made, and
+ * with it its user objects' references): CUDA_ERROR_STREAM_CAPTURE_INVALIDATED. */
+static void graph_free(P g);
 CUresult cuStreamEndCapture(P s, P *g) {
     if (!capturing(s)) return 1;
-    StubCapture *c = s;
-    c->capturing = 0;
-    *g = c->graph;
-    return 0;
+    int invalidated = capturing(s) == 2;
+    end_capture(s);
+    *g = ((StubCapture *)s)->graph;
+    if (!invalidated) return 0;
+    if (((StubCapture *)s)->owns_graph) graph_free(*g);
+    *g = NULL;
+    return 901;
 }
 static void capture_info(P s, int *status, unsigned long long *id, P *g) {
     *status = capturing(s);
@@ -483,6 +547,7 @@ CUresult cuThreadExchangeStreamCaptureMode(int *mode) { (void)mode; return 0; }
 CUresult cuGraphInstantiateWithFlags(P *e, P g, unsigned long long f) {
     StubGraph *graph = g, *exec;
     (void)f; INJECT("cuGraphInstantiateWithFlags", UNKNOWN);
+    if (!graph) return 1;
     exec = new_graph();
     for (int i = 0; i < GRAPH_OBJECTS; i++) {
         if (!graph->objects[i]) continue;
@@ -495,8 +560,8 @@ CUresult cuGraphInstantiateWithFlags(P *e, P g, unsigned long long f) {
 }
 CUresult cuGraphUpload(P e, P s) { (void)e; (void)s; return 0; }
 CUresult cuGraphLaunch(P e, P s) { (void)e; (void)s; INJECT("cuGraphLaunch", UNKNOWN); return 0; }
-CUresult cuGraphDestroy(P g) { graph_free(g); return 0; }
-CUresult cuGraphExecDestroy(P e) { graph_free(e); return 0; }
+CUresult cuGraphDestroy(P g) { if (!g) return 1; graph_free(g); return 0; }
+CUresult cuGraphExecDestroy(P e) { if (!e) return 1; graph_free(e); return 0; }
 CUresult cuGraphDebugDotPrint(P g, const char *path, unsigned f) { (void)g; (void)path; (void)f; return 0; }
 /* Virtual memory: reservations are fake address ranges (the stub's copies touch no device memory). */
 static unsigned long long next_reservation = 1ull << 45;
@@ -711,6 +776,6 @@ CUresult cuStreamBeginCaptureToGraph(P s, P g, const P *deps, const P *edges, si
     (void)g; (void)deps; (void)edges; (void)n; (void)mode;
     INJECT("cuStreamBeginCaptureToGraph", UNKNOWN);
     if ((unsigned long)s <= 4096 || capturing(s)) return 1;
-    start_capture(s, g);
+    start_capture(s, g, 0);
     return 0;
 }

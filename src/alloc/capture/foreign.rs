@@ -127,6 +127,11 @@ fn settle_gone() {
             super::release_pool_after_work(id);
         }
     }
+    // Those whose memory an earlier settle left mapped (their stream captured then).
+    let _ = with_relaxed_capture(|| {
+        super::collect_unreferenced();
+        Ok(())
+    });
 }
 
 /// A driver thread may call `graph_gone` after the program has dlclose'd gpurt (a

@@ -122,6 +122,9 @@ impl SegmentSource for CaptureSource {
     fn synchronize(&self) -> Result<()> {
         self.driver.synchronize()
     }
+    fn wait_for_stream(&self, stream: u64) -> Result<bool> {
+        self.driver.wait_for_stream(stream)
+    }
     fn host_staging(&self, bytes: u64) -> Result<HostStaging> {
         self.driver.host_staging(bytes)
     }
@@ -206,6 +209,12 @@ impl Registry {
             self.retired.retire(gone.source().device(), &gone.stats());
         }
     }
+}
+
+/// Collects again the graph pools nothing references: a collection leaves free
+/// memory mapped while its stream captures (see `Release::AfterWaiting`).
+pub fn collect_unreferenced() {
+    with_registry(|r| r.pools.unreferenced().into_iter().for_each(|id| r.collect(id)));
 }
 
 /// Collects graph pool `id` after a wake: its last graph may have gone while it slept.

@@ -74,6 +74,12 @@ impl<S: SegmentSource> GraphPools<S> {
         self.pools.remove(&id).map(|e| e.allocator)
     }
 
+    /// The pools nothing references any more (kept for their live blocks, or for
+    /// free memory a collection could not release yet).
+    pub fn unreferenced(&self) -> Vec<u64> {
+        self.pools.iter().filter(|(_, e)| e.refs == 0).map(|(&id, _)| id).collect()
+    }
+
     /// Every pool's allocator.
     pub fn allocators(&self) -> impl Iterator<Item = &Arc<CachingAllocator<S>>> {
         self.by_id().map(|(_, a)| a)

@@ -12,10 +12,13 @@ use crate::error::Result;
 /// How `release_expandable_free_ranges` gives memory back.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Release {
-    /// Unmapped after waiting for the device's work, once: a block freed in stream
-    /// order may still be read or written by work queued before its free, and
-    /// cuMemUnmap does not wait for it (PyTorch synchronises before it unmaps too).
-    /// Where the wait fails, nothing is unmapped.
+    /// Unmapped after waiting for the work queued on each segment's stream, once per
+    /// stream: a block freed in stream order may still be read or written by work
+    /// queued before its free, and cuMemUnmap does not wait for it (PyTorch
+    /// synchronises the segment's stream before it unmaps too). Not the whole
+    /// device: that would invalidate every capture under way, a framework's on
+    /// another thread included. Where a stream's wait fails or must not happen now
+    /// (it captures), its segments' memory stays mapped for a later release.
     AfterWaiting,
     /// Unmapped at once: the caller waited for the device (a sleep).
     DeviceIdle,
@@ -42,11 +45,8 @@ impl<S: SegmentSource> Pool<S> {
             }
             work.push((key, free));
         }
-        if how == Release::AfterWaiting && work.iter().any(|(_, free)| !free.is_empty()) {
-            if let Err(e) = self.shared.source.synchronize() {
-                crate::log::log(crate::log::Level::Error, &format!("releasing free memory: waiting for the device: {e}"));
-                return;
-            }
+        if how == Release::AfterWaiting {
+            self.wait_for_streams(&mut work);
         }
         for (key, free) in work {
             // Unmapping splits a free block and merges holes, but never another free
@@ -55,6 +55,28 @@ impl<S: SegmentSource> Pool<S> {
                 self.unmap_inside(key, id, how == Release::Unmapped);
             }
             self.trim_end(key);
+        }
+    }
+
+    /// Waits for the streams of the segments in `work` with memory to unmap, each
+    /// once; a segment whose stream was not waited for keeps its memory.
+    fn wait_for_streams(&self, work: &mut [((u64, usize), Vec<BlockId>)]) {
+        let mut waited: Vec<(u64, bool)> = Vec::new();
+        for ((stream, _), free) in work.iter_mut().filter(|(_, free)| !free.is_empty()) {
+            let done = match waited.iter().find(|(s, _)| s == stream) {
+                Some(&(_, done)) => done,
+                None => {
+                    let done = self.shared.source.wait_for_stream(*stream).unwrap_or_else(|e| {
+                        crate::log::log(crate::log::Level::Error, &format!("releasing free memory: waiting for its stream: {e}"));
+                        false
+                    });
+                    waited.push((*stream, done));
+                    done
+                }
+            };
+            if !done {
+                free.clear();
+            }
         }
     }
 

@@ -73,6 +73,14 @@ pub trait SegmentSource: Send + Sync {
     fn synchronize(&self) -> Result<()> {
         Ok(())
     }
+    /// Waits for the work queued on `stream` so far, before a release unmaps free
+    /// memory of that stream's segments which the work may still use (a block freed
+    /// in stream order). `Ok(false)`: it cannot be waited for now (the stream
+    /// captures, or waiting would join a capture under way); the memory then stays
+    /// mapped for a later release.
+    fn wait_for_stream(&self, _stream: u64) -> Result<bool> {
+        Ok(true)
+    }
     /// Host memory of `bytes` bytes for `offload` to copy into (pinned on the driver,
     /// so that the copies run at the link's speed).
     fn host_staging(&self, _bytes: u64) -> Result<HostStaging> {

@@ -349,34 +349,58 @@ fn a_kept_pool_unmaps_no_free_memory_until_its_last_claim_goes() {
 }
 
 
-/// Releasing free memory waits for the device before it unmaps (a block freed in
-/// stream order may still be in use by work queued before the free): where the wait
-/// fails nothing is unmapped, and the next release gives it all back. A sleep waits
+/// Releasing free memory waits for the work queued on each segment's stream before it
+/// unmaps (a block freed in stream order may still be in use by that work), each
+/// stream once, never the whole device (which would invalidate captures under way):
+/// where a wait fails, or the stream captures, that stream's memory stays mapped and
+/// the next release gives it back. A sleep, which waits for the device itself, waits
 /// once.
 #[test]
-fn free_memory_is_unmapped_only_after_the_device_is_waited_for() {
+fn free_memory_is_unmapped_only_after_its_stream_is_waited_for() {
     let p = expandable(4 * GIB);
     let block = p.malloc(100 * MIB, 1).unwrap();
     p.free(block).unwrap();
     let mapped = p.source().mapped_bytes();
     assert!(mapped >= 100 * MIB);
-    p.source().fail_on("synchronize", 0);
+    p.source().fail_on("wait_for_stream", 0);
     p.empty_cache();
     assert_eq!(p.source().mapped_bytes(), mapped, "the wait failed: nothing unmapped");
     check(&p);
     p.empty_cache();
     assert_eq!(p.source().mapped_bytes(), 0, "the next release gave it all back");
+    assert_eq!(p.source().stream_waits(), [1], "its stream waited for, once");
+    check(&p);
+
+    // Two streams' segments, one of them capturing: the other's memory goes, the
+    // capturing one's stays until its capture ends; the device is never waited for.
+    let (a, b) = (p.malloc(100 * MIB, 3).unwrap(), p.malloc(200 * MIB, 5).unwrap());
+    let (a2, b2) = (p.malloc(10 * MIB, 3).unwrap(), p.malloc(20 * MIB, 5).unwrap());
+    p.free(a).unwrap();
+    p.free(a2).unwrap();
+    p.free(b).unwrap();
+    p.free(b2).unwrap();
+    p.source().set_capturing(5, true);
+    p.empty_cache();
+    assert!(p.source().mapped_bytes() >= 200 * MIB && p.source().mapped_bytes() < 300 * MIB, "stream 5's memory kept");
+    assert_eq!(p.source().stream_waits(), [1, 3], "stream 3 waited for once for its two blocks; 5 not");
+    check(&p);
+    p.source().set_capturing(5, false);
+    p.empty_cache();
+    assert_eq!(p.source().mapped_bytes(), 0);
+    assert_eq!(p.source().stream_waits(), [1, 3, 5]);
+    assert_eq!(p.source().synchronizations(), 0, "no wait for the whole device");
     check(&p);
 
     // With nothing free to unmap there is nothing to wait for; a sleep, which waits
-    // for the device itself, releases its free memory without a second wait.
+    // for the device itself, releases its free memory without waiting again.
     let kept = p.malloc(100 * MIB, 1).unwrap();
-    let waits = p.source().synchronizations();
+    let waits = p.source().stream_waits().len();
     p.empty_cache();
-    assert_eq!(p.source().synchronizations(), waits, "nothing free: no wait");
+    assert_eq!(p.source().stream_waits().len(), waits, "nothing free: no wait");
     p.free(p.malloc(300 * MIB, 1).unwrap()).unwrap();
     p.sleep(false, || Ok(())).unwrap();
-    assert_eq!(p.source().synchronizations(), waits + 1, "a sleep waits once");
+    assert_eq!(p.source().synchronizations(), 1, "a sleep waits once");
+    assert_eq!(p.source().stream_waits().len(), waits, "and for no stream");
     assert_eq!(p.source().mapped_bytes(), 0);
     p.wake().unwrap();
     assert!(p.source().mapped_bytes() >= 100 * MIB);

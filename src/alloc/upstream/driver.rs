@@ -210,6 +210,28 @@ impl SegmentSource for DriverSource {
     fn synchronize(&self) -> Result<()> {
         device::synchronize(self.device)
     }
+    /// Asks first whether the stream captures: synchronising a capturing stream, or
+    /// the legacy stream while a blocking stream captures, invalidates the capture
+    /// (and cuCtxSynchronize would invalidate every capture under way, a framework's
+    /// on another thread included).
+    fn wait_for_stream(&self, stream: u64) -> Result<bool> {
+        let native = native_stream_of(stream) as sys::CUstream;
+        if crate::stream::destroyed_by_gpurt(native as u64) {
+            return Ok(true);
+        }
+        device::with_device(self.device, || {
+            let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+            // SAFETY: `status` is a valid out-parameter; `native` is a stream of this device.
+            match unsafe { sys::cuStreamIsCapturing(native, &mut status) } {
+                sys::CUresult::CUDA_SUCCESS if status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => {}
+                sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => return Ok(false),
+                code => check(code, "cuStreamIsCapturing")?,
+            }
+            // Relaxed: another thread's global-mode capture forbids this thread's unsafe calls.
+            with_relaxed_capture(|| check(unsafe { sys::cuStreamSynchronize(native) }, "cuStreamSynchronize"))?;
+            Ok(true)
+        })
+    }
     fn host_staging(&self, bytes: u64) -> Result<HostStaging> {
         device::with_device(self.device, || Ok(Box::new(PinnedStaging::new(bytes)?) as HostStaging))
     }

@@ -105,6 +105,9 @@ impl SegmentSource for Box<dyn SegmentSource> {
     fn synchronize(&self) -> Result<()> {
         (**self).synchronize()
     }
+    fn wait_for_stream(&self, stream: u64) -> Result<bool> {
+        (**self).wait_for_stream(stream)
+    }
     fn host_staging(&self, bytes: u64) -> Result<HostStaging> {
         (**self).host_staging(bytes)
     }
