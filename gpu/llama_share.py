@@ -61,16 +61,26 @@ def stop(proc, log):
     log.close()
 
 
-def tail(log, lines=8):
+def tail(log, lines=40):
     log.flush()
     return "".join(open(log.name, errors="replace").readlines()[-lines:])
+
+
+def loaded(proc, log, port, what):
+    """Waits for the server on `port` to load; one that exits meanwhile fails at once,
+    with the end of its log."""
+    def ready():
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what}: the server exited with {proc.returncode}:\n{tail(log)}")
+        return http(port, "/health").get("status") == "ok"
+    wait_until(ready, 300, what)
 
 
 def alone(bindir, model, port):
     """A server alone on the GPU: its tokens, device memory awake and a steady request's ms."""
     proc, log = start(bindir, model, port)
     try:
-        wait_until(lambda: http(port, "/health").get("status") == "ok", 300, "the server to load")
+        loaded(proc, log, port, "the server to load")
         tokens, _ = complete(port)
         return {"tokens": tokens, "mib": device_mib(proc.pid), "steady_ms": statistics.median(complete(port)[1] for _ in range(3))}
     finally:
@@ -99,14 +109,16 @@ class Sampler:
 def together(bins, paths, solo, leave, rounds):
     """gpurt's build: both servers in one group under the hog; requests alternate."""
     idle_ms = int(os.environ.get("LLAMA_SHARE_IDLE_MS", "20"))
-    env = dict(os.environ, GPURT_ALLOC_CONF=f"share:llama-share,share_offer:sleep-offload,share_idle_ms:{idle_ms}")
+    # gpurt's warnings in the servers' logs: what the group refused, if anything.
+    env = dict(os.environ, GPURT_ALLOC_CONF=f"share:llama-share,share_offer:sleep-offload,share_idle_ms:{idle_ms}",
+               GPURT_LOG=os.environ.get("GPURT_LOG", "warn"))
     servers, ports, ok = [], [8200, 8201], True
     hogger, free = hog(leave)
     print(f"the hog leaves {free} MiB free; the servers alone hold {solo[0]['mib']:.0f} and {solo[1]['mib']:.0f} MiB")
     try:
         for path, port in zip(paths, ports):
             servers.append(start(bins["gpurt"], path, port, env))
-            wait_until(lambda: http(port, "/health").get("status") == "ok", 300, f"{os.path.basename(path)} to load in the group")
+            loaded(*servers[-1], port, f"{os.path.basename(path)} to load in the group")
         sampler = Sampler([proc.pid for proc, _ in servers])
         switch_ms, same, failed = [[], []], True, 0
         for _ in range(rounds):
@@ -147,7 +159,7 @@ def unpatched_second(bins, paths, leave):
     hogger, free = hog(leave)
     first, first_log = start(bins["unpatched"], paths[0], 8210)
     try:
-        wait_until(lambda: http(8210, "/health").get("status") == "ok", 300, "unpatched's first server to load")
+        loaded(first, first_log, 8210, "unpatched's first server to load")
         second, second_log = start(bins["unpatched"], paths[1], 8211)
         try:
             wait_until(lambda: second.poll() is not None or http(8211, "/health").get("status") == "ok", 300, "the second")
