@@ -194,9 +194,10 @@ step ggml-gpt2-extras python3 src/ggml_gpt2.py extras "$ggml_work/gpt2" "$ggml_w
 # PART=llama: both builds, then greedy tokens, the server's idle sleep, llama-bench.
 llama_work=${LLAMA_WORK:-/tmp/gpurt-llama-work}   # outside the bundle: kept between calls while the machine is warm
 llama_targets=${LLAMA_TARGETS:-"llama-server llama-completion llama-bench test-backend-ops test-llama-archs"}
-llama_build() {  # llama_build MODE
+llama_build() {  # llama_build MODE (LLAMA_CMAKE_ARGS: more CMake arguments, split on spaces)
+    # shellcheck disable=SC2086
     TARGETS=$llama_targets integrations/llama.cpp/build.sh llama/llama.cpp.tar.xz "$llama_work/$1" "$1" \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PWD"
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PWD" ${LLAMA_CMAKE_ARGS:-}
 }
 llama_archs() {  # llama_archs MODE: every architecture llama.cpp knows, CUDA against the CPU
     "$llama_work/$1/build/bin/test-llama-archs" -s 42 > "$llama_work/$1-archs.txt" 2>&1
