@@ -181,6 +181,32 @@ mod tests {
         assert!(p.release(id).is_err() && p.retain(id).is_err(), "a gone pool is an error, not a panic");
     }
 
+    /// A pool whose last reference goes while its segment's stream captures (the next
+    /// capture on it, as cycles of PyTorch captures run) keeps its free memory mapped, as
+    /// its release may not wait for that stream, and stays, unreferenced; collected
+    /// again once the capture ended, it goes with every segment.
+    #[test]
+    fn an_unreferenced_pool_whose_stream_captured_is_collected_again() {
+        let mut p = pools();
+        let id = p.create(source(), AllocConfig::parse("expandable_segments:True").unwrap());
+        p.begin_capture(1, id).unwrap();
+        let a = p.for_capture(1).unwrap();
+        a.free(a.malloc(3 * MIB, 9).unwrap()).unwrap();
+        p.end_capture(1);
+        assert!(p.release(id).unwrap().is_none(), "the graph holds it");
+        let last = p.release(id).unwrap().expect("the graph's was the last reference");
+        last.source().set_capturing(9, true);
+        assert!(p.collect(id).is_none(), "its stream captures: nothing released");
+        assert!(last.stats().reserved_bytes.all.current > 0);
+        assert_eq!(p.unreferenced(), [id]);
+        last.source().set_capturing(9, false);
+        let gone: Vec<_> = p.unreferenced().into_iter().filter_map(|id| p.collect(id)).collect();
+        assert_eq!(gone.len(), 1);
+        assert!(p.is_empty() && p.unreferenced().is_empty());
+        assert_eq!(last.source().live_segments(), 0, "every segment went back to the source");
+        assert_eq!(last.source().stream_waits(), [9], "its stream waited for once, after its capture");
+    }
+
     #[test]
     fn captures_sharing_a_pool_reuse_its_blocks_and_others_do_not_see_them() {
         let mut p = pools();
