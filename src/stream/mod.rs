@@ -237,8 +237,10 @@ static RETIRED: Mutex<Vec<Retired>> = Mutex::new(Vec::new());
 
 /// Native streams gpurt destroyed (a green context's, and one destroyed while it
 /// captured), until the driver hands the value to a new stream: an allocator that
-/// releases memory of their segments has no work of theirs left to wait for (a green
-/// context's were waited for) and must not ask the driver about a stream that is gone.
+/// releases memory of their segments must not ask the driver about a stream that is
+/// gone, and does not wait for them. A green context's were waited for before they
+/// went; one destroyed while capturing cannot be (synchronising a capturing stream is
+/// refused), so work queued on it before its capture began is not waited for.
 static DESTROYED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 /// Whether `native` names a stream gpurt destroyed (see `DESTROYED`).
