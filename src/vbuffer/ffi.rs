@@ -122,7 +122,9 @@ pub extern "C" fn gpurt_vbuffer_mapped_bytes(vb: gpurt_vbuffer_t, bytes: *mut us
 /// @param vb a vbuffer
 /// @return GPURT_SUCCESS; GPURT_ERROR_INVALID_HANDLE for a NULL, destroyed or wrong-kind `vb`; or a status every call may give (@ref statuses).
 /// @par Ordering
-/// Waits for the whole device (its work may still use the memory).
+/// Waits for the whole device (its work may still use the memory), which invalidates a
+/// capture under way on any thread; with nothing mapped (never grown, shrunk to nothing,
+/// or asleep), host-side only: no wait, and may be called while a stream is being captured.
 #[no_mangle]
 pub extern "C" fn gpurt_vbuffer_destroy(vb: gpurt_vbuffer_t) -> gpurt_status_t {
     boundary::call("gpurt_vbuffer_destroy", || super::destroy(h(vb)))

@@ -262,10 +262,17 @@ pub fn unmap(handle: Handle, offset: u64, bytes: u64, stream: Handle) -> Result<
 }
 
 /// Waits for the device, unmaps everything and gives the addresses back (asleep,
-/// nothing is mapped, and its bytes are dropped).
+/// nothing is mapped, and its bytes are dropped). With nothing mapped no work can use
+/// it, so there is no wait: a device-wide one invalidates the captures under way.
 pub fn destroy(handle: Handle) -> Result<()> {
     let vb = VBUFFERS.get(handle)?;
-    device::synchronize(vb.device)?;
+    let mapped = {
+        let state = lock(&vb.state);
+        state.asleep.is_none() && !state.mapped.is_empty()
+    };
+    if mapped {
+        device::synchronize(vb.device)?;
+    }
     let a = allocator(vb.device)?;
     let mut state = lock(&vb.state);
     if state.asleep.take().is_some() {

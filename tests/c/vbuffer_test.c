@@ -4,7 +4,8 @@
  * address keeps its bytes; mapped bytes count in the device's statistics and under the
  * per-process memory fraction (a map past it is refused, nothing changes); a device
  * sleep gives its memory back and a wake maps it again at the same address (its bytes
- * kept with an offload); a vbuffer destroyed asleep; every byte given back. On a GPU, fresh random bytes checked exact across growth.
+ * kept with an offload); a vbuffer destroyed asleep; an empty one destroyed during a
+ * capture, which survives; every byte given back. On a GPU, fresh random bytes checked exact across growth.
  *
  *   vbuffer_test */
 #define _POSIX_C_SOURCE 200809L
@@ -31,6 +32,25 @@ static void fill_and_check(unsigned char *at, size_t n, uint64_t seed, gpurt_str
     EXPECT(gpurt_stream_synchronize(s), GPURT_SUCCESS);
     for (i = 0; real && i < n; i++) wrong += back[i] != host[i];
     CHECK(wrong == 0, "%zu of %zu bytes differ", wrong, n);
+}
+
+/* A vbuffer with nothing mapped goes without a wait for the device, which would
+ * invalidate a capture under way (any thread's): the capture ends with its graph. */
+static void an_empty_vbuffer_goes_during_a_capture(void *lib, gpurt_stream_t s, size_t g) {
+    int (*begin_capture)(void *, int) = NULL, (*end_capture)(void *, void **) = NULL, (*graph_destroy)(void *) = NULL;
+    void *native = NULL, *graph = NULL;
+    gpurt_vbuffer_t vb = NULL;
+    *(void **)(&begin_capture) = lib ? dlsym(lib, "cuStreamBeginCapture_v2") : NULL;
+    *(void **)(&end_capture) = lib ? dlsym(lib, "cuStreamEndCapture") : NULL;
+    *(void **)(&graph_destroy) = lib ? dlsym(lib, "cuGraphDestroy") : NULL;
+    CHECK(begin_capture && end_capture && graph_destroy, "the driver's capture calls");
+    if (!begin_capture || !end_capture || !graph_destroy) return;
+    EXPECT(gpurt_vbuffer_create(0, 4 * g, &vb), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_native(s, &native), GPURT_SUCCESS);
+    CHECK(begin_capture(native, 2 /* relaxed */) == 0, "capture begun");
+    EXPECT(gpurt_vbuffer_destroy(vb), GPURT_SUCCESS);
+    CHECK(end_capture(native, &graph) == 0 && graph != NULL, "the capture outlived the empty vbuffer's destruction");
+    if (graph) CHECK(graph_destroy(graph) == 0, "graph destroyed");
 }
 
 int main(void) {
@@ -154,6 +174,7 @@ int main(void) {
         stub_live(&device1, &host0, &streams0, &events0);
         CHECK(device1 == device0, "the stub driver holds %ld device bytes, %ld before", device1, device0);
     }
+    an_empty_vbuffer_goes_during_a_capture(lib, s, g);
     EXPECT(gpurt_stream_destroy(s), GPURT_SUCCESS);
     free(host);
     free(back);

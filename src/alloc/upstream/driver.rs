@@ -210,10 +210,12 @@ impl SegmentSource for DriverSource {
     fn synchronize(&self) -> Result<()> {
         device::synchronize(self.device)
     }
-    /// Asks first whether the stream captures: synchronising a capturing stream, or
-    /// the legacy stream while a blocking stream captures, invalidates the capture
-    /// (and cuCtxSynchronize would invalidate every capture under way, a framework's
-    /// on another thread included).
+    /// Asks first whether the stream captures, then waits through an event (see
+    /// `event::native_stream_drain`): synchronising a capturing stream, or the legacy
+    /// stream while a blocking stream captures, invalidates the capture (and
+    /// cuCtxSynchronize would invalidate every capture under way, a framework's on
+    /// another thread included). The event also closes the gap between the question
+    /// and the wait, in which another thread may begin a capture on the stream.
     fn wait_for_stream(&self, stream: u64) -> Result<bool> {
         let native = native_stream_of(stream) as sys::CUstream;
         if crate::stream::destroyed_by_gpurt(native as u64) {
@@ -228,8 +230,7 @@ impl SegmentSource for DriverSource {
                 code => check(code, "cuStreamIsCapturing")?,
             }
             // Relaxed: another thread's global-mode capture forbids this thread's unsafe calls.
-            with_relaxed_capture(|| check(unsafe { sys::cuStreamSynchronize(native) }, "cuStreamSynchronize"))?;
-            Ok(true)
+            with_relaxed_capture(|| crate::event::native_stream_drain(self.device, native))
         })
     }
     fn host_staging(&self, bytes: u64) -> Result<HostStaging> {
