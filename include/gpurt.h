@@ -1443,6 +1443,10 @@ typedef struct {
    * With GPURT_SHARE_OFFER_SLEEP_*: how long a pool must have had no allocation or free before the others may put it to sleep, in ms; 0: 1 000.
    */
   uint32_t idle_ms;
+  /**
+   * What this process's requests to the group leave free beside the memory refused, in MiB: the others are asked until the device has both, for this process's memory that does not come through gpurt (kernels loaded at their first launch, libraries' own workspaces); 0: 256.
+   */
+  uint32_t headroom_mib;
 } gpurt_share_options_t;
 
 /**
@@ -5142,6 +5146,9 @@ gpurt_status_t gpurt_sanitizer_access(const void *ptr,
  * that the driver refuses, once this process's own cache is released, asks the
  * other members for what they offered (their cached free memory), waits for their
  * answers until the deadline, and is retried once: it succeeds, or fails as before.
+ * The group is asked for the memory refused and options->headroom_mib more, left free
+ * for what this process allocates outside gpurt (a CUDA kernel's module loads at its
+ * first launch and takes device memory then).
  * The others give their cached free memory first; those that offered their idle
  * pools asleep (GPURT_SHARE_OFFER_SLEEP_*) are asked for those only if the device is
  * still short, and each puts its pools idle longest to sleep first, until it gave

@@ -12,7 +12,7 @@ _OFFERS = {
 }
 
 
-def join(name, device=None, offer="cached", deadline_ms=0, idle_ms=0):
+def join(name, device=None, offer="cached", deadline_ms=0, idle_ms=0, headroom_mib=0):
     """Joins share group `name` for `device`. `offer`: "cached" (the others may ask this
     process to empty its caches on the device), "sleep-discard" or "sleep-offload" (then
     also to put its pools on the device that had no allocation or free for `idle_ms`
@@ -20,7 +20,9 @@ def join(name, device=None, offer="cached", deadline_ms=0, idle_ms=0):
     next allocation, its `MemPool.touch()` or `MemPool.wake()`; 0: 1 000 ms), or
     "never". Work that allocates nothing from a pool (a CUDA graph's replay, kernels on
     tensors made before) calls that pool's `touch()` first. An allocation the device
-    refuses waits `deadline_ms` at most for the others (0: 3 000)."""
+    refuses waits `deadline_ms` at most for the others (0: 3 000), and asks them to
+    leave `headroom_mib` free beside it (0: 256), for memory this process takes outside
+    gpurt (kernels loaded at their first launch)."""
     if offer not in _OFFERS:
         raise ValueError(f"offer {offer!r}: one of {', '.join(map(repr, _OFFERS))}")
     options = ffi.new("gpurt_share_options_t*")
@@ -28,6 +30,7 @@ def join(name, device=None, offer="cached", deadline_ms=0, idle_ms=0):
     options.offer = _OFFERS[offer]
     options.deadline_ms = int(deadline_ms)
     options.idle_ms = int(idle_ms)
+    options.headroom_mib = int(headroom_mib)
     check(lib.gpurt_share_join(ordinal(device), name.encode(), options))
 
 

@@ -46,6 +46,9 @@ pub struct AllocConfig {
     /// How long a pool must be idle before the group may put it to sleep, in ms
     /// (`share_idle_ms`; 0: the default, options->idle_ms).
     pub share_idle_ms: u32,
+    /// What the process's requests to the group leave free beside the memory refused, in
+    /// MiB (`share_headroom_mib`; 0: the default, options->headroom_mib).
+    pub share_headroom_mib: u32,
 }
 
 /// What a share group member lets the group reclaim from it, each level including the
@@ -115,6 +118,7 @@ impl Default for AllocConfig {
             share: None,
             share_offer: ShareOffer::Cached,
             share_idle_ms: 0,
+            share_headroom_mib: 0,
         }
     }
 }
@@ -206,6 +210,7 @@ impl AllocConfig {
             "share" => self.share = Some(value.to_string()),
             "share_offer" => self.share_offer = ShareOffer::parse(key, value)?,
             "share_idle_ms" => self.share_idle_ms = value.parse().map_err(|_| bad(key, value, "expected a whole number of milliseconds"))?,
+            "share_headroom_mib" => self.share_headroom_mib = value.parse().map_err(|_| bad(key, value, "expected a whole number of MiB"))?,
             "backend" => match value {
                 "native" => self.backend = Backend::Native,
                 "cudaMallocAsync" => self.backend = Backend::CudaMallocAsync,
@@ -214,7 +219,7 @@ impl AllocConfig {
             _ => {
                 return Err(Error::invalid_argument(format!(
                     "GPURT_ALLOC_CONF: unknown key `{key}` (known: max_split_size_mb, roundup_power2_divisions, \
-                     garbage_collection_threshold, expandable_segments, exact_segments, backend, use_on_oom, no_split, share, share_offer, share_idle_ms)"
+                     garbage_collection_threshold, expandable_segments, exact_segments, backend, use_on_oom, no_split, share, share_offer, share_idle_ms, share_headroom_mib)"
                 )))
             }
         }
@@ -319,8 +324,8 @@ mod tests {
         assert_eq!(c.backend, Backend::Native);
         assert_eq!(AllocConfig::parse("backend:cudaMallocAsync").unwrap().backend, Backend::CudaMallocAsync);
         assert_eq!(AllocConfig::parse("share:llm-servers").unwrap().share.as_deref(), Some("llm-servers"));
-        let c = AllocConfig::parse("share_idle_ms:250,share:llm,share_offer:sleep-offload").unwrap();
-        assert_eq!((c.share.as_deref(), c.share_offer, c.share_idle_ms), (Some("llm"), ShareOffer::SleepOffload, 250));
+        let c = AllocConfig::parse("share_idle_ms:250,share:llm,share_offer:sleep-offload,share_headroom_mib:64").unwrap();
+        assert_eq!((c.share.as_deref(), c.share_offer, c.share_idle_ms, c.share_headroom_mib), (Some("llm"), ShareOffer::SleepOffload, 250, 64));
         assert_eq!(AllocConfig::parse("share:llm").unwrap().share_offer, ShareOffer::Cached, "the default offer");
     }
 
@@ -332,6 +337,7 @@ mod tests {
             ("garbage_collection_threshold:1.5", "between 0 and 1"),
             ("share_offer:sleep", "expected never, cached, sleep-discard or sleep-offload"),
             ("share_idle_ms:-1", "whole number of milliseconds"),
+            ("share_headroom_mib:1.5", "whole number of MiB"),
             ("roundup_power2_divisions:3", "power of two"),
             ("roundup_power2_divisions:[256:1", "unclosed"),
             ("roundup_power2_divisions:[300:2]", "powers of two"),

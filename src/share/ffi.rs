@@ -38,6 +38,8 @@ pub struct gpurt_share_options_t {
     pub deadline_ms: u32,
     /// With GPURT_SHARE_OFFER_SLEEP_*: how long a pool must have had no allocation or free before the others may put it to sleep, in ms; 0: 1 000.
     pub idle_ms: u32,
+    /// What this process's requests to the group leave free beside the memory refused, in MiB: the others are asked until the device has both, for this process's memory that does not come through gpurt (kernels loaded at their first launch, libraries' own workspaces); 0: 256.
+    pub headroom_mib: u32,
 }
 
 /// Joins this process to share group `name` for `device`: processes of this user
@@ -46,6 +48,9 @@ pub struct gpurt_share_options_t {
 /// that the driver refuses, once this process's own cache is released, asks the
 /// other members for what they offered (their cached free memory), waits for their
 /// answers until the deadline, and is retried once: it succeeds, or fails as before.
+/// The group is asked for the memory refused and options->headroom_mib more, left free
+/// for what this process allocates outside gpurt (a CUDA kernel's module loads at its
+/// first launch and takes device memory then).
 /// The others give their cached free memory first; those that offered their idle
 /// pools asleep (GPURT_SHARE_OFFER_SLEEP_*) are asked for those only if the device is
 /// still short, and each puts its pools idle longest to sleep first, until it gave
@@ -77,6 +82,9 @@ pub extern "C" fn gpurt_share_join(device: c_int, name: *const c_char, options: 
             }
             if o.idle_ms > 0 {
                 join.idle = Duration::from_millis(o.idle_ms.into());
+            }
+            if o.headroom_mib > 0 {
+                join.headroom = u64::from(o.headroom_mib) << 20;
             }
         }
         member::join(device, name, join)

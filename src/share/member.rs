@@ -20,20 +20,23 @@ use crate::error::{Error, Result};
 use crate::handle::Handle;
 
 /// What a member offers, how long a pool must have gone unused before it may be put
-/// to sleep for the others, and how long the member waits for the group when the
-/// device refuses it memory.
+/// to sleep for the others, how long the member waits for the group when the device
+/// refuses it memory, and how many bytes beside the refused ones it asks the group to
+/// leave free (`headroom`: the member's memory outside gpurt, such as the modules the
+/// CUDA runtime loads at a kernel's first launch, would otherwise find the device full).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JoinOptions {
     pub offer: Offer,
     pub idle: Duration,
     pub deadline: Duration,
+    pub headroom: u64,
 }
 
 impl Default for JoinOptions {
     /// Cached free memory offered; a pool idle for 1 s (where pools are offered); a
-    /// request waits 3 s at most.
+    /// request waits 3 s at most and leaves 256 MiB free.
     fn default() -> Self {
-        JoinOptions { offer: Offer::Cached, idle: Duration::from_secs(1), deadline: Duration::from_secs(3) }
+        JoinOptions { offer: Offer::Cached, idle: Duration::from_secs(1), deadline: Duration::from_secs(3), headroom: 256 << 20 }
     }
 }
 
@@ -165,6 +168,7 @@ struct Membership {
     slot: usize,
     idle: Duration,
     deadline: Duration,
+    headroom: u64,
     server: Server,
 }
 
@@ -196,21 +200,26 @@ pub fn join(ordinal: i32, name: &str, options: JoinOptions) -> Result<()> {
     let server = Server::start(registry.clone(), slot, giver).inspect_err(|_| {
         let _ = registry.leave(slot);
     })?;
-    all.push(Membership { ordinal, name: name.to_string(), key, registry, slot, idle: options.idle, deadline: options.deadline, server });
+    let (idle, deadline, headroom) = (options.idle, options.deadline, options.headroom);
+    all.push(Membership { ordinal, name: name.to_string(), key, registry, slot, idle, deadline, headroom, server });
     reclaim::set_out_of_memory_hook(Some(Arc::new(ask_group)));
     Ok(())
 }
 
 /// `GPURT_ALLOC_CONF=share:NAME`: device `ordinal` joins group `name` with the
-/// configuration's offer and idle period (`share_offer`, `share_idle_ms`) and the
-/// default deadline.
+/// configuration's offer, idle period and headroom (`share_offer`, `share_idle_ms`,
+/// `share_headroom_mib`) and the default deadline.
 pub fn join_configured(ordinal: i32, name: &str, config: &AllocConfig) -> Result<()> {
     let defaults = JoinOptions::default();
     let idle = match config.share_idle_ms {
         0 => defaults.idle,
         ms => Duration::from_millis(ms.into()),
     };
-    join(ordinal, name, JoinOptions { offer: config.share_offer, idle, ..defaults })
+    let headroom = match config.share_headroom_mib {
+        0 => defaults.headroom,
+        mib => u64::from(mib) << 20,
+    };
+    join(ordinal, name, JoinOptions { offer: config.share_offer, idle, headroom, ..defaults })
 }
 
 /// What the group may take from one pool (`handle`: a pool of gpurt_mem_pool_create or
@@ -251,17 +260,19 @@ pub fn leave(ordinal: i32) -> Result<()> {
 }
 
 /// The out-of-memory hook: asks the other members on the device for their cached
-/// memory, then, if the device is still short of `bytes`, those that offered their idle
-/// pools asleep for those; says whether any gave some back, and who gave what.
+/// memory, then, if the device is still short of `bytes` and the member's headroom,
+/// those that offered their idle pools asleep for those; says whether any gave some
+/// back, and who gave what.
 fn ask_group(device: Option<i32>, bytes: u64) -> Option<reclaim::Asked> {
     let member = lock(&MEMBERSHIPS)
         .iter()
         .find(|m| Some(m.ordinal) == device)
-        .map(|m| (m.ordinal, m.name.clone(), m.registry.clone(), m.slot, m.key, m.deadline));
-    let (ordinal, name, registry, slot, key, deadline) = member?;
+        .map(|m| (m.ordinal, m.name.clone(), m.registry.clone(), m.slot, m.key, m.deadline, m.headroom));
+    let (ordinal, name, registry, slot, key, deadline, headroom) = member?;
     let until = Instant::now() + deadline;
-    let answers = ask(&registry, Some(slot), key, Request { level: Offer::Cached, wanted: bytes }, until)
-        .and_then(|answers| ask_for_pools(&registry, slot, key, ordinal, bytes, until, answers));
+    let wanted = bytes.saturating_add(headroom);
+    let answers = ask(&registry, Some(slot), key, Request { level: Offer::Cached, wanted }, until)
+        .and_then(|answers| ask_for_pools(&registry, slot, key, ordinal, wanted, until, answers));
     Some(account(&name, bytes, deadline, answers))
 }
 

@@ -9,7 +9,8 @@
  * offload, or gpurt_mem_pool_touch does) and keeps one in use (allocated from, or
  * touched), and a pool's own offer overrides its device's (both ways); two processes
  * whose pools do not fit together take turns, each turn served, and destroy their
- * pools, asleep or not; and the API's misuse is
+ * pools, asleep or not; a request leaves the asker's headroom free (more pools put
+ * to sleep for more headroom); and the API's misuse is
  * refused (a configured group that cannot be joined fails the allocation). Each case runs in two fresh processes, a
  * holder (6 GiB cached) and an asker (4 GiB wanted), synchronised through pipes.
  * usage: share_test DIR (for the group and the device's file) */
@@ -420,6 +421,85 @@ static int turns(const char *dir, int rounds) {
     return bad || served != 2 * rounds;
 }
 
+/* Headroom, on a device of 1 GiB: a member holds two idle pools of 384 MiB (256 MiB
+ * free), offered asleep; another asks for 384 MiB with `headroom_mib` beside it. The
+ * group gives until the device has both free: with 512 MiB of headroom both pools
+ * sleep (one would leave 640 MiB free, short of 896), with 1 MiB one does. */
+static int headroom_holder(int ready, int done, int expect_asleep) {
+    gpurt_share_options_t options = GPURT_SHARE_OPTIONS_INIT;
+    gpurt_mem_pool_t pools[2] = {NULL, NULL};
+    gpurt_stream_t stream = NULL;
+    void *p[2] = {NULL, NULL};
+    int asleep = 0;
+    options.offer = GPURT_SHARE_OFFER_SLEEP_DISCARD;
+    options.idle_ms = 100;
+    options.deadline_ms = 2000;
+    EXPECT(gpurt_share_join(0, "share-test", &options), GPURT_SUCCESS);
+    EXPECT(gpurt_current_stream(0, &stream), GPURT_SUCCESS);
+    for (int i = 0; i < 2; i++) {
+        EXPECT(gpurt_mem_pool_create(0, NULL, &pools[i]), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_malloc(pools[i], POOL_MIB, stream, &p[i]), GPURT_SUCCESS);
+    }
+    pause_ms(300); /* idle past 100 ms */
+    say(ready);
+    hear(done);
+    for (int i = 0; i < 2; i++) {
+        int one = -1;
+        EXPECT(gpurt_mem_pool_is_asleep(pools[i], &one), GPURT_SUCCESS);
+        asleep += one == 1;
+    }
+    CHECK(asleep == expect_asleep, "%d of the 2 pools put to sleep for the asker, %d expected", asleep, expect_asleep);
+    for (int i = 0; i < 2; i++) {
+        EXPECT(gpurt_free(p[i]), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_destroy(pools[i]), GPURT_SUCCESS);
+    }
+    EXPECT(gpurt_share_leave(0), GPURT_SUCCESS);
+    return failures != 0;
+}
+
+static int headroom_asker(int ready, int done, unsigned headroom_mib) {
+    gpurt_share_options_t options = GPURT_SHARE_OPTIONS_INIT;
+    void *p = NULL;
+    options.deadline_ms = 2000;
+    options.headroom_mib = headroom_mib;
+    EXPECT(gpurt_share_join(0, "share-test", &options), GPURT_SUCCESS);
+    hear(ready);
+    int status = gpurt_malloc_device(0, POOL_MIB, &p);
+    CHECK(status == GPURT_SUCCESS, "384 MiB with %u MiB of headroom (status %d: %s)", headroom_mib, status, gpurt_last_error_message());
+    say(done);
+    if (p) EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    EXPECT(gpurt_share_leave(0), GPURT_SUCCESS);
+    return failures != 0;
+}
+
+static int headroom(const char *dir, unsigned headroom_mib, int expect_asleep) {
+    char device[4096];
+    int ready[2], done[2], bad = 0, status;
+    pid_t pids[2];
+    snprintf(device, sizeof device, "%s/device-headroom-%u", dir, headroom_mib);
+    unlink(device);
+    setenv("STUB_CUDA_SHARED_MEMORY", device, 1);
+    setenv("STUB_CUDA_SHARED_CAPACITY", "1073741824", 1);
+    if (pipe(ready) != 0 || pipe(done) != 0) return 1;
+    fflush(stdout);
+    for (int i = 0; i < 2; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            int failed = i == 0 ? headroom_holder(ready[1], done[0], expect_asleep) : headroom_asker(ready[0], done[1], headroom_mib);
+            fflush(stdout);
+            _exit(failed);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        waitpid(pids[i], &status, 0);
+        bad += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+    unsetenv("STUB_CUDA_SHARED_CAPACITY");
+    close(ready[0]); close(ready[1]); close(done[0]); close(done[1]);
+    printf("headroom %u MiB: %s\n", headroom_mib, bad ? "FAILED" : "ok");
+    return bad;
+}
+
 /* The API's refusals, in a process of its own. */
 static int misuse(const char *dir) {
     pid_t pid;
@@ -514,6 +594,8 @@ int main(int argc, char **argv) {
     bad += run_case(argv[1], (Case){"asleep-default-blas", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 1, "536870912", 2});
     bad += run_case(argv[1], (Case){"asleep-pool-offer", GPURT_SHARE_OFFER_SLEEP_OFFLOAD, 1, 0, 2, "536870912", 0});
     bad += run_case(argv[1], (Case){"asleep-pool-never", GPURT_SHARE_OFFER_NEVER, 0, 0, 2, "536870912", 0});
+    bad += headroom(argv[1], 512, 2);
+    bad += headroom(argv[1], 1, 1);
     bad += turns(argv[1], 20);
     bad += mutual(argv[1], 2, 1000);
     bad += mutual(argv[1], 3, 1000);

@@ -64,14 +64,16 @@ pub fn create(ordinal: i32, config: Option<&str>, limit: u64, upstream: Upstream
     let d = device::resolve(ordinal)?;
     let process = pools::config()?;
     pools::join_configured_group(d, &process)?;
-    let process_share = (process.share.clone(), process.share_offer, process.share_idle_ms);
+    let process_share = (process.share.clone(), process.share_offer, process.share_idle_ms, process.share_headroom_mib);
     let (config, asked_expandable) = match config {
         // Asked by the pool's own text, whatever the defaults are.
         Some(text) => (process.with(text)?, AllocConfig::segmented().with(text)?.expandable_segments),
         None => (process, false),
     };
-    if (config.share.clone(), config.share_offer, config.share_idle_ms) != process_share {
-        return Err(Error::invalid_argument("`share`, `share_offer` and `share_idle_ms` are the process's options (GPURT_ALLOC_CONF), not a pool's"));
+    if (config.share.clone(), config.share_offer, config.share_idle_ms, config.share_headroom_mib) != process_share {
+        return Err(Error::invalid_argument(
+            "`share`, `share_offer`, `share_idle_ms` and `share_headroom_mib` are the process's options (GPURT_ALLOC_CONF), not a pool's",
+        ));
     }
     let source: PoolSource = match upstream {
         Upstream::Driver => Box::new(DriverSource::new(d)),
