@@ -153,6 +153,14 @@ impl DefaultPool {
             DefaultPool::Driver(p) => p.empty_cache(),
         }
     }
+
+    /// `empty_cache`, the host copy kept for a sleep (`Pool::empty_device_cache`).
+    pub(crate) fn empty_device_cache(&self) {
+        match self {
+            DefaultPool::Caching(a) => a.empty_device_cache(),
+            DefaultPool::Driver(p) => p.empty_cache(),
+        }
+    }
 }
 
 /// Refuses `addr` where it lies in the memory of a pool that sleeps: gpurt's copies,
@@ -554,15 +562,16 @@ pub fn empty_cache() -> Result<()> {
     Ok(())
 }
 
-/// Releases the wholly free cached segments of `ordinal`'s device alone (its default
-/// pool and the pools users created on it): the reserved bytes that went back.
-pub fn empty_cache_of(ordinal: i32) -> Result<u64> {
+/// Releases the wholly free cached device memory of `ordinal`'s device alone (its
+/// default pool and the pools users created on it; host copies kept for a sleep stay,
+/// `Pool::empty_device_cache`): the reserved bytes that went back.
+pub fn empty_device_cache_of(ordinal: i32) -> Result<u64> {
     let reserved = || stats(ordinal).map(|s| s.reserved_bytes.all.current.max(0) as u64);
     let before = reserved()?;
     super::capture::foreign::settle();
     super::capture::collect_unreferenced();
-    default_pool(ordinal)?.empty_cache();
-    MEM_POOLS.on_device(allocator(ordinal)?.source().device()).iter().for_each(|pool| pool.allocator().empty_cache());
+    default_pool(ordinal)?.empty_device_cache();
+    MEM_POOLS.on_device(allocator(ordinal)?.source().device()).iter().for_each(|pool| pool.allocator().empty_device_cache());
     Ok(before.saturating_sub(reserved()?))
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::registry::{Offer, Registry};
 use super::requests::{ask, ask_one, Answer, Request, Serve, Server};
-use crate::alloc::mempool::on_request::{self, empty_caches, reclaimable, Reclaimable};
+use crate::alloc::mempool::on_request::{self, empty_device_caches, reclaimable, Reclaimable};
 use crate::alloc::config::AllocConfig;
 use crate::alloc::stats::format_bytes;
 use crate::alloc::{device as pools, reclaim};
@@ -136,9 +136,9 @@ impl Serve for Giver {
     fn serve(&mut self, request: Request) -> u64 {
         let offers = lock(&POOL_OFFERS).clone();
         let mut given = if offers.is_empty() {
-            if self.offer >= Offer::Cached { pools::empty_cache_of(self.ordinal).unwrap_or(0) } else { 0 }
+            if self.offer >= Offer::Cached { pools::empty_device_cache_of(self.ordinal).unwrap_or(0) } else { 0 }
         } else {
-            empty_caches(self.ordinal, |pool| self.offer_of(&offers, pool).0 >= Offer::Cached)
+            empty_device_caches(self.ordinal, |pool| self.offer_of(&offers, pool).0 >= Offer::Cached)
         };
         let enough = |given: u64| request.wanted > 0 && given >= request.wanted;
         if request.level < Offer::SleepDiscard || enough(given) {

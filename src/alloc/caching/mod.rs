@@ -184,7 +184,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
             done => return done,
         }
         lock(&self.totals).num_alloc_retries += 1;
-        self.empty_cache();
+        self.empty_device_cache();
         let cause = match retry() {
             Err(cause) if is_oom(&cause) => cause,
             done => return done,
@@ -315,6 +315,11 @@ impl<S: SegmentSource> CachingAllocator<S> {
     /// frees first (`torch.cuda.empty_cache`).
     pub fn empty_cache(&self) {
         self.for_each_shard(Pool::empty_cache);
+    }
+
+    /// `empty_cache`, the host copies kept for a sleep (`Pool::empty_device_cache`).
+    pub fn empty_device_cache(&self) {
+        self.for_each_shard(Pool::empty_device_cache);
     }
 
     /// Runs `f` on every shard's pool in turn, flushing its statistics after.

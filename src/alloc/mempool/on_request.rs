@@ -71,12 +71,12 @@ pub fn of_handle(handle: Handle) -> Result<(i32, Reclaimable)> {
     }
 }
 
-/// Empties the caches of `device`'s pools that `offered` picks (captures gpurt did
+/// Empties the device caches of `device`'s pools that `offered` picks, their host copies kept (captures gpurt did
 /// not begin settled first, as `gpurt_empty_cache` does); the reserved bytes that went
 /// back.
-pub fn empty_caches(device: i32, offered: impl Fn(&Reclaimable) -> bool) -> u64 {
+pub fn empty_device_caches(device: i32, offered: impl Fn(&Reclaimable) -> bool) -> u64 {
     capture::foreign::settle();
-    reclaimable(device).iter().filter(|pool| offered(pool)).map(Reclaimable::empty_cache).sum()
+    reclaimable(device).iter().filter(|pool| offered(pool)).map(Reclaimable::empty_device_cache).sum()
 }
 
 /// Puts `a` to sleep unless its activity moved from `seen`; the bytes given back.
@@ -110,12 +110,13 @@ impl Reclaimable {
         }
     }
 
-    /// Releases the pool's wholly free cached memory; the reserved bytes that went back.
-    pub fn empty_cache(&self) -> u64 {
+    /// Releases the pool's wholly free cached device memory (its host copy kept for a
+    /// sleep stays); the reserved bytes that went back.
+    pub fn empty_device_cache(&self) -> u64 {
         fn release<S: SegmentSource>(a: &CachingAllocator<S>) -> u64 {
             let reserved = || a.stats().reserved_bytes.all.current.max(0) as u64;
             let before = reserved();
-            a.empty_cache();
+            a.empty_device_cache();
             before.saturating_sub(reserved())
         }
         match self {

@@ -352,6 +352,32 @@ fn host_memory_of_offloads_stays_bounded_and_counted() {
     assert_eq!((p.source().staged_bytes(), p.stats().offload_host_bytes), (0, 0), "empty_cache gave it back");
 }
 
+/// What asks for device memory (an out-of-memory retry; a share group's request,
+/// `empty_device_cache`) keeps the host copy a wake left, so the next sleep makes no
+/// host memory (~70 ms a GiB on the GPU, most of a share group's switch); only
+/// `empty_cache` gives it back.
+#[test]
+fn requests_for_device_memory_keep_the_host_copy_for_the_next_sleep() {
+    let p = expandable(256 * MIB);
+    let block = p.malloc(64 * MIB, 1).unwrap();
+    p.source().write(block, b"kept");
+    sleep(&p, true).unwrap();
+    p.wake().unwrap();
+    let kept = p.source().staged_bytes();
+    assert!(kept >= 64 * MIB, "{kept} bytes kept after the wake");
+    assert!(p.malloc(512 * MIB, 1).is_err(), "past the device: refused after the retry");
+    p.empty_device_cache();
+    assert_eq!((p.source().staged_bytes(), p.stats().offload_host_bytes as u64), (kept, kept), "the host copy stays, counted");
+    sleep(&p, true).unwrap();
+    assert_eq!(p.source().staged_bytes(), kept, "the sleep copied into the kept memory, making none");
+    p.wake().unwrap();
+    assert_eq!(p.source().read(block), Some(b"kept".to_vec()));
+    p.free(block).unwrap();
+    p.empty_cache();
+    assert_eq!((p.source().staged_bytes(), p.stats().offload_host_bytes), (0, 0), "empty_cache gave it back");
+    check(&p);
+}
+
 /// #60's race: a sleep of a fresh pool and an allocation on a stream new to it, at
 /// once. Whatever wins, a pool that says it sleeps maps nothing.
 #[test]
