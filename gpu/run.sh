@@ -223,9 +223,11 @@ llama_bins() {  # the builds there are (a lease may build one alone)
     local m
     for m in unpatched gpurt; do [ -x "$llama_work/$m/build/bin/llama-server" ] && printf '%s ' "$m=$llama_work/$m/build/bin"; done
 }
-llama_src() {  # a llama.cpp source tree (convert_hf_to_gguf.py is the same in both)
+llama_src() {  # a llama.cpp source tree (convert_hf_to_gguf.py is the same in both): a build's, else the bundle's (builds unpacked from LLAMA_UNPACK have none)
     local m
     for m in unpatched gpurt; do [ -d "$llama_work/$m/llama.cpp" ] && { echo "$llama_work/$m/llama.cpp"; return; }; done
+    [ -d "$llama_work/src/llama.cpp" ] || { mkdir -p "$llama_work/src" && tar xf llama/llama.cpp.tar.xz -C "$llama_work/src"; }
+    echo "$llama_work/src/llama.cpp"
 }
 for mode in unpatched gpurt; do
     step "llama-build-$mode" llama_build $mode
