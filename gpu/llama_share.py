@@ -88,22 +88,31 @@ def alone(bindir, model, port):
 
 
 class Sampler:
-    """The largest device memory the processes held together, sampled every 20 ms."""
+    """The device memory each process holds (NVML), sampled every 20 ms: the largest
+    the processes held together, and the samples as (ms since the start, MiB each)."""
 
     def __init__(self, pids):
-        self.pids, self.peak, self.running = pids, 0.0, True
+        self.pids, self.peak, self.samples, self.running = pids, 0.0, [], True
+        self.start = time.monotonic()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
     def run(self):
         while self.running:
-            self.peak = max(self.peak, sum(device_mib(pid) for pid in self.pids))
+            each = [device_mib(pid) for pid in self.pids]
+            self.samples.append(((time.monotonic() - self.start) * 1e3, each))
+            self.peak = max(self.peak, sum(each))
             time.sleep(0.02)
 
     def stop(self):
         self.running = False
         self.thread.join()
         return self.peak
+
+    def series(self, points=25):
+        """The samples thinned to about `points`, as "ms: MiB+MiB" in words."""
+        step = max(1, len(self.samples) // points)
+        return ", ".join(f"{ms:.0f}: {'+'.join(f'{m:.0f}' for m in each)}" for ms, each in self.samples[::step])
 
 
 def together(bins, paths, solo, leave, rounds, copies):
@@ -143,6 +152,7 @@ def together(bins, paths, solo, leave, rounds, copies):
             ok &= holds
         print(f"{2 * rounds} requests, {failed} failed; tokens {'identical' if same else 'DIFFER'} to each server alone; "
               f"the two servers together at most {peak:.0f} MiB (NVML, every 20 ms) with {free} MiB free beside the hog")
+        print(f"NVML over the requests (ms: MiB of {' + '.join(os.path.basename(p) for p in paths)}): {sampler.series()}")
         return ok and same and failed == 0
     except Exception:
         for _, log in servers:

@@ -124,16 +124,15 @@ impl Serve for Giver {
         self.registry.publish_idle(self.slot, oldest.map(monotonic_ns));
     }
 
-    /// A quarter of the shortest idle period on offer (2 to 100 ms): a pool is found
+    /// A quarter of the shortest idle period on offer (10 to 100 ms): a pool is found
     /// idle at most that long after its idle period ended, which is what a switch
-    /// between two members waits for beyond it. The looks cost the idle member 1.4 % of
-    /// a core at the floor (idle periods up to 8 ms), 0.6 % at 20 ms and 0.06 % at the
-    /// default 1 s (stand-in driver, wake-ups included); a switch waits half a period
-    /// on average, 5 ms at the 10 ms floor this replaced.
+    /// between two members waits for beyond it. Rejected: a 2 ms floor, which cost the
+    /// idle member 1.4 % of a core (stand-in driver) and left llama-servers' switches
+    /// as they were (H200: 61-64 against 58-63 ms at 5 ms idle).
     fn period(&self) -> Duration {
         let offers = lock(&POOL_OFFERS);
         let shortest = offers.iter().filter(|o| o.1 >= Offer::SleepDiscard).map(|o| o.2).fold(self.idle, Duration::min);
-        (shortest / 4).clamp(Duration::from_millis(2), Duration::from_millis(100))
+        (shortest / 4).clamp(Duration::from_millis(10), Duration::from_millis(100))
     }
 
     fn serve(&mut self, request: Request) -> u64 {
