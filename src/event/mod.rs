@@ -330,30 +330,6 @@ pub(crate) fn native_stream_wait(device: i32, waiting: sys::CUstream, other: sys
     })
 }
 
-/// Waits for the work queued on native stream `raw` of `device` (whose context is
-/// current) so far, through a pooled event rather than cuStreamSynchronize: a stream
-/// another thread begins capturing meanwhile takes the record into its capture,
-/// untouched, where synchronising it would invalidate the capture. Ok(false) then:
-/// nothing was waited for. Where no event can be had or recorded, the stream is
-/// synchronised instead (as `marker_record` does), the gap open again.
-pub(crate) fn native_stream_drain(device: i32, raw: sys::CUstream) -> Result<bool> {
-    let recorded = pool_get(device).and_then(|event| {
-        let cu = get(event)?.cu();
-        check(unsafe { sys::cuEventRecord(cu, raw) }, "cuEventRecord").map(|()| (event, cu)).inspect_err(|_| {
-            let _ = destroy(event);
-        })
-    });
-    let Ok((event, cu)) = recorded else {
-        return check(unsafe { sys::cuStreamSynchronize(raw) }, "cuStreamSynchronize").map(|()| true);
-    };
-    let waited = match unsafe { sys::cuEventSynchronize(cu) } {
-        sys::CUresult::CUDA_ERROR_CAPTURED_EVENT => Ok(false),
-        code => check(code, "cuEventSynchronize").map(|()| true),
-    };
-    destroy(event)?;
-    waited
-}
-
 /// Runs `f` with a pooled event of `device`, then gives the event back. A wait is
 /// bound to the record made before it, so the event can go back to the pool (and be
 /// recorded again) at once.

@@ -183,32 +183,29 @@ CUresult cuStreamGetPriority(P s, int *p) { (void)s; *p = 0; return 0; }
 static int capturing(P s) { return (unsigned long)s > 4096 ? *(int *)s : 0; }
 /* Asked about the legacy stream while a blocking stream captures, the driver answers
  * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT. */
-static P capture_after_query;
-static void start_capture(P s, P graph, int owns_graph);
-static P new_graph(void);
 CUresult cuStreamIsCapturing(P s, int *c) {
     if ((unsigned long)s <= 1 && blocking_captures_active()) return 906;
     *c = capturing(s);
-    P armed = s;
-    if (*c == 0 && s == capture_after_query && __atomic_compare_exchange_n(&capture_after_query, &armed, NULL, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        start_capture(s, new_graph(), 1);
     return 0;
 }
-/* The next cuStreamIsCapturing(s) that answers "no" begins a capture on s after
- * answering, as another thread may begin one between a caller's question and what
- * the caller does next; ended with cuStreamEndCapture. */
-void stub_capture_after_query(P s) { __atomic_store_n(&capture_after_query, s, __ATOMIC_RELAXED); }
 CUresult cuLaunchHostFunc(P s, void (*f)(void *), void *u) { (void)s; INJECT("cuLaunchHostFunc", UNKNOWN); f(u); return 0; }
 CUresult cuEventCreate(P *e, unsigned f) { if (f & ~7u) return 1; /* the driver's flags only */ INJECT("cuEventCreate", UNKNOWN); *e = calloc(1, 64); count(&live_events, 1); return 0; }
 CUresult cuEventDestroy_v2(P e) { free(e); count(&live_events, -1); return 0; }
-/* An event's first int says whether its last record was into a capture: waiting for
- * or querying such an event is refused (CUDA_ERROR_CAPTURED_EVENT), capture untouched. */
+/* An event's first pointer is the stream it was last recorded on while that stream
+ * captured (NULL: none). Waiting for or querying such an event is refused
+ * (CUDA_ERROR_CAPTURED_EVENT) and breaks the capture, as the H200 showed when another
+ * thread recorded an event into a capture and waited for it. */
 CUresult cuEventRecord(P e, P s) {
     INJECT("cuEventRecord", UNKNOWN);
-    __atomic_store_n((int *)e, capturing(s) != 0, __ATOMIC_RELAXED);
+    __atomic_store_n((P *)e, capturing(s) ? s : NULL, __ATOMIC_RELAXED);
     return 0;
 }
-static CUresult captured_event(P e) { return __atomic_load_n((int *)e, __ATOMIC_RELAXED) ? 907 : 0; }
+static CUresult captured_event(P e) {
+    P s = __atomic_load_n((P *)e, __ATOMIC_RELAXED);
+    if (s == NULL) return 0;
+    invalidate_captures(s);
+    return 907;
+}
 /* External records and waits (event nodes in a capture), counted for the tests. */
 void stub_external_events(long *records, long *waits) { *records = external_records; *waits = external_waits; }
 CUresult cuEventRecordWithFlags(P e, P s, unsigned f) {
