@@ -72,21 +72,15 @@ pub struct gpurt_share_options_t {
 pub extern "C" fn gpurt_share_join(device: c_int, name: *const c_char, options: *const gpurt_share_options_t) -> gpurt_status_t {
     boundary::call("gpurt_share_join", || {
         let name = in_str(name, "name")?;
-        let mut join = JoinOptions::default();
-        if !options.is_null() {
-            // SAFETY: the options are plain integers; `idle_ms` came after the first version.
-            let o = unsafe { in_extended(options, std::mem::offset_of!(gpurt_share_options_t, idle_ms), "options", "GPURT_SHARE_OPTIONS_INIT")? };
-            join.offer = offer_of(o.offer).map_err(|e| e.context("`options->offer`"))?;
-            if o.deadline_ms > 0 {
-                join.deadline = Duration::from_millis(o.deadline_ms.into());
+        let join = match options.is_null() {
+            true => JoinOptions::default(),
+            false => {
+                // SAFETY: the options are plain integers; `idle_ms` came after the first version.
+                let o = unsafe { in_extended(options, std::mem::offset_of!(gpurt_share_options_t, idle_ms), "options", "GPURT_SHARE_OPTIONS_INIT")? };
+                let offer = offer_of(o.offer).map_err(|e| e.context("`options->offer`"))?;
+                JoinOptions::given(offer, o.deadline_ms, o.idle_ms, o.headroom_mib)
             }
-            if o.idle_ms > 0 {
-                join.idle = Duration::from_millis(o.idle_ms.into());
-            }
-            if o.headroom_mib > 0 {
-                join.headroom = u64::from(o.headroom_mib) << 20;
-            }
-        }
+        };
         member::join(device, name, join)
     })
 }

@@ -40,6 +40,24 @@ impl Default for JoinOptions {
     }
 }
 
+impl JoinOptions {
+    /// These options with `offer` and each of the others that is given: the C API and
+    /// the configuration say "the default" with 0.
+    pub fn given(offer: Offer, deadline_ms: u32, idle_ms: u32, headroom_mib: u32) -> Self {
+        let mut options = JoinOptions { offer, ..JoinOptions::default() };
+        if deadline_ms > 0 {
+            options.deadline = Duration::from_millis(deadline_ms.into());
+        }
+        if idle_ms > 0 {
+            options.idle = Duration::from_millis(idle_ms.into());
+        }
+        if headroom_mib > 0 {
+            options.headroom = u64::from(headroom_mib) << 20;
+        }
+        options
+    }
+}
+
 /// What one pool offers where it differs from its device's offer: (offer, idle period),
 /// by allocator id (`gpurt_share_pool_offer`).
 static POOL_OFFERS: Mutex<Vec<(u64, Offer, Duration)>> = Mutex::new(Vec::new());
@@ -168,9 +186,7 @@ struct Membership {
     key: i32,
     registry: Arc<Registry>,
     slot: usize,
-    idle: Duration,
-    deadline: Duration,
-    headroom: u64,
+    options: JoinOptions,
     server: Server,
 }
 
@@ -202,8 +218,7 @@ pub fn join(ordinal: i32, name: &str, options: JoinOptions) -> Result<()> {
     let server = Server::start(registry.clone(), slot, giver).inspect_err(|_| {
         let _ = registry.leave(slot);
     })?;
-    let (idle, deadline, headroom) = (options.idle, options.deadline, options.headroom);
-    all.push(Membership { ordinal, name: name.to_string(), key, registry, slot, idle, deadline, headroom, server });
+    all.push(Membership { ordinal, name: name.to_string(), key, registry, slot, options, server });
     reclaim::set_out_of_memory_hook(Some(Arc::new(ask_group)));
     Ok(())
 }
@@ -212,16 +227,7 @@ pub fn join(ordinal: i32, name: &str, options: JoinOptions) -> Result<()> {
 /// configuration's offer, idle period and headroom (`share_offer`, `share_idle_ms`,
 /// `share_headroom_mib`) and the default deadline.
 pub fn join_configured(ordinal: i32, name: &str, config: &AllocConfig) -> Result<()> {
-    let defaults = JoinOptions::default();
-    let idle = match config.share_idle_ms {
-        0 => defaults.idle,
-        ms => Duration::from_millis(ms.into()),
-    };
-    let headroom = match config.share_headroom_mib {
-        0 => defaults.headroom,
-        mib => u64::from(mib) << 20,
-    };
-    join(ordinal, name, JoinOptions { offer: config.share_offer, idle, headroom, ..defaults })
+    join(ordinal, name, JoinOptions::given(config.share_offer, 0, config.share_idle_ms, config.share_headroom_mib))
 }
 
 /// What the group may take from one pool (`handle`: a pool of gpurt_mem_pool_create or
@@ -240,7 +246,7 @@ pub fn offer_pool(handle: Handle, offer: Offer, idle: Option<Duration>) -> Resul
     }
     let mut offers = lock(&POOL_OFFERS);
     offers.retain(|o| o.0 != pool.id());
-    offers.push((pool.id(), offer, idle.unwrap_or(member.idle)));
+    offers.push((pool.id(), offer, idle.unwrap_or(member.options.idle)));
     Ok(())
 }
 
@@ -269,8 +275,8 @@ fn ask_group(device: Option<i32>, bytes: u64) -> Option<reclaim::Asked> {
     let member = lock(&MEMBERSHIPS)
         .iter()
         .find(|m| Some(m.ordinal) == device)
-        .map(|m| (m.ordinal, m.name.clone(), m.registry.clone(), m.slot, m.key, m.deadline, m.headroom));
-    let (ordinal, name, registry, slot, key, deadline, headroom) = member?;
+        .map(|m| (m.ordinal, m.name.clone(), m.registry.clone(), m.slot, m.key, m.options));
+    let (ordinal, name, registry, slot, key, JoinOptions { deadline, headroom, .. }) = member?;
     let until = Instant::now() + deadline;
     let wanted = bytes.saturating_add(headroom);
     let answers = ask(&registry, Some(slot), key, Request { level: Offer::Cached, wanted }, until)

@@ -71,9 +71,9 @@ pub fn of_handle(handle: Handle) -> Result<(i32, Reclaimable)> {
     }
 }
 
-/// Empties the device caches of `device`'s pools that `offered` picks, their host copies kept (captures gpurt did
-/// not begin settled first, as `gpurt_empty_cache` does); the reserved bytes that went
-/// back.
+/// Empties the device caches of `device`'s pools that `offered` picks, their host
+/// copies kept (captures gpurt did not begin settled first, as `gpurt_empty_cache`
+/// does); the reserved bytes that went back.
 pub fn empty_device_caches(device: i32, offered: impl Fn(&Reclaimable) -> bool) -> u64 {
     capture::foreign::settle();
     reclaimable(device).iter().filter(|pool| offered(pool)).map(Reclaimable::empty_device_cache).sum()
