@@ -1671,6 +1671,28 @@ gpurt_status_t gpurt_mem_discard_on_sleep(const void *ptr,
                                           int discard);
 
 /**
+ * Promises that a live block's contents do not change from now on (a model's
+ * weights), or takes the promise back. An offloading sleep copies such a block to host
+ * memory as any other; later offloads of its pool keep that copy instead of copying the
+ * block again while the promise holds, so that a pool whose weights went to host memory
+ * once sleeps again at the cost of its other blocks only (the kept host memory is the
+ * pool's until gpurt_mem_pool_empty_cache or gpurt_empty_cache). Writing the block
+ * while the promise holds is the caller's error: a later sleep and wake bring back the
+ * contents it had when an offload last copied it. Take the promise back (`read_only`
+ * 0) before writing; a new promise is copied by the next offload again. A sleep with
+ * GPURT_SLEEP_DISCARD ends what the host memory holds, so the block may be written
+ * again after its wake.
+ *
+ * @param ptr a live block from gpurt's allocator (any device; a default, user or graph pool)
+ * @param read_only non-zero: promise its contents do not change; 0: take the promise back (how every allocation starts)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a pointer that is not a live block of gpurt's pools (the driver's pool of backend:cudaMallocAsync included; nothing changes); or a status every call may give (@ref statuses).
+ * @par Ordering
+ * Host-side bookkeeping, read when the block's pool next falls asleep; does not block. The promise ends with the allocation; it replaces a gpurt_mem_discard_on_sleep mark (and that mark replaces it).
+ */
+gpurt_status_t gpurt_mem_read_only(const void *ptr,
+                                   int read_only);
+
+/**
  * Releases every wholly free cached segment to the driver (`torch.cuda.empty_cache`).
  *
  * @return GPURT_SUCCESS; GPURT_ERROR_NO_DRIVER / GPURT_ERROR_NO_DEVICE where there is no device; or a status every call may give (@ref statuses).

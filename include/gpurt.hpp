@@ -631,6 +631,11 @@ public:
      *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
      */
     Ret<void> discard_on_sleep(bool discard = true) const { return detail::finish(gpurt_mem_discard_on_sleep(data(), discard ? 1 : 0)); }
+    /** Promises its contents do not change (a model's weights), so that later offloading sleeps of its pool keep one host copy instead of copying it again (gpurt_mem_read_only).
+     *  @param read_only true: promised; false: the promise taken back, before a write (how every buffer starts)
+     *  @return nothing; a failure throws gpurt::Error (or is returned, with GPURT_CPP_NO_EXCEPTIONS)
+     */
+    Ret<void> read_only(bool read_only = true) const { return detail::finish(gpurt_mem_read_only(data(), read_only ? 1 : 0)); }
     /** Copies from host memory (any kind) on `stream`.
      *  @param host host memory
      *  @param n the number of elements

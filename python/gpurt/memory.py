@@ -195,6 +195,12 @@ class DeviceBuffer(Allocation):
         cache rebuilt after wake) instead of copying them; every buffer starts kept."""
         check(lib.gpurt_mem_discard_on_sleep(self._pointer(), 1 if discard else 0))
 
+    def read_only(self, read_only=True):
+        """Promises the buffer's contents do not change (a model's weights): later
+        offloading sleeps of its pool keep one host copy of it instead of copying it
+        again. Take the promise back (read_only=False) before writing it."""
+        check(lib.gpurt_mem_read_only(self._pointer(), 1 if read_only else 0))
+
     def copy_from_host(self, data):
         """Copies a bytes-like object (bytes, bytearray, a numpy array, ...) into the
         start of the buffer, ordered on the buffer's stream; returns when done."""

@@ -60,9 +60,21 @@ pub struct Block {
     pub state: State,
     /// Whether other streams used it (`record_stream`).
     pub used_elsewhere: bool,
-    /// While allocated: whether an offloading sleep drops its contents instead of
-    /// copying them (`gpurt_mem_discard_on_sleep`).
-    pub discard_on_sleep: bool,
+    /// While allocated: what an offloading sleep does with its contents.
+    pub on_sleep: OnSleep,
+}
+
+/// What an offloading sleep does with a live block's contents.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum OnSleep {
+    /// Copied to host memory and back (how every allocation starts).
+    Copy,
+    /// Dropped (`gpurt_mem_discard_on_sleep`): a cache its owner rebuilds.
+    Discard,
+    /// Copied, and its owner promises not to change them (`gpurt_mem_read_only`):
+    /// `kept` once an offload copied them, so that a later offload whose host memory
+    /// still holds that copy need not copy them again.
+    ReadOnly { kept: bool },
 }
 
 impl Block {
@@ -83,7 +95,7 @@ impl Block {
             pool,
             state: State::Free,
             used_elsewhere: false,
-            discard_on_sleep: false,
+            on_sleep: OnSleep::Copy,
         }
     }
 

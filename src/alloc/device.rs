@@ -372,6 +372,8 @@ enum BlockOp {
     UsedOn(u64),
     /// `set_discard_on_sleep` with this value.
     DiscardOnSleep(bool),
+    /// `set_read_only` with this value.
+    ReadOnly(bool),
 }
 
 impl BlockOp {
@@ -382,6 +384,7 @@ impl BlockOp {
             BlockOp::Free => allocator.try_free(ptr),
             BlockOp::UsedOn(stream) => allocator.try_record_stream(ptr, stream),
             BlockOp::DiscardOnSleep(discard) => allocator.try_set_discard_on_sleep(ptr, discard),
+            BlockOp::ReadOnly(read_only) => allocator.try_set_read_only(ptr, read_only),
         }
     }
 }
@@ -531,6 +534,12 @@ fn record_stream_in_pools(ptr: u64, native_stream: u64) -> Result<()> {
 /// at `ptr` (any device, any pool, graph pools included) instead of copying them.
 pub fn set_discard_on_sleep(ptr: u64, discard: bool) -> Result<()> {
     on_owner_or_graph_pool(ptr, BlockOp::DiscardOnSleep(discard))
+}
+
+/// Marks whether the owner of the live block at `ptr` (any device, any pool) promises
+/// not to change its contents, so that offloads may keep one copy of them.
+pub fn set_read_only(ptr: u64, read_only: bool) -> Result<()> {
+    on_owner_or_graph_pool(ptr, BlockOp::ReadOnly(read_only))
 }
 
 /// `op` on the block at `ptr` in whichever default, user or graph pool holds it.

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::pool::{HostStaging, SegmentSource};
+use super::pool::{HostStaging, SegmentSource, StagedRange};
 use crate::boundary::lock;
 use crate::error::{Error, Result, Status};
 
@@ -40,6 +40,8 @@ struct HostState {
     /// Host memory made for offloads (`host_staging`), and the bytes of it alive.
     fresh_offloads: u64,
     staged_bytes: Arc<AtomicU64>,
+    /// The bytes offloads copied, in all (`copied_out`).
+    copied_out: u64,
     /// Where `synchronize` waits, if a test set one (`hold_synchronize`).
     synchronize_gate: Option<Arc<Gate>>,
     /// `synchronize` calls so far (`synchronizations`).
@@ -82,6 +84,7 @@ impl HostSource {
             contents: std::collections::BTreeMap::new(),
             failure: None,
             fresh_offloads: 0,
+            copied_out: 0,
             staged_bytes: Arc::default(),
             synchronize_gate: None,
             synchronizations: 0,
@@ -128,6 +131,10 @@ impl HostSource {
     pub fn fresh_offloads(&self) -> u64 {
         self.state().fresh_offloads
     }
+    /// The bytes offloads copied to host memory so far.
+    pub fn copied_out(&self) -> u64 {
+        self.state().copied_out
+    }
     /// The bytes of host memory made for offloads that are alive.
     pub fn staged_bytes(&self) -> u64 {
         self.state().staged_bytes.load(Ordering::Relaxed)
@@ -157,6 +164,10 @@ impl HostSource {
     /// range) that comes after `pass` more calls of it, once: for fault-injection tests.
     pub fn fail_on(&self, operation: &'static str, pass: u32) {
         self.state().failure = Some((operation, pass));
+    }
+    /// Disarms a `fail_on` that has not struck.
+    pub fn fail_nothing(&self) {
+        self.state().failure = None;
     }
     /// Where `addr` lies: (the number of the segment or reservation holding it, in
     /// the order they were made; the offset in it).
@@ -311,29 +322,30 @@ impl SegmentSource for HostSource {
         s.fails("host_staging")?;
         s.fresh_offloads += 1;
         s.staged_bytes.fetch_add(bytes, Ordering::Relaxed);
-        Ok(Box::new(Staging { bytes, contents: Vec::new(), staged: s.staged_bytes.clone() }))
+        Ok(Box::new(Staging { bytes, contents: Default::default(), staged: s.staged_bytes.clone() }))
     }
-    /// Copies what `write` put in each range; each range is a call that `fail_on`
-    /// may fail.
-    fn offload(&self, ranges: &[(u64, u64)], host: &mut HostStaging) -> Result<()> {
+    /// Copies what `write` put in each range to its place in the staging (what was
+    /// there goes); each range is a call that `fail_on` may fail.
+    fn offload(&self, ranges: &[StagedRange], host: &mut HostStaging) -> Result<()> {
         let mut s = self.state();
         let staging = host.downcast_mut::<Staging>().expect("a host source's staging");
-        assert!(ranges.iter().map(|r| r.1).sum::<u64>() <= staging.bytes, "offloaded more than the staging holds");
-        staging.contents.clear();
-        for &(addr, size) in ranges {
-            assert!(s.is_mapped(addr, size), "offloaded memory that is not mapped");
+        for r in ranges {
+            assert!(r.end() <= staging.bytes, "offloaded past the staging's end");
+            assert!(s.is_mapped(r.addr, r.len), "offloaded memory that is not mapped");
             s.fails("offload")?;
-            staging.contents.extend(s.contents.range(addr..addr + size).map(|(&a, b)| (a, b.clone())));
+            s.copied_out += r.len;
+            staging.contents.retain(|&at, _| !(r.at..r.end()).contains(&at));
+            staging.contents.extend(s.contents.range(r.addr..r.addr + r.len).map(|(&a, b)| (a - r.addr + r.at, b.clone())));
         }
         Ok(())
     }
-    fn restore(&self, ranges: &[(u64, u64)], host: &HostStaging) -> Result<()> {
+    fn restore(&self, ranges: &[StagedRange], host: &HostStaging) -> Result<()> {
         let mut s = self.state();
         let staging = host.downcast_ref::<Staging>().expect("a host source's staging");
-        for &(addr, size) in ranges {
-            assert!(s.is_mapped(addr, size), "restored into memory that is not mapped");
+        for r in ranges {
+            assert!(s.is_mapped(r.addr, r.len), "restored into memory that is not mapped");
             s.fails("restore")?;
-            s.contents.extend(staging.contents.iter().filter(|(a, _)| (addr..addr + size).contains(a)).cloned());
+            s.contents.extend(staging.contents.range(r.at..r.end()).map(|(&at, b)| (at - r.at + r.addr, b.clone())));
         }
         Ok(())
     }
@@ -348,7 +360,8 @@ impl SegmentSource for HostSource {
 /// A host source's offload: what `write` put in the ranges copied, by address.
 struct Staging {
     bytes: u64,
-    contents: Vec<(u64, Vec<u8>)>,
+    /// What `offload` copied, by offset in the staging.
+    contents: std::collections::BTreeMap<u64, Vec<u8>>,
     /// Its source's count of the staged bytes alive, which it leaves when dropped.
     staged: Arc<AtomicU64>,
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Once};
 
 use crate::alloc::device::allocator;
 use crate::alloc::mempool::sleep::{add_device_sleepers, Sleeper};
-use crate::alloc::pool::{HostStaging, SegmentSource};
+use crate::alloc::pool::{HostStaging, SegmentSource, StagedRange};
 use crate::boundary::lock;
 use crate::device;
 use crate::error::{Error, Result, Status};
@@ -149,10 +149,11 @@ impl Sleeper for VBuffer {
         let a = allocator(self.device)?;
         device::synchronize(self.device)?;
         let ranges = self.ranges(&state);
+        let staged = StagedRange::packed(ranges.iter().copied());
         let host = match offload && !ranges.is_empty() {
             true => {
                 let mut host = a.source().host_staging(ranges.iter().map(|r| r.1).sum())?;
-                a.source().offload(&ranges, &mut host)?;
+                a.source().offload(&staged, &mut host)?;
                 Some(host)
             }
             false => None,
@@ -160,7 +161,7 @@ impl Sleeper for VBuffer {
         for (i, &(addr, bytes)) in ranges.iter().enumerate() {
             if let Err(e) = a.unmap_outside(addr, bytes) {
                 // Mapped again, so that the vbuffer is as it was.
-                remap(a, &ranges[..i]).and_then(|()| host.as_ref().map_or(Ok(()), |h| a.source().restore(&ranges[..i], h)))?;
+                remap(a, &ranges[..i]).and_then(|()| host.as_ref().map_or(Ok(()), |h| a.source().restore(&staged[..i], h)))?;
                 return Err(e);
             }
         }
@@ -175,7 +176,7 @@ impl Sleeper for VBuffer {
         let ranges = self.ranges(&state);
         remap(a, &ranges)?;
         if let Some(host) = &asleep.host {
-            a.source().restore(&ranges, host)?;
+            a.source().restore(&StagedRange::packed(ranges), host)?;
         }
         state.asleep = None;
         Ok(())

@@ -131,6 +131,26 @@ static void sleep_and_wake(gpurt_mem_pool_t pool, gpurt_stream_t stream, int use
     EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);
     write_blocks(blocks, 1, BLOCKS, 47);
     check_blocks(blocks, 1, BLOCKS, 47);
+    /* A block promised read-only: the first offload copies it, later ones keep that copy
+     * while the others change; a promise taken back, the block written and promised
+     * again, is copied again. */
+    EXPECT(gpurt_mem_read_only(blocks[2], 1), GPURT_SUCCESS);
+    EXPECT(gpurt_mem_read_only((char *)blocks[2] + 512, 1), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_mem_read_only(blocks[0], 1), GPURT_ERROR_INVALID_ARGUMENT); /* freed */
+    EXPECT(gpurt_mem_read_only(NULL, 1), GPURT_ERROR_INVALID_ARGUMENT);
+    for (i = 0; i < 4; i++) {
+        if (i == 3) {
+            EXPECT(gpurt_mem_read_only(blocks[2], 0), GPURT_SUCCESS);
+            write_blocks(blocks, 2, 3, 60);
+            EXPECT(gpurt_mem_read_only(blocks[2], 1), GPURT_SUCCESS);
+        }
+        write_blocks(blocks, 3, BLOCKS, 50 + i);
+        EXPECT(gpurt_mem_pool_sleep(pool, GPURT_SLEEP_OFFLOAD), GPURT_SUCCESS);
+        EXPECT(gpurt_mem_pool_wake(pool), GPURT_SUCCESS);
+        check_blocks(blocks, 1, 2, 47);
+        check_blocks(blocks, 2, 3, i == 3 ? 60 : 47);
+        check_blocks(blocks, 3, BLOCKS, 50 + i);
+    }
     EXPECT(gpurt_mem_pool_malloc(pool, 4096, stream, &p), GPURT_SUCCESS);
     EXPECT(gpurt_free(p), GPURT_SUCCESS);
     for (i = 1; i < BLOCKS; i++)

@@ -671,6 +671,34 @@ def test_a_buffer_marked_discard_is_not_offloaded(device):
         s.synchronize()
 
 
+def test_a_buffer_promised_read_only_keeps_its_host_copy_across_sleeps(device):
+    from conftest import DRIVER
+    s = gpurt.Stream()
+    weights, other = random.randbytes(4 << 20), random.randbytes(1 << 20)
+    with gpurt.MemPool(config="expandable_segments:True") as pool:
+        w = gpurt.DeviceBuffer(len(weights), stream=s, pool=pool)
+        o = gpurt.DeviceBuffer(len(other), stream=s, pool=pool)
+        w.copy_from_host(weights)
+        w.read_only()
+        for round in range(3):
+            if round == 2:  # taken back, written, promised again: copied again
+                w.read_only(False)
+                weights = random.randbytes(len(weights))
+                w.copy_from_host(weights)
+                w.read_only()
+            other = random.randbytes(len(other))
+            o.copy_from_host(other)
+            pool.sleep(offload=True)
+            pool.wake()
+            if DRIVER == "gpu":
+                assert bytes(w.copy_to_host()) == weights and bytes(o.copy_to_host()) == other
+        o.free()
+        with pytest.raises(gpurt.InvalidHandleError, match="freed"):
+            o.read_only()
+        w.free()
+        s.synchronize()
+
+
 def test_batched_copies_move_every_byte_and_refuse_overlaps(device):
     from conftest import DRIVER
     s = gpurt.Stream()

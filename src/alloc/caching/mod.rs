@@ -290,6 +290,11 @@ impl<S: SegmentSource> CachingAllocator<S> {
         self.on_owner(addr, |pool| pool.set_discard_on_sleep(addr, discard))
     }
 
+    /// `Pool::set_read_only` if this allocator holds `addr`.
+    pub fn try_set_read_only(&self, addr: u64, read_only: bool) -> Option<Result<()>> {
+        self.on_owner(addr, |pool| pool.set_read_only(addr, read_only))
+    }
+
     /// Declares that `addr` is also used on `stream` (PyTorch's `record_stream`).
     pub fn record_stream(&self, addr: u64, stream: u64) -> Result<()> {
         self.try_record_stream(addr, stream).unwrap_or_else(|| Err(not_live(addr)))

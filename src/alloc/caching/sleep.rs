@@ -142,15 +142,15 @@ impl<S: SegmentSource> CachingAllocator<S> {
         Ok(())
     }
 
-    /// Copies a shard's live bytes into host memory: its kept memory if that holds
-    /// them, else new memory of their size.
+    /// Copies a shard's live bytes that its host memory does not hold already into
+    /// it: its kept memory if they fit there, else new memory of their size.
     fn offload(&self, copy: &mut SleepCopy) -> Result<()> {
-        if copy.bytes == 0 {
+        if copy.ranges.is_empty() {
             return Ok(());
         }
         let mut staging = match copy.staging.take() {
             Some(kept) => kept,
-            None => Staged { bytes: copy.bytes, memory: self.shared.source.host_staging(copy.bytes)? },
+            None => Staged::new(copy.bytes, self.shared.source.host_staging(copy.bytes)?),
         };
         let copied = self.shared.source.offload(&copy.ranges, &mut staging.memory);
         copy.staging = Some(staging);
@@ -375,7 +375,7 @@ impl<S: SegmentSource> CachingAllocator<S> {
         };
         let mut made = 0;
         for (index, bytes) in needs {
-            let staging = Staged { bytes, memory: self.shared.source.host_staging(bytes)? };
+            let staging = Staged::new(bytes, self.shared.source.host_staging(bytes)?);
             let (kept, to_free) = {
                 let (_streams, mut shards) = self.lock_all();
                 let offered = match shards.iter_mut().find(|(i, _)| *i == index) {

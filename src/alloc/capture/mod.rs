@@ -23,7 +23,7 @@ use cudarc::driver::sys;
 
 use super::caching::CachingAllocator;
 use super::config::AllocConfig;
-use super::pool::{HostStaging, KeepMapped, SegmentSource};
+use super::pool::{HostStaging, KeepMapped, SegmentSource, StagedRange};
 use super::stats::{gpurt_memory_stats_t, RetiredStats};
 use crate::stream::key::native_stream_of;
 pub(crate) use super::upstream::with_relaxed_capture;
@@ -128,10 +128,10 @@ impl SegmentSource for CaptureSource {
     fn host_staging(&self, bytes: u64) -> Result<HostStaging> {
         self.driver.host_staging(bytes)
     }
-    fn offload(&self, ranges: &[(u64, u64)], host: &mut HostStaging) -> Result<()> {
+    fn offload(&self, ranges: &[StagedRange], host: &mut HostStaging) -> Result<()> {
         self.driver.offload(ranges, host)
     }
-    fn restore(&self, ranges: &[(u64, u64)], host: &HostStaging) -> Result<()> {
+    fn restore(&self, ranges: &[StagedRange], host: &HostStaging) -> Result<()> {
         self.driver.restore(ranges, host)
     }
     /// As the default, except that no wait makes an `AFTER_RELEASE` marker done.

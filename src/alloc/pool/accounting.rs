@@ -4,14 +4,14 @@
 //! counter; see `stats`).
 
 use super::{Pool, SegmentSource};
-use crate::alloc::blocks::{Block, State};
+use crate::alloc::blocks::{Block, OnSleep, State};
 use crate::alloc::stats::{gpurt_memory_stats_t, PoolKind};
 
 /// Marks a block allocated for a request of `requested` bytes and counts it.
 pub(super) fn count_handed_out(stats: &mut gpurt_memory_stats_t, block: &mut Block, requested: u64) {
     block.state = State::Allocated;
     block.requested = requested;
-    block.discard_on_sleep = false;
+    block.on_sleep = OnSleep::Copy;
     let (pool, size) = (block.pool, block.size as i64);
     stats.allocation.add(pool, 1);
     stats.allocated_bytes.add(pool, size);

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::blocks::{Arena, Block, BlockId, FreeLists, State, MIN_BLOCK, NO_BLOCK};
+use super::blocks::{Arena, Block, BlockId, FreeLists, OnSleep, State, MIN_BLOCK, NO_BLOCK};
 use super::config::AllocConfig;
 use super::history::{self, Action};
 use super::stats::{gpurt_memory_stats_t, PoolKind};
@@ -33,7 +33,7 @@ pub use sleep::{asleep_error, Sleep, SleepCopy, Staged, WakeWork};
 use accounting::{count_handed_out, count_inactive_split, uncount_use};
 use expandable::Expandable;
 use parking::{park_max, Parked, RECENT_SIZES};
-pub use segments::{HostStaging, KeepMapped, SegmentSource, Segments};
+pub use segments::{HostStaging, KeepMapped, SegmentSource, Segments, StagedRange};
 pub use view::{BlockState, BlockView, SegmentView};
 
 const MIB: u64 = 1 << 20;
@@ -495,7 +495,29 @@ impl<S: SegmentSource> Pool<S> {
     /// `addr` (`true`: a cache its owner rebuilds) or copies them (`false`, as every
     /// allocation starts). `None`: `addr` is not a block of this pool.
     pub fn set_discard_on_sleep(&mut self, addr: u64, discard: bool) -> Option<Result<()>> {
-        Some(self.allocated_block(addr)?.map(|id| self.blocks[id].discard_on_sleep = discard))
+        self.mark_on_sleep(addr, |now| match (now, discard) {
+            (_, true) => OnSleep::Discard,
+            (OnSleep::Discard, false) => OnSleep::Copy,
+            (kept, false) => kept,
+        })
+    }
+
+    /// Marks whether its owner promises not to change the live block at `addr` (`true`),
+    /// so that an offload may keep an earlier offload's copy of it, or takes the
+    /// promise back (`false`: copied by every offload again). A repeated promise keeps
+    /// the copy; a new one needs an offload to copy it first. `None`: `addr` is not a
+    /// block of this pool.
+    pub fn set_read_only(&mut self, addr: u64, read_only: bool) -> Option<Result<()>> {
+        self.mark_on_sleep(addr, |now| match (now, read_only) {
+            (OnSleep::ReadOnly { kept }, true) => OnSleep::ReadOnly { kept },
+            (_, true) => OnSleep::ReadOnly { kept: false },
+            (OnSleep::ReadOnly { .. }, false) => OnSleep::Copy,
+            (other, false) => other,
+        })
+    }
+
+    fn mark_on_sleep(&mut self, addr: u64, mark: impl FnOnce(OnSleep) -> OnSleep) -> Option<Result<()>> {
+        Some(self.allocated_block(addr)?.map(|id| self.blocks[id].on_sleep = mark(self.blocks[id].on_sleep)))
     }
 
     /// Where the live block at `addr` lies. `None`: `addr` is not a block of this pool.

@@ -13,7 +13,7 @@
 //! reused in place while its neighbours were freed) cost up to +4.9 %.
 
 use super::{count_inactive_split, pool_index, uncount_use, Pool, SegmentSource, MIB, SMALL_SIZE};
-use crate::alloc::blocks::{Block, BlockId, State, NO_BLOCK};
+use crate::alloc::blocks::{Block, BlockId, OnSleep, State, NO_BLOCK};
 use crate::alloc::config::AllocConfig;
 
 /// Freed blocks kept parked for a request of their exact size, at most.
@@ -71,7 +71,7 @@ impl<S: SegmentSource> Pool<S> {
         // Still counted as allocated and active (see `stats`): only the request is new.
         block.state = State::Allocated;
         block.requested = requested;
-        block.discard_on_sleep = false;
+        block.on_sleep = OnSleep::Copy;
         self.stats.requested_bytes.add(block.pool, requested as i64);
         let reuses = &mut self.parked_reuses[pool_index(block.pool)];
         *reuses = (reuses.0 + 1, reuses.1 + block.size as i64);

@@ -14,6 +14,34 @@ use crate::error::{Error, Result, Status};
 /// source's own kind.
 pub type HostStaging = Box<dyn Any + Send>;
 
+/// A range of device memory, `len` bytes at `addr`, whose contents lie at byte `at` of
+/// host staging.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct StagedRange {
+    pub addr: u64,
+    pub len: u64,
+    pub at: u64,
+}
+
+impl StagedRange {
+    /// The staging bytes it takes up to, from the staging's start.
+    pub fn end(&self) -> u64 {
+        self.at + self.len
+    }
+
+    /// `(address, bytes)` ranges, placed one after another from the staging's start.
+    pub fn packed(ranges: impl IntoIterator<Item = (u64, u64)>) -> Vec<StagedRange> {
+        let mut at = 0;
+        ranges
+            .into_iter()
+            .map(|(addr, len)| {
+                at += len;
+                StagedRange { addr, len, at: at - len }
+            })
+            .collect()
+    }
+}
+
 /// Where segments come from, and the stream-ordering markers deferred frees wait on.
 /// Shared by every shard of an allocator, so it synchronises itself.
 pub trait SegmentSource: Send + Sync {
@@ -86,13 +114,13 @@ pub trait SegmentSource: Send + Sync {
     fn host_staging(&self, _bytes: u64) -> Result<HostStaging> {
         Err(Error::not_supported("this memory source cannot offload its memory"))
     }
-    /// Copies each of `ranges` (address, size), all mapped, into `host`, one after
-    /// another from its start, and waits for the copies (a pool's sleep with offload).
-    fn offload(&self, _ranges: &[(u64, u64)], _host: &mut HostStaging) -> Result<()> {
+    /// Copies each of `ranges`, all mapped, into `host` at its place there, and waits
+    /// for the copies (a pool's sleep with offload).
+    fn offload(&self, _ranges: &[StagedRange], _host: &mut HostStaging) -> Result<()> {
         Err(Error::not_supported("this memory source cannot offload its memory"))
     }
-    /// Copies what `offload` put in `host` back into `ranges`, mapped again.
-    fn restore(&self, _ranges: &[(u64, u64)], _host: &HostStaging) -> Result<()> {
+    /// Copies `ranges` back from their places in `host` into their memory, mapped again.
+    fn restore(&self, _ranges: &[StagedRange], _host: &HostStaging) -> Result<()> {
         Err(Error::not_supported("this memory source cannot offload its memory"))
     }
     /// Whether the pool's free memory must stay mapped: a graph pool's, whose graphs

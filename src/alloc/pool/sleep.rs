@@ -1,7 +1,10 @@
 //! A pool's part of a sleep and a wake. Every mapping of its expandable segments is
 //! unmapped (the addresses stay reserved and the blocks keep them); with offload, only
 //! the live blocks' bytes are copied to host memory first, and back after the wake
-//! maps the memory again, so that free memory is neither copied nor kept.
+//! maps the memory again, so that free memory is neither copied nor kept. The host
+//! memory stays with the pool after the wake, and blocks promised read-only
+//! (`gpurt_mem_read_only`) keep their place in it: the next offload copies only what
+//! may have changed (`place`).
 //!
 //! The allocator (`caching::sleep`) drives it in steps, so that the device's
 //! synchronisation and the copies run without the pool's lock: `begin_sleep` under
@@ -11,9 +14,10 @@
 //! frees go on (they move no mapping) and nothing else maps or unmaps the pool's
 //! memory: allocations are refused and releases wait for the wake.
 
+use super::super::blocks::OnSleep;
 use super::super::history::Action;
 use super::super::stats::PoolKind;
-use super::{HostStaging, Pool, Release, SegmentSource, Segments, State, MIB, NO_BLOCK};
+use super::{HostStaging, Pool, Release, SegmentSource, Segments, StagedRange, State, MIB, NO_BLOCK};
 use crate::error::{Error, Result, Status};
 
 /// Live blocks this close are copied as one range: a copy call costs about what
@@ -25,8 +29,8 @@ pub struct Sleep {
     /// Each mapping of its expandable segments, as it was mapped.
     mappings: Vec<Mapping>,
     /// With offload, the ranges whose contents are kept (the live blocks, merged
-    /// across gaps under `COPY_GAP_MAX`), in address order.
-    ranges: Vec<(u64, u64)>,
+    /// across gaps under `COPY_GAP_MAX`) and their places in `host`, in address order.
+    ranges: Vec<StagedRange>,
     /// The host memory holding `ranges`' contents, once offloaded (counted in the
     /// statistics from then on, also while a wake copies from it out of the pool).
     host: Option<Staged>,
@@ -45,16 +49,25 @@ struct Mapping {
     stream: u64,
 }
 
-/// Host memory for offloads, and its size.
+/// Host memory for offloads, its size, and the ranges whose contents it holds from the
+/// last offload into it (in address order; none for new memory).
 pub struct Staged {
     pub bytes: u64,
     pub memory: HostStaging,
+    pub holds: Vec<StagedRange>,
+}
+
+impl Staged {
+    /// New host memory, holding nothing yet.
+    pub fn new(bytes: u64, memory: HostStaging) -> Staged {
+        Staged { bytes, memory, holds: Vec::new() }
+    }
 }
 
 /// What an offload copies, worked on without the pool's lock: `ranges` into
-/// `staging` (host memory kept from an earlier sleep that holds them, else none yet).
+/// `staging` (host memory kept from an earlier sleep, else new memory of `bytes`).
 pub struct SleepCopy {
-    pub ranges: Vec<(u64, u64)>,
+    pub ranges: Vec<StagedRange>,
     pub bytes: u64,
     pub staging: Option<Staged>,
 }
@@ -62,8 +75,65 @@ pub struct SleepCopy {
 /// What a wake maps and copies back, worked on without the pool's lock.
 pub struct WakeWork {
     pub mappings: Vec<(u64, u64)>,
-    pub ranges: Vec<(u64, u64)>,
+    pub ranges: Vec<StagedRange>,
     pub staging: Option<Staged>,
+}
+
+/// A range of live blocks an offload keeps: whether they are promised read-only, and
+/// whether every one of them is, unchanged since an offload copied it.
+struct LiveRange {
+    addr: u64,
+    len: u64,
+    read_only: bool,
+    unchanged: bool,
+}
+
+/// Where each of `live` goes in host memory, which of them to copy, and the bytes of
+/// host memory that needs. A range that `kept` holds unchanged since the last offload
+/// stays where it is, not copied; the others fill the room around those, first fit.
+/// Where there is no such range or the others do not fit, every range is copied, one
+/// after another from the start.
+fn place(live: &[LiveRange], kept: Option<&Staged>) -> (Vec<StagedRange>, Vec<StagedRange>, u64) {
+    if let Some(placed) = kept.and_then(|kept| place_around_kept(live, kept)) {
+        return placed;
+    }
+    let ranges = StagedRange::packed(live.iter().map(|r| (r.addr, r.len)));
+    let bytes = ranges.last().map_or(0, StagedRange::end);
+    (ranges.clone(), ranges, bytes)
+}
+
+fn place_around_kept(live: &[LiveRange], kept: &Staged) -> Option<(Vec<StagedRange>, Vec<StagedRange>, u64)> {
+    let held = |r: &LiveRange| {
+        let i = kept.holds.binary_search_by_key(&r.addr, |h| h.addr).ok()?;
+        Some(kept.holds[i]).filter(|h| r.unchanged && h.len == r.len)
+    };
+    let mut stays: Vec<StagedRange> = live.iter().filter_map(held).collect();
+    if stays.is_empty() {
+        return None;
+    }
+    stays.sort_unstable_by_key(|r| r.at);
+    let mut room = Vec::with_capacity(stays.len() + 1);
+    let mut end = 0;
+    for r in &stays {
+        if r.at > end {
+            room.push((end, r.at));
+        }
+        end = r.end();
+    }
+    room.push((end, kept.bytes));
+    let (mut ranges, mut copy) = (Vec::with_capacity(live.len()), Vec::new());
+    for r in live {
+        if let Some(stay) = held(r) {
+            ranges.push(stay);
+            continue;
+        }
+        let gap = room.iter_mut().find(|(from, to)| to - from >= r.len)?;
+        let placed = StagedRange { addr: r.addr, len: r.len, at: gap.0 };
+        gap.0 += r.len;
+        ranges.push(placed);
+        copy.push(placed);
+    }
+    Some((ranges, copy, kept.bytes))
 }
 
 impl Sleep {
@@ -78,7 +148,7 @@ impl Sleep {
 
     /// The bytes whose contents wait in host memory.
     fn offloaded_bytes(&self) -> u64 {
-        self.ranges.iter().map(|r| r.1).sum()
+        self.ranges.iter().map(|r| r.len).sum()
     }
 }
 
@@ -116,20 +186,25 @@ impl<S: SegmentSource> Pool<S> {
                 live.unwrap_or(start)
             )));
         }
-        let ranges = if offload { self.live_ranges() } else { Vec::new() };
-        let bytes = ranges.iter().map(|r| r.1).sum();
-        // The kept host memory serves if it is large enough; else it goes back now,
+        let live = if offload { self.live_ranges() } else { Vec::new() };
+        let kept = self.take_host_copy();
+        let (ranges, copy, bytes) = place(&live, kept.as_ref());
+        // The kept host memory serves if the ranges fit in it; else it goes back now,
         // before the new memory is made.
-        let staging = self.take_host_copy().filter(|kept| kept.bytes >= bytes);
-        self.asleep = Some(Sleep { mappings: self.mappings(), ranges: ranges.clone(), host: None, unmapped: false });
-        Ok(SleepCopy { ranges, bytes, staging })
+        let staging = kept.filter(|kept| kept.bytes >= bytes);
+        self.asleep = Some(Sleep { mappings: self.mappings(), ranges, host: None, unmapped: false });
+        Ok(SleepCopy { ranges: copy, bytes, staging })
     }
 
     /// Undoes a `begin_sleep` whose sleep failed before any memory was unmapped: awake
     /// again, `staging` kept for the next sleep.
-    pub fn cancel_sleep(&mut self, staging: Option<Staged>) {
+    pub fn cancel_sleep(&mut self, mut staging: Option<Staged>) {
         if self.asleep.as_ref().is_some_and(|s| !s.unmapped) {
             self.asleep = None;
+        }
+        // A copy may have begun: what it held is in doubt.
+        if let Some(staging) = &mut staging {
+            staging.holds.clear();
         }
         self.keep_host_copy(staging);
     }
@@ -140,10 +215,22 @@ impl<S: SegmentSource> Pool<S> {
     /// (with discard, the contents of the mappings unmapped before the failure are
     /// lost, as the caller asked); a failure to map one back leaves the pool asleep
     /// with just the mappings that are unmapped, for a wake to map.
-    pub fn commit_sleep(&mut self, staging: Option<Staged>) -> Result<()> {
+    pub fn commit_sleep(&mut self, mut staging: Option<Staged>) -> Result<()> {
         self.stats.offload_host_bytes += staging.as_ref().map_or(0, |s| s.bytes as i64);
         let sleep = self.asleep.as_mut().expect("begun");
+        // The copies are done: the host memory holds every range, each block promised
+        // read-only among them as it is (with discard, none is held any more).
+        let offloaded = !sleep.ranges.is_empty();
+        if let Some(staging) = &mut staging {
+            staging.holds.clone_from(&sleep.ranges);
+        }
         sleep.host = staging;
+        for &id in self.by_addr.values() {
+            if let OnSleep::ReadOnly { kept } = &mut self.blocks[id].on_sleep {
+                *kept = offloaded;
+            }
+        }
+        let sleep = self.asleep.as_mut().expect("begun");
         let mappings = sleep.mappings.clone();
         for (i, m) in mappings.iter().enumerate() {
             if let Err(e) = self.shared.shrink(m.start, m.size) {
@@ -294,7 +381,7 @@ impl<S: SegmentSource> Pool<S> {
         if self.asleep.is_some() {
             return None;
         }
-        let live = self.live_ranges().iter().map(|r| r.1).sum();
+        let live = self.live_ranges().iter().map(|r| r.len).sum();
         Some((live, self.host_copy.as_ref().map_or(0, |k| k.bytes)))
     }
 
@@ -342,9 +429,11 @@ impl<S: SegmentSource> Pool<S> {
 
     /// The bytes an offload keeps: every block not free (allocated, or freed but still
     /// in use on other streams) and not marked `discard_on_sleep`, blocks closer than
-    /// `COPY_GAP_MAX` in one range where no hole lies between them; in address order.
-    fn live_ranges(&self) -> Vec<(u64, u64)> {
-        let mut ranges: Vec<(u64, u64)> = Vec::new();
+    /// `COPY_GAP_MAX` in one range where no hole lies between them and both or neither
+    /// are promised read-only (so that a range of them may stay in host memory as it
+    /// is); in address order.
+    fn live_ranges(&self) -> Vec<LiveRange> {
+        let mut ranges: Vec<LiveRange> = Vec::new();
         for seg in self.expandable.values() {
             let mut id = self.segments[&seg.base].first;
             let mut joinable = false; // whether the last range may grow to the next live block
@@ -353,19 +442,26 @@ impl<S: SegmentSource> Pool<S> {
                 match b.state {
                     State::Free | State::Parked => {}
                     State::Unmapped => joinable = false,
-                    _ if b.discard_on_sleep => {}
-                    _ => match ranges.last_mut() {
-                        Some((start, len)) if joinable && b.addr - (*start + *len) <= COPY_GAP_MAX => *len = b.addr + b.size - *start,
-                        _ => {
-                            ranges.push((b.addr, b.size));
-                            joinable = true;
+                    _ if b.on_sleep == OnSleep::Discard => {}
+                    _ => {
+                        let read_only = matches!(b.on_sleep, OnSleep::ReadOnly { .. });
+                        let unchanged = b.state == State::Allocated && b.on_sleep == OnSleep::ReadOnly { kept: true };
+                        match ranges.last_mut() {
+                            Some(r) if joinable && r.read_only == read_only && b.addr - (r.addr + r.len) <= COPY_GAP_MAX => {
+                                r.len = b.addr + b.size - r.addr;
+                                r.unchanged &= unchanged;
+                            }
+                            _ => {
+                                ranges.push(LiveRange { addr: b.addr, len: b.size, read_only, unchanged });
+                                joinable = true;
+                            }
                         }
-                    },
+                    }
                 }
                 id = b.next;
             }
         }
-        ranges.sort_unstable();
+        ranges.sort_unstable_by_key(|r| r.addr);
         ranges
     }
 }
@@ -396,7 +492,7 @@ impl<S: SegmentSource> Segments<S> {
 
     /// Maps `mappings` again and copies `ranges` back from `staging` into them: all
     /// done, or on failure all unmapped again.
-    pub fn map_and_restore(&self, mappings: &[(u64, u64)], ranges: &[(u64, u64)], staging: Option<&Staged>) -> Result<()> {
+    pub fn map_and_restore(&self, mappings: &[(u64, u64)], ranges: &[StagedRange], staging: Option<&Staged>) -> Result<()> {
         self.map_again(mappings)?;
         let Some(staging) = staging.filter(|_| !ranges.is_empty()) else { return Ok(()) };
         self.source.restore(ranges, &staging.memory).inspect_err(|_| self.unmap_again(mappings))

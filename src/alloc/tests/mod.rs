@@ -14,6 +14,7 @@ use crate::error::Status;
 
 mod expandable;
 mod on_request;
+mod read_only;
 mod shards;
 mod sleep;
 

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use cudarc::driver::sys;
 
 use super::staging::PinnedStaging;
-use crate::alloc::pool::{HostStaging, SegmentSource};
+use crate::alloc::pool::{HostStaging, SegmentSource, StagedRange};
 use crate::device;
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
@@ -242,19 +242,19 @@ impl SegmentSource for DriverSource {
     }
     /// Through the legacy stream (the device is idle: the sleep synchronised it), every
     /// copy queued before the one wait.
-    fn offload(&self, ranges: &[(u64, u64)], host: &mut HostStaging) -> Result<()> {
+    fn offload(&self, ranges: &[StagedRange], host: &mut HostStaging) -> Result<()> {
         let staging = PinnedStaging::of(host, ranges)?;
         device::with_device(self.device, || {
-            copies_on_legacy_stream("cuMemcpyDtoHAsync", ranges, |legacy, addr, offset, size| unsafe {
-                sys::cuMemcpyDtoHAsync_v2(staging.host.byte_add(offset), addr, size, legacy)
+            copies_on_legacy_stream("cuMemcpyDtoHAsync", ranges, |legacy, r| unsafe {
+                sys::cuMemcpyDtoHAsync_v2(staging.host.byte_add(r.at as usize), r.addr, r.len as usize, legacy)
             })
         })
     }
-    fn restore(&self, ranges: &[(u64, u64)], host: &HostStaging) -> Result<()> {
+    fn restore(&self, ranges: &[StagedRange], host: &HostStaging) -> Result<()> {
         let staging = PinnedStaging::of(host, ranges)?;
         device::with_device(self.device, || {
-            copies_on_legacy_stream("cuMemcpyHtoDAsync", ranges, |legacy, addr, offset, size| unsafe {
-                sys::cuMemcpyHtoDAsync_v2(addr, staging.host.byte_add(offset), size, legacy)
+            copies_on_legacy_stream("cuMemcpyHtoDAsync", ranges, |legacy, r| unsafe {
+                sys::cuMemcpyHtoDAsync_v2(r.addr, staging.host.byte_add(r.at as usize), r.len as usize, legacy)
             })
         })
     }
@@ -277,16 +277,14 @@ impl SegmentSource for DriverSource {
 /// restore: the device is otherwise idle).
 /// Queues `copy(legacy stream, address, offset in the host memory, size)` for each of
 /// `ranges`, packed from the host memory's start, then waits for them all.
-fn copies_on_legacy_stream(what: &str, ranges: &[(u64, u64)], copy: impl Fn(sys::CUstream, u64, usize, usize) -> sys::CUresult) -> Result<()> {
+fn copies_on_legacy_stream(what: &str, ranges: &[StagedRange], copy: impl Fn(sys::CUstream, &StagedRange) -> sys::CUresult) -> Result<()> {
     let legacy = crate::stream::NATIVE_LEGACY as sys::CUstream;
-    let mut offset = 0;
-    for &(addr, size) in ranges {
+    for r in ranges {
         // A failed copy leaves the earlier ones queued: they are waited for all the same.
-        if let Err(e) = check(copy(legacy, addr, offset, size as usize), what) {
+        if let Err(e) = check(copy(legacy, r), what) {
             let _ = check(unsafe { sys::cuStreamSynchronize(legacy) }, "cuStreamSynchronize");
             return Err(e);
         }
-        offset += size as usize;
     }
     check(unsafe { sys::cuStreamSynchronize(legacy) }, "cuStreamSynchronize")
 }

@@ -11,7 +11,7 @@
 //! One file per upstream (`driver`, `user`, `managed`, `stream_ordered`); the pinned
 //! host memory a sleeping driver pool's contents wait in is `staging`.
 
-use super::pool::{HostStaging, SegmentSource};
+use super::pool::{HostStaging, SegmentSource, StagedRange};
 use crate::error::Result;
 
 /// The methods an upstream takes from the driver's source of its device: the
@@ -111,10 +111,10 @@ impl SegmentSource for Box<dyn SegmentSource> {
     fn host_staging(&self, bytes: u64) -> Result<HostStaging> {
         (**self).host_staging(bytes)
     }
-    fn offload(&self, ranges: &[(u64, u64)], host: &mut HostStaging) -> Result<()> {
+    fn offload(&self, ranges: &[StagedRange], host: &mut HostStaging) -> Result<()> {
         (**self).offload(ranges, host)
     }
-    fn restore(&self, ranges: &[(u64, u64)], host: &HostStaging) -> Result<()> {
+    fn restore(&self, ranges: &[StagedRange], host: &HostStaging) -> Result<()> {
         (**self).restore(ranges, host)
     }
     fn history_device(&self) -> Option<i32> {

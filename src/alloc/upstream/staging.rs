@@ -5,7 +5,7 @@ use libc::c_void;
 
 use cudarc::driver::sys;
 
-use crate::alloc::pool::HostStaging;
+use crate::alloc::pool::{HostStaging, StagedRange};
 use crate::driver::check;
 use crate::error::{Error, Result, Status};
 
@@ -46,11 +46,11 @@ impl PinnedStaging {
     }
 
     /// The driver's staging behind `host`, checked to hold `ranges`.
-    pub(super) fn of<'a>(host: &'a HostStaging, ranges: &[(u64, u64)]) -> Result<&'a PinnedStaging> {
+    pub(super) fn of<'a>(host: &'a HostStaging, ranges: &[StagedRange]) -> Result<&'a PinnedStaging> {
         let staging = host.downcast_ref::<PinnedStaging>().ok_or_else(|| Error::new(Status::GPURT_ERROR_INTERNAL, "host memory of another memory source"))?;
-        let needed: u64 = ranges.iter().map(|r| r.1).sum();
+        let needed = ranges.iter().map(StagedRange::end).max().unwrap_or(0);
         if needed > staging.bytes {
-            return Err(Error::new(Status::GPURT_ERROR_INTERNAL, format!("{needed} bytes to copy through {} bytes of host memory", staging.bytes)));
+            return Err(Error::new(Status::GPURT_ERROR_INTERNAL, format!("copies up to byte {needed} of {} bytes of host memory", staging.bytes)));
         }
         Ok(staging)
     }
