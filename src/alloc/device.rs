@@ -563,7 +563,7 @@ pub fn free_on(ptr: u64, native_stream: u64) -> Result<()> {
 /// Releases every wholly free cached segment on every device, user pools' included.
 pub fn empty_cache() -> Result<()> {
     device::require_device()?;
-    super::capture::foreign::settle();
+    super::capture::foreign::settle(super::capture::StreamWaits::Any);
     super::capture::collect_unreferenced();
     created().for_each(CachingAllocator::empty_cache);
     driver_pool::created().for_each(driver_pool::DriverPool::empty_cache);
@@ -577,7 +577,7 @@ pub fn empty_cache() -> Result<()> {
 pub fn empty_device_cache_of(ordinal: i32) -> Result<u64> {
     let reserved = || stats(ordinal).map(|s| s.reserved_bytes.all.current.max(0) as u64);
     let before = reserved()?;
-    super::capture::foreign::settle();
+    super::capture::foreign::settle(super::capture::StreamWaits::Any);
     super::capture::collect_unreferenced();
     default_pool(ordinal)?.empty_device_cache();
     MEM_POOLS.on_device(allocator(ordinal)?.source().device()).iter().for_each(|pool| pool.allocator().empty_device_cache());

@@ -44,6 +44,7 @@ static launch_fn launch;
 static fail_nth_fn stub_fail_nth;
 static live_fn stub_live;
 static count_fn stub_user_objects;
+static count_fn stub_stream_syncs;
 
 static void *sym(void *lib, const char *name) {
     return lib ? dlsym(lib, name) : NULL;
@@ -267,6 +268,32 @@ static void cycles_leak_nothing(gpurt_stream_t stream, void *native) {
     if (stub_user_objects) CHECK(stub_user_objects() == 0, "100 cycles: no user object left");
 }
 
+/* A pool whose graph is gone, noticed by a call on another stream, is not collected
+ * there: that would wait for the pool's stream, and a capture its thread began in
+ * between would be invalidated (the threads below hit that). gpurt_empty_cache gives it
+ * back. */
+static void a_dead_graph_s_pool_is_not_waited_for_in_passing(gpurt_stream_t stream, void *native) {
+    gpurt_stream_t other = NULL;
+    void *blocks[2], *p = NULL;
+    size_t reserved_before;
+    long syncs;
+    EXPECT(gpurt_empty_cache(), GPURT_SUCCESS);
+    reserved_before = reserved();
+    EXPECT(gpurt_stream_create(0, GPURT_STREAM_NON_BLOCKING, 0, &other), GPURT_SUCCESS);
+    void *graph = capture(native, 2 /* RELAXED */, 4u << 20, 2, 0, stream, blocks);
+    for (int i = 0; i < 2; i++) EXPECT(gpurt_free(blocks[i]), GPURT_SUCCESS); /* outputs, freed after the capture */
+    CHECK(graph_destroy(graph) == 0, "destroyed");
+    nanosleep(&(struct timespec){0, 20000000}, NULL); /* the driver's destructor thread runs */
+    syncs = stub_stream_syncs ? stub_stream_syncs() : 0;
+    EXPECT(gpurt_malloc(1u << 20, other, &p), GPURT_SUCCESS); /* notices the graph gone */
+    if (stub_stream_syncs) CHECK(stub_stream_syncs() == syncs, "no stream waited for in passing (%ld waits)", stub_stream_syncs() - syncs);
+    EXPECT(gpurt_free(p), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_synchronize(other), GPURT_SUCCESS);
+    EXPECT(gpurt_stream_destroy(other), GPURT_SUCCESS);
+    size_t reserved_after = reserved_settled(reserved_before);
+    CHECK(reserved_after == reserved_before, "gpurt_empty_cache gave the pool back (%zu reserved, %zu before)", reserved_after, reserved_before);
+}
+
 /* Threads capturing at once on streams of their own, half of them into one shared
  * bound pool, graphs and execs destroyed in either order, blocks freed inside the
  * capture or after it: afterwards nothing is held, and no block was handed out twice
@@ -380,6 +407,7 @@ int main(void) {
     *(void **)(&stub_fail_nth) = sym(cuda, "stub_fail_nth");
     *(void **)(&stub_live) = sym(cuda, "stub_live");
     *(void **)(&stub_user_objects) = sym(cuda, "stub_user_objects");
+    *(void **)(&stub_stream_syncs) = sym(cuda, "stub_stream_syncs");
     CHECK(begin_capture && end_capture && graph_destroy && exec_destroy && instantiate && launch, "the driver's graph calls");
     if (!begin_capture || !end_capture || !graph_destroy || !exec_destroy || !instantiate || !launch) return 1;
     misuse();
@@ -397,6 +425,7 @@ int main(void) {
             a_destroyed_bound_pool_is_refused(stream, native);
             faults_keep_nothing(stream, native);
             cycles_leak_nothing(stream, native);
+            a_dead_graph_s_pool_is_not_waited_for_in_passing(stream, native);
         }
         EXPECT(gpurt_stream_synchronize(stream), GPURT_SUCCESS);
         EXPECT(gpurt_stream_destroy(stream), GPURT_SUCCESS);

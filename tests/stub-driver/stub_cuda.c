@@ -170,11 +170,15 @@ CUresult cuStreamQuery(P s) { (void)s; return 0; }
 /* Synchronising a capturing stream invalidates its capture; the legacy stream (0 or
  * CU_STREAM_LEGACY) waits for every blocking stream, so it invalidates them all
  * (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT). */
+static long stream_syncs;
 CUresult cuStreamSynchronize(P s) {
     INJECT("cuStreamSynchronize", UNKNOWN);
     if ((unsigned long)s <= 1) return blocking_captures_active() && invalidate_captures(NULL) ? 906 : 0;
+    __atomic_add_fetch(&stream_syncs, 1, __ATOMIC_RELAXED);
     return capturing(s) ? (invalidate_captures(s), 900) : 0;
 }
+/* Waits for created streams so far (a test asserts a call waited for none). */
+long stub_stream_syncs(void) { return __atomic_load_n(&stream_syncs, __ATOMIC_RELAXED); }
 CUresult cuStreamWaitEvent(P s, P e, unsigned f) { (void)e; if (f > 1 || (f == 1 && !capturing(s))) return 1; /* external: in a capture only */ if (f == 1) __atomic_add_fetch(&external_waits, 1, __ATOMIC_RELAXED); return 0; }
 CUresult cuStreamGetFlags(P s, unsigned *f) { (void)s; *f = 1; return 0; }
 CUresult cuStreamGetPriority(P s, int *p) { (void)s; *p = 0; return 0; }

@@ -9,7 +9,8 @@
 //!
 //! Destructors run on a driver thread where no CUDA call is allowed: they only queue
 //! the capture; the next gpurt call that allocates, frees into a graph pool, empties
-//! the cache or reads statistics releases the queued pools.
+//! the cache or reads statistics releases the queued pools, waiting only for the
+//! streams that call may wait for (`StreamWaits`).
 
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -106,17 +107,56 @@ unsafe extern "C" fn graph_gone(payload: *mut c_void) {
     }
 }
 
-/// Releases the pools of foreign captures whose graphs are gone. One load while none are.
+/// Which streams a collection of graph pools may wait for before it unmaps their free
+/// memory (work queued on a stream may still use a block freed there in stream order).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StreamWaits {
+    /// Any: the caller asked for the memory (`gpurt_empty_cache`, an out-of-memory
+    /// retry, a share group's request), as PyTorch frees a dead graph's pool then.
+    Any,
+    /// Only the stream (key) the gpurt call that noticed the pools works on, or none.
+    /// A collection in passing, on whatever thread, must not wait for another thread's
+    /// stream: a capture that thread begins between the check and the wait would be
+    /// invalidated. The memory of other streams stays mapped until a call on its
+    /// stream, or one that asks for memory, collects it.
+    Only(Option<u64>),
+}
+
+thread_local! {
+    /// The waits allowed to the collection running on this thread.
+    static WAITS: Cell<StreamWaits> = const { Cell::new(StreamWaits::Any) };
+}
+
+/// Whether the collection running on this thread may wait for `stream` (a key).
+pub(super) fn may_wait_for(stream: u64) -> bool {
+    match WAITS.get() {
+        StreamWaits::Any => true,
+        StreamWaits::Only(only) => only == Some(stream),
+    }
+}
+
+/// Releases the pools of foreign captures whose graphs are gone, waiting only for the
+/// streams `waits` allows. One load while none are.
 #[inline]
-pub fn settle() {
+pub fn settle(waits: StreamWaits) {
     if GONE_COUNT.load(Ordering::Acquire) > 0 {
-        settle_gone();
+        settle_gone(waits);
+    }
+}
+
+/// Puts back the waits allowed before a settle, also if it unwinds.
+struct RestoreWaits(StreamWaits);
+
+impl Drop for RestoreWaits {
+    fn drop(&mut self) {
+        WAITS.set(self.0);
     }
 }
 
 #[cold]
 #[inline(never)]
-fn settle_gone() {
+fn settle_gone(waits: StreamWaits) {
+    let _restore = RestoreWaits(WAITS.replace(waits));
     let gone = {
         let mut gone = lock(&GONE);
         GONE_COUNT.store(0, Ordering::Release);

@@ -15,6 +15,8 @@
 pub mod foreign;
 pub mod pools;
 
+pub use foreign::StreamWaits;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
@@ -25,7 +27,7 @@ use super::caching::CachingAllocator;
 use super::config::AllocConfig;
 use super::pool::{HostStaging, KeepMapped, SegmentSource, StagedRange};
 use super::stats::{gpurt_memory_stats_t, RetiredStats};
-use crate::stream::key::native_stream_of;
+use crate::stream::key::{native_stream_of, stream_key};
 pub(crate) use super::upstream::with_relaxed_capture;
 use super::upstream::DriverSource;
 use crate::boundary::lock;
@@ -123,6 +125,9 @@ impl SegmentSource for CaptureSource {
         self.driver.synchronize()
     }
     fn wait_for_stream(&self, stream: u64) -> Result<bool> {
+        if !foreign::may_wait_for(stream) {
+            return Ok(false);
+        }
         self.driver.wait_for_stream(stream)
     }
     fn host_staging(&self, bytes: u64) -> Result<HostStaging> {
@@ -232,7 +237,7 @@ pub fn holds_asleep(addr: u64) -> bool {
 /// values and totals are exact; a live pool's peak is added to the totals' current
 /// value, an upper bound of the true peak.
 pub fn add_private_stats(device: i32, stats: &mut gpurt_memory_stats_t) {
-    foreign::settle();
+    foreign::settle(StreamWaits::Only(None));
     with_registry(|r| {
         r.retired.add_to(device, stats);
         for a in r.pools.allocators().filter(|a| a.source().device() == device) {
@@ -476,7 +481,7 @@ pub fn capture_allocator(native: u64, ordinal: i32) -> Result<Option<CaptureRout
     if native <= LEGACY_STREAMS {
         return Ok(None);
     }
-    foreign::settle();
+    foreign::settle(StreamWaits::Only(Some(stream_key(native))));
     if super::driver_pool::is_active() {
         return Ok(None); // the driver's pool records memory nodes in the graph
     }
@@ -503,7 +508,7 @@ fn in_capture(ordinal: i32, capture: u64, graph: sys::CUgraph) -> Result<Capture
 
 /// Frees `ptr` if a private pool holds it (`None`: none does).
 pub fn free_private(ptr: u64) -> Option<Result<()>> {
-    foreign::settle();
+    foreign::settle(StreamWaits::Only(None));
     if LIVE_POOLS.load(Ordering::Acquire) == 0 {
         return None;
     }

@@ -75,7 +75,7 @@ pub fn of_handle(handle: Handle) -> Result<(i32, Reclaimable)> {
 /// copies kept (captures gpurt did not begin settled first, as `gpurt_empty_cache`
 /// does); the reserved bytes that went back.
 pub fn empty_device_caches(device: i32, offered: impl Fn(&Reclaimable) -> bool) -> u64 {
-    capture::foreign::settle();
+    capture::foreign::settle(capture::StreamWaits::Any);
     reclaimable(device).iter().filter(|pool| offered(pool)).map(Reclaimable::empty_device_cache).sum()
 }
 

@@ -214,8 +214,8 @@ impl SegmentSource for DriverSource {
     /// the legacy stream while a blocking stream captures, invalidates the capture
     /// (and cuCtxSynchronize would invalidate every capture under way, a framework's
     /// on another thread included). A capture another thread begins on the stream
-    /// between the question and the wait is invalidated still (1 to 3 in 100 threaded runs
-    /// of `foreign_capture_test` on the stand-in). Rejected: waiting through an event
+    /// between the question and the wait is invalidated still: collections in passing
+    /// wait only for their own call's stream (`capture::StreamWaits`). Rejected: waiting through an event
     /// recorded on the stream, which the capture would take in: on the H200 the
     /// driver invalidated such captures more often (7 of 25 runs failed, 0 of 25 with
     /// the synchronisation).
