@@ -357,7 +357,7 @@ impl SegmentSource for HostSource {
     }
 }
 
-/// A host source's offload: what `write` put in the ranges copied, by address.
+/// A host source's offload: what `write` put in the ranges copied, by place in it.
 struct Staging {
     bytes: u64,
     /// What `offload` copied, by offset in the staging.

@@ -103,11 +103,15 @@ fn place(live: &[LiveRange], kept: Option<&Staged>) -> (Vec<StagedRange>, Vec<St
 }
 
 fn place_around_kept(live: &[LiveRange], kept: &Staged) -> Option<(Vec<StagedRange>, Vec<StagedRange>, u64)> {
-    let held = |r: &LiveRange| {
-        let i = kept.holds.binary_search_by_key(&r.addr, |h| h.addr).ok()?;
-        Some(kept.holds[i]).filter(|h| r.unchanged && h.len == r.len)
-    };
-    let mut stays: Vec<StagedRange> = live.iter().filter_map(held).collect();
+    // Each live range's place in `kept`, where it may stay there.
+    let held: Vec<Option<StagedRange>> = live
+        .iter()
+        .map(|r| {
+            let i = kept.holds.binary_search_by_key(&r.addr, |h| h.addr).ok()?;
+            Some(kept.holds[i]).filter(|h| r.unchanged && h.len == r.len)
+        })
+        .collect();
+    let mut stays: Vec<StagedRange> = held.iter().flatten().copied().collect();
     if stays.is_empty() {
         return None;
     }
@@ -122,8 +126,8 @@ fn place_around_kept(live: &[LiveRange], kept: &Staged) -> Option<(Vec<StagedRan
     }
     room.push((end, kept.bytes));
     let (mut ranges, mut copy) = (Vec::with_capacity(live.len()), Vec::new());
-    for r in live {
-        if let Some(stay) = held(r) {
+    for (r, stay) in live.iter().zip(held) {
+        if let Some(stay) = stay {
             ranges.push(stay);
             continue;
         }

@@ -6,6 +6,13 @@
 use super::sleep::{assert_contents, sleep};
 use super::*;
 
+/// A block of `size` on stream 1 holding `contents`.
+fn written(p: &Allocator, size: u64, contents: &[u8]) -> u64 {
+    let addr = p.malloc(size, 1).unwrap();
+    p.source().write(addr, contents);
+    addr
+}
+
 fn read_only(p: &Allocator, addr: u64, promise: bool) {
     p.try_set_read_only(addr, promise).expect("a block of the pool").unwrap();
 }
@@ -23,11 +30,9 @@ fn offload_and_wake(p: &Allocator) -> u64 {
 #[test]
 fn later_offloads_keep_the_copy_of_read_only_blocks_and_copy_the_rest() {
     let p = expandable(64 * GIB);
-    let weights = p.malloc(100 * MIB, 1).unwrap();
-    p.source().write(weights, b"weights");
+    let weights = written(&p, 100 * MIB, b"weights");
     read_only(&p, weights, true);
-    let cache = p.malloc(20 * MIB, 1).unwrap();
-    p.source().write(cache, b"cache 1");
+    let cache = written(&p, 20 * MIB, b"cache 1");
     assert_eq!(offload_and_wake(&p), 120 * MIB, "the first offload copies everything");
     for round in 2..5u8 {
         let bytes = [b'c', round];
@@ -44,11 +49,9 @@ fn later_offloads_keep_the_copy_of_read_only_blocks_and_copy_the_rest() {
 #[test]
 fn a_new_promise_is_copied_again() {
     let p = expandable(64 * GIB);
-    let weights = p.malloc(64 * MIB, 1).unwrap();
-    p.source().write(weights, b"v1");
+    let weights = written(&p, 64 * MIB, b"v1");
     read_only(&p, weights, true);
-    let other = p.malloc(8 * MIB, 1).unwrap();
-    p.source().write(other, b"other");
+    let other = written(&p, 8 * MIB, b"other");
     assert_eq!(offload_and_wake(&p), 72 * MIB);
     read_only(&p, weights, false);
     p.source().write(weights, b"v2");
@@ -74,8 +77,7 @@ fn a_new_promise_is_copied_again() {
 #[test]
 fn a_discarding_sleep_empty_cache_or_a_discard_mark_end_the_copy() {
     let p = expandable(64 * GIB);
-    let weights = p.malloc(32 * MIB, 1).unwrap();
-    p.source().write(weights, b"v1");
+    let weights = written(&p, 32 * MIB, b"v1");
     read_only(&p, weights, true);
     assert_eq!(offload_and_wake(&p), 32 * MIB);
     sleep(&p, false).unwrap();
@@ -113,15 +115,13 @@ fn ranges_that_do_not_fit_around_the_kept_copies_are_all_copied_again() {
     // Room of 10 MiB after a and after c: a 16 MiB block fits in neither.
     p.free(b).unwrap();
     p.free(d).unwrap();
-    let e = p.malloc(16 * MIB, 1).unwrap();
-    p.source().write(e, b"e");
+    let e = written(&p, 16 * MIB, b"e");
     assert_eq!(offload_and_wake(&p), 56 * MIB, "everything copied again");
     assert_eq!(p.source().fresh_offloads(), fresh, "into the kept host memory");
     assert_contents(&p, &[(a, b"a".to_vec()), (c, b"c".to_vec()), (e, b"e".to_vec())]);
     assert_eq!(offload_and_wake(&p), 16 * MIB, "a and c kept again");
     // More than the kept memory holds: new memory, everything copied.
-    let f = p.malloc(40 * MIB, 1).unwrap();
-    p.source().write(f, b"f");
+    let f = written(&p, 40 * MIB, b"f");
     assert_eq!(offload_and_wake(&p), 96 * MIB);
     assert_eq!(p.source().fresh_offloads(), fresh + 1);
     assert_contents(&p, &[(a, b"a".to_vec()), (c, b"c".to_vec()), (e, b"e".to_vec()), (f, b"f".to_vec())]);

@@ -273,10 +273,9 @@ impl SegmentSource for DriverSource {
     }
 }
 
-/// Runs a copy on the legacy stream and waits for it (a sleep's offload and a wake's
-/// restore: the device is otherwise idle).
-/// Queues `copy(legacy stream, address, offset in the host memory, size)` for each of
-/// `ranges`, packed from the host memory's start, then waits for them all.
+/// Queues `copy(legacy stream, range)` for each of `ranges` (each at its own place in
+/// the host memory), then waits for them all: a sleep's offload and a wake's restore,
+/// while the device is otherwise idle.
 fn copies_on_legacy_stream(what: &str, ranges: &[StagedRange], copy: impl Fn(sys::CUstream, &StagedRange) -> sys::CUresult) -> Result<()> {
     let legacy = crate::stream::NATIVE_LEGACY as sys::CUstream;
     for r in ranges {
