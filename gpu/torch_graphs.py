@@ -9,6 +9,9 @@ once on PyTorch's own allocator and once on gpurt, the outputs compared bit for 
         TORCH_GRAPHS_WARM=each on a stream of its own), 100 capture / replay / destroy cycles;
         every output saved to OUT_DIR/ALLOC.pt; the shared captures' peak device
         memory (NVML, this process, sampled every 2 ms) printed as "peak20 MIB".
+    python3 torch_graphs.py LIB peak20 ALLOC BLOCK ORDER     BLOCK: transformer | mlp; ORDER: down | up
+        The 20 shared-pool captures alone (TORCH_GRAPHS_WARM as above), of either
+        block, the batch sizes largest first or smallest first: "peak20 MIB".
     python3 torch_graphs.py LIB compile ALLOC TREES OUT_DIR      TREES: on | off
         torch.compile(mode="reduce-overhead") on GPT-2 (GPT2Config(), fp32, seeded),
         with CUDA graph trees on or off (torch._inductor.config.triton.cudagraph_trees):
@@ -100,8 +103,11 @@ def check(ok, what):
     return bool(ok)
 
 
-def block(torch, width=1024):
+def block(torch, width=1024, kind="transformer"):
+    """A Transformer encoder block (16 heads), or an MLP block (`kind` "mlp")."""
     torch.manual_seed(11)
+    if kind == "mlp":
+        return torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width)).cuda().eval()
     return torch.nn.TransformerEncoderLayer(width, 16, 4 * width, dropout=0.0, batch_first=True).cuda().eval()
 
 
@@ -123,6 +129,56 @@ def warm(torch, fn, side=None):
 #: stream, as vLLM warms each batch size on one stream; "each": on a new pooled stream
 #: per batch size, whose caches (and cuBLAS workspaces) the allocator then keeps apart.
 WARM_STREAMS = os.environ.get("TORCH_GRAPHS_WARM", "one")
+
+
+def shared_captures(torch, gpurt, model, alloc, results, order=None):
+    """20 batch sizes sharing one pool, largest first (vLLM's order) unless `order`
+    says, NVML's peak; the outputs' heads into `results["shared"]`."""
+    ok = True
+    order = list(range(40, 0, -2)) if order is None else order
+    torch.cuda.synchronize()
+    print(f"before the 20 captures: {memory_report(torch, gpurt)}", flush=True)
+    peak = peak_sampler()
+    pool = torch.cuda.graph_pool_handle()
+    graphs, outs, ins = {}, {}, {}
+    side = torch.cuda.Stream() if WARM_STREAMS == "one" else None
+
+    def show(batch, stage):  # where the peak is made: each allocator's segments
+        if batch in (40, 38, 20, 2):
+            torch.cuda.synchronize()
+            print(f"  batch {batch} {stage}: {memory_report(torch, gpurt)}, peak so far {peak.peak:.1f}\n    {segments(torch, gpurt)}", flush=True)
+
+    with torch.no_grad():
+        for batch in order:
+            ins[batch] = inputs(torch, batch)
+            warm(torch, lambda: model(ins[batch]), side)
+            show(batch, "warmed")
+            graphs[batch] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graphs[batch], pool=pool):
+                outs[batch] = model(ins[batch])
+            show(batch, "captured")
+        # one more through other_graph.pool()
+        extra = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(extra, pool=graphs[order[0]].pool()):
+            extra_out = model(ins[order[0]])
+    for batch in graphs:
+        graphs[batch].replay()
+    extra.replay()
+    torch.cuda.synchronize()
+    peak20 = max(peak.stop(), process_mib())
+    print(f"peak20 {peak20:.1f} (warm-ups on {WARM_STREAMS} side stream{'s' if WARM_STREAMS == 'each' else ''})", flush=True)
+    print(f"after the 20 captures: {memory_report(torch, gpurt)}", flush=True)
+    if gpurt is not None:  # where gpurt's reserve is: the graphs' shared pool, the rest the default pool's
+        shared = gpurt.MemPool.stats(gpurt.torch._shared_pools[tuple(pool)])
+        print(f"  the graphs' shared gpurt pool: reserved {shared['reserved_bytes.all.current'] / MIB:.1f} MiB, "
+              f"allocated {shared['allocated_bytes.all.current'] / MIB:.1f} MiB, segments {shared.get('segment.all.current')}", flush=True)
+    with torch.no_grad():
+        for batch in (40, 22, 2):
+            ok &= check(torch.equal(outs[batch], model(ins[batch])), f"{alloc}: shared-pool graph at batch {batch} replays exactly")
+        ok &= check(torch.equal(extra_out, outs[order[0]]), f"{alloc}: the graph of other_graph.pool() replays exactly")
+    results["shared"] = torch.cat([outs[b].flatten()[:4096] for b in sorted(outs)]).cpu()
+    del graphs, outs, ins, extra, extra_out
+    return ok
 
 
 def run(lib, alloc, out_dir):
@@ -166,49 +222,7 @@ def run(lib, alloc, out_dir):
     results["graphed-wgrad"] = mlp[0].weight.grad.cpu()
     ok &= check(bool(torch.isfinite(data.grad).all()) and data.grad.abs().sum() > 0, f"{alloc}: make_graphed_callables ran forward and backward")
 
-    # 20 batch sizes sharing one pool, largest first (vLLM's order), NVML's peak.
-    torch.cuda.synchronize()
-    print(f"before the 20 captures: {memory_report(torch, gpurt)}", flush=True)
-    peak = peak_sampler()
-    pool = torch.cuda.graph_pool_handle()
-    graphs, outs, ins = {}, {}, {}
-    side = torch.cuda.Stream() if WARM_STREAMS == "one" else None
-
-    def show(batch, stage):  # where the peak is made: each allocator's segments
-        if batch in (40, 38, 20, 2):
-            torch.cuda.synchronize()
-            print(f"  batch {batch} {stage}: {memory_report(torch, gpurt)}, peak so far {peak.peak:.1f}\n    {segments(torch, gpurt)}", flush=True)
-
-    with torch.no_grad():
-        for batch in range(40, 0, -2):
-            ins[batch] = inputs(torch, batch)
-            warm(torch, lambda: model(ins[batch]), side)
-            show(batch, "warmed")
-            graphs[batch] = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graphs[batch], pool=pool):
-                outs[batch] = model(ins[batch])
-            show(batch, "captured")
-        # one more through other_graph.pool()
-        extra = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(extra, pool=graphs[40].pool()):
-            extra_out = model(ins[40])
-    for batch in graphs:
-        graphs[batch].replay()
-    extra.replay()
-    torch.cuda.synchronize()
-    peak20 = max(peak.stop(), process_mib())
-    print(f"peak20 {peak20:.1f} (warm-ups on {WARM_STREAMS} side stream{'s' if WARM_STREAMS == 'each' else ''})", flush=True)
-    print(f"after the 20 captures: {memory_report(torch, gpurt)}", flush=True)
-    if gpurt is not None:  # where gpurt's reserve is: the graphs' shared pool, the rest the default pool's
-        shared = gpurt.MemPool.stats(gpurt.torch._shared_pools[tuple(pool)])
-        print(f"  the graphs' shared gpurt pool: reserved {shared['reserved_bytes.all.current'] / MIB:.1f} MiB, "
-              f"allocated {shared['allocated_bytes.all.current'] / MIB:.1f} MiB, segments {shared.get('segment.all.current')}", flush=True)
-    with torch.no_grad():
-        for batch in (40, 22, 2):
-            ok &= check(torch.equal(outs[batch], model(ins[batch])), f"{alloc}: shared-pool graph at batch {batch} replays exactly")
-        ok &= check(torch.equal(extra_out, outs[40]), f"{alloc}: the graph of other_graph.pool() replays exactly")
-    results["shared"] = torch.cat([outs[b].flatten()[:4096] for b in sorted(outs)]).cpu()
-    del graphs, outs, ins, extra, extra_out
+    ok &= shared_captures(torch, gpurt, model, alloc, results)
 
     # 100 capture / replay / destroy cycles: nothing grows.
     torch.cuda.synchronize()
@@ -409,6 +423,10 @@ def main():
     lib, mode = sys.argv[1], sys.argv[2]
     if mode == "run":
         ok = run(lib, sys.argv[3], sys.argv[4])
+    elif mode == "peak20":
+        torch, gpurt = setup(lib, sys.argv[3])
+        order = list(range(40, 0, -2)) if sys.argv[5] == "down" else list(range(2, 41, 2))
+        ok = shared_captures(torch, gpurt, block(torch, kind=sys.argv[4]), sys.argv[3], {}, order)
     elif mode == "compile":
         ok = compile_gpt2(lib, sys.argv[3], sys.argv[4], sys.argv[5])
     elif mode == "compare":

@@ -186,7 +186,12 @@ pub struct Segments<S> {
     /// Graphs captured into the allocator's memory in stream order
     /// (`gpurt_stream_begin_capture_shared`): while any lives, free memory stays mapped.
     graph_holds: Arc<AtomicUsize>,
+    /// The first stream that grew an expandable segment here (`NO_MAIN_STREAM` until
+    /// then): the process's main stream; the others are side streams (`is_side_stream`).
+    main_stream: AtomicU64,
 }
+
+const NO_MAIN_STREAM: u64 = u64::MAX;
 
 /// A graph's claim on the memory of an allocator it was captured into in stream order:
 /// its replays use blocks that were freed during the capture, so while any claim lives
@@ -222,7 +227,18 @@ impl<S: SegmentSource> Segments<S> {
             owners: SegmentOwners::default(),
             span: (AtomicU64::new(u64::MAX), AtomicU64::new(0)),
             graph_holds: Arc::default(),
+            main_stream: AtomicU64::new(NO_MAIN_STREAM),
         })
+    }
+
+    /// Whether `stream` is a side stream: not the first one asked about (the first
+    /// growth's). A side stream of a PyTorch program warms a model up before a CUDA
+    /// graph capture, or copies, and keeps little but its cuBLAS workspace.
+    pub(super) fn is_side_stream(&self, stream: u64) -> bool {
+        match self.main_stream.compare_exchange(NO_MAIN_STREAM, stream, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => false,
+            Err(main) => main != stream,
+        }
     }
 
     /// A claim that keeps the free memory mapped (see `KeepMapped`).

@@ -407,3 +407,75 @@ fn free_memory_is_unmapped_only_after_its_stream_is_waited_for() {
     p.free(kept).unwrap();
     check(&p);
 }
+
+/// A side stream (not the first that took memory) gives a request of 10 MiB or more
+/// mappings of its own, as PyTorch's default allocator gives it a segment: the warm-up
+/// before each of 20 CUDA graph captures, each on a stream of its own (PyTorch's
+/// allocation sequence on the H200: the first activation, the cuBLAS workspace, which
+/// PyTorch keeps, then the rest), keeps 32 MiB of large pages a stream, not the 40-60
+/// MiB of the pages it shared with the first activation. The main stream's segment
+/// still grows to the page grid, as PyTorch's expandable segments grow.
+#[test]
+fn a_side_stream_s_large_blocks_keep_only_their_own_mappings() {
+    let p = expandable(64 * GIB);
+    let weights = p.malloc(50 * MIB, 1).unwrap();
+    let mut kept = Vec::new();
+    for batch in (2..=40u64).rev().step_by(2) {
+        let stream = 100 + batch;
+        let tokens = batch * 128;
+        let before = p.source().mapped_bytes();
+        let first = p.malloc(tokens * 3072 * 4, stream).unwrap(); // 3-60 MiB, odd MiB at half the sizes
+        let workspace = p.malloc(32 * MIB, stream).unwrap();
+        kept.push((workspace, p.malloc(MIB, stream).unwrap()));
+        let act: Vec<u64> = (0..3).map(|_| p.malloc(tokens * 1024 * 4, stream).unwrap()).collect();
+        let wide = p.malloc(tokens * 4096 * 4, stream).unwrap();
+        for addr in act.into_iter().chain([wide, first]) {
+            p.free(addr).unwrap();
+        }
+        check(&p);
+        p.empty_cache();
+        check(&p);
+        let large = p.source().mapped_bytes() - before - 2 * MIB;
+        assert_eq!(large, 32 * MIB, "batch {batch}: the side stream keeps its workspace's bytes only");
+    }
+    // The main stream as before: growth maps to the 20 MiB page grid (to 100 MiB).
+    let next = p.malloc(32 * MIB, 1).unwrap();
+    assert_eq!(next, weights + 50 * MIB);
+    assert_eq!(p.stats().reserved_bytes.large_pool.current as u64, 100 * MIB + 20 * 32 * MIB);
+    for (workspace, small) in kept {
+        p.free(workspace).unwrap();
+        p.free(small).unwrap();
+    }
+    for addr in [next, weights] {
+        p.free(addr).unwrap();
+    }
+    p.empty_cache();
+    check(&p);
+    assert_eq!(p.source().mapped_bytes(), 0);
+}
+
+/// Random requests and frees on a main stream and three side streams, with the cache
+/// emptied now and then: every invariant holds after each step, and every byte goes
+/// back in the end.
+#[test]
+fn side_streams_own_mappings_keep_every_invariant() {
+    let p = expandable(64 * GIB);
+    let mut rng = Rng(0x51de_57ea_0001);
+    let mut live: Vec<u64> = Vec::new();
+    for step in 0..crate::test_iterations(6_000) {
+        if (rng.below(5) < 3 && live.len() < 200) || live.is_empty() {
+            let stream = 1 + rng.below(4);
+            live.push(p.malloc(rng.log_uniform(256, 80 * MIB), stream).unwrap());
+        } else {
+            p.free(live.swap_remove(rng.below(live.len() as u64) as usize)).unwrap();
+        }
+        if step % 97 == 0 {
+            p.empty_cache();
+        }
+        check(&p);
+    }
+    live.into_iter().for_each(|addr| p.free(addr).unwrap());
+    p.empty_cache();
+    check(&p);
+    assert_eq!(p.source().mapped_bytes(), 0);
+}
