@@ -1655,6 +1655,21 @@ gpurt_status_t gpurt_record_stream(void *ptr,
                                    gpurt_stream_t stream);
 
 /**
+ * gpurt_record_stream for a `CUstream`/`cudaStream_t`: what PyTorch's
+ * `Tensor.record_stream` passes (gpurt's Python package forwards it, since PyTorch does
+ * not tell a pluggable allocator), so a block freed on its own stream waits for the
+ * other stream's work before it is reused.
+ *
+ * @param ptr a live block from gpurt's allocator
+ * @param native_stream the `CUstream`/`cudaStream_t` that uses the block (NULL: the legacy default stream)
+ * @return GPURT_SUCCESS; GPURT_ERROR_INVALID_ARGUMENT for a pointer that is not a live gpurt block; or a status every call may give (@ref statuses).
+ * @par Ordering
+ * As gpurt_record_stream.
+ */
+gpurt_status_t gpurt_record_stream_native(void *ptr,
+                                          void *native_stream);
+
+/**
  * Marks what a sleep with GPURT_SLEEP_OFFLOAD does with a live block's contents:
  * with `discard` non-zero they are dropped, not copied (a KV cache or scratch buffer
  * its owner rebuilds), as with GPURT_SLEEP_DISCARD; with 0 (how every allocation

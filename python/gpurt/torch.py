@@ -2,7 +2,11 @@
 allocates any CUDA memory, and every tensor's memory comes from gpurt.
 
 `torch.cuda.empty_cache()` empties gpurt's cache too (a pluggable allocator is not
-told), as torch.cuda.graph does before each capture.
+told), as torch.cuda.graph does before each capture, and `Tensor.record_stream(s)`
+reaches gpurt (PyTorch drops it for a pluggable allocator): a tensor used on another
+stream is not reused before that stream's work, as on PyTorch's own allocator. Record
+streams PyTorch's C++ code records by itself (not through `Tensor.record_stream`) are
+not seen.
 
 CUDA graphs work as on PyTorch's own allocator: a capture's allocations come from a
 private gpurt pool that its graph holds until the graph and its executable are
@@ -12,7 +16,7 @@ make_graphed_callables passes) share one gpurt graph pool, as PyTorch's graph-pr
 pools are shared."""
 import weakref
 
-from ._native import library_path
+from ._native import check, ffi, lib, library_path
 from .graphs import GraphPool, capture_pool
 from .memory import empty_cache as _empty_gpurt_cache
 
@@ -29,6 +33,7 @@ def use_as_allocator():
     allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path, "gpurt_torch_alloc", "gpurt_torch_free")
     torch.cuda.memory.change_current_allocator(allocator)
     _empty_gpurt_cache_too(torch.cuda)
+    _record_streams_too(torch.Tensor)
     _share_graph_pools(torch.cuda.CUDAGraph)
     return allocator
 
@@ -47,6 +52,26 @@ def _empty_gpurt_cache_too(cuda):
 
     empty_cache.__doc__, empty_cache._gpurt = original.__doc__, True
     cuda.memory.empty_cache = cuda.empty_cache = empty_cache
+
+
+def _record_streams_too(tensor_class):
+    """Makes Tensor.record_stream(stream) tell gpurt too: PyTorch's pluggable allocator
+    drops it (Python cannot set its record-stream function), so a block freed on its
+    own stream (a prefetch stream's upload, read on the main stream) would be handed to
+    that stream's next allocation while the other stream still reads it."""
+    original = tensor_class.record_stream
+    if getattr(original, "_gpurt", False):
+        return
+
+    def record_stream(self, stream):
+        original(self, stream)
+        if self.is_cuda:
+            status = lib.gpurt_record_stream_native(ffi.cast("void *", self.untyped_storage().data_ptr()), ffi.cast("void *", stream.cuda_stream))
+            if status != lib.GPURT_SUCCESS and status != lib.GPURT_ERROR_INVALID_ARGUMENT:
+                check(status)  # memory gpurt did not allocate is ignored, as PyTorch ignores it
+
+    record_stream.__doc__, record_stream._gpurt = original.__doc__, True
+    tensor_class.record_stream = record_stream
 
 
 def _share_graph_pools(cuda_graph):

@@ -467,7 +467,7 @@ static void check_empty_requests(gpurt_stream_t stream) {
 /* Modules, kernels and NVRTC: bad images, unknown names and attributes, bad launch
  * shapes, stale kernel handles after unload. The PTX is real, for the GPU run. */
 /* Allocation for raw CUstreams (RMM's path): argument checks, exact statistics, frees
- * in another stream's order, double frees refused. */
+ * in another stream's order, uses recorded on another, double frees refused. */
 static void check_native_streams(gpurt_stream_t stream) {
     void *native = NULL, *p = NULL, *q = NULL;
     uint64_t before = 0, during = 0, after = 0;
@@ -481,9 +481,12 @@ static void check_native_streams(gpurt_stream_t stream) {
     EXPECT_TRUE(p != NULL && q != NULL && p != q);
     EXPECT(gpurt_memory_usage(0, &during, NULL, NULL, NULL), GPURT_SUCCESS);
     EXPECT_TRUE(during == before + (1 << 20) + 4096);
+    EXPECT(gpurt_record_stream_native(q, native), GPURT_SUCCESS); /* PyTorch's Tensor.record_stream */
     EXPECT(gpurt_free_native(p, NULL), GPURT_SUCCESS); /* reuse waits for the legacy stream */
     EXPECT(gpurt_free_native(q, NULL), GPURT_SUCCESS);
     EXPECT(gpurt_free_native(q, native), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT(gpurt_record_stream_native(q, native), GPURT_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(strstr(gpurt_last_error_message(), "live") != NULL || strstr(gpurt_last_error_message(), "freed") != NULL);
     EXPECT_TRUE(strstr(gpurt_last_error_message(), "already freed") != NULL);
     EXPECT(gpurt_free_native(NULL, native), GPURT_SUCCESS);
     EXPECT(gpurt_memory_usage(0, &after, NULL, NULL, NULL), GPURT_SUCCESS);

@@ -830,3 +830,62 @@ def test_share_group_join_and_leave(device, tmp_path, monkeypatch):
     with pytest.raises(gpurt.InvalidArgumentError, match="in no share group"):
         gpurt.share.offer_pool(kept, "cached")
     kept.close()
+
+
+def test_torch_record_stream_reaches_gpurt(device, monkeypatch):
+    """gpurt.torch's Tensor.record_stream calls PyTorch's (which drops it for a pluggable
+    allocator) and gpurt_record_stream_native with the storage's address and the raw
+    stream, once however often it is installed; memory gpurt did not allocate is let
+    be, as PyTorch lets it be. A stand-in Tensor class: PyTorch is not needed."""
+    from gpurt import torch as gpurt_torch
+    from gpurt._native import ffi
+
+    class Storage:
+        def __init__(self, address):
+            self.address = address
+
+        def data_ptr(self):
+            return self.address
+
+    class Tensor:
+        is_cuda = True
+        seen = []
+
+        def __init__(self, address):
+            self.address = address
+
+        def record_stream(self, stream):
+            Tensor.seen.append(stream)
+
+        def untyped_storage(self):
+            return Storage(self.address)
+
+    class TorchStream:
+        def __init__(self, native):
+            self.cuda_stream = native
+
+    class Recording:  # gpurt's library, its record-stream calls and answers noted
+        def __init__(self, lib):
+            self.lib, self.calls = lib, []
+
+        def __getattr__(self, name):
+            return getattr(self.lib, name)
+
+        def gpurt_record_stream_native(self, ptr, stream):
+            status = self.lib.gpurt_record_stream_native(ptr, stream)
+            self.calls.append((int(ffi.cast("uintptr_t", ptr)), int(ffi.cast("uintptr_t", stream)), status))
+            return status
+
+    recording = Recording(gpurt_torch.lib)
+    monkeypatch.setattr(gpurt_torch, "lib", recording)
+    gpurt_torch._record_streams_too(Tensor)
+    gpurt_torch._record_streams_too(Tensor)
+    home, side = gpurt.Stream(), gpurt.Stream()
+    buf = gpurt.DeviceBuffer(1 << 20, stream=home)
+    address, use = int(ffi.cast("uintptr_t", buf._handle)), TorchStream(side.native)
+    Tensor(address).record_stream(use)
+    assert Tensor.seen == [use], "PyTorch's own record_stream ran once"
+    Tensor(12345).record_stream(use)  # not gpurt's: let be
+    buf.free()
+    lib = recording.lib
+    assert recording.calls == [(address, side.native, lib.GPURT_SUCCESS), (12345, side.native, lib.GPURT_ERROR_INVALID_ARGUMENT)]

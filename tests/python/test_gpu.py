@@ -154,7 +154,32 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("framework,script", [("torch", _TORCH_ON_GPURT), ("cupy", _CUPY_ON_GPURT)])
+# A prefetch stream's tensor read on the main stream, recorded there and dropped: its
+# block must not go to the prefetch stream's next tensor while the main stream reads it
+# (PyTorch does not pass record_stream to a pluggable allocator; gpurt.torch does).
+_TORCH_RECORD_STREAM = """
+import gpurt, torch
+gpurt.torch.use_as_allocator()
+main, side = torch.cuda.current_stream(), torch.cuda.Stream()
+n = 1 << 22
+with torch.cuda.stream(side):
+    x = torch.full((n,), 1.0, device="cuda")
+main.wait_stream(side)
+torch.cuda._sleep(200_000_000)  # the main stream reads x after ~0.1 s
+total = x.sum()
+x.record_stream(main)
+used = x.data_ptr()
+del x
+with torch.cuda.stream(side):
+    y = torch.full((n,), 2.0, device="cuda")
+assert y.data_ptr() != used, "the block went to the side stream while the main stream read it"
+torch.cuda.synchronize()
+assert total.item() == n, total.item()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("framework,script", [("torch", _TORCH_ON_GPURT), ("cupy", _CUPY_ON_GPURT), ("torch", _TORCH_RECORD_STREAM)])
 def test_frameworks_allocate_from_gpurt(gpu, framework, script):
     pytest.importorskip(framework)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
