@@ -162,6 +162,11 @@ import gpurt, torch
 gpurt.torch.use_as_allocator()
 main, side = torch.cuda.current_stream(), torch.cuda.Stream()
 n = 1 << 22
+# Every kernel loaded first: CUDA loads a module at its kernel's first launch (lazy
+# loading), which can wait for the work queued, and the main stream would be done.
+torch.full((n,), 1.0, device="cuda").sum()
+torch.cuda._sleep(1)
+torch.cuda.synchronize()
 with torch.cuda.stream(side):
     x = torch.full((n,), 1.0, device="cuda")
 main.wait_stream(side)
