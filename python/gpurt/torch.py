@@ -65,10 +65,15 @@ def _record_streams_too(tensor_class):
 
     def record_stream(self, stream):
         original(self, stream)
-        if self.is_cuda:
-            status = lib.gpurt_record_stream_native(ffi.cast("void *", self.untyped_storage().data_ptr()), ffi.cast("void *", stream.cuda_stream))
-            if status != lib.GPURT_SUCCESS and status != lib.GPURT_ERROR_INVALID_ARGUMENT:
-                check(status)  # memory gpurt did not allocate is ignored, as PyTorch ignores it
+        if not self.is_cuda:
+            return
+        try:
+            storage = self.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return  # no storage of its own (a sparse tensor): PyTorch recorded what it has
+        status = lib.gpurt_record_stream_native(ffi.cast("void *", storage.data_ptr()), ffi.cast("void *", stream.cuda_stream))
+        if status != lib.GPURT_SUCCESS and status != lib.GPURT_ERROR_INVALID_ARGUMENT:
+            check(status)  # memory gpurt did not allocate is ignored, as PyTorch ignores it
 
     record_stream.__doc__, record_stream._gpurt = original.__doc__, True
     tensor_class.record_stream = record_stream

@@ -886,6 +886,12 @@ def test_torch_record_stream_reaches_gpurt(device, monkeypatch):
     Tensor(address).record_stream(use)
     assert Tensor.seen == [use], "PyTorch's own record_stream ran once"
     Tensor(12345).record_stream(use)  # not gpurt's: let be
+
+    class Sparse(Tensor):
+        def untyped_storage(self):
+            raise RuntimeError("sparse tensors do not have storage")
+
+    Sparse(address).record_stream(use)  # no storage of its own: PyTorch's call only
     buf.free()
     lib = recording.lib
     assert recording.calls == [(address, side.native, lib.GPURT_SUCCESS), (12345, side.native, lib.GPURT_ERROR_INVALID_ARGUMENT)]
