@@ -9,7 +9,6 @@ gpurt"): each prints its process's NVML peak and a checksum of its outputs.
         overlap: two streams each run a block (a Transformer, an MLP) on batches of seeded
             random sizes at once, 200 rounds, each stream's memory in its own pool.
 """
-import os
 import random
 import sys
 

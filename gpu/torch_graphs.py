@@ -425,7 +425,7 @@ def main():
         ok = run(lib, sys.argv[3], sys.argv[4])
     elif mode == "peak20":
         torch, gpurt = setup(lib, sys.argv[3])
-        order = list(range(40, 0, -2)) if sys.argv[5] == "down" else list(range(2, 41, 2))
+        order = None if sys.argv[5] == "down" else list(range(2, 41, 2))  # None: largest first
         ok = shared_captures(torch, gpurt, block(torch, kind=sys.argv[4]), sys.argv[3], {}, order)
     elif mode == "compile":
         ok = compile_gpt2(lib, sys.argv[3], sys.argv[4], sys.argv[5])

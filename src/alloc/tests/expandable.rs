@@ -408,7 +408,7 @@ fn free_memory_is_unmapped_only_after_its_stream_is_waited_for() {
     check(&p);
 }
 
-/// A side stream (not the first that took memory) gives a request of 10 MiB or more
+/// A side stream (not the first that grew a segment) gives a request of 10 MiB or more
 /// mappings of its own, as PyTorch's default allocator gives it a segment: the warm-up
 /// before each of 20 CUDA graph captures, each on a stream of its own (PyTorch's
 /// allocation sequence on the H200: the first activation, the cuBLAS workspace, which
